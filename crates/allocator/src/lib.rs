@@ -1,0 +1,1 @@
+//! Structured-parameters device allocation with upstream semantics plus topology scoring. No IO.

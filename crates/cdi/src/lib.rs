@@ -1,0 +1,1 @@
+//! CDI spec model and atomic writer.

@@ -1,0 +1,1 @@
+//! The Tessera topology-aware controller.

@@ -1,0 +1,1 @@
+//! Kubelet-facing plumbing: plugin registration, DRA and health gRPC over unix sockets.

@@ -1,0 +1,1 @@
+//! The Tessera node driver: prepare/unprepare, checkpoint, sharing, MIG, health, slice publisher.

@@ -1,0 +1,1 @@
+//! GPU inventory model; DeviceSource with NVML and mock backends; inventory to ResourceSlice rendering (pure).
