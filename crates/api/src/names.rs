@@ -1,0 +1,102 @@
+//! Names Tessera publishes or reacts to. Everything a user can type in a DeviceClass, a claim, a
+//! node label or a pod spec is spelled here once.
+
+/// The DRA driver name, also the domain of Tessera's unqualified attribute and capacity names.
+pub const DRIVER_NAME: &str = "gpu.tessera.dev";
+
+/// API group and version of Tessera's opaque configuration objects.
+pub const CONFIG_API_VERSION: &str = "gpu.tessera.dev/v1alpha1";
+
+/// Prefix of the attribute names Kubernetes standardises (`deviceattribute` package upstream).
+pub const STANDARD_ATTRIBUTE_PREFIX: &str = "resource.kubernetes.io/";
+
+/// Shipped DeviceClass selecting whole GPUs.
+pub const GPU_DEVICE_CLASS: &str = "gpu.tessera.dev";
+/// Shipped DeviceClass selecting MIG slices.
+pub const MIG_DEVICE_CLASS: &str = "mig.gpu.tessera.dev";
+
+/// Node label that opts a node into topology-managed allocation (design.md §4).
+pub const TOPOLOGY_MANAGED_LABEL: &str = "gpu.tessera.dev/topology-managed";
+/// Taint key carried by every device of a topology-managed node, effect `NoSchedule`.
+pub const TOPOLOGY_MANAGED_TAINT: &str = "gpu.tessera.dev/topology-managed";
+/// Scheduling gate with which a pod asks the controller for topology-aware placement.
+pub const TOPOLOGY_AWARE_GATE: &str = "gpu.tessera.dev/topology-aware";
+
+/// Device taint keys set by health monitoring.
+pub mod taints {
+    /// An XID error was reported for the device; the value is the XID number.
+    pub const XID: &str = "gpu.tessera.dev/xid";
+    /// An uncorrectable ECC error was reported for the device.
+    pub const ECC: &str = "gpu.tessera.dev/ecc";
+    /// The device disappeared from NVML or stopped answering.
+    pub const UNREACHABLE: &str = "gpu.tessera.dev/unreachable";
+}
+
+/// Field manager used for every server-side apply Tessera makes.
+pub const FIELD_MANAGER: &str = "tessera";
+
+/// Values of the `type` attribute.
+pub mod device_type {
+    /// A whole GPU.
+    pub const GPU: &str = "gpu";
+    /// A MIG slice (existing instance or a dynamically creatable profile placement).
+    pub const MIG: &str = "mig";
+}
+
+/// Attribute names. Unqualified names live in the [`DRIVER_NAME`] domain.
+pub mod attr {
+    pub const TYPE: &str = "type";
+    pub const UUID: &str = "uuid";
+    pub const PRODUCT_NAME: &str = "productName";
+    pub const BRAND: &str = "brand";
+    pub const ARCHITECTURE: &str = "architecture";
+    pub const INDEX: &str = "index";
+    pub const MINOR: &str = "minor";
+    pub const CUDA_COMPUTE_CAPABILITY: &str = "cudaComputeCapability";
+    pub const DRIVER_VERSION: &str = "driverVersion";
+    pub const CUDA_DRIVER_VERSION: &str = "cudaDriverVersion";
+    pub const MIG_CAPABLE: &str = "migCapable";
+    pub const MIG_ENABLED: &str = "migEnabled";
+    pub const PROFILE: &str = "profile";
+    pub const PARENT_UUID: &str = "parentUUID";
+    pub const NVLINK_ISLAND: &str = "nvlinkIsland";
+    pub const NVLINK_LINKS: &str = "nvlinkLinks";
+    pub const NVLINK_BANDWIDTH_GBPS: &str = "nvlinkBandwidthGBps";
+    pub const FABRIC_CLIQUE: &str = "fabricClique";
+    pub const NUMA_NODE: &str = "numaNode";
+    /// Standard upstream name (`resource.kubernetes.io/pciBusID`), extended BDF `dddd:bb:dd.f`.
+    pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
+    /// Standard upstream name (`resource.kubernetes.io/pcieRoot`), `pci<domain>:<bus>`.
+    pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
+}
+
+/// Capacity names. Unqualified names live in the [`DRIVER_NAME`] domain.
+pub mod capacity {
+    pub const MEMORY: &str = "memory";
+    pub const MULTIPROCESSORS: &str = "multiprocessors";
+    pub const COPY_ENGINES: &str = "copyEngines";
+    pub const DECODERS: &str = "decoders";
+    pub const ENCODERS: &str = "encoders";
+    pub const JPEG_ENGINES: &str = "jpegEngines";
+    pub const OFA_ENGINES: &str = "ofaEngines";
+}
+
+/// Counter names of a GPU's counter set in dynamic MIG (partitionable devices). Counter and
+/// counter-set names must be DNS labels (resource.k8s.io/v1 validation), hence the dashes.
+pub mod counter {
+    /// Prefix of the per-memory-slice counters `memory-slice-<i>` (value 1 each): a MIG placement
+    /// starting at slice `s` of size `n` consumes `memory-slice-s` … `memory-slice-(s+n-1)`, which is
+    /// what makes two overlapping placements mutually exclusive.
+    pub const MEMORY_SLICE_PREFIX: &str = "memory-slice-";
+    /// MIG compute (GPC) slices of the GPU (7 on A100/H100).
+    pub const COMPUTE_SLICES: &str = "compute-slices";
+    /// Device memory in bytes.
+    pub const MEMORY: &str = "memory";
+    /// Streaming multiprocessors.
+    pub const MULTIPROCESSORS: &str = "multiprocessors";
+
+    /// The counter for memory slice `index`.
+    pub fn memory_slice(index: u32) -> String {
+        format!("{MEMORY_SLICE_PREFIX}{index}")
+    }
+}
