@@ -1,0 +1,32 @@
+//! `tessera`: what a node would publish, why a claim can or cannot be allocated, placement
+//! quality on a synthetic cluster, and a linter for DeviceClasses and claims.
+//!
+//! Each subcommand lives in a module of its own; `main` only parses arguments and dispatches.
+
+mod schema;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tessera",
+    version,
+    about = "Tessera: a DRA driver for NVIDIA GPUs"
+)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the attributes and capacities Tessera publishes, for writing CEL selectors.
+    Schema(schema::SchemaArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    match args.command {
+        Command::Schema(a) => schema::run(&a, &mut std::io::stdout().lock()),
+    }
+}
