@@ -1,1 +1,30 @@
-//! GPU inventory model; DeviceSource with NVML and mock backends; inventory to ResourceSlice rendering (pure).
+//! The node's view of its GPUs and what it publishes about them.
+//!
+//! - [`model`]: the inventory — raw per-GPU facts as NVML and sysfs report them. The same types
+//!   are the YAML topology file format (docs/topology-format.md).
+//! - [`DeviceSource`]: where inventories come from — [`MockSource`] (a topology file, shipped ones
+//!   included) or the NVML backend.
+//! - [`islands`]: NVLink islands derived from the links, with stable ids.
+//! - [`device_name`]: published device names and their resolution back to hardware.
+//!
+//! Everything except the backends is pure: no IO, no kube, no tokio.
+
+pub mod device_name;
+pub mod islands;
+pub mod mock;
+pub mod model;
+pub mod pci;
+pub mod source;
+pub mod units;
+pub mod validate;
+
+pub use device_name::{DeviceName, ResolvedDevice, profile_label};
+pub use islands::{NvlinkIsland, island_id, island_of};
+pub use mock::{MockSource, SHIPPED_TOPOLOGIES, parse_topology, shipped_topology_names};
+pub use model::{
+    Architecture, Brand, FabricInfo, FabricState, Gpu, Inventory, LinkPeer, MigEngines,
+    MigInstance, MigProfile, MigState, NvLink, NvLinkRemoteType, NvLinkState, NvLinkVersion,
+};
+pub use source::{DeviceSource, SourceError};
+pub use units::{MajorMinor, dotted_to_semver};
+pub use validate::InventoryProblem;
