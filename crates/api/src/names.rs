@@ -94,9 +94,24 @@ pub mod counter {
     pub const MEMORY: &str = "memory";
     /// Streaming multiprocessors.
     pub const MULTIPROCESSORS: &str = "multiprocessors";
+    /// Video decoders (NVDEC). Like the other engine counters, present only when the GPU's MIG
+    /// profiles have such engines; engines are assigned to GPU instances exclusively, so e.g. two
+    /// `1g.10gb+me` instances (one OFA each, one OFA per A100) can never be placed together.
+    pub const DECODERS: &str = "decoders";
+    /// Video encoders (NVENC).
+    pub const ENCODERS: &str = "encoders";
+    /// JPEG decoders (NVJPG).
+    pub const JPEG_ENGINES: &str = "jpeg-engines";
+    /// Optical flow accelerators.
+    pub const OFA_ENGINES: &str = "ofa-engines";
 
     /// The counter for memory slice `index`.
     pub fn memory_slice(index: u32) -> String {
         format!("{MEMORY_SLICE_PREFIX}{index}")
+    }
+
+    /// The name of the counter set of the GPU with device minor `minor`.
+    pub fn counter_set(minor: u32) -> String {
+        format!("gpu-{minor}-counters")
     }
 }

@@ -32,7 +32,8 @@ pub struct AttributeSpec {
     pub name: &'static str,
     pub kind: AttributeKind,
     pub carriers: Carriers,
-    /// Present only when the hardware has the feature (NVLink, fabric, NUMA information).
+    /// Absent on some devices: where the hardware lacks the feature (NVLink, fabric, NUMA
+    /// information) and, for `uuid`, on dynamic MIG placements that have no instance yet.
     pub optional: bool,
     pub meaning: &'static str,
 }
@@ -71,8 +72,8 @@ pub const ATTRIBUTES: &[AttributeSpec] = &[
         attr::UUID,
         Str,
         All,
-        false,
-        "NVML UUID of the GPU or MIG device",
+        true,
+        "NVML UUID of the GPU or MIG device; absent on dynamic MIG placements, whose instance does not exist yet",
     ),
     a(
         attr::PRODUCT_NAME,

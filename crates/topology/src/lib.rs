@@ -6,6 +6,7 @@
 //!   included) or the NVML backend.
 //! - [`islands`]: NVLink islands derived from the links, with stable ids.
 //! - [`device_name`]: published device names and their resolution back to hardware.
+//! - [`render`]: inventory → the node's ResourceSlices, and [`check_slice`], the API limits.
 //!
 //! Everything except the backends is pure: no IO, no kube, no tokio.
 
@@ -14,6 +15,7 @@ pub mod islands;
 pub mod mock;
 pub mod model;
 pub mod pci;
+pub mod render;
 pub mod source;
 pub mod units;
 pub mod validate;
@@ -24,6 +26,9 @@ pub use mock::{MockSource, SHIPPED_TOPOLOGIES, parse_topology, shipped_topology_
 pub use model::{
     Architecture, Brand, FabricInfo, FabricState, Gpu, Inventory, LinkPeer, MigEngines,
     MigInstance, MigProfile, MigState, NvLink, NvLinkRemoteType, NvLinkState, NvLinkVersion,
+};
+pub use render::{
+    RenderError, RenderOptions, ServerVersion, Violation, check_pool, check_slice, render_slices,
 };
 pub use source::{DeviceSource, SourceError};
 pub use units::{MajorMinor, dotted_to_semver};
