@@ -3,6 +3,7 @@
 //!
 //! Each subcommand lives in a module of its own; `main` only parses arguments and dispatches.
 
+mod inventory;
 mod schema;
 
 use clap::{Parser, Subcommand};
@@ -22,11 +23,14 @@ struct Args {
 enum Command {
     /// Print the attributes and capacities Tessera publishes, for writing CEL selectors.
     Schema(schema::SchemaArgs),
+    /// Print the ResourceSlices a node would publish, from a topology or from NVML.
+    Inventory(inventory::InventoryArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     match args.command {
         Command::Schema(a) => schema::run(&a, &mut std::io::stdout().lock()),
+        Command::Inventory(a) => inventory::run(&a, &mut std::io::stdout().lock()),
     }
 }
