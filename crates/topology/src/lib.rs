@@ -3,7 +3,7 @@
 //! - [`model`]: the inventory — raw per-GPU facts as NVML and sysfs report them. The same types
 //!   are the YAML topology file format (docs/topology-format.md).
 //! - [`DeviceSource`]: where inventories come from — [`MockSource`] (a topology file, shipped ones
-//!   included) or the NVML backend.
+//!   included) or [`nvml::NvmlSource`] (the driver, the crate's only FFI edge).
 //! - [`islands`]: NVLink islands derived from the links, with stable ids.
 //! - [`device_name`]: published device names and their resolution back to hardware.
 //! - [`render`]: inventory → the node's ResourceSlices, and [`check_slice`], the API limits.
@@ -14,6 +14,7 @@ pub mod device_name;
 pub mod islands;
 pub mod mock;
 pub mod model;
+pub mod nvml;
 pub mod pci;
 pub mod render;
 pub mod source;
