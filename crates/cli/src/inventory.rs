@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 use tessera_api::names::attr;
+use tessera_topology::nvml::{NvmlSource, Sysfs};
 use tessera_topology::{
     DeviceSource, MockSource, RenderOptions, ServerVersion, render_slices, shipped_topology_names,
 };
@@ -34,6 +35,15 @@ pub struct InventoryArgs {
     /// The NVML library to load (default: libnvidia-ml.so.1 from the library path).
     #[arg(long, env = "TESSERA_NVML_LIB", requires = "nvml")]
     pub nvml_lib: Option<PathBuf>,
+
+    /// Where the host's sysfs is mounted; the NVML backend reads PCIe roots and NUMA nodes there.
+    #[arg(
+        long,
+        env = "TESSERA_SYSFS_ROOT",
+        default_value = "/sys",
+        requires = "nvml"
+    )]
+    pub sysfs_root: PathBuf,
 
     /// Node name: the pool name, spec.nodeName and the prefix of slice names.
     #[arg(long, env = "NODE_NAME", default_value = "node")]
@@ -102,9 +112,8 @@ pub fn run(args: &InventoryArgs, out: &mut impl Write) -> anyhow::Result<()> {
 
 fn device_source(args: &InventoryArgs) -> anyhow::Result<Box<dyn DeviceSource>> {
     if args.nvml {
-        anyhow::bail!(
-            "--nvml: the NVML backend is not part of this build yet; use --topology <name|file>"
-        );
+        let source = NvmlSource::open(args.nvml_lib.as_deref())?;
+        return Ok(Box::new(source.with_sysfs(Sysfs::new(&args.sysfs_root))));
     }
     let topology = args
         .topology
@@ -209,6 +218,7 @@ mod tests {
             topology: Some(topology.to_owned()),
             nvml: false,
             nvml_lib: None,
+            sysfs_root: "/sys".into(),
             node_name: "node-1".to_owned(),
             output,
             server_version: ServerVersion::V1_34,

@@ -252,3 +252,21 @@ fn bad_flags_are_refused_by_the_parser() {
         );
     }
 }
+
+#[test]
+fn a_missing_nvml_library_is_a_clear_error() {
+    let out = tessera(&[
+        "inventory",
+        "--nvml",
+        "--nvml-lib",
+        "/nonexistent/libnvidia-ml.so.1",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("/nonexistent/libnvidia-ml.so.1"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("NVIDIA driver"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
