@@ -211,49 +211,62 @@ fn multiprocessors(
 
 /// Every NVLink link of the GPU. Link indices run from 0 until NVML answers
 /// `NVML_ERROR_INVALID_ARGUMENT` (past the GPU's last link); `NVML_ERROR_NOT_SUPPORTED` on link 0
-/// means the GPU has no NVLink.
+/// means the GPU has no NVLink. An inactive link whose details NVML cannot give (no remote end
+/// to describe) is left out: it connects nothing, so islands and bandwidth do not change.
 fn nvlinks(q: &GpuQueries<'_>, nvml: &Nvml, device: &Device<'_>) -> Result<Vec<NvLink>, NvmlError> {
     let mut links = Vec::new();
     for link in 0..NVML_NVLINK_MAX_LINKS {
-        let wrapper = device.link_wrapper_for(link);
-        let state = match wrapper.is_active() {
+        let state = match device.link_wrapper_for(link).is_active() {
             Ok(true) => NvLinkState::Active,
             Ok(false) => NvLinkState::Inactive,
             Err(WrapperError::NotSupported | WrapperError::InvalidArg) => break,
             Err(e) => return q.on("nvmlDeviceGetNvLinkState", Err(e)),
         };
-        let code = q.on("nvmlDeviceGetNvLinkVersion", wrapper.version())?;
-        let version = q.on(
-            "nvmlDeviceGetNvLinkVersion",
-            NvLinkVersion::from_nvml_code(code)
-                .ok_or_else(|| CallError::Malformed(format!("NVLink version code {code}"))),
-        )?;
-        let remote = q.on(
-            "nvmlDeviceGetNvLinkRemotePciInfo_v2",
-            wrapper.remote_pci_info(),
-        )?;
-        let remote_pci_bus_id = q.on(
-            "nvmlDeviceGetNvLinkRemotePciInfo_v2",
-            normalize_bus_id(&remote.bus_id)
-                .ok_or_else(|| CallError::Malformed(format!("PCI bus id {:?}", remote.bus_id))),
-        )?;
-        links.push(NvLink {
-            link,
-            state,
-            version,
-            // nvml-wrapper's `remote_device_type` discards NVML's answer, so call NVML directly.
-            // SAFETY: the raw handle is passed back to NVML while `device` lives.
-            remote_type: remote_type(nvml, unsafe { device.handle() }, link)
-                .map(NvLinkRemoteType::from_nvml_code)
-                .map_err(|e| NvmlError::DeviceQuery {
-                    gpu: q.gpu.to_owned(),
-                    query: "nvmlDeviceGetNvLinkRemoteDeviceType",
-                    source: e,
-                })?,
-            remote_pci_bus_id,
-        });
+        match nvlink(q, nvml, device, link, state) {
+            Ok(found) => links.push(found),
+            Err(_) if state == NvLinkState::Inactive => {}
+            Err(e) => return Err(e),
+        }
     }
     Ok(links)
+}
+
+/// The details of one link: version, remote PCI bus id, remote device type.
+fn nvlink(
+    q: &GpuQueries<'_>,
+    nvml: &Nvml,
+    device: &Device<'_>,
+    link: u32,
+    state: NvLinkState,
+) -> Result<NvLink, NvmlError> {
+    let wrapper = device.link_wrapper_for(link);
+    let code = q.on("nvmlDeviceGetNvLinkVersion", wrapper.version())?;
+    let version = q.on(
+        "nvmlDeviceGetNvLinkVersion",
+        NvLinkVersion::from_nvml_code(code)
+            .ok_or_else(|| CallError::Malformed(format!("NVLink version code {code}"))),
+    )?;
+    let query = "nvmlDeviceGetNvLinkRemotePciInfo_v2";
+    let remote = q.on(query, wrapper.remote_pci_info())?;
+    let remote_pci_bus_id = q.on(
+        query,
+        normalize_bus_id(&remote.bus_id)
+            .ok_or_else(|| CallError::Malformed(format!("PCI bus id {:?}", remote.bus_id))),
+    )?;
+    // nvml-wrapper's `remote_device_type` discards NVML's answer, so call NVML directly.
+    // SAFETY: the raw handle is passed back to NVML while `device` lives.
+    let handle = unsafe { device.handle() };
+    let remote_type = q.on(
+        "nvmlDeviceGetNvLinkRemoteDeviceType",
+        remote_type(nvml, handle, link),
+    )?;
+    Ok(NvLink {
+        link,
+        state,
+        version,
+        remote_type: NvLinkRemoteType::from_nvml_code(remote_type),
+        remote_pci_bus_id,
+    })
 }
 
 fn remote_type(nvml: &Nvml, device: nvmlDevice_t, link: u32) -> Result<u32, CallError> {
