@@ -46,7 +46,9 @@ pub struct Gpu {
     /// byte count or a binary quantity such as `81559Mi`.
     #[serde(rename = "memory", with = "bytes_quantity")]
     pub memory_bytes: u64,
-    /// Streaming multiprocessors (`nvmlDeviceGetAttributes().multiprocessorCount`).
+    /// Streaming multiprocessors. NVML reports SM counts only for MIG devices
+    /// (`nvmlDeviceGetAttributes_v2`), so the nvml backend divides `nvmlDeviceGetNumGpuCores` by the
+    /// CUDA cores per SM of the compute capability (`nvml::cuda_cores_per_multiprocessor`).
     pub multiprocessors: u32,
     /// PCI bus id, extended BDF `dddd:bb:dd.f` in lower case (normalized from NVML's
     /// `dddddddd:bb:dd.f`, see [`crate::pci::normalize_bus_id`]).
