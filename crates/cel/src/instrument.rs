@@ -1,0 +1,267 @@
+//! Rewrites a checked expression so that evaluating it charges its cost (see [`crate::meter`]):
+//!
+//! - every comprehension iteration calls `@cost(…, w)`, where `w` is the number of nodes the
+//!   iteration evaluates; the tick goes on the loop condition, or, for `map`/`filter`-shaped
+//!   comprehensions (which the interpreter runs in place), on the appended element or the filter;
+//! - arguments whose size is not bounded by the source or by the device (anything computed:
+//!   concatenations, split results, bound variables…) are wrapped in `@size(…)` where a function
+//!   would traverse them, and concatenations charge for what they build.
+//!
+//! The library functions of this crate charge for themselves and are not wrapped.
+
+use cel::common::ast::{
+    CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue, operators,
+};
+
+use crate::library::internal::{COST, SIZE};
+
+/// Rewrites `expr` in place.
+pub(crate) fn instrument(expr: &mut IdedExpr) {
+    let mut next_id = max_id(expr) + 1;
+    rewrite(expr, &mut next_id);
+}
+
+fn max_id(expr: &IdedExpr) -> u64 {
+    let mut max = expr.id;
+    visit(expr, &mut |e| max = max.max(e.id));
+    max
+}
+
+fn visit(expr: &IdedExpr, f: &mut impl FnMut(&IdedExpr)) {
+    f(expr);
+    match &expr.expr {
+        Expr::Call(call) => {
+            if let Some(target) = &call.target {
+                visit(target, f);
+            }
+            call.args.iter().for_each(|a| visit(a, f));
+        }
+        Expr::Comprehension(c) => {
+            for e in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                visit(e, f);
+            }
+        }
+        Expr::List(list) => list.elements.iter().for_each(|e| visit(e, f)),
+        Expr::Map(map) => {
+            for entry in &map.entries {
+                if let EntryExpr::MapEntry(e) = &entry.expr {
+                    visit(&e.key, f);
+                    visit(&e.value, f);
+                }
+            }
+        }
+        Expr::Select(select) => visit(&select.operand, f),
+        _ => {}
+    }
+}
+
+/// Functions that traverse their arguments in time proportional to their size.
+fn traverses_arguments(name: &str) -> bool {
+    matches!(
+        name,
+        "size"
+            | "contains"
+            | "int"
+            | "uint"
+            | "double"
+            | "string"
+            | "bytes"
+            | "bool"
+            | "timestamp"
+            | "duration"
+            | operators::IN
+    )
+}
+
+/// Operators that compare their operands: linear in the shorter one, so bounded if either is.
+fn compares(name: &str) -> bool {
+    matches!(
+        name,
+        operators::EQUALS
+            | operators::NOT_EQUALS
+            | operators::LESS
+            | operators::LESS_EQUALS
+            | operators::GREATER
+            | operators::GREATER_EQUALS
+            | "startsWith"
+            | "endsWith"
+    )
+}
+
+/// Whether the size of `expr`'s value is bounded without metering: a literal, or a value read
+/// from the device through constant keys.
+fn bounded(expr: &IdedExpr) -> bool {
+    match &expr.expr {
+        Expr::Literal(_) => true,
+        Expr::Ident(name) => name == "device",
+        Expr::Select(select) => !select.test && bounded(&select.operand),
+        Expr::Call(call) if call.func_name == operators::INDEX && call.target.is_none() => {
+            matches!(call.args.as_slice(), [container, key] if bounded(container) && matches!(key.expr, Expr::Literal(_)))
+        }
+        _ => false,
+    }
+}
+
+fn call(id: &mut u64, function: &str, args: Vec<IdedExpr>) -> IdedExpr {
+    *id += 1;
+    IdedExpr {
+        id: *id,
+        expr: Expr::Call(CallExpr {
+            func_name: function.to_owned(),
+            target: None,
+            args,
+        }),
+    }
+}
+
+fn wrap_size(expr: &mut IdedExpr, id: &mut u64) {
+    let inner = std::mem::take(expr);
+    *expr = call(id, SIZE, vec![inner]);
+}
+
+fn wrap_cost(expr: &mut IdedExpr, weight: u64, id: &mut u64) {
+    let inner = std::mem::take(expr);
+    *id += 1;
+    let units = IdedExpr {
+        id: *id,
+        expr: Expr::Literal(LiteralValue::Int((weight as i64).into())),
+    };
+    *expr = call(id, COST, vec![inner, units]);
+}
+
+fn rewrite(expr: &mut IdedExpr, id: &mut u64) {
+    let mut charge_result = false;
+    match &mut expr.expr {
+        Expr::Call(c) => {
+            if let Some(target) = &mut c.target {
+                rewrite(target, id);
+            }
+            c.args.iter_mut().for_each(|a| rewrite(a, id));
+            let name = c.func_name.clone();
+            if traverses_arguments(&name) {
+                if let Some(target) = c.target.as_deref_mut().filter(|t| !bounded(t)) {
+                    wrap_size(target, id);
+                }
+                for arg in c.args.iter_mut().filter(|a| !bounded(a)) {
+                    wrap_size(arg, id);
+                }
+            } else if compares(&name) {
+                let mut operands: Vec<&mut IdedExpr> = c
+                    .target
+                    .as_deref_mut()
+                    .into_iter()
+                    .chain(c.args.iter_mut())
+                    .collect();
+                if !operands.iter().any(|o| bounded(o)) {
+                    operands.iter_mut().for_each(|o| wrap_size(o, id));
+                }
+            } else if name == operators::ADD && !c.args.iter().all(bounded) {
+                charge_result = true;
+            }
+        }
+        Expr::Comprehension(c) => {
+            for e in [
+                &mut c.iter_range,
+                &mut c.accu_init,
+                &mut c.loop_cond,
+                &mut c.loop_step,
+                &mut c.result,
+            ] {
+                rewrite(e, id);
+            }
+            tick(c, id);
+        }
+        Expr::List(list) => {
+            for element in &mut list.elements {
+                rewrite(element, id);
+                if !bounded(element) {
+                    wrap_size(element, id);
+                }
+            }
+        }
+        Expr::Map(map) => {
+            for entry in &mut map.entries {
+                if let EntryExpr::MapEntry(e) = &mut entry.expr {
+                    rewrite(&mut e.key, id);
+                    rewrite(&mut e.value, id);
+                    if !bounded(&e.value) {
+                        wrap_size(&mut e.value, id);
+                    }
+                }
+            }
+        }
+        Expr::Select(select) => rewrite(&mut select.operand, id),
+        _ => {}
+    }
+    if charge_result {
+        wrap_size(expr, id);
+    }
+}
+
+/// Puts the per-iteration `@cost` tick into comprehension `c`.
+fn tick(c: &mut ComprehensionExpr, id: &mut u64) {
+    if matches!(&c.iter_range.expr, Expr::List(list) if list.elements.is_empty()) {
+        return; // `cel.bind`: never iterates.
+    }
+    let weight = 1 + nodes_per_iteration(&c.loop_cond) + nodes_per_iteration(&c.loop_step);
+    let accu = c.accu_var.clone();
+    let is_accu = |e: &IdedExpr| matches!(&e.expr, Expr::Ident(name) if *name == accu);
+    let appends_in_place = matches!(c.loop_cond.expr, Expr::Literal(_)) && is_accu(&c.result);
+    if appends_in_place && let Expr::Call(step) = &mut c.loop_step.expr {
+        // `cond ? @result + [e] : @result`: tick on the filter.
+        if step.func_name == operators::CONDITIONAL
+            && step.args.len() == 3
+            && is_accu(&step.args[2])
+        {
+            wrap_cost(&mut step.args[0], weight, id);
+            return;
+        }
+        // `@result + [e]`: tick on the element.
+        if step.func_name == operators::ADD
+            && step.args.len() == 2
+            && is_accu(&step.args[0])
+            && let Expr::List(items) = &mut step.args[1].expr
+            && let Some(item) = items.elements.first_mut()
+        {
+            wrap_cost(item, weight, id);
+            return;
+        }
+    }
+    wrap_cost(&mut c.loop_cond, weight, id);
+}
+
+/// Nodes evaluated once per iteration; nested comprehensions count their setup only, as they
+/// tick for their own iterations.
+fn nodes_per_iteration(expr: &IdedExpr) -> u64 {
+    match &expr.expr {
+        Expr::Comprehension(c) => {
+            1 + nodes_per_iteration(&c.iter_range) + nodes_per_iteration(&c.accu_init)
+        }
+        Expr::Call(c) => {
+            1 + c.target.as_deref().map_or(0, nodes_per_iteration)
+                + c.args.iter().map(nodes_per_iteration).sum::<u64>()
+        }
+        Expr::List(list) => 1 + list.elements.iter().map(nodes_per_iteration).sum::<u64>(),
+        Expr::Map(map) => {
+            1 + map
+                .entries
+                .iter()
+                .map(|entry| match &entry.expr {
+                    EntryExpr::MapEntry(e) => {
+                        nodes_per_iteration(&e.key) + nodes_per_iteration(&e.value)
+                    }
+                    EntryExpr::StructField(f) => nodes_per_iteration(&f.value),
+                })
+                .sum::<u64>()
+        }
+        Expr::Select(select) => 1 + nodes_per_iteration(&select.operand),
+        Expr::Literal(_) => 0,
+        _ => 1,
+    }
+}
