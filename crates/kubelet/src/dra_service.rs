@@ -1,0 +1,491 @@
+//! `v1.DRAPlugin` and `v1beta1.DRAPlugin` served over one [`DraDriver`].
+//!
+//! Both versions share [`ClaimCalls`], which checks the batch, calls the driver and makes sure
+//! every requested claim gets exactly one answer. The two tonic services only convert messages.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+use tonic::{Request, Response, Status};
+
+use crate::driver::{
+    ClaimRef, ClaimUid, DraDriver, PrepareResult, PreparedDevice, UnprepareResult,
+};
+use crate::proto::{dra_v1, dra_v1beta1};
+use crate::server::StopSignal;
+
+/// A claim as it arrived on the wire, before it is checked.
+#[derive(Debug)]
+struct WireClaim {
+    namespace: String,
+    name: String,
+    uid: String,
+}
+
+impl From<dra_v1::Claim> for WireClaim {
+    fn from(claim: dra_v1::Claim) -> Self {
+        Self {
+            namespace: claim.namespace,
+            name: claim.name,
+            uid: claim.uid,
+        }
+    }
+}
+
+impl From<dra_v1beta1::Claim> for WireClaim {
+    fn from(claim: dra_v1beta1::Claim) -> Self {
+        Self {
+            namespace: claim.namespace,
+            name: claim.name,
+            uid: claim.uid,
+        }
+    }
+}
+
+/// A request batch split into the claims the driver sees and the claims answered here.
+#[derive(Debug, Default, PartialEq)]
+struct CheckedBatch {
+    /// Well-formed claims, each UID once, in request order.
+    accepted: Vec<ClaimRef>,
+    /// Claims rejected without calling the driver, with the reason.
+    rejected: BTreeMap<ClaimUid, String>,
+}
+
+/// Checks a batch: an empty UID fails the call (there is no key to answer under); an empty
+/// namespace or name, or one UID sent with two different identities, fails that claim; an
+/// exact repeat of a claim is answered once.
+fn check_batch(method: &str, claims: Vec<WireClaim>) -> Result<CheckedBatch, Status> {
+    let mut batch = CheckedBatch::default();
+    for (index, claim) in claims.into_iter().enumerate() {
+        if claim.uid.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "{method}: claim {index} ({}/{}) has an empty uid; every claim needs \
+                 its namespace, name and uid",
+                claim.namespace, claim.name
+            )));
+        }
+        let uid = ClaimUid::new(claim.uid);
+        if batch.rejected.contains_key(&uid) {
+            continue;
+        }
+        let missing = match (claim.namespace.is_empty(), claim.name.is_empty()) {
+            (true, true) => Some("namespace and name are"),
+            (true, false) => Some("namespace is"),
+            (false, true) => Some("name is"),
+            (false, false) => None,
+        };
+        if let Some(missing) = missing {
+            batch.accepted.retain(|accepted| accepted.uid != uid);
+            let message = format!(
+                "claim {}/{} ({uid}): {missing} empty in the {method} request; \
+                 every claim needs its namespace, name and uid",
+                claim.namespace, claim.name
+            );
+            batch.rejected.insert(uid, message);
+            continue;
+        }
+        let claim = ClaimRef::new(claim.namespace, claim.name, uid);
+        match batch.accepted.iter().position(|seen| seen.uid == claim.uid) {
+            None => batch.accepted.push(claim),
+            Some(at) if batch.accepted[at] == claim => {}
+            Some(at) => {
+                let first = batch.accepted.remove(at);
+                let message = format!(
+                    "claim uid {} appears twice in the {method} request, as {}/{} and as {}/{}; \
+                     a uid names exactly one claim",
+                    claim.uid, first.namespace, first.name, claim.namespace, claim.name
+                );
+                batch.rejected.insert(claim.uid, message);
+            }
+        }
+    }
+    Ok(batch)
+}
+
+/// Completes the driver's answer: one entry per accepted claim (an error where the driver gave
+/// none), nothing for claims not asked for, plus the claims rejected by [`check_batch`].
+fn complete_results<T>(
+    method: &str,
+    accepted: &[ClaimRef],
+    rejected: BTreeMap<ClaimUid, String>,
+    mut from_driver: BTreeMap<ClaimUid, Result<T, String>>,
+) -> BTreeMap<ClaimUid, Result<T, String>> {
+    let mut results: BTreeMap<_, _> = rejected
+        .into_iter()
+        .map(|(uid, message)| (uid, Err(message)))
+        .collect();
+    for claim in accepted {
+        let result = from_driver.remove(&claim.uid).unwrap_or_else(|| {
+            tracing::error!(claim = %claim, method, "driver returned no result for a claim");
+            Err(format!(
+                "claim {claim}: the driver returned no result for it from {method}; \
+                 this is a driver bug, the kubelet will retry"
+            ))
+        });
+        results.insert(claim.uid.clone(), result);
+    }
+    for uid in from_driver.keys() {
+        tracing::warn!(%uid, method, "driver returned a result for a claim that was not requested; dropped");
+    }
+    results
+}
+
+/// Strips subrequest suffixes (`request/subrequest` becomes `request`) and repeats.
+fn request_names_for_kubelet(names: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(names.len());
+    for name in names {
+        let name = match name.split_once('/') {
+            Some((request, _subrequest)) => request.to_owned(),
+            None => name,
+        };
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// The version-independent half of the DRA services.
+pub(crate) struct ClaimCalls<D> {
+    driver: Arc<D>,
+    /// Held across each driver call when calls are serialized.
+    call_lock: Option<Arc<Mutex<()>>>,
+    /// Fires when the shutdown grace period is over: waiting calls give up.
+    cut_off: StopSignal,
+}
+
+impl<D: DraDriver> ClaimCalls<D> {
+    pub(crate) fn new(driver: Arc<D>, serialize_calls: bool, cut_off: StopSignal) -> Self {
+        Self {
+            driver,
+            call_lock: serialize_calls.then(|| Arc::new(Mutex::new(()))),
+            cut_off,
+        }
+    }
+
+    async fn prepare(
+        &self,
+        method: &'static str,
+        claims: Vec<WireClaim>,
+    ) -> Result<BTreeMap<ClaimUid, PrepareResult>, Status> {
+        let batch = check_batch(method, claims)?;
+        let from_driver = if batch.accepted.is_empty() {
+            BTreeMap::new()
+        } else {
+            let driver = Arc::clone(&self.driver);
+            let claims = batch.accepted.clone();
+            self.run(method, async move { driver.prepare(claims).await })
+                .await?
+        };
+        let mut results = complete_results(method, &batch.accepted, batch.rejected, from_driver);
+        for devices in results.values_mut().flat_map(|result| result.as_mut().ok()) {
+            for device in devices.iter_mut() {
+                device.request_names =
+                    request_names_for_kubelet(std::mem::take(&mut device.request_names));
+            }
+        }
+        Ok(results)
+    }
+
+    async fn unprepare(
+        &self,
+        method: &'static str,
+        claims: Vec<WireClaim>,
+    ) -> Result<BTreeMap<ClaimUid, UnprepareResult>, Status> {
+        let batch = check_batch(method, claims)?;
+        let from_driver = if batch.accepted.is_empty() {
+            BTreeMap::new()
+        } else {
+            let driver = Arc::clone(&self.driver);
+            let claims = batch.accepted.clone();
+            self.run(method, async move { driver.unprepare(claims).await })
+                .await?
+        };
+        Ok(complete_results(
+            method,
+            &batch.accepted,
+            batch.rejected,
+            from_driver,
+        ))
+    }
+
+    /// Runs one driver call on its own task (so a panic becomes a status, and a call the
+    /// kubelet gave up on still finishes), under the call lock when calls are serialized.
+    /// At cut-off the kubelet gets `UNAVAILABLE` while the driver's task runs on.
+    async fn run<T: Send + 'static>(
+        &self,
+        method: &'static str,
+        call: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, Status> {
+        let lock = self.call_lock.clone();
+        let task = tokio::spawn(async move {
+            let _serialized = match &lock {
+                Some(lock) => Some(lock.lock().await),
+                None => None,
+            };
+            call.await
+        });
+        tokio::select! {
+            joined = task => joined.map_err(|join_error| {
+                tracing::error!(method, error = %join_error, "driver call panicked");
+                Status::internal(format!(
+                    "{method}: the driver failed unexpectedly ({join_error}); the plugin log has details"
+                ))
+            }),
+            () = self.cut_off.clone().stopped() => Err(Status::unavailable(format!(
+                "{method}: the plugin shut down before the driver finished; the kubelet retries the call"
+            ))),
+        }
+    }
+}
+
+/// `v1.DRAPlugin`.
+pub(crate) struct DraV1Service<D>(pub(crate) Arc<ClaimCalls<D>>);
+
+/// `v1beta1.DRAPlugin`.
+pub(crate) struct DraV1beta1Service<D>(pub(crate) Arc<ClaimCalls<D>>);
+
+const V1_PREPARE: &str = "v1.DRAPlugin/NodePrepareResources";
+const V1_UNPREPARE: &str = "v1.DRAPlugin/NodeUnprepareResources";
+const V1BETA1_PREPARE: &str = "v1beta1.DRAPlugin/NodePrepareResources";
+const V1BETA1_UNPREPARE: &str = "v1beta1.DRAPlugin/NodeUnprepareResources";
+
+#[tonic::async_trait]
+impl<D: DraDriver> dra_v1::dra_plugin_server::DraPlugin for DraV1Service<D> {
+    async fn node_prepare_resources(
+        &self,
+        request: Request<dra_v1::NodePrepareResourcesRequest>,
+    ) -> Result<Response<dra_v1::NodePrepareResourcesResponse>, Status> {
+        let claims = request
+            .into_inner()
+            .claims
+            .into_iter()
+            .map(WireClaim::from)
+            .collect();
+        let results = self.0.prepare(V1_PREPARE, claims).await?;
+        let claims = results
+            .into_iter()
+            .map(|(uid, result)| {
+                let response = match result {
+                    Ok(devices) => dra_v1::NodePrepareResourceResponse {
+                        devices: devices.into_iter().map(device_v1).collect(),
+                        error: String::new(),
+                    },
+                    Err(error) => dra_v1::NodePrepareResourceResponse {
+                        devices: Vec::new(),
+                        error,
+                    },
+                };
+                (uid.to_string(), response)
+            })
+            .collect();
+        Ok(Response::new(dra_v1::NodePrepareResourcesResponse {
+            claims,
+        }))
+    }
+
+    async fn node_unprepare_resources(
+        &self,
+        request: Request<dra_v1::NodeUnprepareResourcesRequest>,
+    ) -> Result<Response<dra_v1::NodeUnprepareResourcesResponse>, Status> {
+        let claims = request
+            .into_inner()
+            .claims
+            .into_iter()
+            .map(WireClaim::from)
+            .collect();
+        let results = self.0.unprepare(V1_UNPREPARE, claims).await?;
+        let claims = results
+            .into_iter()
+            .map(|(uid, result)| {
+                let error = result.err().unwrap_or_default();
+                (
+                    uid.to_string(),
+                    dra_v1::NodeUnprepareResourceResponse { error },
+                )
+            })
+            .collect();
+        Ok(Response::new(dra_v1::NodeUnprepareResourcesResponse {
+            claims,
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl<D: DraDriver> dra_v1beta1::dra_plugin_server::DraPlugin for DraV1beta1Service<D> {
+    async fn node_prepare_resources(
+        &self,
+        request: Request<dra_v1beta1::NodePrepareResourcesRequest>,
+    ) -> Result<Response<dra_v1beta1::NodePrepareResourcesResponse>, Status> {
+        let claims = request
+            .into_inner()
+            .claims
+            .into_iter()
+            .map(WireClaim::from)
+            .collect();
+        let results = self.0.prepare(V1BETA1_PREPARE, claims).await?;
+        let claims = results
+            .into_iter()
+            .map(|(uid, result)| {
+                let response = match result {
+                    Ok(devices) => dra_v1beta1::NodePrepareResourceResponse {
+                        devices: devices.into_iter().map(device_v1beta1).collect(),
+                        error: String::new(),
+                    },
+                    Err(error) => dra_v1beta1::NodePrepareResourceResponse {
+                        devices: Vec::new(),
+                        error,
+                    },
+                };
+                (uid.to_string(), response)
+            })
+            .collect();
+        Ok(Response::new(dra_v1beta1::NodePrepareResourcesResponse {
+            claims,
+        }))
+    }
+
+    async fn node_unprepare_resources(
+        &self,
+        request: Request<dra_v1beta1::NodeUnprepareResourcesRequest>,
+    ) -> Result<Response<dra_v1beta1::NodeUnprepareResourcesResponse>, Status> {
+        let claims = request
+            .into_inner()
+            .claims
+            .into_iter()
+            .map(WireClaim::from)
+            .collect();
+        let results = self.0.unprepare(V1BETA1_UNPREPARE, claims).await?;
+        let claims = results
+            .into_iter()
+            .map(|(uid, result)| {
+                let error = result.err().unwrap_or_default();
+                (
+                    uid.to_string(),
+                    dra_v1beta1::NodeUnprepareResourceResponse { error },
+                )
+            })
+            .collect();
+        Ok(Response::new(dra_v1beta1::NodeUnprepareResourcesResponse {
+            claims,
+        }))
+    }
+}
+
+fn device_v1(device: PreparedDevice) -> dra_v1::Device {
+    dra_v1::Device {
+        request_names: device.request_names,
+        pool_name: device.pool_name,
+        device_name: device.device_name,
+        cdi_device_ids: device.cdi_device_ids,
+        share_id: device.share_id,
+    }
+}
+
+fn device_v1beta1(device: PreparedDevice) -> dra_v1beta1::Device {
+    if let Some(share_id) = &device.share_id {
+        tracing::debug!(
+            device = %device.device_name,
+            share_id,
+            "v1beta1.DRAPlugin cannot carry a share id; the kubelet does not see it"
+        );
+    }
+    dra_v1beta1::Device {
+        request_names: device.request_names,
+        pool_name: device.pool_name,
+        device_name: device.device_name,
+        cdi_device_ids: device.cdi_device_ids,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire(namespace: &str, name: &str, uid: &str) -> WireClaim {
+        WireClaim {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: uid.into(),
+        }
+    }
+
+    #[test]
+    fn empty_uid_fails_the_whole_call_and_names_the_claim() {
+        let status =
+            check_batch("m", vec![wire("ns", "a", "u1"), wire("ns", "b", "")]).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(
+            status.message().contains("claim 1 (ns/b) has an empty uid"),
+            "{}",
+            status.message()
+        );
+    }
+
+    #[test]
+    fn missing_namespace_or_name_fails_only_that_claim() {
+        let batch = check_batch(
+            "m",
+            vec![
+                wire("", "a", "u1"),
+                wire("ns", "", "u2"),
+                wire("ns", "c", "u3"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(batch.accepted, vec![ClaimRef::new("ns", "c", "u3")]);
+        assert!(batch.rejected[&ClaimUid::from("u1")].contains("namespace is empty"));
+        assert!(batch.rejected[&ClaimUid::from("u2")].contains("name is empty"));
+    }
+
+    #[test]
+    fn exact_repeat_is_answered_once_and_conflicting_repeat_is_rejected() {
+        let batch = check_batch(
+            "m",
+            vec![
+                wire("ns", "a", "u1"),
+                wire("ns", "a", "u1"),
+                wire("ns", "b", "u2"),
+                wire("other", "b", "u2"),
+                wire("ns", "b", "u2"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(batch.accepted, vec![ClaimRef::new("ns", "a", "u1")]);
+        let message = &batch.rejected[&ClaimUid::from("u2")];
+        assert!(message.contains("as ns/b and as other/b"), "{message}");
+    }
+
+    #[test]
+    fn results_cover_exactly_the_requested_claims() {
+        let accepted = vec![
+            ClaimRef::new("ns", "a", "u1"),
+            ClaimRef::new("ns", "b", "u2"),
+        ];
+        let rejected = BTreeMap::from([(ClaimUid::from("u3"), "bad".to_owned())]);
+        let from_driver = BTreeMap::from([
+            (ClaimUid::from("u1"), Ok(())),
+            (ClaimUid::from("stranger"), Ok(())),
+        ]);
+        let results = complete_results("m", &accepted, rejected, from_driver);
+        assert_eq!(
+            results.keys().map(ClaimUid::as_str).collect::<Vec<_>>(),
+            ["u1", "u2", "u3"]
+        );
+        assert_eq!(results[&ClaimUid::from("u1")], Ok(()));
+        assert!(
+            results[&ClaimUid::from("u2")]
+                .as_ref()
+                .unwrap_err()
+                .contains("returned no result")
+        );
+        assert_eq!(results[&ClaimUid::from("u3")], Err("bad".to_owned()));
+    }
+
+    #[test]
+    fn subrequest_suffixes_are_stripped_and_repeats_dropped() {
+        let names = vec!["gpu/large".into(), "gpu/small".into(), "nic".into()];
+        assert_eq!(request_names_for_kubelet(names), ["gpu", "nic"]);
+    }
+}
