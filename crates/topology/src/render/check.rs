@@ -298,22 +298,23 @@ fn check_device_fields(v: &mut Violations, at: &str, device: &Device, per_device
         );
     }
     for (name, value) in attributes.into_iter().flatten() {
-        let field = format!("{at}.attributes[{name}]");
+        // Field paths are formatted only for violations: this loop runs for every attribute.
+        let field = || format!("{at}.attributes[{name}]");
         if let Err(e) = check_qualified_name(name) {
-            v.add(&field, e);
+            v.add(field(), e);
         }
         if let Err(e) = check_attribute_value(value) {
-            v.add(&field, e);
+            v.add(field(), e);
         }
     }
     for (name, capacity) in capacities.into_iter().flatten() {
-        let field = format!("{at}.capacity[{name}]");
+        let field = || format!("{at}.capacity[{name}]");
         if let Err(e) = check_qualified_name(name) {
-            v.add(&field, e);
+            v.add(field(), e);
         }
         if !is_quantity(&capacity.value.0) {
             v.add(
-                format!("{field}.value"),
+                format!("{}.value", field()),
                 format!("`{}` is not a quantity", capacity.value.0),
             );
         }
