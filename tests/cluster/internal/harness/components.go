@@ -1,0 +1,174 @@
+package harness
+
+import (
+	"fmt"
+	"strconv"
+)
+
+func loopbackURL(scheme string, port int, path string) string {
+	return fmt.Sprintf("%s://127.0.0.1:%d%s", scheme, port, path)
+}
+
+// buildComponents fills plan.Components: etcd, then the API server, then the
+// fake runtimes, then controller-manager, scheduler and kubelets together.
+func buildComponents(plan *Plan, layout Layout, pki *PKI) {
+	gates := FeatureGateFlag(plan.FeatureGates)
+	ports := plan.Ports
+	var cs []Component
+	add := func(c Component) {
+		c.LogFile = layout.LogFile(c.Name)
+		c.PIDFile = layout.PIDDir() + "/" + c.Name + ".pid"
+		c.WorkingDirPath = layout.StateDir
+		if c.StartTimeoutS == 0 {
+			c.StartTimeoutS = 90
+		}
+		if c.StopTimeoutS == 0 {
+			c.StopTimeoutS = 15
+		}
+		cs = append(cs, c)
+	}
+
+	etcdClient := loopbackURL("http", ports.EtcdClient, "")
+	etcdPeer := loopbackURL("http", ports.EtcdPeer, "")
+	add(Component{
+		Name:  "etcd",
+		Stage: 0,
+		Args: []string{
+			plan.bin("etcd"),
+			"--name=tessera",
+			"--data-dir=" + layout.EtcdDataDir(),
+			"--listen-client-urls=" + etcdClient,
+			"--advertise-client-urls=" + etcdClient,
+			"--listen-peer-urls=" + etcdPeer,
+			"--initial-advertise-peer-urls=" + etcdPeer,
+			"--initial-cluster=tessera=" + etcdPeer,
+			"--initial-cluster-state=new",
+			// A throw-away test cluster: skip fsync, it dominates etcd latency on CI disks.
+			"--unsafe-no-fsync=true",
+			"--log-level=warn",
+		},
+		Probe: Probe{Kind: "http", URL: etcdClient + "/health"},
+	})
+
+	add(Component{
+		Name:  "kube-apiserver",
+		Stage: 1,
+		Args: append([]string{
+			plan.bin("kube-apiserver"),
+			"--etcd-servers=" + etcdClient,
+			"--bind-address=127.0.0.1",
+			"--advertise-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(ports.APIServer),
+			"--tls-cert-file=" + pki.ServingCert(),
+			"--tls-private-key-file=" + pki.ServingKey(),
+			"--client-ca-file=" + pki.CACert(),
+			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+			"--service-account-key-file=" + pki.ServiceAccountPubKey(),
+			"--service-account-signing-key-file=" + pki.ServiceAccountKey(),
+			"--service-cluster-ip-range=" + serviceCIDR,
+			"--authorization-mode=Node,RBAC",
+			"--enable-admission-plugins=NodeRestriction",
+			"--allow-privileged=true",
+			"--kubelet-client-certificate=" + pki.ClientCert(APIServerKubeletClient),
+			"--kubelet-client-key=" + pki.ClientKey(APIServerKubeletClient),
+			// Loopback addresses are invalid in Endpoints/EndpointSlices, so the
+			// `kubernetes` service endpoint cannot be reconciled; nothing in the
+			// test cluster reaches the API server through that service.
+			"--endpoint-reconciler-type=none",
+			"--feature-gates=" + gates,
+			"--profiling=false",
+			"--v=1",
+		}, runtimeConfigArgs(plan.RuntimeConfig)...),
+		Probe:         Probe{Kind: "https-client", URL: plan.APIServerURL() + "/readyz"},
+		StartTimeoutS: 120,
+	})
+
+	for i := 1; i <= plan.Nodes; i++ {
+		node := layout.Node(i)
+		add(Component{
+			Name:  node.CRIComponent(),
+			Stage: 2,
+			Args: []string{
+				plan.bin("fake-cri"),
+				"--socket=" + node.CRISocket(),
+				"--record-dir=" + node.CDIRecordDir(),
+				"--node=" + node.Name,
+				"--image-fs-dir=" + node.Dir,
+			},
+			Probe: Probe{Kind: "unix", Path: node.CRISocket()},
+		})
+	}
+
+	kcmConfig := layout.Kubeconfig(ControllerManagerIdentity.File)
+	add(Component{
+		Name:  "kube-controller-manager",
+		Stage: 3,
+		Args: []string{
+			plan.bin("kube-controller-manager"),
+			"--kubeconfig=" + kcmConfig,
+			"--authentication-kubeconfig=" + kcmConfig,
+			"--authorization-kubeconfig=" + kcmConfig,
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(ports.ControllerManager),
+			"--leader-elect=false",
+			"--use-service-account-credentials=true",
+			"--service-account-private-key-file=" + pki.ServiceAccountKey(),
+			"--root-ca-file=" + pki.CACert(),
+			"--cluster-signing-cert-file=" + pki.CACert(),
+			"--cluster-signing-key-file=" + pki.CAKey(),
+			"--feature-gates=" + gates,
+			"--profiling=false",
+			"--v=1",
+		},
+		Probe: Probe{Kind: "https-insecure", URL: loopbackURL("https", ports.ControllerManager, "/healthz")},
+	})
+
+	schedConfig := layout.Kubeconfig(SchedulerIdentity.File)
+	add(Component{
+		Name:  "kube-scheduler",
+		Stage: 3,
+		Args: []string{
+			plan.bin("kube-scheduler"),
+			"--kubeconfig=" + schedConfig,
+			"--authentication-kubeconfig=" + schedConfig,
+			"--authorization-kubeconfig=" + schedConfig,
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(ports.Scheduler),
+			"--leader-elect=false",
+			"--feature-gates=" + gates,
+			"--profiling=false",
+			"--v=2",
+		},
+		Probe: Probe{Kind: "https-insecure", URL: loopbackURL("https", ports.Scheduler, "/healthz")},
+	})
+
+	for i := 1; i <= plan.Nodes; i++ {
+		node := layout.Node(i)
+		add(Component{
+			Name:  node.KubeletComponent(),
+			Stage: 3,
+			Args: []string{
+				plan.bin("kubelet"),
+				"--config=" + node.KubeletConfig(),
+				"--kubeconfig=" + layout.Kubeconfig(NodeIdentity(node.Name).File),
+				"--root-dir=" + node.KubeletRoot,
+				"--cert-dir=" + node.Dir + "/kubelet-pki",
+				"--hostname-override=" + node.Name,
+				"--node-labels=tessera.dev/test-node=" + node.Name,
+				"--v=2",
+				// Log the DRA plugin manager's ResourceSlice wipes; `up` waits for the start-up one.
+				"--vmodule=dra_plugin_manager=3",
+			},
+			Probe:        Probe{Kind: "http", URL: loopbackURL("http", ports.Kubelets[i-1].Healthz, "/healthz")},
+			StopTimeoutS: 20,
+		})
+	}
+	plan.Components = cs
+}
+
+func runtimeConfigArgs(rc string) []string {
+	if rc == "" {
+		return nil
+	}
+	return []string{"--runtime-config=" + rc}
+}
