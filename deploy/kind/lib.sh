@@ -33,16 +33,14 @@ need() {
   done
 }
 
-# helm from PATH, else the one tests/cluster builds from its Go module.
+# helm: $HELM, helm on PATH, else the one tests/cluster builds from its pinned Go module.
 helm_cmd() {
   if [[ -n "${HELM:-}" ]]; then
     "$HELM" "$@"
   elif command -v helm >/dev/null 2>&1; then
     helm "$@"
-  elif [[ -x "$TESSERA_ROOT/tests/cluster/helm" ]]; then
-    "$TESSERA_ROOT/tests/cluster/helm" "$@"
   else
-    die "needs helm: install it, set HELM=/path/to/helm, or use tests/cluster/helm"
+    "$TESSERA_ROOT/tests/cluster/helm" "$@"
   fi
 }
 
