@@ -9,7 +9,7 @@ use std::fmt;
 use tessera_api::validation::MAX_ATTRIBUTE_VALUE_LENGTH;
 
 use crate::device_name::{DeviceName, profile_label};
-use crate::model::{Gpu, Inventory, MigState, NvLinkRemoteType};
+use crate::model::{Gpu, Inventory, MigInstance, MigState, NvLinkRemoteType};
 use crate::pci;
 use crate::units::dotted_to_semver;
 
@@ -278,25 +278,7 @@ fn check_instances(
     let mut gi_ids = BTreeSet::new();
     for (j, instance) in mig.instances.iter().enumerate() {
         let field = format!("{at}.instances[{j}]");
-        if !instance.uuid.starts_with("MIG-") || !mig_uuids.insert(instance.uuid.clone()) {
-            problems.add(
-                format!("{field}.uuid"),
-                format!(
-                    "`{}` is not a unique MIG device UUID (`MIG-<uuid>`)",
-                    instance.uuid
-                ),
-            );
-        }
-        check_string_attribute(problems, &format!("{field}.uuid"), &instance.uuid);
-        if !gi_ids.insert(instance.gpu_instance_id) {
-            problems.add(
-                format!("{field}.gpuInstanceId"),
-                format!(
-                    "GPU instance id {} is used twice on this GPU",
-                    instance.gpu_instance_id
-                ),
-            );
-        }
+        check_instance_identity(problems, &field, instance, mig_uuids, &mut gi_ids);
         if instance.memory_bytes > gpu.memory_bytes {
             problems.add(
                 format!("{field}.memory"),
@@ -333,6 +315,35 @@ fn check_instances(
                 );
             }
         }
+    }
+}
+
+/// A MIG UUID unique on the node, a GPU-instance id unique on the GPU.
+fn check_instance_identity(
+    problems: &mut Problems,
+    field: &str,
+    instance: &MigInstance,
+    mig_uuids: &mut BTreeSet<String>,
+    gi_ids: &mut BTreeSet<u32>,
+) {
+    if !instance.uuid.starts_with("MIG-") || !mig_uuids.insert(instance.uuid.clone()) {
+        problems.add(
+            format!("{field}.uuid"),
+            format!(
+                "`{}` is not a unique MIG device UUID (`MIG-<uuid>`)",
+                instance.uuid
+            ),
+        );
+    }
+    check_string_attribute(problems, &format!("{field}.uuid"), &instance.uuid);
+    if !gi_ids.insert(instance.gpu_instance_id) {
+        problems.add(
+            format!("{field}.gpuInstanceId"),
+            format!(
+                "GPU instance id {} is used twice on this GPU",
+                instance.gpu_instance_id
+            ),
+        );
     }
 }
 

@@ -380,3 +380,68 @@ fn replace_nth(text: &str, from: &str, to: &str, n: usize) -> String {
     let (at, _) = text.match_indices(from).nth(n).expect("occurrence exists");
     format!("{}{to}{}", &text[..at], &text[at + from.len()..])
 }
+
+#[test]
+fn published_device_names_resolve_to_their_hardware() {
+    use tessera_topology::ResolvedDevice;
+    let inv = shipped("hgx-a100-mig");
+    // Index 3 is minor 1: its 1g.10gb+me instance sits at memory slice 2.
+    match inv.resolve_device("gpu-1-mig-1g-10gb-me-2") {
+        Some(ResolvedDevice::Mig {
+            gpu,
+            profile,
+            placement_start,
+            instance: Some(instance),
+        }) => {
+            assert_eq!(gpu.index, 3);
+            assert_eq!(
+                (profile.name.as_str(), profile.profile_id),
+                ("1g.10gb+me", 20)
+            );
+            assert_eq!(placement_start, 2);
+            assert_eq!(
+                (instance.gpu_instance_id, instance.compute_instance_id),
+                (9, 0)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A placement with no instance yet (dynamic MIG creates it at prepare time).
+    match inv.resolve_device("gpu-1-mig-1g-10gb-3") {
+        Some(ResolvedDevice::Mig {
+            instance: None,
+            placement_start: 3,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    match inv.resolve_device("gpu-6") {
+        Some(ResolvedDevice::Gpu(gpu)) => assert_eq!(gpu.index, 4),
+        other => panic!("{other:?}"),
+    }
+    for unknown in [
+        "gpu-8",
+        "gpu-1-mig-1g-10gb-7",
+        "gpu-1-mig-5g-50gb-0",
+        "gpu-6-mig-1g-10gb-0x",
+        "nic-0",
+    ] {
+        assert_eq!(inv.resolve_device(unknown), None, "{unknown}");
+    }
+    // Every published device resolves.
+    for dynamic_mig in [false, true] {
+        let options = tessera_topology::RenderOptions {
+            dynamic_mig,
+            ..tessera_topology::RenderOptions::new("n")
+        };
+        for slice in tessera_topology::render_slices(&inv, &options).unwrap() {
+            for device in slice.spec.devices.iter().flatten() {
+                assert!(
+                    inv.resolve_device(&device.name).is_some(),
+                    "{}",
+                    device.name
+                );
+            }
+        }
+    }
+}

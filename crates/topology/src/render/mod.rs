@@ -18,6 +18,7 @@
 mod check;
 mod devices;
 mod options;
+mod pool_check;
 mod slices;
 
 use k8s_openapi::api::resource::v1::{ResourcePool, ResourceSlice, ResourceSliceSpec};
@@ -27,9 +28,10 @@ use tessera_api::validation::{MAX_POOL_NAME_LENGTH, is_dns_subdomain};
 pub use check::{
     MAX_BINDING_CONDITIONS, MAX_CONSUMED_COUNTERS_PER_SLICE_1_34,
     MAX_COUNTER_CONSUMPTIONS_PER_DEVICE, MAX_COUNTER_SETS_PER_SLICE, MAX_DRIVER_NAME_LENGTH,
-    MAX_SHARED_COUNTERS_PER_SLICE_1_34, Violation, check_pool, check_slice,
+    MAX_SHARED_COUNTERS_PER_SLICE_1_34, Violation, check_slice,
 };
 pub use options::{RenderOptions, ServerVersion, ServerVersionError};
+pub use pool_check::check_pool;
 
 use crate::model::Inventory;
 use crate::validate::InventoryProblem;
