@@ -1,0 +1,77 @@
+//! `metadata.managedFields`: which manager wrote which fields, as the API server records it
+//! (lists count as single fields: the fake does not track list items).
+
+use serde_json::{Map, Value, json};
+
+use crate::store::{metadata_mut, now};
+use crate::write::{SERVER_OWNED, Target};
+
+/// The `fieldsV1` form of the fields a body sets: `{"f:spec": {"f:driver": {}}}`. Lists count
+/// as single fields (the fake does not track list items).
+pub(crate) fn field_set(body: &Value) -> Value {
+    let mut fields = Map::new();
+    if let Some(map) = body.as_object() {
+        for (key, value) in map {
+            if matches!(key.as_str(), "apiVersion" | "kind") {
+                continue;
+            }
+            let child = if key == "metadata" {
+                let mut meta = value.clone();
+                if let Some(meta) = meta.as_object_mut() {
+                    for skip in SERVER_OWNED
+                        .iter()
+                        .chain(&["name", "namespace", "generateName"])
+                    {
+                        meta.remove(*skip);
+                    }
+                }
+                field_set(&meta)
+            } else {
+                field_set(value)
+            };
+            if key == "metadata" && child.as_object().is_some_and(Map::is_empty) {
+                continue;
+            }
+            fields.insert(format!("f:{key}"), child);
+        }
+    }
+    Value::Object(fields)
+}
+
+/// Records the write in `metadata.managedFields`, replacing the entry of the same manager,
+/// operation and subresource.
+pub(crate) fn record_manager(
+    object: &mut Value,
+    target: &Target<'_>,
+    operation: &str,
+    fields: Value,
+) {
+    let subresource = if target.status { "status" } else { "" };
+    let mut entry = json!({
+        "manager": target.manager,
+        "operation": operation,
+        "apiVersion": target.resource.api_version(),
+        "time": now(),
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    });
+    if target.status {
+        entry["subresource"] = Value::String("status".into());
+    }
+    let meta = metadata_mut(object);
+    let mut entries: Vec<Value> = meta
+        .get("managedFields")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    entries.retain(|e| {
+        !(e.get("manager").and_then(Value::as_str) == Some(&target.manager)
+            && e.get("operation").and_then(Value::as_str) == Some(operation)
+            && e.get("subresource")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                == subresource)
+    });
+    entries.push(entry);
+    meta.insert("managedFields".into(), Value::Array(entries));
+}
