@@ -1,0 +1,198 @@
+//! The health monitor: a blocking loop (on a `spawn_blocking` thread) that waits for NVML health
+//! events, records what they mean in the [`SharedFindings`], and counts them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tessera_topology::nvml::{HealthEvent, HealthEventKind, HealthEvents};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::findings::HealthFindings;
+use super::policy::Finding;
+use crate::metrics::liveness::Heartbeat;
+use crate::metrics::{HealthAction, HealthEventLabel, NodeMetrics};
+
+/// How long one wait for an event lasts; the loop checks for shutdown and beats its heartbeat
+/// in between.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long the monitor may go without a beat before `/healthz` calls it stuck.
+pub const MAX_SILENCE: Duration = Duration::from_secs(30);
+
+/// Pause after a failed wait before the next one.
+const ERROR_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Where health events come from: NVML's event set, or a test's channel.
+pub trait HealthEventSource: Send + 'static {
+    /// Blocks up to `timeout` for the next event; `Ok(None)` when none came.
+    fn wait(&mut self, timeout: Duration) -> Result<Option<HealthEvent>, String>;
+}
+
+impl HealthEventSource for HealthEvents {
+    fn wait(&mut self, timeout: Duration) -> Result<Option<HealthEvent>, String> {
+        HealthEvents::wait(self, timeout).map_err(|e| e.to_string())
+    }
+}
+
+/// A test source: events sent on the channel arrive in order.
+impl HealthEventSource for std::sync::mpsc::Receiver<HealthEvent> {
+    fn wait(&mut self, timeout: Duration) -> Result<Option<HealthEvent>, String> {
+        match self.recv_timeout(timeout) {
+            Ok(event) => Ok(Some(event)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                std::thread::sleep(timeout);
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// The findings, shared by the monitor (which records) and the publisher (which renders taints
+/// and the kubelet health stream from them). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SharedFindings {
+    findings: Arc<Mutex<HealthFindings>>,
+    revision: Arc<watch::Sender<u64>>,
+}
+
+impl Default for SharedFindings {
+    fn default() -> Self {
+        Self {
+            findings: Arc::default(),
+            revision: Arc::new(watch::channel(0).0),
+        }
+    }
+}
+
+impl SharedFindings {
+    /// Records an event; on a new finding bumps the revision (waking [`Self::subscribe`]rs)
+    /// and returns the finding.
+    pub fn record(&self, event: &HealthEvent, now: SystemTime) -> Option<Finding> {
+        let finding = self
+            .findings
+            .lock()
+            .expect("findings lock")
+            .record(event, now)?;
+        self.revision.send_modify(|revision| *revision += 1);
+        Some(finding)
+    }
+
+    /// A copy of the current findings.
+    pub fn snapshot(&self) -> HealthFindings {
+        self.findings.lock().expect("findings lock").clone()
+    }
+
+    /// Changes whenever a new finding is recorded.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.revision.subscribe()
+    }
+}
+
+/// The monitor loop's parts.
+pub struct HealthMonitor {
+    pub source: Box<dyn HealthEventSource>,
+    pub findings: SharedFindings,
+    pub metrics: NodeMetrics,
+    pub heartbeat: Heartbeat,
+}
+
+impl HealthMonitor {
+    /// Runs the loop on a blocking thread until `stop` is set.
+    pub fn spawn(self, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+        tokio::task::spawn_blocking(move || self.run(&stop))
+    }
+
+    fn run(mut self, stop: &AtomicBool) {
+        tracing::info!("health monitor started");
+        while !stop.load(Ordering::Relaxed) {
+            self.heartbeat.beat();
+            match self.source.wait(POLL_INTERVAL) {
+                Ok(Some(event)) => self.handle(&event),
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "waiting for NVML health events failed; retrying");
+                    std::thread::sleep(ERROR_BACKOFF);
+                }
+            }
+        }
+        tracing::info!("health monitor stopped");
+    }
+
+    fn handle(&self, event: &HealthEvent) {
+        let label = match event.kind {
+            HealthEventKind::Xid(_) => HealthEventLabel::Xid,
+            HealthEventKind::SingleBitEcc => HealthEventLabel::EccSingle,
+            HealthEventKind::DoubleBitEcc => HealthEventLabel::EccDouble,
+        };
+        let acted = super::policy::classify(event.kind).is_some();
+        self.metrics.health_event(
+            label,
+            if acted {
+                HealthAction::Taint
+            } else {
+                HealthAction::Ignore
+            },
+        );
+        match self.findings.record(event, SystemTime::now()) {
+            Some(finding) => tracing::warn!(
+                gpu = %event.gpu_uuid,
+                gpu_instance = ?event.gpu_instance_id,
+                compute_instance = ?event.compute_instance_id,
+                taint = %format!("{}={}:{}", finding.key, finding.value, finding.effect.as_str()),
+                "{}; tainting the device",
+                finding.message
+            ),
+            None if acted => {
+                tracing::debug!(gpu = %event.gpu_uuid, kind = ?event.kind, "health event repeats a known finding")
+            }
+            None => {
+                tracing::info!(gpu = %event.gpu_uuid, kind = ?event.kind, "health event needs no action")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus_client::registry::Registry;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn events_become_findings_and_wake_subscribers() {
+        let (send, receive) = std::sync::mpsc::channel();
+        let findings = SharedFindings::default();
+        let mut revisions = findings.subscribe();
+        let monitor = HealthMonitor {
+            source: Box::new(receive),
+            findings: findings.clone(),
+            metrics: NodeMetrics::new(&mut Registry::default()),
+            heartbeat: Heartbeat::new("health monitor", MAX_SILENCE),
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = monitor.spawn(Arc::clone(&stop));
+        let event = |kind| HealthEvent {
+            gpu_uuid: "GPU-1".into(),
+            kind,
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        };
+        send.send(event(HealthEventKind::Xid(31))).unwrap();
+        send.send(event(HealthEventKind::Xid(79))).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), revisions.changed())
+            .await
+            .expect("a new finding in time")
+            .unwrap();
+        assert_eq!(
+            *revisions.borrow_and_update(),
+            1,
+            "the ignored XID made no finding"
+        );
+        assert!(!findings.snapshot().is_empty());
+        stop.store(true, Ordering::Relaxed);
+        task.await.unwrap();
+    }
+}

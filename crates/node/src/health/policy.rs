@@ -1,0 +1,165 @@
+//! What an NVML health event means for the device: the taint policy. Pure.
+//!
+//! | event | taint | effect | why |
+//! |---|---|---|---|
+//! | XID 79 | `gpu.tessera.dev/xid=79` | NoExecute | the GPU fell off the bus: running work is lost |
+//! | XID 48 | `gpu.tessera.dev/xid=48` | NoExecute | double-bit (uncorrectable) ECC error: data in use is corrupt |
+//! | XID 95 | `gpu.tessera.dev/xid=95` | NoExecute | uncontained ECC error: every context on the GPU is affected |
+//! | XID 140 | `gpu.tessera.dev/xid=140` | NoExecute | unrecovered ECC error |
+//! | XID 61, 62 | `gpu.tessera.dev/xid=<n>` | NoSchedule | internal micro-controller breakpoint / halt: needs a GPU reset |
+//! | XID 63, 64 | `gpu.tessera.dev/xid=<n>` | NoSchedule | ECC page retirement / row remapping recorded (63) or failed (64): needs a reset |
+//! | XID 74 | `gpu.tessera.dev/xid=74` | NoSchedule | NVLink error |
+//! | XID 92 | `gpu.tessera.dev/xid=92` | NoSchedule | high single-bit ECC error rate |
+//! | XID 94 | `gpu.tessera.dev/xid=94` | NoSchedule | contained ECC error: the affected application was stopped; reset when possible |
+//! | XID 119, 120 | `gpu.tessera.dev/xid=<n>` | NoSchedule | GSP firmware timeout / error: needs a reset |
+//! | double-bit ECC event | `gpu.tessera.dev/ecc=double-bit` | NoExecute | uncorrectable memory error |
+//! | single-bit ECC event | — | — | corrected by the hardware; counted in metrics only |
+//! | any other XID (13, 31, 43, 45, 68, …) | — | — | caused by the application (illegal address, page fault, stopped channel); the GPU is fine |
+//!
+//! NoSchedule keeps new claims off the device; NoExecute also evicts the pods using it (with
+//! DRADeviceTaints). A device keeps its taint until the plugin restarts (after the GPU reset or
+//! node reboot that such errors need). The kubelet health stream reports every tainted device
+//! `UNHEALTHY`, with the finding as message.
+
+use tessera_api::names::taints;
+use tessera_topology::nvml::HealthEventKind;
+
+/// Taint effects health monitoring uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TaintEffect {
+    /// No new allocations.
+    NoSchedule,
+    /// No new allocations, and pods using the device are evicted.
+    NoExecute,
+}
+
+impl TaintEffect {
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaintEffect::NoSchedule => "NoSchedule",
+            TaintEffect::NoExecute => "NoExecute",
+        }
+    }
+}
+
+/// What an event means for the device it was reported on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// Taint key ([`taints::XID`] or [`taints::ECC`]).
+    pub key: &'static str,
+    /// Taint value: the XID number, or `double-bit`.
+    pub value: String,
+    pub effect: TaintEffect,
+    /// Human-readable cause, for the kubelet health stream and logs.
+    pub message: String,
+}
+
+/// XIDs that make running work fail or corrupt it.
+const EVICTING_XIDS: &[(u64, &str)] = &[
+    (48, "double-bit ECC error"),
+    (79, "the GPU has fallen off the bus"),
+    (95, "uncontained ECC error"),
+    (140, "unrecovered ECC error"),
+];
+
+/// XIDs after which the GPU needs attention (a reset) before it takes new work.
+const FENCING_XIDS: &[(u64, &str)] = &[
+    (61, "internal micro-controller breakpoint"),
+    (62, "internal micro-controller halt"),
+    (
+        63,
+        "ECC page retirement or row remapping recorded; a GPU reset applies it",
+    ),
+    (64, "ECC page retirement or row remapping failed"),
+    (74, "NVLink error"),
+    (92, "high single-bit ECC error rate"),
+    (94, "contained ECC error"),
+    (119, "GSP RPC timeout"),
+    (120, "GSP error"),
+];
+
+/// The finding for an event, or `None` when the device stays schedulable.
+pub fn classify(kind: HealthEventKind) -> Option<Finding> {
+    match kind {
+        HealthEventKind::Xid(xid) => {
+            let (effect, cause) = EVICTING_XIDS
+                .iter()
+                .find(|(n, _)| *n == xid)
+                .map(|(_, cause)| (TaintEffect::NoExecute, *cause))
+                .or_else(|| {
+                    FENCING_XIDS
+                        .iter()
+                        .find(|(n, _)| *n == xid)
+                        .map(|(_, cause)| (TaintEffect::NoSchedule, *cause))
+                })?;
+            Some(Finding {
+                key: taints::XID,
+                value: xid.to_string(),
+                effect,
+                message: format!("XID {xid}: {cause}"),
+            })
+        }
+        HealthEventKind::DoubleBitEcc => Some(Finding {
+            key: taints::ECC,
+            value: "double-bit".to_owned(),
+            effect: TaintEffect::NoExecute,
+            message: "uncorrectable (double-bit) ECC error".to_owned(),
+        }),
+        HealthEventKind::SingleBitEcc => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_table() {
+        for (kind, expected) in [
+            (
+                HealthEventKind::Xid(79),
+                Some((taints::XID, "79", TaintEffect::NoExecute)),
+            ),
+            (
+                HealthEventKind::Xid(48),
+                Some((taints::XID, "48", TaintEffect::NoExecute)),
+            ),
+            (
+                HealthEventKind::Xid(95),
+                Some((taints::XID, "95", TaintEffect::NoExecute)),
+            ),
+            (
+                HealthEventKind::Xid(63),
+                Some((taints::XID, "63", TaintEffect::NoSchedule)),
+            ),
+            (
+                HealthEventKind::Xid(74),
+                Some((taints::XID, "74", TaintEffect::NoSchedule)),
+            ),
+            (
+                HealthEventKind::Xid(94),
+                Some((taints::XID, "94", TaintEffect::NoSchedule)),
+            ),
+            (
+                HealthEventKind::DoubleBitEcc,
+                Some((taints::ECC, "double-bit", TaintEffect::NoExecute)),
+            ),
+            (HealthEventKind::Xid(13), None),
+            (HealthEventKind::Xid(31), None),
+            (HealthEventKind::Xid(43), None),
+            (HealthEventKind::SingleBitEcc, None),
+        ] {
+            let found = classify(kind);
+            assert_eq!(
+                found.as_ref().map(|f| (f.key, f.value.as_str(), f.effect)),
+                expected,
+                "{kind:?}"
+            );
+        }
+        assert_eq!(
+            classify(HealthEventKind::Xid(79)).unwrap().message,
+            "XID 79: the GPU has fallen off the bus"
+        );
+    }
+}
