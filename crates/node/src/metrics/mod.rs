@@ -17,6 +17,7 @@
 //! | `tessera_node_unhealthy_devices` | gauge | | devices currently tainted by health monitoring |
 
 pub mod endpoints;
+pub mod instrumented;
 pub mod liveness;
 
 use std::time::Duration;

@@ -1,0 +1,180 @@
+//! [`InstrumentedDriver`]: counts and times the kubelet's calls on any [`DraDriver`], so that
+//! the claim-preparation driver stays free of metrics code. The driver's own counters (devices
+//! held by prepared claims, checkpoint quarantines) come in through a [`DriverGauges`] reader
+//! called after every call.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use tessera_kubelet::{
+    ClaimRef, ClaimUid, DeviceHealth, DraDriver, PrepareResult, UnprepareResult,
+};
+use tokio::sync::watch;
+
+use super::{ClaimOperation, NodeMetrics, Outcome};
+
+/// The driver's own counters, as totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DriverGauges {
+    /// Devices held by prepared claims now.
+    pub prepared_devices: u64,
+    /// Corrupt checkpoints quarantined since the driver started.
+    pub checkpoint_quarantines: u64,
+}
+
+/// A driver whose calls are counted and timed in [`NodeMetrics`].
+pub struct InstrumentedDriver<D> {
+    driver: D,
+    metrics: NodeMetrics,
+    gauges: Option<fn(&D) -> DriverGauges>,
+    quarantines_counted: AtomicU64,
+}
+
+impl<D> std::fmt::Debug for InstrumentedDriver<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstrumentedDriver").finish_non_exhaustive()
+    }
+}
+
+impl<D> InstrumentedDriver<D> {
+    /// Wraps `driver`; `gauges` (if any) reads the driver's counters after each call and once
+    /// now.
+    pub fn new(driver: D, metrics: NodeMetrics, gauges: Option<fn(&D) -> DriverGauges>) -> Self {
+        let instrumented = Self {
+            driver,
+            metrics,
+            gauges,
+            quarantines_counted: AtomicU64::new(0),
+        };
+        instrumented.sync_gauges();
+        instrumented
+    }
+
+    /// The wrapped driver.
+    pub fn driver(&self) -> &D {
+        &self.driver
+    }
+
+    fn sync_gauges(&self) {
+        let Some(read) = self.gauges else {
+            return;
+        };
+        let gauges = read(&self.driver);
+        self.metrics
+            .set_prepared_devices(usize::try_from(gauges.prepared_devices).unwrap_or(usize::MAX));
+        let before = self
+            .quarantines_counted
+            .fetch_max(gauges.checkpoint_quarantines, Ordering::Relaxed);
+        for _ in before..gauges.checkpoint_quarantines {
+            self.metrics.checkpoint_quarantined();
+        }
+    }
+
+    fn count<T>(
+        &self,
+        operation: ClaimOperation,
+        results: &BTreeMap<ClaimUid, Result<T, String>>,
+        started: Instant,
+    ) {
+        for result in results.values() {
+            self.metrics.claim_done(operation, Outcome::of(result));
+        }
+        self.metrics.observe_call(operation, started.elapsed());
+        self.sync_gauges();
+    }
+}
+
+impl<D: DraDriver> DraDriver for InstrumentedDriver<D> {
+    async fn prepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, PrepareResult> {
+        let started = Instant::now();
+        let results = self.driver.prepare(claims).await;
+        self.count(ClaimOperation::Prepare, &results, started);
+        results
+    }
+
+    async fn unprepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, UnprepareResult> {
+        let started = Instant::now();
+        let results = self.driver.unprepare(claims).await;
+        self.count(ClaimOperation::Unprepare, &results, started);
+        results
+    }
+
+    fn device_health(&self) -> Option<watch::Receiver<Vec<DeviceHealth>>> {
+        self.driver.device_health()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use prometheus_client::encoding::text::encode;
+    use prometheus_client::registry::Registry;
+
+    use super::*;
+
+    /// Prepares claims whose name starts with `ok`, fails the others; reports a quarantine.
+    struct Scripted {
+        prepared: AtomicU64,
+    }
+
+    impl DraDriver for Scripted {
+        async fn prepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, PrepareResult> {
+            claims
+                .into_iter()
+                .map(|c| {
+                    let result = if c.name.starts_with("ok") {
+                        self.prepared.fetch_add(1, Ordering::Relaxed);
+                        Ok(Vec::new())
+                    } else {
+                        Err(format!("claim {c}: refused"))
+                    };
+                    (c.uid, result)
+                })
+                .collect()
+        }
+
+        async fn unprepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, UnprepareResult> {
+            claims.into_iter().map(|c| (c.uid, Ok(()))).collect()
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_are_counted_timed_and_gauges_synced() {
+        let mut registry = Registry::default();
+        let metrics = NodeMetrics::new(&mut registry);
+        let driver = InstrumentedDriver::new(
+            Scripted {
+                prepared: AtomicU64::new(0),
+            },
+            metrics,
+            Some(|d: &Scripted| DriverGauges {
+                prepared_devices: d.prepared.load(Ordering::Relaxed) * 2,
+                checkpoint_quarantines: 1,
+            }),
+        );
+        let results = driver
+            .prepare(vec![
+                ClaimRef::new("ns", "ok-1", "u1"),
+                ClaimRef::new("ns", "bad", "u2"),
+            ])
+            .await;
+        assert_eq!(results.len(), 2);
+        driver
+            .unprepare(vec![ClaimRef::new("ns", "ok-1", "u1")])
+            .await;
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for expected in [
+            r#"tessera_node_claims_total{operation="prepare",result="success"} 1"#,
+            r#"tessera_node_claims_total{operation="prepare",result="error"} 1"#,
+            r#"tessera_node_claims_total{operation="unprepare",result="success"} 1"#,
+            r#"tessera_node_call_duration_seconds_count{operation="prepare"} 1"#,
+            "tessera_node_prepared_devices 2",
+            "tessera_node_checkpoint_quarantines_total 1",
+        ] {
+            assert!(text.contains(expected), "missing `{expected}` in:\n{text}");
+        }
+    }
+}
