@@ -33,7 +33,7 @@ pub struct AttributeSpec {
     pub kind: AttributeKind,
     pub carriers: Carriers,
     /// Absent on some devices: where the hardware lacks the feature (NVLink, fabric, NUMA
-    /// information) and, for `uuid`, on dynamic MIG placements that have no instance yet.
+    /// information) and, for `uuid`, on dynamic MIG placements.
     pub optional: bool,
     pub meaning: &'static str,
 }
@@ -73,7 +73,7 @@ pub const ATTRIBUTES: &[AttributeSpec] = &[
         Str,
         All,
         true,
-        "NVML UUID of the GPU or MIG device; absent on dynamic MIG placements, whose instance does not exist yet",
+        "NVML UUID of the GPU or MIG device; absent on dynamic MIG placements, whose instances come and go with claims",
     ),
     a(
         attr::PRODUCT_NAME,

@@ -266,17 +266,22 @@ fn dynamic_mig_split_form_puts_counter_sets_in_slices_of_their_own() {
         assert_eq!(slice.spec.pool.resource_slice_count, 3);
         check_slice(slice, ServerVersion::V1_35).unwrap();
     }
-    // A placement that exists as an instance carries its UUID; the others have none yet.
-    let existing = devices
-        .iter()
-        .find(|d| d.name == "gpu-2-mig-1g-10gb-3")
-        .unwrap();
-    assert!(string_attr(existing, "uuid").starts_with("MIG-"));
-    let free = devices
-        .iter()
-        .find(|d| d.name == "gpu-2-mig-7g-80gb-0")
-        .unwrap();
-    assert!(free.attributes.as_ref().unwrap().get("uuid").is_none());
+    // Placements carry no uuid, not even where an instance exists (gpu-2's 1g.10gb@3), so the
+    // published devices do not change when prepare creates or destroys instances.
+    for name in ["gpu-2-mig-1g-10gb-3", "gpu-2-mig-7g-80gb-0"] {
+        let device = devices.iter().find(|d| d.name == name).unwrap();
+        assert!(device.attributes.as_ref().unwrap().get("uuid").is_none());
+    }
+    let mut without_instances = inv.clone();
+    for gpu in &mut without_instances.gpus {
+        if let Some(mig) = &mut gpu.mig {
+            mig.instances.clear();
+        }
+    }
+    assert_eq!(
+        render_slices(&without_instances, &options(ServerVersion::V1_35, true)).unwrap(),
+        slices
+    );
 }
 
 #[test]

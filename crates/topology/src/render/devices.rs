@@ -72,6 +72,7 @@ impl NodeFacts<'_> {
     }
 
     /// Dynamic MIG: the whole GPU consuming everything, then every placement of every profile.
+    /// The devices depend on the profiles only, never on which instances exist.
     fn partitionable(&self, gpu: &Gpu, mig: &MigState) -> DeviceGroup {
         let set = counter_set(gpu, mig);
         let mut devices = vec![self.whole_gpu(gpu, Some(consume_all(&set)))];
@@ -86,15 +87,14 @@ impl NodeFacts<'_> {
         for profile in profiles {
             for &start in &profile.placements {
                 let name = DeviceName::mig(gpu.minor, &profile.name, start).to_string();
-                let instance = mig
-                    .instances
-                    .iter()
-                    .find(|i| i.profile == profile.name && i.placement_start == start);
+                // No uuid even where an instance exists: the node plugin creates and destroys
+                // instances at prepare/unprepare, and the published devices must not change
+                // with them (each change would be a new pool generation).
                 let mut device = self.mig_device(
                     gpu,
                     name,
                     profile,
-                    instance.map(|i| i.uuid.as_str()),
+                    None,
                     mig_capacities(
                         profile.memory_bytes,
                         profile.multiprocessors,

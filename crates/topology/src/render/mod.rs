@@ -9,8 +9,9 @@
 //! - dynamic MIG ([`RenderOptions::dynamic_mig`]): a GPU in MIG mode is a partitionable device —
 //!   one counter set per GPU, the whole GPU consuming all of it, and a device for every placement
 //!   of every profile consuming its memory slices, compute slices, memory, multiprocessors and
-//!   engines. The device set depends only on the profiles, not on which instances exist, so
-//!   creating instances at prepare time does not change the pool.
+//!   engines. The devices (names, attributes, counters) depend only on the profiles, not on which
+//!   instances exist — placements carry no `uuid` — so creating instances at prepare time does
+//!   not change the pool.
 //!
 //! Every rendered slice passes [`check_slice`] and the pool passes [`check_pool`]; rendering
 //! returns an error instead of an invalid slice.
