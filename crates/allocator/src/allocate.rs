@@ -1,0 +1,202 @@
+//! The entry point: allocate a set of claims (jointly, e.g. all claims of a pod) on one node or on
+//! the node the mode prefers.
+
+use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
+use serde::{Deserialize, Serialize};
+
+use crate::error::AllocateError;
+use crate::explain::{NodeExplanation, Unsatisfiable};
+use crate::inventory::Inventory;
+use crate::node::NodeInfo;
+use crate::request::{Plan, claim_name};
+use crate::result::allocation_results;
+use crate::search::{NodeSearch, SearchMode, Solution};
+use crate::state::AllocatedState;
+use crate::topology::TopologyScore;
+
+/// Steps one node's search may take by default (each checked candidate or recursion is a step).
+/// About a quarter of a second of work on one core; past it the search stops.
+pub const DEFAULT_STEP_BUDGET: u64 = 2_000_000;
+
+/// How devices and nodes are chosen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlacementMode {
+    /// Exactly what kube-scheduler picks for the same input: the first solution in pool / slice /
+    /// device order, and the first node (by name) that has one.
+    #[default]
+    FirstFit,
+    /// The solution with the best [`TopologyScore`] on each node, and the node with the best
+    /// score (ties: the first node by name).
+    TopologyAware,
+}
+
+impl std::fmt::Display for PlacementMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PlacementMode::FirstFit => "first-fit",
+            PlacementMode::TopologyAware => "topology-aware",
+        })
+    }
+}
+
+/// Options of one allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocateOptions {
+    /// Device and node choice.
+    pub mode: PlacementMode,
+    /// Steps the search may take per node; see [`DEFAULT_STEP_BUDGET`].
+    pub step_budget: u64,
+    /// Whether to account, device by device, for nodes that do not fit. Costs one more pass over
+    /// the node's devices per failed node; without it a failed node gets a one-line reason.
+    pub explain: bool,
+}
+
+impl Default for AllocateOptions {
+    fn default() -> AllocateOptions {
+        AllocateOptions {
+            mode: PlacementMode::FirstFit,
+            step_budget: DEFAULT_STEP_BUDGET,
+            explain: true,
+        }
+    }
+}
+
+/// The allocation of one claim.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClaimAllocation {
+    /// `namespace/name` of the claim.
+    pub claim: String,
+    /// What to write into the claim's `status.allocation`.
+    pub result: AllocationResult,
+}
+
+/// A successful allocation of all claims on one node.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Allocation {
+    /// The node the claims were allocated for.
+    pub node: String,
+    /// One entry per claim, in input order.
+    pub claims: Vec<ClaimAllocation>,
+    /// The placement's score (computed in both modes).
+    pub score: TopologyScore,
+    /// Search steps taken, over all nodes evaluated.
+    pub steps: u64,
+    /// Topology-aware search stopped at the step budget on the chosen node: the placement is valid
+    /// and at least as good as first fit, but a better one may exist.
+    pub truncated: bool,
+}
+
+/// The answer to "can these claims be allocated?".
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Outcome {
+    /// Yes, like this.
+    Allocated(Allocation),
+    /// No; why, node by node.
+    Unsatisfiable(Unsatisfiable),
+}
+
+impl Inventory {
+    /// Allocates `claims` jointly on `node`, or — without a node — on the node the mode prefers
+    /// among all nodes of the inventory. `state` holds the devices already allocated.
+    ///
+    /// Errors are problems with the input (unknown class, CEL error, …) or an exhausted search
+    /// budget; claims that do not fit are [`Outcome::Unsatisfiable`].
+    pub fn allocate(
+        &self,
+        claims: &[ResourceClaim],
+        state: &AllocatedState,
+        node: Option<&str>,
+        options: &AllocateOptions,
+    ) -> Result<Outcome, AllocateError> {
+        let plan = Plan::new(self, claims)?;
+        let nodes: Vec<&NodeInfo> = match node {
+            Some(name) => vec![self.node(name).ok_or_else(|| AllocateError::UnknownNode {
+                node: name.to_owned(),
+                known: known_nodes(self),
+            })?],
+            None => self.nodes().iter().collect(),
+        };
+        let mut failed = Vec::new();
+        let mut best: Option<(&NodeInfo, Solution, bool)> = None;
+        let mut steps = 0;
+        for node_info in nodes {
+            let pools = self.pools_for(node_info);
+            let mode = match options.mode {
+                PlacementMode::FirstFit => SearchMode::FirstFit,
+                PlacementMode::TopologyAware => SearchMode::Best {
+                    bound: best.as_ref().map(|(_, s, _)| s.score.comm_cost),
+                },
+            };
+            let search = NodeSearch::new(self, &pools, state, &plan, mode, options.step_budget)?;
+            let free = search.free_exclusive();
+            let verdict = if node.is_none() && !search.could_fit(free) {
+                None
+            } else {
+                let verdict = search.run()?;
+                steps += verdict.steps;
+                verdict.solution.map(|s| (s, verdict.truncated))
+            };
+            match verdict {
+                Some((solution, truncated)) => {
+                    let better = best
+                        .as_ref()
+                        .is_none_or(|(_, b, _)| solution.score < b.score);
+                    if better {
+                        best = Some((node_info, solution, truncated));
+                    }
+                    if options.mode == PlacementMode::FirstFit {
+                        break;
+                    }
+                }
+                None => failed.push(node_info),
+            }
+        }
+        if let Some((node_info, solution, truncated)) = best {
+            let pools = self.pools_for(node_info);
+            let results = allocation_results(self, &pools, &plan, &solution)?;
+            return Ok(Outcome::Allocated(Allocation {
+                node: node_info.name.clone(),
+                claims: claims
+                    .iter()
+                    .zip(results)
+                    .map(|(c, result)| ClaimAllocation {
+                        claim: claim_name(c),
+                        result,
+                    })
+                    .collect(),
+                score: solution.score,
+                steps,
+                truncated,
+            }));
+        }
+        let mut explanations = Vec::with_capacity(failed.len());
+        for node_info in failed {
+            let pools = self.pools_for(node_info);
+            explanations.push(if options.explain {
+                NodeExplanation::diagnose(self, &pools, state, &plan)?
+            } else {
+                NodeExplanation::brief(&pools)
+            });
+        }
+        Ok(Outcome::Unsatisfiable(Unsatisfiable {
+            nodes: explanations,
+        }))
+    }
+}
+
+fn known_nodes(inv: &Inventory) -> String {
+    let names: Vec<&str> = inv
+        .nodes()
+        .iter()
+        .take(10)
+        .map(|n| n.name.as_str())
+        .collect();
+    let more = inv.nodes().len().saturating_sub(names.len());
+    match (names.is_empty(), more) {
+        (true, _) => "none".into(),
+        (false, 0) => names.join(", "),
+        (false, m) => format!("{}, … and {m} more", names.join(", ")),
+    }
+}

@@ -1,0 +1,313 @@
+//! Gathering the resource pools a node can allocate from, with upstream semantics:
+//!
+//! - a node sees its own slices (`nodeName`) plus shared slices whose `allNodes`, `nodeSelector` or
+//!   per-device node selection matches it; slices with none of these are skipped;
+//! - of a pool only the highest generation counts; a pool whose generation is obsolete (a newer
+//!   generation exists in slices the node does not see) is ignored;
+//! - a pool with fewer slices than `resourceSliceCount` is incomplete: nothing is allocated from it
+//!   and a request for `All` devices fails;
+//! - a pool with duplicate device names, duplicate counter-set names, a device consuming a counter
+//!   that does not exist, or a quantity that does not parse is invalid;
+//! - counters come from slices with `sharedCounters` — in the same slice as the devices (the 1.34
+//!   form) or in slices of their own (1.35+); devices of the pool that do not target the node still
+//!   consume counters;
+//! - pools are ordered by driver and name, pools with binding conditions last; slices in a pool by
+//!   name; that order is the first-fit order.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::device::DeviceIndex;
+use crate::inventory::{Inventory, SliceEntry};
+use crate::node::{NodeInfo, node_matches};
+use crate::quantity::Amount;
+use crate::topology::NodeTopology;
+
+/// Why a pool cannot be allocated from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PoolStatus {
+    Usable,
+    Incomplete { have: usize, want: i64 },
+    Invalid(String),
+}
+
+/// One pool as seen from one node.
+#[derive(Debug)]
+pub(crate) struct Pool {
+    pub driver: Arc<str>,
+    pub name: Arc<str>,
+    pub status: PoolStatus,
+    pub binding_conditions: bool,
+    /// Flattened counters of all counter sets: `(set, counter)` and the published value.
+    pub counter_names: Vec<(String, String)>,
+    pub counter_totals: Vec<Amount>,
+    /// Every device of the pool that consumes counters (targeting this node or not), with its
+    /// consumption resolved to counter indices.
+    pub consumers: Vec<(DeviceIndex, Vec<(usize, Amount)>)>,
+}
+
+impl Pool {
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.driver, self.name)
+    }
+}
+
+/// The pools a node can allocate from and its candidate devices in first-fit order.
+#[derive(Debug)]
+pub(crate) struct NodePools {
+    pub node: NodeInfo,
+    pub pools: Vec<Pool>,
+    /// Devices of usable pools available to the node, in first-fit order.
+    pub candidates: Vec<DeviceIndex>,
+    /// Per candidate: index into `pools`.
+    pub candidate_pool: Vec<usize>,
+    /// Per candidate: counters it consumes, as indices into its pool's counters.
+    pub candidate_consumes: Vec<Vec<(usize, Amount)>>,
+    pub topology: NodeTopology,
+}
+
+impl NodePools {
+    pub fn gather(inv: &Inventory, node: &NodeInfo) -> NodePools {
+        let mut by_pool: HashMap<(Arc<str>, Arc<str>), Vec<usize>> = HashMap::new();
+        let own = inv
+            .slices_by_node
+            .get(&node.name)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for &s in own.iter().chain(&inv.shared_slices) {
+            let slice = &inv.slices[s];
+            if !slice_relevant(inv, slice, node) {
+                continue;
+            }
+            let entry = by_pool
+                .entry((slice.driver.clone(), slice.pool.clone()))
+                .or_default();
+            match entry.first().map(|&f| inv.slices[f].generation) {
+                Some(g) if slice.generation < g => {}
+                Some(g) if slice.generation > g => *entry = vec![s],
+                _ => entry.push(s),
+            }
+        }
+        let mut pools = Vec::new();
+        let mut pool_slices = Vec::new();
+        for ((driver, name), targeting) in by_pool {
+            let first = &inv.slices[targeting[0]];
+            let (generation, want) = (first.generation, first.slice_count);
+            let all = &inv.slices_by_pool[&(driver.clone(), name.clone())];
+            let mut others = Vec::new();
+            if usize::try_from(want).ok() != Some(targeting.len()) {
+                if all.iter().any(|&s| inv.slices[s].generation > generation) {
+                    continue; // obsolete: the driver is replacing this generation
+                }
+                let same_gen: Vec<usize> = all
+                    .iter()
+                    .copied()
+                    .filter(|&s| inv.slices[s].generation == generation)
+                    .collect();
+                if usize::try_from(want).ok() != Some(same_gen.len()) {
+                    pools.push(Pool::unusable(
+                        driver,
+                        name,
+                        PoolStatus::Incomplete {
+                            have: same_gen.len(),
+                            want,
+                        },
+                    ));
+                    pool_slices.push(Vec::new());
+                    continue;
+                }
+                others = same_gen
+                    .into_iter()
+                    .filter(|s| !targeting.contains(s))
+                    .collect();
+            }
+            let mut targeting = targeting;
+            targeting.sort_by(|&a, &b| inv.slices[a].name.cmp(&inv.slices[b].name));
+            pools.push(Pool::build(inv, driver, name, &targeting, &others));
+            pool_slices.push(targeting);
+        }
+        let mut order: Vec<usize> = (0..pools.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (pa, pb) = (&pools[a], &pools[b]);
+            (pa.binding_conditions, &pa.driver, &pa.name).cmp(&(
+                pb.binding_conditions,
+                &pb.driver,
+                &pb.name,
+            ))
+        });
+        let mut sorted_pools = Vec::with_capacity(pools.len());
+        let mut pools: Vec<Option<Pool>> = pools.into_iter().map(Some).collect();
+        let mut candidates = Vec::new();
+        let mut candidate_pool = Vec::new();
+        let mut candidate_consumes = Vec::new();
+        for old in order {
+            let pool = pools[old].take().expect("each pool is moved once");
+            let new_index = sorted_pools.len();
+            if pool.status == PoolStatus::Usable {
+                let consumption: HashMap<DeviceIndex, &Vec<(usize, Amount)>> =
+                    pool.consumers.iter().map(|(d, c)| (*d, c)).collect();
+                for &s in &pool_slices[old] {
+                    let slice = &inv.slices[s];
+                    for d in slice.devices.clone() {
+                        let dev = &inv.devices[d].device;
+                        if slice.per_device_node_selection
+                            && !node_matches(
+                                node,
+                                dev.node_name.as_deref(),
+                                dev.all_nodes.unwrap_or(false),
+                                dev.node_selector.as_ref(),
+                            )
+                        {
+                            continue;
+                        }
+                        candidates.push(d);
+                        candidate_pool.push(new_index);
+                        candidate_consumes.push(
+                            consumption
+                                .get(&d)
+                                .map(|c| (*c).clone())
+                                .unwrap_or_default(),
+                        );
+                    }
+                }
+            }
+            sorted_pools.push(pool);
+        }
+        let topology = NodeTopology::new(candidates.iter().map(|&d| &inv.devices[d].topology));
+        NodePools {
+            node: node.clone(),
+            pools: sorted_pools,
+            candidates,
+            candidate_pool,
+            candidate_consumes,
+            topology,
+        }
+    }
+}
+
+fn slice_relevant(inv: &Inventory, slice: &SliceEntry, node: &NodeInfo) -> bool {
+    if slice.node_name.is_some() || slice.all_nodes || slice.node_selector.is_some() {
+        return node_matches(
+            node,
+            slice.node_name.as_deref(),
+            slice.all_nodes,
+            slice.node_selector.as_ref(),
+        );
+    }
+    if slice.per_device_node_selection {
+        return inv.devices[slice.devices.clone()].iter().any(|d| {
+            node_matches(
+                node,
+                d.device.node_name.as_deref(),
+                d.device.all_nodes.unwrap_or(false),
+                d.device.node_selector.as_ref(),
+            )
+        });
+    }
+    // Some future node-selection field this version does not know: skip the slice.
+    false
+}
+
+impl Pool {
+    fn unusable(driver: Arc<str>, name: Arc<str>, status: PoolStatus) -> Pool {
+        Pool {
+            driver,
+            name,
+            status,
+            binding_conditions: false,
+            counter_names: Vec::new(),
+            counter_totals: Vec::new(),
+            consumers: Vec::new(),
+        }
+    }
+
+    fn build(
+        inv: &Inventory,
+        driver: Arc<str>,
+        name: Arc<str>,
+        targeting: &[usize],
+        others: &[usize],
+    ) -> Pool {
+        match Pool::validate(inv, targeting, others) {
+            Ok((counter_names, counter_totals, consumers)) => Pool {
+                binding_conditions: targeting
+                    .iter()
+                    .flat_map(|&s| &inv.devices[inv.slices[s].devices.clone()])
+                    .any(|d| d.has_binding_conditions()),
+                driver,
+                name,
+                status: PoolStatus::Usable,
+                counter_names,
+                counter_totals,
+                consumers,
+            },
+            Err(reason) => Pool::unusable(driver, name, PoolStatus::Invalid(reason)),
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn validate(
+        inv: &Inventory,
+        targeting: &[usize],
+        others: &[usize],
+    ) -> Result<
+        (
+            Vec<(String, String)>,
+            Vec<Amount>,
+            Vec<(DeviceIndex, Vec<(usize, Amount)>)>,
+        ),
+        String,
+    > {
+        let mut names = HashSet::new();
+        for &s in targeting {
+            for d in &inv.devices[inv.slices[s].devices.clone()] {
+                if !names.insert(d.id.device.clone()) {
+                    return Err(format!("duplicate device name {}", d.id.device));
+                }
+            }
+        }
+        let mut set_names = HashSet::new();
+        let mut counter_names = Vec::new();
+        let mut counter_totals = Vec::new();
+        let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+        for &s in targeting.iter().chain(others) {
+            for set in &inv.slices[s].counter_sets {
+                if !set_names.insert(set.name.as_str()) {
+                    return Err(format!("duplicate counter set name {}", set.name));
+                }
+                for (counter, value) in set.counters.as_ref().map_err(Clone::clone)? {
+                    index.insert((set.name.as_str(), counter.as_str()), counter_totals.len());
+                    counter_names.push((set.name.clone(), counter.clone()));
+                    counter_totals.push(*value);
+                }
+            }
+        }
+        let mut consumers = Vec::new();
+        for &s in targeting.iter().chain(others) {
+            for d in inv.slices[s].devices.clone() {
+                let parsed = inv.devices[d].parsed.as_ref().map_err(Clone::clone)?;
+                let mut resolved = Vec::new();
+                for c in &parsed.consumes {
+                    if !set_names.contains(c.counter_set.as_str()) {
+                        return Err(format!("counter set {} not found", c.counter_set));
+                    }
+                    for (counter, amount) in &c.counters {
+                        let i = index
+                            .get(&(c.counter_set.as_str(), counter.as_str()))
+                            .ok_or_else(|| {
+                                format!(
+                                    "counter {counter} not found in counter set {}",
+                                    c.counter_set
+                                )
+                            })?;
+                        resolved.push((*i, *amount));
+                    }
+                }
+                if !parsed.consumes.is_empty() {
+                    consumers.push((d, resolved));
+                }
+            }
+        }
+        Ok((counter_names, counter_totals, consumers))
+    }
+}

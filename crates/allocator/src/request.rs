@@ -1,0 +1,337 @@
+//! The claims to allocate, validated and flattened: every request or subrequest becomes a
+//! [`Slot`] with its class, compiled selectors, count, tolerations and capacity requests.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::resource::v1::{
+    CapacityRequirements, DeviceConstraint, DeviceSelector, DeviceToleration, ResourceClaim,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use tessera_cel::Selector;
+
+use crate::error::AllocateError;
+use crate::inventory::Inventory;
+use crate::quantity::Amount;
+use crate::selection::CompileFailure;
+
+/// Most results one allocation may hold (`AllocationResultsMaxSize`).
+pub const MAX_RESULTS_PER_CLAIM: usize = 32;
+
+/// How many devices a slot asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wanted {
+    Count(usize),
+    All,
+}
+
+/// One request, or one subrequest of a `firstAvailable` request.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub claim: usize,
+    /// `req` or `req/sub`.
+    pub full_name: String,
+    /// The top-level request's name.
+    pub request_name: String,
+    pub class: String,
+    pub selectors: Vec<Arc<Selector>>,
+    pub wanted: Wanted,
+    pub admin_access: bool,
+    pub tolerations: Vec<DeviceToleration>,
+    pub capacity: Vec<(String, Amount, Quantity)>,
+}
+
+/// A claim's constraint, ready to check.
+#[derive(Debug, Clone)]
+pub(crate) struct ConstraintSpec {
+    pub kind: ConstraintKind,
+    pub attribute: String,
+    /// Request names it applies to (`req` or `req/sub`); empty means all.
+    pub requests: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConstraintKind {
+    Match,
+    Distinct,
+}
+
+impl ConstraintSpec {
+    pub fn applies_to(&self, slot: &Slot) -> bool {
+        self.requests.is_empty()
+            || self
+                .requests
+                .iter()
+                .any(|r| *r == slot.request_name || *r == slot.full_name)
+    }
+}
+
+/// One top-level request: its alternatives (one slot, or one per subrequest, in order).
+#[derive(Debug)]
+pub(crate) struct RequestPlan {
+    pub name: String,
+    pub slots: Vec<usize>,
+    pub first_available: bool,
+}
+
+/// One claim to allocate.
+#[derive(Debug)]
+pub(crate) struct ClaimPlan<'c> {
+    pub claim: &'c ResourceClaim,
+    /// `namespace/name` (or just the name).
+    pub name: String,
+    pub requests: Vec<RequestPlan>,
+    pub constraints: Vec<ConstraintSpec>,
+}
+
+/// All claims of one allocation, with their slots.
+#[derive(Debug)]
+pub(crate) struct Plan<'c> {
+    pub claims: Vec<ClaimPlan<'c>>,
+    pub slots: Vec<Slot>,
+}
+
+/// `namespace/name` of a claim.
+pub fn claim_name(claim: &ResourceClaim) -> String {
+    match (&claim.metadata.namespace, &claim.metadata.name) {
+        (Some(ns), Some(name)) if !ns.is_empty() => format!("{ns}/{name}"),
+        (_, name) => name.clone().unwrap_or_default(),
+    }
+}
+
+struct SlotSource<'a> {
+    name: &'a str,
+    class: &'a str,
+    selectors: &'a [DeviceSelector],
+    mode: Option<&'a str>,
+    count: Option<i64>,
+    admin_access: bool,
+    tolerations: &'a [DeviceToleration],
+    capacity: Option<&'a CapacityRequirements>,
+}
+
+impl<'c> Plan<'c> {
+    pub fn new(inv: &Inventory, claims: &'c [ResourceClaim]) -> Result<Plan<'c>, AllocateError> {
+        let mut plan = Plan {
+            claims: Vec::new(),
+            slots: Vec::new(),
+        };
+        for (ci, claim) in claims.iter().enumerate() {
+            let name = claim_name(claim);
+            let devices = claim.spec.as_ref().and_then(|s| s.devices.as_ref());
+            let mut requests = Vec::new();
+            let mut min_devices = 0usize;
+            for request in devices
+                .and_then(|d| d.requests.as_deref())
+                .unwrap_or_default()
+            {
+                let (sources, first_available): (Vec<SlotSource<'_>>, bool) =
+                    match (&request.exactly, &request.first_available) {
+                        (Some(e), _) => (
+                            vec![SlotSource {
+                                name: &request.name,
+                                class: &e.device_class_name,
+                                selectors: e.selectors.as_deref().unwrap_or_default(),
+                                mode: e.allocation_mode.as_deref(),
+                                count: e.count,
+                                admin_access: e.admin_access.unwrap_or(false),
+                                tolerations: e.tolerations.as_deref().unwrap_or_default(),
+                                capacity: e.capacity.as_ref(),
+                            }],
+                            false,
+                        ),
+                        (None, Some(subs)) if !subs.is_empty() => (
+                            subs.iter()
+                                .map(|s| SlotSource {
+                                    name: &s.name,
+                                    class: &s.device_class_name,
+                                    selectors: s.selectors.as_deref().unwrap_or_default(),
+                                    mode: s.allocation_mode.as_deref(),
+                                    count: s.count,
+                                    admin_access: false,
+                                    tolerations: s.tolerations.as_deref().unwrap_or_default(),
+                                    capacity: s.capacity.as_ref(),
+                                })
+                                .collect(),
+                            true,
+                        ),
+                        _ => {
+                            return Err(AllocateError::UnsupportedRequest {
+                                claim: name,
+                                request: request.name.clone(),
+                            });
+                        }
+                    };
+                let mut slots = Vec::new();
+                let mut min_for_request = usize::MAX;
+                for source in sources {
+                    let slot = plan.slot(inv, ci, &name, &request.name, first_available, source)?;
+                    min_for_request = min_for_request.min(match slot.wanted {
+                        Wanted::Count(n) => n,
+                        // "All" is at least one device; the real number depends on the node.
+                        Wanted::All => 1,
+                    });
+                    slots.push(plan.slots.len());
+                    plan.slots.push(slot);
+                }
+                min_devices = min_devices.saturating_add(min_for_request);
+                requests.push(RequestPlan {
+                    name: request.name.clone(),
+                    slots,
+                    first_available,
+                });
+            }
+            if min_devices > MAX_RESULTS_PER_CLAIM {
+                return Err(AllocateError::TooManyDevices {
+                    claim: name,
+                    count: min_devices,
+                    limit: MAX_RESULTS_PER_CLAIM,
+                });
+            }
+            let constraints = constraints(
+                &name,
+                devices
+                    .and_then(|d| d.constraints.as_deref())
+                    .unwrap_or_default(),
+            )?;
+            plan.claims.push(ClaimPlan {
+                claim,
+                name,
+                requests,
+                constraints,
+            });
+        }
+        Ok(plan)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn slot(
+        &self,
+        inv: &Inventory,
+        claim: usize,
+        claim_name: &str,
+        request_name: &str,
+        sub: bool,
+        s: SlotSource<'_>,
+    ) -> Result<Slot, AllocateError> {
+        let full_name = if sub {
+            format!("{request_name}/{}", s.name)
+        } else {
+            request_name.to_owned()
+        };
+        for (index, selector) in s.selectors.iter().enumerate() {
+            if selector.cel.is_none() {
+                return Err(AllocateError::EmptySelector {
+                    owner: format!("claim {claim_name}, request {full_name}"),
+                    index,
+                });
+            }
+        }
+        if s.class.is_empty() {
+            return Err(AllocateError::MissingClassName {
+                claim: claim_name.to_owned(),
+                request: full_name,
+            });
+        }
+        let class = inv
+            .classes
+            .get(s.class)
+            .ok_or_else(|| AllocateError::UnknownClass {
+                claim: claim_name.to_owned(),
+                request: full_name.clone(),
+                class: s.class.to_owned(),
+            })?;
+        class
+            .selectors(&inv.selectors)
+            .map_err(|e| compile_error(format!("class {}", class.name()), e))?;
+        let selectors = inv
+            .selectors
+            .compile(s.selectors)
+            .map_err(|e| compile_error(format!("claim {claim_name}, request {full_name}"), e))?;
+        let wanted = match s.mode.unwrap_or("ExactCount") {
+            "ExactCount" | "" => {
+                let count = s.count.unwrap_or(1);
+                if count < 1 {
+                    return Err(AllocateError::InvalidCount {
+                        claim: claim_name.to_owned(),
+                        request: full_name,
+                        count,
+                    });
+                }
+                Wanted::Count(usize::try_from(count).unwrap_or(usize::MAX))
+            }
+            "All" => Wanted::All,
+            other => {
+                return Err(AllocateError::UnsupportedAllocationMode {
+                    claim: claim_name.to_owned(),
+                    request: full_name,
+                    mode: other.to_owned(),
+                });
+            }
+        };
+        let mut capacity = Vec::new();
+        for (cap, q) in s
+            .capacity
+            .and_then(|c| c.requests.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            let amount =
+                Amount::from_quantity(q).map_err(|e| AllocateError::InvalidCapacityRequest {
+                    claim: claim_name.to_owned(),
+                    request: full_name.clone(),
+                    capacity: cap.clone(),
+                    message: e.to_string(),
+                })?;
+            capacity.push((cap.clone(), amount, q.clone()));
+        }
+        Ok(Slot {
+            claim,
+            full_name,
+            request_name: request_name.to_owned(),
+            class: s.class.to_owned(),
+            selectors,
+            wanted,
+            admin_access: s.admin_access,
+            tolerations: s.tolerations.to_vec(),
+            capacity,
+        })
+    }
+}
+
+fn compile_error(owner: String, e: CompileFailure) -> AllocateError {
+    match e {
+        CompileFailure::Empty { index } => AllocateError::EmptySelector { owner, index },
+        CompileFailure::Invalid { index, message } => AllocateError::CelCompile {
+            owner,
+            index,
+            message,
+        },
+    }
+}
+
+fn constraints(
+    claim: &str,
+    constraints: &[DeviceConstraint],
+) -> Result<Vec<ConstraintSpec>, AllocateError> {
+    constraints
+        .iter()
+        .enumerate()
+        .map(|(index, c)| {
+            let (kind, attribute) = match (&c.match_attribute, &c.distinct_attribute) {
+                (Some(a), _) => (ConstraintKind::Match, a.clone()),
+                (None, Some(a)) => (ConstraintKind::Distinct, a.clone()),
+                (None, None) => {
+                    return Err(AllocateError::EmptyConstraint {
+                        claim: claim.to_owned(),
+                        index,
+                    });
+                }
+            };
+            Ok(ConstraintSpec {
+                kind,
+                attribute,
+                requests: c.requests.clone().unwrap_or_default(),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,707 @@
+//! The depth-first search over claims → requests → devices on one node, with upstream semantics
+//! (`allocateOne` in k8s.io/dynamic-resource-allocation/structured).
+//!
+//! Candidates are tried in first-fit order (pool, slice, device); within one request only
+//! combinations are tried, never permutations; a `firstAvailable` request tries its subrequests in
+//! order and, for the devices already chosen for earlier requests, keeps the first subrequest that
+//! completes the allocation. Every checked candidate and every recursion is a step; past the step
+//! budget the search stops.
+//!
+//! First fit stops at the first complete solution. Best-of search (topology-aware mode) goes on
+//! enumerating and keeps the solution with the lowest [`TopologyScore`]; it prunes a branch as soon
+//! as its communication cost (which only grows as devices are added) exceeds the best found, and it
+//! finds the first-fit solution first, so it is never worse than first fit. At the budget it keeps
+//! the best so far.
+
+use std::collections::BTreeMap;
+
+use crate::capacity::{self, CapacityRefusal, Consumption};
+use crate::constraints::ConstraintState;
+use crate::device::DeviceEntry;
+use crate::error::AllocateError;
+use crate::inventory::Inventory;
+use crate::pools::{NodePools, PoolStatus};
+use crate::quantity::Amount;
+use crate::request::{MAX_RESULTS_PER_CLAIM, Plan, Slot, Wanted};
+use crate::selection::Verdict;
+use crate::state::AllocatedState;
+use crate::taints::untolerated_taint;
+use crate::topology::{TopologyScore, pair_cost};
+
+/// How the search ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SearchMode {
+    /// Stop at the first solution.
+    FirstFit,
+    /// Enumerate, keep the best; prune branches whose communication cost exceeds `bound`.
+    Best { bound: Option<u64> },
+}
+
+/// One device chosen for one slot.
+#[derive(Clone, Debug)]
+pub(crate) struct Pick {
+    /// Candidate position on the node.
+    pub pos: usize,
+    pub slot: usize,
+    /// For multi-allocatable devices: what this allocation consumes (and it gets a share id).
+    pub shared: Option<Consumption>,
+}
+
+/// A complete allocation of all claims on one node.
+#[derive(Clone, Debug)]
+pub(crate) struct Solution {
+    /// Per claim, the picks in allocation order.
+    pub picks: Vec<Vec<Pick>>,
+    /// Per claim, per request: the chosen subrequest (0 for plain requests).
+    pub selected: Vec<Vec<usize>>,
+    pub score: TopologyScore,
+}
+
+/// What the search on one node found.
+#[derive(Debug)]
+pub(crate) struct NodeVerdict {
+    pub solution: Option<Solution>,
+    pub steps: u64,
+    /// Best-of search stopped at the budget with a solution in hand.
+    pub truncated: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flow {
+    Found,
+    NotFound,
+    /// `errAllocationResultMaxSizeExceeded` upstream: more than 32 results for a claim.
+    MaxSize,
+}
+
+enum Stop {
+    Error(AllocateError),
+    /// Budget exhausted.
+    Budget,
+}
+
+impl From<AllocateError> for Stop {
+    fn from(e: AllocateError) -> Stop {
+        Stop::Error(e)
+    }
+}
+
+/// Undo record of one tentative allocation.
+struct Undo {
+    claim: usize,
+    slot: usize,
+    pos: usize,
+    charged: bool,
+    exclusive: bool,
+    shared: bool,
+    comm_added: u64,
+}
+
+pub(crate) struct NodeSearch<'a> {
+    pub inv: &'a Inventory,
+    pub np: &'a NodePools,
+    pub state: &'a AllocatedState,
+    pub plan: &'a Plan<'a>,
+    mode: SearchMode,
+    budget: u64,
+    steps: u64,
+    /// Per slot: devices needed here.
+    need: Vec<usize>,
+    /// Per `All` slot: the candidate positions it must take.
+    all_devices: Vec<Vec<usize>>,
+    /// Per slot, per candidate: 0 unknown, 1 selectable, 2 not.
+    selectable_cache: Vec<Vec<u8>>,
+    /// Per candidate: free before this allocation (not in use at all).
+    free_before: Vec<bool>,
+    /// Per candidate: claims that take it exclusively in this run.
+    taken_by: Vec<Vec<usize>>,
+    /// Per candidate: shared allocations in this run and the capacity they consume.
+    run_shares: Vec<u32>,
+    run_capacity: Vec<BTreeMap<String, Amount>>,
+    /// Per pool: counters left after allocated devices; counters consumed in this run.
+    counters_left: Vec<Vec<Amount>>,
+    counters_used: Vec<Vec<Amount>>,
+    constraints: Vec<Vec<ConstraintState>>,
+    picks: Vec<Vec<Pick>>,
+    selected: Vec<Vec<usize>>,
+    chosen: Vec<usize>,
+    comm_cost: u64,
+    best: Option<Solution>,
+    solutions: u64,
+    pruned: u64,
+}
+
+impl<'a> NodeSearch<'a> {
+    pub fn new(
+        inv: &'a Inventory,
+        np: &'a NodePools,
+        state: &'a AllocatedState,
+        plan: &'a Plan<'a>,
+        mode: SearchMode,
+        budget: u64,
+    ) -> Result<NodeSearch<'a>, AllocateError> {
+        let n = np.candidates.len();
+        let mut search = NodeSearch {
+            inv,
+            np,
+            state,
+            plan,
+            mode,
+            budget,
+            steps: 0,
+            need: Vec::with_capacity(plan.slots.len()),
+            all_devices: vec![Vec::new(); plan.slots.len()],
+            selectable_cache: vec![vec![0; n]; plan.slots.len()],
+            free_before: np
+                .candidates
+                .iter()
+                .map(|&d| !state.is_in_use(&inv.devices[d].id))
+                .collect(),
+            taken_by: vec![Vec::new(); n],
+            run_shares: vec![0; n],
+            run_capacity: vec![BTreeMap::new(); n],
+            counters_left: np
+                .pools
+                .iter()
+                .map(|p| counters_left(inv, state, p))
+                .collect(),
+            counters_used: np
+                .pools
+                .iter()
+                .map(|p| vec![Amount::ZERO; p.counter_totals.len()])
+                .collect(),
+            constraints: plan
+                .claims
+                .iter()
+                .map(|c| {
+                    c.constraints
+                        .iter()
+                        .cloned()
+                        .map(ConstraintState::new)
+                        .collect()
+                })
+                .collect(),
+            picks: vec![Vec::new(); plan.claims.len()],
+            selected: plan
+                .claims
+                .iter()
+                .map(|c| vec![0; c.requests.len()])
+                .collect(),
+            chosen: Vec::new(),
+            comm_cost: 0,
+            best: None,
+            solutions: 0,
+            pruned: 0,
+        };
+        for (si, slot) in plan.slots.iter().enumerate() {
+            let need = match slot.wanted {
+                Wanted::Count(c) => c,
+                Wanted::All => {
+                    search.collect_all(si)?;
+                    search.all_devices[si].len()
+                }
+            };
+            search.need.push(need);
+        }
+        for (ci, claim) in plan.claims.iter().enumerate() {
+            let min: usize = claim
+                .requests
+                .iter()
+                .map(|r| r.slots.iter().map(|&s| search.need[s]).min().unwrap_or(0))
+                .sum();
+            if min > MAX_RESULTS_PER_CLAIM {
+                return Err(AllocateError::TooManyDevices {
+                    claim: plan.claims[ci].name.clone(),
+                    count: min,
+                    limit: MAX_RESULTS_PER_CLAIM,
+                });
+            }
+        }
+        Ok(search)
+    }
+
+    /// The devices an `All` slot must take on this node: every selectable candidate whose capacity
+    /// fits, from pools that must all be complete and valid.
+    fn collect_all(&mut self, si: usize) -> Result<(), AllocateError> {
+        let slot = &self.plan.slots[si];
+        for pool in &self.np.pools {
+            let why = match pool.status {
+                PoolStatus::Usable => continue,
+                PoolStatus::Incomplete { .. } => "being updated",
+                PoolStatus::Invalid(_) => "invalid",
+            };
+            return Err(AllocateError::AllOnUnusablePool {
+                claim: self.plan.claims[slot.claim].name.clone(),
+                request: slot.full_name.clone(),
+                pool: pool.id(),
+                why,
+            });
+        }
+        for pos in 0..self.np.candidates.len() {
+            if self.selectable(si, pos)? && self.capacity(si, pos).is_ok() {
+                self.all_devices[si].push(pos);
+            }
+        }
+        Ok(())
+    }
+
+    /// A lower bound of the devices the claims need, for skipping nodes quickly.
+    pub fn min_devices(&self) -> usize {
+        self.plan
+            .claims
+            .iter()
+            .flat_map(|c| &c.requests)
+            .map(|r| r.slots.iter().map(|&s| self.need[s]).min().unwrap_or(0))
+            .sum()
+    }
+
+    /// Candidates not in use before this allocation.
+    pub fn free_exclusive(&self) -> usize {
+        self.free_before.iter().filter(|f| **f).count()
+    }
+
+    /// A quick necessary condition: enough free devices for the smallest possible allocation
+    /// (only decided when no request has admin access and no device allows multiple allocations).
+    pub fn could_fit(&self, free: usize) -> bool {
+        let sharing = self.plan.slots.iter().any(|s| s.admin_access)
+            || self
+                .np
+                .candidates
+                .iter()
+                .any(|&d| self.inv.devices[d].parsed().allow_multiple_allocations);
+        sharing || self.min_devices() <= free
+    }
+
+    /// Devices each slot needs on this node.
+    pub fn need(&self, slot: usize) -> usize {
+        self.need[slot]
+    }
+
+    pub fn run(mut self) -> Result<NodeVerdict, AllocateError> {
+        let outcome = self.allocate_one(0, 0, None, 0, 0);
+        let truncated = match outcome {
+            Ok(_) => false,
+            Err(Stop::Error(e)) => return Err(e),
+            Err(Stop::Budget) if self.best.is_some() => true,
+            Err(Stop::Budget) => {
+                return Err(AllocateError::SearchBudgetExhausted {
+                    claims: self
+                        .plan
+                        .claims
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    node: self.np.node.name.clone(),
+                    steps: self.steps,
+                    budget: self.budget,
+                });
+            }
+        };
+        Ok(NodeVerdict {
+            solution: self.best,
+            steps: self.steps,
+            truncated,
+        })
+    }
+
+    fn tick(&mut self) -> Result<(), Stop> {
+        self.steps += 1;
+        if self.steps > self.budget {
+            return Err(Stop::Budget);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn device(&self, pos: usize) -> &'a DeviceEntry {
+        &self.inv.devices[self.np.candidates[pos]]
+    }
+
+    fn allocate_one(
+        &mut self,
+        claim: usize,
+        request: usize,
+        in_slot: Option<usize>,
+        device: usize,
+        start: usize,
+    ) -> Result<Flow, Stop> {
+        self.tick()?;
+        if claim == self.plan.claims.len() {
+            return Ok(self.complete());
+        }
+        let claim_plan = &self.plan.claims[claim];
+        if request == claim_plan.requests.len() {
+            let flow = self.allocate_one(claim + 1, 0, None, 0, 0)?;
+            // Not fatal: another allocation of this claim may pick a subrequest with fewer devices.
+            return Ok(if flow == Flow::MaxSize {
+                Flow::NotFound
+            } else {
+                flow
+            });
+        }
+        let plan_request = &claim_plan.requests[request];
+        let slot = match in_slot {
+            Some(s) => s,
+            None if plan_request.first_available => return self.try_subrequests(claim, request),
+            None => plan_request.slots[0],
+        };
+        let need = self.need[slot];
+        let is_all = self.plan.slots[slot].wanted == Wanted::All;
+        if is_all && need == 0 {
+            return Ok(Flow::NotFound);
+        }
+        if device >= need {
+            return self.allocate_one(claim, request + 1, None, 0, 0);
+        }
+        if self.picks[claim].len() + need - device > MAX_RESULTS_PER_CLAIM {
+            return Ok(Flow::MaxSize);
+        }
+        if is_all {
+            let pos = self.all_devices[slot][device];
+            let Some(undo) = self.try_allocate(claim, slot, pos, true)? else {
+                return Ok(Flow::NotFound);
+            };
+            if self.beyond_bound() {
+                self.undo(undo);
+                self.pruned += 1;
+                return Ok(Flow::NotFound);
+            }
+            let flow = self.allocate_one(claim, request, in_slot, device + 1, 0);
+            if !matches!(flow, Ok(Flow::Found)) {
+                self.undo(undo);
+            }
+            return flow;
+        }
+        let n = self.np.candidates.len();
+        for pos in start..n {
+            // Not enough candidates left for the rest of this request: no combination can work.
+            if n - pos < need - device {
+                break;
+            }
+            self.tick()?;
+            let admin = self.plan.slots[slot].admin_access;
+            if admin && self.taken_by[pos].contains(&claim) {
+                continue;
+            }
+            if !admin && self.in_use(pos) {
+                continue;
+            }
+            if !self.selectable(slot, pos)? {
+                continue;
+            }
+            let Some(undo) = self.try_allocate(claim, slot, pos, false)? else {
+                continue;
+            };
+            if self.beyond_bound() {
+                self.undo(undo);
+                self.pruned += 1;
+                continue;
+            }
+            let flow = self.allocate_one(claim, request, in_slot, device + 1, pos + 1)?;
+            if flow == Flow::Found {
+                return Ok(Flow::Found);
+            }
+            self.undo(undo);
+            if flow == Flow::MaxSize {
+                return Ok(Flow::MaxSize);
+            }
+        }
+        Ok(Flow::NotFound)
+    }
+
+    fn try_subrequests(&mut self, claim: usize, request: usize) -> Result<Flow, Stop> {
+        let mut all_too_many = true;
+        let slots = self.plan.claims[claim].requests[request].slots.clone();
+        for (index, slot) in slots.into_iter().enumerate() {
+            self.selected[claim][request] = index;
+            let (solutions, pruned) = (self.solutions, self.pruned);
+            match self.allocate_one(claim, request, Some(slot), 0, 0)? {
+                Flow::MaxSize => continue,
+                Flow::Found => return Ok(Flow::Found),
+                Flow::NotFound => {
+                    all_too_many = false;
+                    // Best-of search: this subrequest completes the allocation (or a branch was
+                    // pruned because a better solution exists), so later ones are not admissible.
+                    if self.solutions > solutions || self.pruned > pruned {
+                        return Ok(Flow::NotFound);
+                    }
+                }
+            }
+        }
+        Ok(if all_too_many {
+            Flow::MaxSize
+        } else {
+            Flow::NotFound
+        })
+    }
+
+    fn complete(&mut self) -> Flow {
+        self.solutions += 1;
+        let score = self
+            .np
+            .topology
+            .score(&self.free_before, &self.chosen, self.comm_cost);
+        match self.mode {
+            SearchMode::FirstFit => {
+                self.best = Some(self.snapshot(score));
+                Flow::Found
+            }
+            SearchMode::Best { .. } => {
+                if self.best.as_ref().is_none_or(|b| score < b.score) {
+                    self.best = Some(self.snapshot(score));
+                }
+                Flow::NotFound
+            }
+        }
+    }
+
+    fn snapshot(&self, score: TopologyScore) -> Solution {
+        Solution {
+            picks: self.picks.clone(),
+            selected: self.selected.clone(),
+            score,
+        }
+    }
+
+    fn beyond_bound(&self) -> bool {
+        let SearchMode::Best { bound } = self.mode else {
+            return false;
+        };
+        let best = self.best.as_ref().map(|b| b.score.comm_cost);
+        match (bound, best) {
+            (Some(a), Some(b)) => self.comm_cost > a.min(b),
+            (Some(a), None) | (None, Some(a)) => self.comm_cost > a,
+            (None, None) => false,
+        }
+    }
+
+    /// In exclusive use: allocated before (exclusively, or shared while not multi-allocatable), or
+    /// taken by a claim in this run.
+    pub(crate) fn in_use(&self, pos: usize) -> bool {
+        let dev = self.device(pos);
+        self.state.is_dedicated(&dev.id)
+            || (!dev.parsed().allow_multiple_allocations && self.state.shared(&dev.id).is_some())
+            || !self.taken_by[pos].is_empty()
+    }
+
+    pub(crate) fn selectable(&mut self, slot: usize, pos: usize) -> Result<bool, AllocateError> {
+        match self.selectable_cache[slot][pos] {
+            1 => return Ok(true),
+            2 => return Ok(false),
+            _ => {}
+        }
+        let verdict = self.verdict(slot, pos)?;
+        self.selectable_cache[slot][pos] = if verdict { 1 } else { 2 };
+        Ok(verdict)
+    }
+
+    pub(crate) fn verdict(&self, slot: usize, pos: usize) -> Result<bool, AllocateError> {
+        let s = &self.plan.slots[slot];
+        let index = self.np.candidates[pos];
+        let class = &self.inv.classes[&s.class];
+        let device = || self.inv.devices[index].id.to_string();
+        match class.verdict(&self.inv.selectors, &self.inv.devices, index) {
+            Verdict::Match => {}
+            Verdict::NoMatch(_) => return Ok(false),
+            Verdict::Failed { selector, message } => {
+                return Err(AllocateError::CelRuntime {
+                    owner: format!("class {}", class.name()),
+                    index: selector,
+                    device: device(),
+                    message,
+                });
+            }
+        }
+        match self
+            .inv
+            .selectors
+            .evaluate(&s.selectors, &self.inv.devices, index)
+        {
+            Verdict::Match => Ok(true),
+            Verdict::NoMatch(_) => Ok(false),
+            Verdict::Failed { selector, message } => Err(AllocateError::CelRuntime {
+                owner: format!(
+                    "claim {}, request {}",
+                    self.plan.claims[s.claim].name, s.full_name
+                ),
+                index: selector,
+                device: device(),
+                message,
+            }),
+        }
+    }
+
+    /// What the slot's capacity request would consume of the device now.
+    pub(crate) fn capacity(&self, slot: usize, pos: usize) -> Result<Consumption, CapacityRefusal> {
+        let dev = self.device(pos);
+        let shared = self.state.shared(&dev.id);
+        let run = &self.run_capacity[pos];
+        capacity::consume(
+            &dev.parsed().capacities,
+            &self.plan.slots[slot].capacity,
+            &|name| {
+                let before = shared
+                    .and_then(|s| s.consumed.get(name))
+                    .copied()
+                    .unwrap_or_default();
+                before.saturating_add(run.get(name).copied().unwrap_or_default())
+            },
+        )
+    }
+
+    /// Whether the device's counters fit what is left in its pool.
+    pub(crate) fn counters_fit(&self, pos: usize) -> bool {
+        self.counter_shortfall(pos).is_none()
+    }
+
+    /// The first counter of the device's pool that taking the device would overdraw (upstream
+    /// checks every counter of the pool, so an already overdrawn one blocks too).
+    pub(crate) fn counter_shortfall(&self, pos: usize) -> Option<usize> {
+        let pool = self.np.candidate_pool[pos];
+        let (left, used) = (&self.counters_left[pool], &self.counters_used[pool]);
+        let extra = &self.np.candidate_consumes[pos];
+        (0..left.len()).find(|&i| {
+            let mine: Amount = extra
+                .iter()
+                .filter(|(c, _)| *c == i)
+                .fold(Amount::ZERO, |acc, (_, a)| acc.saturating_add(*a));
+            used[i].saturating_add(mine) > left[i]
+        })
+    }
+
+    fn charge(&mut self, pos: usize, sign: bool) {
+        let pool = self.np.candidate_pool[pos];
+        for &(i, amount) in &self.np.candidate_consumes[pos] {
+            let used = &mut self.counters_used[pool][i];
+            *used = if sign {
+                used.saturating_add(amount)
+            } else {
+                used.saturating_sub(amount)
+            };
+        }
+    }
+
+    /// `allocateDevice` upstream: availability, counters, taints, constraints; on success the
+    /// device is recorded for the claim.
+    fn try_allocate(
+        &mut self,
+        claim: usize,
+        slot: usize,
+        pos: usize,
+        must: bool,
+    ) -> Result<Option<Undo>, Stop> {
+        let dev = self.device(pos);
+        let s: &'a Slot = &self.plan.slots[slot];
+        let multi = dev.parsed().allow_multiple_allocations;
+        if !multi && s.admin_access && self.taken_by[pos].contains(&claim) {
+            return Ok(None);
+        }
+        if !s.admin_access && self.in_use(pos) {
+            return Ok(None);
+        }
+        let consumption = match self.capacity(slot, pos) {
+            Ok(c) => c,
+            Err(_) => return Ok(None),
+        };
+        let shared_already =
+            multi && (self.state.shared(&dev.id).is_some() || self.run_shares[pos] > 0);
+        let counted_already = self.state.is_in_use(&dev.id) || !self.taken_by[pos].is_empty();
+        let charged =
+            !shared_already && !counted_already && !self.np.candidate_consumes[pos].is_empty();
+        if charged && !self.counters_fit(pos) {
+            return Ok(None);
+        }
+        if untolerated_taint(dev.taints(), &s.tolerations).is_some() {
+            return Ok(None);
+        }
+        let constraints = &mut self.constraints[claim];
+        for i in 0..constraints.len() {
+            if !constraints[i].add(s, dev) {
+                if must {
+                    return Err(Stop::Error(AllocateError::ConstraintRejectsAll {
+                        claim: self.plan.claims[claim].name.clone(),
+                        request: s.full_name.clone(),
+                        device: dev.id.to_string(),
+                    }));
+                }
+                for c in &mut constraints[..i] {
+                    c.remove(s);
+                }
+                return Ok(None);
+            }
+        }
+        if charged {
+            self.charge(pos, true);
+        }
+        let exclusive = !multi;
+        if exclusive {
+            self.taken_by[pos].push(claim);
+        } else {
+            self.run_shares[pos] += 1;
+            capacity::add_into(&mut self.run_capacity[pos], &consumption);
+        }
+        let comm_added: u64 = self
+            .chosen
+            .iter()
+            .filter(|&&other| other != pos)
+            .map(|&other| pair_cost(&dev.topology, &self.device(other).topology))
+            .sum();
+        self.comm_cost += comm_added;
+        self.chosen.push(pos);
+        self.picks[claim].push(Pick {
+            pos,
+            slot,
+            shared: (!exclusive).then_some(consumption),
+        });
+        Ok(Some(Undo {
+            claim,
+            slot,
+            pos,
+            charged,
+            exclusive,
+            shared: !exclusive,
+            comm_added,
+        }))
+    }
+
+    fn undo(&mut self, u: Undo) {
+        let s = &self.plan.slots[u.slot];
+        for c in &mut self.constraints[u.claim] {
+            c.remove(s);
+        }
+        let pick = self.picks[u.claim].pop().expect("undo follows a pick");
+        self.chosen.pop();
+        self.comm_cost -= u.comm_added;
+        if u.exclusive
+            && let Some(i) = self.taken_by[u.pos].iter().rposition(|&c| c == u.claim)
+        {
+            self.taken_by[u.pos].remove(i);
+        }
+        if u.shared {
+            self.run_shares[u.pos] -= 1;
+            if let Some(consumption) = &pick.shared {
+                capacity::sub_from(&mut self.run_capacity[u.pos], consumption);
+            }
+        }
+        if u.charged {
+            self.charge(u.pos, false);
+        }
+    }
+}
+
+/// A pool's counters minus what its allocated devices (on any node) consume.
+fn counters_left(
+    inv: &Inventory,
+    state: &AllocatedState,
+    pool: &crate::pools::Pool,
+) -> Vec<Amount> {
+    let mut left = pool.counter_totals.clone();
+    for (device, consumption) in &pool.consumers {
+        if state.is_in_use(&inv.devices[*device].id) {
+            for &(i, amount) in consumption {
+                left[i] = left[i].saturating_sub(amount);
+            }
+        }
+    }
+    left
+}

@@ -1,0 +1,352 @@
+//! Topology scoring: how well a set of devices on one node can talk to each other, and what an
+//! allocation leaves behind for later, larger requests.
+//!
+//! Everything here reads the *published* device attributes only — `nvlinkIsland`,
+//! `nvlinkBandwidthGBps`, `numaNode` (in the `gpu.tessera.dev` domain) and the standard
+//! `resource.kubernetes.io/pcieRoot` — because a controller sees nothing but ResourceSlices.
+//!
+//! # The score
+//!
+//! A [`TopologyScore`] is compared lexicographically, lower is better:
+//!
+//! 1. `comm_cost` — the sum over every unordered pair of distinct devices in the allocation of
+//!    [`pair_cost`]: both in one NVLink island → `10 × 900 / min(bandwidth GB/s)` clamped to
+//!    10‥30 (20 when a bandwidth is not published); else same PCIe root → 40; else same NUMA node
+//!    → 60; else (other socket, or unknown) → 100. A single device costs 0.
+//! 2. fragmentation, best fit:
+//!    `islands_broken` — NVLink islands that were entirely free before and are not after;
+//!    `nodes_broken` — 1 if every device of the node was free before;
+//!    `group_leftover` — free devices left in the groups the allocation touches (a group is the
+//!    device's NVLink island, else its NUMA node, else the node), so partly used groups fill first;
+//!    `node_leftover` — free devices left on the node, so partly used nodes fill first.
+//! 3. `numa_nodes_spanned` — distinct NUMA nodes the allocation spans (alignment).
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::sync::Arc;
+
+use k8s_openapi::api::resource::v1::Device;
+use serde::Serialize;
+use tessera_api::names::{DRIVER_NAME, STANDARD_ATTRIBUTE_PREFIX, attr};
+
+use crate::device::lookup_attribute;
+
+/// NVLink bandwidth (GB/s) at which a pair costs [`NVLINK_BASE_COST`]: NVLink 4 (H100) aggregate.
+pub const NVLINK_REFERENCE_GBPS: u64 = 900;
+/// Pair cost of two devices in one NVLink island at the reference bandwidth.
+pub const NVLINK_BASE_COST: u64 = 10;
+/// Highest pair cost of an NVLink pair (slow links), still below [`SAME_PCIE_ROOT_COST`].
+pub const NVLINK_MAX_COST: u64 = 30;
+/// Pair cost of an NVLink pair whose bandwidth is not published.
+pub const NVLINK_UNKNOWN_BANDWIDTH_COST: u64 = 20;
+/// Pair cost of two devices behind one PCIe root complex.
+pub const SAME_PCIE_ROOT_COST: u64 = 40;
+/// Pair cost of two devices on one NUMA node (same socket).
+pub const SAME_NUMA_COST: u64 = 60;
+/// Pair cost of two devices on different sockets, or whose placement is unknown.
+pub const CROSS_SOCKET_COST: u64 = 100;
+
+/// The topology attributes of one device, as published.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopologyAttributes {
+    /// `gpu.tessera.dev/nvlinkIsland`.
+    pub nvlink_island: Option<Arc<str>>,
+    /// `gpu.tessera.dev/nvlinkBandwidthGBps`.
+    pub nvlink_bandwidth_gbps: Option<i64>,
+    /// `resource.kubernetes.io/pcieRoot`.
+    pub pcie_root: Option<Arc<str>>,
+    /// `gpu.tessera.dev/numaNode` (or `resource.kubernetes.io/numaNode`).
+    pub numa_node: Option<i64>,
+}
+
+impl TopologyAttributes {
+    /// Reads the attributes of a device published by `driver`.
+    pub fn from_device(driver: &str, device: &Device) -> TopologyAttributes {
+        let get = |name: &str| lookup_attribute(driver, device, name);
+        let tessera = |id: &str| get(&format!("{DRIVER_NAME}/{id}"));
+        let standard = |id: &str| get(&format!("{STANDARD_ATTRIBUTE_PREFIX}{id}"));
+        TopologyAttributes {
+            nvlink_island: tessera(attr::NVLINK_ISLAND)
+                .and_then(|a| a.string.as_deref())
+                .map(Arc::from),
+            nvlink_bandwidth_gbps: tessera(attr::NVLINK_BANDWIDTH_GBPS).and_then(|a| a.int),
+            pcie_root: get(attr::PCIE_ROOT)
+                .and_then(|a| a.string.as_deref())
+                .map(Arc::from),
+            numa_node: tessera(attr::NUMA_NODE)
+                .or_else(|| standard(attr::NUMA_NODE))
+                .and_then(|a| a.int),
+        }
+    }
+}
+
+/// The communication cost between two distinct devices of one node (see the module docs).
+pub fn pair_cost(a: &TopologyAttributes, b: &TopologyAttributes) -> u64 {
+    if let (Some(x), Some(y)) = (&a.nvlink_island, &b.nvlink_island)
+        && x == y
+    {
+        return match (a.nvlink_bandwidth_gbps, b.nvlink_bandwidth_gbps) {
+            (Some(x), Some(y)) if x.min(y) > 0 => {
+                let bw = u64::try_from(x.min(y)).unwrap_or(1);
+                (NVLINK_BASE_COST * NVLINK_REFERENCE_GBPS)
+                    .div_ceil(bw)
+                    .clamp(NVLINK_BASE_COST, NVLINK_MAX_COST)
+            }
+            _ => NVLINK_UNKNOWN_BANDWIDTH_COST,
+        };
+    }
+    if let (Some(x), Some(y)) = (&a.pcie_root, &b.pcie_root)
+        && x == y
+    {
+        return SAME_PCIE_ROOT_COST;
+    }
+    if let (Some(x), Some(y)) = (a.numa_node, b.numa_node)
+        && x == y
+    {
+        return SAME_NUMA_COST;
+    }
+    CROSS_SOCKET_COST
+}
+
+/// The communication cost of a set of devices: the sum of [`pair_cost`] over unordered pairs.
+/// Repeated entries (one device shared by two requests) cost nothing between themselves.
+pub fn comm_cost<'a>(devices: impl IntoIterator<Item = (usize, &'a TopologyAttributes)>) -> u64 {
+    let devices: Vec<_> = devices.into_iter().collect();
+    let mut cost = 0;
+    for (i, (ia, a)) in devices.iter().enumerate() {
+        for (ib, b) in &devices[i + 1..] {
+            if ia != ib {
+                cost += pair_cost(a, b);
+            }
+        }
+    }
+    cost
+}
+
+/// How good a placement is, lower is better; compared lexicographically in field order (see the
+/// module documentation for each field's definition).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyScore {
+    /// Sum of pair costs of the allocated devices.
+    pub comm_cost: u64,
+    /// NVLink islands that were entirely free before the allocation and are not after it.
+    pub islands_broken: u32,
+    /// 1 if the node was entirely free before the allocation.
+    pub nodes_broken: u32,
+    /// Free devices left in the islands / NUMA nodes the allocation touches.
+    pub group_leftover: u32,
+    /// Free devices left on the node.
+    pub node_leftover: u32,
+    /// Distinct NUMA nodes the allocation spans.
+    pub numa_nodes_spanned: u32,
+}
+
+impl TopologyScore {
+    fn key(&self) -> (u64, u32, u32, u32, u32, u32) {
+        (
+            self.comm_cost,
+            self.islands_broken,
+            self.nodes_broken,
+            self.group_leftover,
+            self.node_leftover,
+            self.numa_nodes_spanned,
+        )
+    }
+}
+
+impl Ord for TopologyScore {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+impl PartialOrd for TopologyScore {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for TopologyScore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "communication cost {}, NVLink islands broken {}, whole nodes broken {}, \
+             free devices left in touched groups {}, free devices left on the node {}, \
+             NUMA nodes spanned {}",
+            self.comm_cost,
+            self.islands_broken,
+            self.nodes_broken,
+            self.group_leftover,
+            self.node_leftover,
+            self.numa_nodes_spanned
+        )
+    }
+}
+
+/// The grouping of one node's candidate devices, for the fragmentation terms.
+#[derive(Debug, Default)]
+pub(crate) struct NodeTopology {
+    /// Per candidate: index of its NVLink island in this node, if it has one.
+    pub island: Vec<Option<u32>>,
+    /// Per candidate: index of its leftover group (island, else NUMA node, else the node).
+    pub group: Vec<u32>,
+    /// Per candidate: NUMA node.
+    pub numa: Vec<Option<i64>>,
+    pub island_count: usize,
+    pub group_count: usize,
+}
+
+impl NodeTopology {
+    pub fn new<'a>(attrs: impl Iterator<Item = &'a TopologyAttributes>) -> NodeTopology {
+        let mut islands: Vec<Arc<str>> = Vec::new();
+        let mut groups: Vec<(u8, String)> = Vec::new();
+        let mut topo = NodeTopology::default();
+        for a in attrs {
+            let island = a.nvlink_island.as_ref().map(|name| {
+                let idx = islands.iter().position(|i| i == name).unwrap_or_else(|| {
+                    islands.push(name.clone());
+                    islands.len() - 1
+                });
+                u32::try_from(idx).unwrap_or(u32::MAX)
+            });
+            let key = match (&a.nvlink_island, a.numa_node) {
+                (Some(i), _) => (0u8, i.to_string()),
+                (None, Some(n)) => (1, n.to_string()),
+                (None, None) => (2, String::new()),
+            };
+            let group = groups.iter().position(|g| *g == key).unwrap_or_else(|| {
+                groups.push(key);
+                groups.len() - 1
+            });
+            topo.island.push(island);
+            topo.group.push(u32::try_from(group).unwrap_or(u32::MAX));
+            topo.numa.push(a.numa_node);
+        }
+        topo.island_count = islands.len();
+        topo.group_count = groups.len();
+        topo
+    }
+
+    /// Scores taking the candidates `chosen` (positions, may repeat) given which candidates were
+    /// free before, with `comm_cost` already computed.
+    pub fn score(&self, free_before: &[bool], chosen: &[usize], comm_cost: u64) -> TopologyScore {
+        let mut taken = vec![false; free_before.len()];
+        for &c in chosen {
+            taken[c] = true;
+        }
+        let free_after = |i: usize| free_before[i] && !taken[i];
+        let mut island_free_before = vec![true; self.island_count];
+        let mut island_free_after = vec![true; self.island_count];
+        let mut group_left = vec![0u32; self.group_count];
+        let mut group_touched = vec![false; self.group_count];
+        let mut node_left = 0u32;
+        for i in 0..free_before.len() {
+            if let Some(isl) = self.island[i] {
+                island_free_before[isl as usize] &= free_before[i];
+                island_free_after[isl as usize] &= free_after(i);
+            }
+            if free_after(i) {
+                group_left[self.group[i] as usize] += 1;
+                node_left += 1;
+            }
+            if taken[i] {
+                group_touched[self.group[i] as usize] = true;
+            }
+        }
+        let islands_broken = island_free_before
+            .iter()
+            .zip(&island_free_after)
+            .filter(|(before, after)| **before && !**after)
+            .count();
+        let mut numas: Vec<i64> = chosen.iter().filter_map(|&c| self.numa[c]).collect();
+        numas.sort_unstable();
+        numas.dedup();
+        TopologyScore {
+            comm_cost,
+            islands_broken: u32::try_from(islands_broken).unwrap_or(u32::MAX),
+            nodes_broken: u32::from(!chosen.is_empty() && free_before.iter().all(|f| *f)),
+            group_leftover: group_left
+                .iter()
+                .zip(&group_touched)
+                .filter(|(_, t)| **t)
+                .map(|(l, _)| *l)
+                .sum(),
+            node_leftover: node_left,
+            numa_nodes_spanned: u32::try_from(numas.len()).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(
+        island: Option<&str>,
+        bw: Option<i64>,
+        root: Option<&str>,
+        numa: Option<i64>,
+    ) -> TopologyAttributes {
+        TopologyAttributes {
+            nvlink_island: island.map(Arc::from),
+            nvlink_bandwidth_gbps: bw,
+            pcie_root: root.map(Arc::from),
+            numa_node: numa,
+        }
+    }
+
+    #[test]
+    fn pair_costs_order_island_root_numa_socket() {
+        let h100 = |root, numa| gpu(Some("i0"), Some(900), Some(root), Some(numa));
+        assert_eq!(pair_cost(&h100("r0", 0), &h100("r1", 1)), 10);
+        let a100 = gpu(Some("i0"), Some(600), None, None);
+        assert_eq!(pair_cost(&a100, &a100.clone()), 15);
+        let slow = gpu(Some("i0"), Some(50), None, None);
+        assert_eq!(pair_cost(&slow, &slow.clone()), NVLINK_MAX_COST);
+        let unknown_bw = gpu(Some("i0"), None, None, None);
+        assert_eq!(pair_cost(&unknown_bw, &unknown_bw.clone()), 20);
+        let l40s = |root, numa| gpu(None, None, Some(root), Some(numa));
+        assert_eq!(
+            pair_cost(&l40s("r0", 0), &l40s("r0", 0)),
+            SAME_PCIE_ROOT_COST
+        );
+        assert_eq!(pair_cost(&l40s("r0", 0), &l40s("r1", 0)), SAME_NUMA_COST);
+        assert_eq!(pair_cost(&l40s("r0", 0), &l40s("r1", 1)), CROSS_SOCKET_COST);
+        assert_eq!(
+            pair_cost(&gpu(None, None, None, None), &gpu(None, None, None, None)),
+            100
+        );
+    }
+
+    #[test]
+    fn comm_cost_sums_pairs_and_ignores_repeats() {
+        let a = gpu(None, None, Some("r0"), Some(0));
+        let b = gpu(None, None, Some("r1"), Some(1));
+        assert_eq!(comm_cost([(0, &a)]), 0);
+        assert_eq!(comm_cost([(0, &a), (0, &a)]), 0);
+        assert_eq!(comm_cost([(0, &a), (1, &b), (2, &a)]), 100 + 40 + 100);
+    }
+
+    #[test]
+    fn fragmentation_prefers_partly_used_groups() {
+        // Two islands of two devices; island 0 has one device in use.
+        let attrs = [
+            gpu(Some("a"), Some(900), None, Some(0)),
+            gpu(Some("a"), Some(900), None, Some(0)),
+            gpu(Some("b"), Some(900), None, Some(1)),
+            gpu(Some("b"), Some(900), None, Some(1)),
+        ];
+        let topo = NodeTopology::new(attrs.iter());
+        let free = [false, true, true, true];
+        let in_used_island = topo.score(&free, &[1], 0);
+        let in_whole_island = topo.score(&free, &[2], 0);
+        assert_eq!(in_used_island.islands_broken, 0);
+        assert_eq!(in_whole_island.islands_broken, 1);
+        assert!(in_used_island < in_whole_island);
+        assert_eq!(in_used_island.node_leftover, 2);
+        assert_eq!(in_used_island.numa_nodes_spanned, 1);
+        let all_free = [true; 4];
+        assert_eq!(topo.score(&all_free, &[0], 0).nodes_broken, 1);
+    }
+}
