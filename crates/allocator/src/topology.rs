@@ -14,6 +14,8 @@
 //!    10‥30 (20 when a bandwidth is not published); else same PCIe root → 40; else same NUMA node
 //!    → 60; else (other socket, or unknown) → 100. A single device costs 0.
 //! 2. fragmentation, best fit:
+//!    `nvlink_stranded` — devices in an NVLink island that the allocation gives no NVLink peer
+//!    (a single GPU on an NVSwitch node wastes NVLink a multi-GPU claim could use);
 //!    `islands_broken` — NVLink islands that were entirely free before and are not after;
 //!    `nodes_broken` — 1 if every device of the node was free before;
 //!    `group_leftover` — free devices left in the groups the allocation touches (a group is the
@@ -130,6 +132,8 @@ pub fn comm_cost<'a>(devices: impl IntoIterator<Item = (usize, &'a TopologyAttri
 pub struct TopologyScore {
     /// Sum of pair costs of the allocated devices.
     pub comm_cost: u64,
+    /// Allocated devices in an NVLink island with no other allocated device in that island.
+    pub nvlink_stranded: u32,
     /// NVLink islands that were entirely free before the allocation and are not after it.
     pub islands_broken: u32,
     /// 1 if the node was entirely free before the allocation.
@@ -143,9 +147,10 @@ pub struct TopologyScore {
 }
 
 impl TopologyScore {
-    fn key(&self) -> (u64, u32, u32, u32, u32, u32) {
+    fn key(&self) -> (u64, u32, u32, u32, u32, u32, u32) {
         (
             self.comm_cost,
+            self.nvlink_stranded,
             self.islands_broken,
             self.nodes_broken,
             self.group_leftover,
@@ -171,10 +176,11 @@ impl fmt::Display for TopologyScore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "communication cost {}, NVLink islands broken {}, whole nodes broken {}, \
-             free devices left in touched groups {}, free devices left on the node {}, \
-             NUMA nodes spanned {}",
+            "communication cost {}, devices without NVLink peer {}, NVLink islands broken {}, \
+             whole nodes broken {}, free devices left in touched groups {}, free devices left on \
+             the node {}, NUMA nodes spanned {}",
             self.comm_cost,
+            self.nvlink_stranded,
             self.islands_broken,
             self.nodes_broken,
             self.group_leftover,
@@ -232,9 +238,16 @@ impl NodeTopology {
     /// free before, with `comm_cost` already computed.
     pub fn score(&self, free_before: &[bool], chosen: &[usize], comm_cost: u64) -> TopologyScore {
         let mut taken = vec![false; free_before.len()];
+        let mut island_taken = vec![0u32; self.island_count];
         for &c in chosen {
+            if !taken[c]
+                && let Some(isl) = self.island[c]
+            {
+                island_taken[isl as usize] += 1;
+            }
             taken[c] = true;
         }
+        let nvlink_stranded = island_taken.iter().filter(|n| **n == 1).count();
         let free_after = |i: usize| free_before[i] && !taken[i];
         let mut island_free_before = vec![true; self.island_count];
         let mut island_free_after = vec![true; self.island_count];
@@ -264,6 +277,7 @@ impl NodeTopology {
         numas.dedup();
         TopologyScore {
             comm_cost,
+            nvlink_stranded: u32::try_from(nvlink_stranded).unwrap_or(u32::MAX),
             islands_broken: u32::try_from(islands_broken).unwrap_or(u32::MAX),
             nodes_broken: u32::from(!chosen.is_empty() && free_before.iter().all(|f| *f)),
             group_leftover: group_left
@@ -342,6 +356,8 @@ mod tests {
         let in_used_island = topo.score(&free, &[1], 0);
         let in_whole_island = topo.score(&free, &[2], 0);
         assert_eq!(in_used_island.islands_broken, 0);
+        assert_eq!(in_used_island.nvlink_stranded, 1, "its island peer is not part of the allocation");
+        assert_eq!(topo.score(&free, &[2, 3], 10).nvlink_stranded, 0);
         assert_eq!(in_whole_island.islands_broken, 1);
         assert!(in_used_island < in_whole_island);
         assert_eq!(in_used_island.node_leftover, 2);
