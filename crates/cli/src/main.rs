@@ -3,8 +3,10 @@
 //!
 //! Each subcommand lives in a module of its own; `main` only parses arguments and dispatches.
 
+mod explain;
 mod inventory;
 mod schema;
+mod simulate;
 
 use clap::{Parser, Subcommand};
 
@@ -25,6 +27,11 @@ enum Command {
     Schema(schema::SchemaArgs),
     /// Print the ResourceSlices a node would publish, from a topology or from NVML.
     Inventory(inventory::InventoryArgs),
+    /// Explain why a claim can or cannot be allocated, node by node and device by device.
+    Explain(explain::ExplainArgs),
+    /// Compare first-fit and topology-aware placement on a synthetic cluster and claim trace.
+    #[command(long_about = simulate::LONG_ABOUT)]
+    Simulate(simulate::SimulateArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -32,5 +39,7 @@ fn main() -> anyhow::Result<()> {
     match args.command {
         Command::Schema(a) => schema::run(&a, &mut std::io::stdout().lock()),
         Command::Inventory(a) => inventory::run(&a, &mut std::io::stdout().lock()),
+        Command::Explain(a) => explain::run(&a, &mut std::io::stdout().lock()),
+        Command::Simulate(a) => simulate::run(&a, &mut std::io::stdout().lock()),
     }
 }

@@ -1,0 +1,339 @@
+//! `tessera explain`: why a claim can or cannot be allocated, device by device — the same
+//! allocator and CEL code the controller runs, on objects read from files.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use serde::Serialize;
+use tessera_allocator::{
+    AllocateOptions, AllocatedState, Allocation, Inventory, Outcome, PlacementMode, Unsatisfiable,
+    claim_name,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Human-readable account.
+    Text,
+    /// `{"node", "allocation", "unsatisfiable": [{"node", "reasons"}]}`.
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// What kube-scheduler would pick.
+    FirstFit,
+    /// Tessera's topology score (design.md §4).
+    TopologyAware,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// Files or directories of YAML/JSON: ResourceSlices, DeviceClasses, ResourceClaims (allocated
+    /// ones count as in use) and optionally Nodes (for node names and labels; without them the
+    /// nodes are those named by the slices). `List` objects are unpacked; other kinds are skipped.
+    #[arg(long, env = "TESSERA_OBJECTS", num_args = 1.., required = true, value_delimiter = ',')]
+    pub objects: Vec<PathBuf>,
+
+    /// The claim to explain, as NAMESPACE/NAME (a claim without a namespace is in `default`).
+    #[arg(long, env = "TESSERA_CLAIM")]
+    pub claim: String,
+
+    /// Only this node; without it, the node the mode would pick.
+    #[arg(long, env = "TESSERA_NODE")]
+    pub node: Option<String>,
+
+    /// How devices and nodes are chosen.
+    #[arg(long, env = "TESSERA_MODE", value_enum, default_value = "first-fit")]
+    pub mode: Mode,
+
+    /// Search steps per node before giving up.
+    #[arg(long, env = "TESSERA_STEP_BUDGET", default_value_t = tessera_allocator::DEFAULT_STEP_BUDGET)]
+    pub step_budget: u64,
+
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long,
+        env = "TESSERA_OUTPUT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub output: OutputFormat,
+}
+
+/// The objects found in the input files.
+#[derive(Debug, Default)]
+pub struct Objects {
+    pub slices: Vec<ResourceSlice>,
+    pub classes: Vec<DeviceClass>,
+    pub claims: Vec<ResourceClaim>,
+    pub nodes: Vec<Node>,
+    /// Kinds that were skipped, with where they came from.
+    pub skipped: Vec<String>,
+}
+
+impl Objects {
+    /// Reads every file under `paths` (directories recursively, `.yaml`, `.yml` and `.json` files).
+    pub fn load(paths: &[PathBuf]) -> anyhow::Result<Objects> {
+        let mut objects = Objects::default();
+        for path in paths {
+            objects.load_path(path)?;
+        }
+        Ok(objects)
+    }
+
+    fn load_path(&mut self, path: &Path) -> anyhow::Result<()> {
+        let meta = std::fs::metadata(path).with_context(|| format!("read {}", path.display()))?;
+        if meta.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("list directory {}", path.display()))?
+                .map(|e| e.map(|e| e.path()))
+                .collect::<Result<_, _>>()
+                .with_context(|| format!("list directory {}", path.display()))?;
+            entries.sort();
+            for entry in entries {
+                let is_object_file = entry
+                    .extension()
+                    .and_then(|e| e.to_str())
+                    .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"));
+                if entry.is_dir() || is_object_file {
+                    self.load_path(&entry)?;
+                }
+            }
+            return Ok(());
+        }
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+        for (index, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+            let value = serde_yaml::Value::deserialize(document)
+                .with_context(|| format!("{}: document {}: not YAML", path.display(), index + 1))?;
+            self.add(
+                value,
+                &format!("{} (document {})", path.display(), index + 1),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, value: serde_yaml::Value, origin: &str) -> anyhow::Result<()> {
+        if value.is_null() {
+            return Ok(());
+        }
+        let kind = value
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        let parse = |what: &str| format!("{origin}: not a valid {what}");
+        match kind.as_str() {
+            "ResourceSlice" => self
+                .slices
+                .push(serde_yaml::from_value(value).with_context(|| parse("ResourceSlice"))?),
+            "DeviceClass" => self
+                .classes
+                .push(serde_yaml::from_value(value).with_context(|| parse("DeviceClass"))?),
+            "ResourceClaim" => self
+                .claims
+                .push(serde_yaml::from_value(value).with_context(|| parse("ResourceClaim"))?),
+            "Node" => self
+                .nodes
+                .push(serde_yaml::from_value(value).with_context(|| parse("Node"))?),
+            "List" | "ResourceSliceList" | "DeviceClassList" | "ResourceClaimList" | "NodeList" => {
+                let items = value
+                    .get("items")
+                    .and_then(|i| i.as_sequence())
+                    .cloned()
+                    .unwrap_or_default();
+                for (i, item) in items.into_iter().enumerate() {
+                    self.add(item, &format!("{origin} item {}", i + 1))?;
+                }
+            }
+            "" => bail!("{origin}: object has no kind; add `kind:` and `apiVersion:`"),
+            other => self.skipped.push(format!("{other} in {origin}")),
+        }
+        Ok(())
+    }
+}
+
+use serde::Deserialize as _;
+
+/// What `-o json` prints.
+#[derive(Debug, Serialize)]
+struct JsonReport<'a> {
+    node: Option<&'a str>,
+    allocation: Option<&'a k8s_openapi::api::resource::v1::AllocationResult>,
+    unsatisfiable: Vec<JsonNode>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonNode {
+    node: String,
+    reasons: Vec<String>,
+}
+
+fn qualified(claim: &ResourceClaim) -> String {
+    let name = claim_name(claim);
+    if name.contains('/') {
+        name
+    } else {
+        format!("default/{name}")
+    }
+}
+
+pub fn run(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    let objects = Objects::load(&args.objects)?;
+    let wanted = if args.claim.contains('/') {
+        args.claim.clone()
+    } else {
+        format!("default/{}", args.claim)
+    };
+    let Some(target) = objects.claims.iter().find(|c| qualified(c) == wanted) else {
+        let known: Vec<String> = objects.claims.iter().map(qualified).collect();
+        bail!(
+            "claim {wanted} is not among the objects (claims found: {}); pass the file that holds it with --objects",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        );
+    };
+    let mut target = target.clone();
+    let previous = target.status.as_mut().and_then(|s| s.allocation.take());
+    let state =
+        AllocatedState::from_claims(objects.claims.iter().filter(|c| qualified(c) != wanted))?;
+    let inventory = Inventory::from_nodes(objects.slices, objects.classes, &objects.nodes);
+    let options = AllocateOptions {
+        mode: match args.mode {
+            Mode::FirstFit => PlacementMode::FirstFit,
+            Mode::TopologyAware => PlacementMode::TopologyAware,
+        },
+        step_budget: args.step_budget,
+        explain: true,
+    };
+    let outcome = inventory.allocate(
+        std::slice::from_ref(&target),
+        &state,
+        args.node.as_deref(),
+        &options,
+    )?;
+    match args.output {
+        OutputFormat::Json => {
+            let report = match &outcome {
+                Outcome::Allocated(a) => JsonReport {
+                    node: Some(&a.node),
+                    allocation: Some(&a.claims[0].result),
+                    unsatisfiable: Vec::new(),
+                },
+                Outcome::Unsatisfiable(u) => JsonReport {
+                    node: None,
+                    allocation: None,
+                    unsatisfiable: u
+                        .nodes
+                        .iter()
+                        .map(|n| JsonNode {
+                            node: n.node.clone(),
+                            reasons: n.reason_lines(),
+                        })
+                        .collect(),
+                },
+            };
+            serde_json::to_writer_pretty(&mut *out, &report)?;
+            writeln!(out)?;
+        }
+        OutputFormat::Text => {
+            if previous.is_some() {
+                writeln!(
+                    out,
+                    "note: claim {wanted} is already allocated; explaining a fresh allocation"
+                )?;
+            }
+            for skipped in &objects.skipped {
+                writeln!(out, "note: skipped {skipped}")?;
+            }
+            match &outcome {
+                Outcome::Allocated(a) => write_allocation(out, &wanted, options.mode, a)?,
+                Outcome::Unsatisfiable(u) => write_unsatisfiable(out, &wanted, options.mode, u)?,
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_allocation(
+    out: &mut impl Write,
+    claim: &str,
+    mode: PlacementMode,
+    a: &Allocation,
+) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "claim {claim} can be allocated on node {} ({mode}):",
+        a.node
+    )?;
+    let result = &a.claims[0].result;
+    let devices = result.devices.as_ref();
+    for r in devices
+        .and_then(|d| d.results.as_deref())
+        .unwrap_or_default()
+    {
+        let mut extras = Vec::new();
+        if r.admin_access == Some(true) {
+            extras.push("admin access".to_owned());
+        }
+        if let Some(share) = &r.share_id {
+            extras.push(format!("share {share}"));
+        }
+        for (name, q) in r.consumed_capacity.iter().flatten() {
+            extras.push(format!("{name}={}", q.0));
+        }
+        let extras = if extras.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", extras.join(", "))
+        };
+        writeln!(
+            out,
+            "  request {} -> {}/{}/{}{extras}",
+            r.request, r.driver, r.pool, r.device
+        )?;
+    }
+    for c in devices
+        .and_then(|d| d.config.as_deref())
+        .unwrap_or_default()
+    {
+        let requests = c
+            .requests
+            .as_deref()
+            .map(|r| r.join(", "))
+            .unwrap_or_else(|| "all requests".into());
+        let driver = c.opaque.as_ref().map(|o| o.driver.as_str()).unwrap_or("?");
+        writeln!(
+            out,
+            "  config {} for {requests} (driver {driver})",
+            c.source
+        )?;
+    }
+    writeln!(out, "  score: {}", a.score)?;
+    if a.truncated {
+        writeln!(
+            out,
+            "  note: the search stopped at its step budget; a better placement may exist"
+        )?;
+    }
+    Ok(())
+}
+
+fn write_unsatisfiable(
+    out: &mut impl Write,
+    claim: &str,
+    mode: PlacementMode,
+    u: &Unsatisfiable,
+) -> anyhow::Result<()> {
+    writeln!(out, "claim {claim} cannot be allocated ({mode}):")?;
+    write!(out, "{u}")?;
+    Ok(())
+}

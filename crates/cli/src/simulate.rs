@@ -1,0 +1,577 @@
+//! `tessera simulate`: placement quality of first fit and topology-aware allocation on a synthetic
+//! cluster (nodes rendered from shipped or custom topologies) under a trace of GPU claims arriving
+//! and departing.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, CELDeviceSelector, DeviceClaim, DeviceClass, DeviceClassSpec, DeviceRequest,
+    DeviceSelector, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec, ResourceSlice,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+use tessera_allocator::{
+    AllocateOptions, AllocatedState, DeviceId, Inventory, Outcome, PlacementMode,
+};
+use tessera_api::names::{DRIVER_NAME, GPU_DEVICE_CLASS, attr};
+use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
+
+pub const LONG_ABOUT: &str = "\
+Allocates a trace of GPU claims (arriving and departing) on a synthetic cluster, once with \
+first fit (what kube-scheduler does) and once topology-aware, and compares placement quality.
+
+The default scenario is 64 dgx-h100 and 64 pcie-l40s nodes and 3000 claims of 1, 2, 4 or 8 GPUs \
+(weights 40/25/20/15) living 1-480 arrivals each. A scenario file (YAML) describes its own:
+
+  nodes:
+    - topology: dgx-h100        # shipped topology name or topology file path
+      count: 64
+      namePrefix: dgx           # optional; nodes are <prefix>-000, <prefix>-001, ...
+  trace:
+    claims: 3000
+    sizes: {1: 40, 2: 25, 4: 20, 8: 15}   # GPUs per claim: relative weight
+    lifetime: {min: 1, max: 480}          # arrivals a claim stays, uniform
+
+Metrics per mode: claims, allocated, nvlinkLocalPercent (multi-GPU claims whose GPUs share one \
+NVLink island, percent of allocated multi-GPU claims), meanCommCost (mean over allocated \
+multi-GPU claims of the average pair cost of the TopologyScore), rejectedWhileFree (claims \
+rejected although the cluster had at least as many free GPUs as they asked for), \
+p50LatencyMicros and p99LatencyMicros (per allocation). All metrics except the two latencies \
+are deterministic for a scenario and seed; the latencies are measurements.";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// A table.
+    Text,
+    /// `{"firstFit": M, "topologyAware": M}`.
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// `default`, or the path of a scenario file (format in --help).
+    #[arg(long, env = "TESSERA_SCENARIO", default_value = "default")]
+    pub scenario: String,
+
+    /// Seed of the claim trace; the same seed gives the same trace and the same placements.
+    #[arg(long, env = "TESSERA_SEED", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long,
+        env = "TESSERA_OUTPUT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub output: OutputFormat,
+}
+
+/// A scenario: the cluster and the trace.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Scenario {
+    pub nodes: Vec<NodeGroup>,
+    pub trace: TraceSpec,
+}
+
+/// `count` nodes rendered from one topology.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeGroup {
+    pub topology: String,
+    pub count: usize,
+    #[serde(default)]
+    pub name_prefix: Option<String>,
+}
+
+/// The claim trace.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TraceSpec {
+    pub claims: usize,
+    /// GPUs per claim → relative weight.
+    pub sizes: BTreeMap<u32, u32>,
+    pub lifetime: Lifetime,
+}
+
+/// How many arrivals a claim stays, uniformly in `min..=max`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lifetime {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl Scenario {
+    pub fn default_scenario() -> Scenario {
+        Scenario {
+            nodes: vec![
+                NodeGroup {
+                    topology: "dgx-h100".into(),
+                    count: 64,
+                    name_prefix: None,
+                },
+                NodeGroup {
+                    topology: "pcie-l40s".into(),
+                    count: 64,
+                    name_prefix: None,
+                },
+            ],
+            trace: TraceSpec {
+                claims: 3000,
+                sizes: [(1, 40), (2, 25), (4, 20), (8, 15)].into(),
+                lifetime: Lifetime { min: 1, max: 480 },
+            },
+        }
+    }
+
+    fn load(path: &Path) -> anyhow::Result<Scenario> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("read scenario {}", path.display()))?;
+        let scenario: Scenario = serde_yaml::from_str(&text).with_context(|| {
+            format!(
+                "scenario {}: invalid (see tessera simulate --help)",
+                path.display()
+            )
+        })?;
+        scenario
+            .check()
+            .with_context(|| format!("scenario {}", path.display()))?;
+        Ok(scenario)
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        if self.nodes.iter().all(|g| g.count == 0) {
+            bail!("nodes: at least one node is needed");
+        }
+        if self.trace.sizes.is_empty() || self.trace.sizes.values().all(|w| *w == 0) {
+            bail!("trace.sizes: give at least one size with a positive weight");
+        }
+        if let Some(size) = self.trace.sizes.keys().find(|s| **s == 0 || **s > 32) {
+            bail!("trace.sizes: {size} GPUs per claim is outside 1..=32");
+        }
+        if self.trace.lifetime.min > self.trace.lifetime.max {
+            bail!(
+                "trace.lifetime: min {} is above max {}",
+                self.trace.lifetime.min,
+                self.trace.lifetime.max
+            );
+        }
+        Ok(())
+    }
+}
+
+/// SplitMix64: small, fast, and the same on every platform and release.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// One claim of the trace: when it arrives (its index), how many GPUs, how long it stays.
+#[derive(Debug, Clone, Copy)]
+struct TraceClaim {
+    gpus: u32,
+    lifetime: u64,
+}
+
+fn trace(spec: &TraceSpec, seed: u64) -> Vec<TraceClaim> {
+    let mut rng = Rng(seed);
+    let total: u64 = spec.sizes.values().map(|w| u64::from(*w)).sum();
+    (0..spec.claims)
+        .map(|_| {
+            let mut pick = rng.below(total);
+            let gpus = spec
+                .sizes
+                .iter()
+                .find(|(_, w)| {
+                    let w = u64::from(**w);
+                    if pick < w {
+                        true
+                    } else {
+                        pick -= w;
+                        false
+                    }
+                })
+                .map(|(s, _)| *s)
+                .unwrap_or(1);
+            let span = spec.lifetime.max - spec.lifetime.min + 1;
+            TraceClaim {
+                gpus,
+                lifetime: spec.lifetime.min + rng.below(span),
+            }
+        })
+        .collect()
+}
+
+/// The synthetic cluster: rendered slices, the class, and what the metrics need per GPU.
+struct Cluster {
+    inventory: Inventory,
+    gpus: Vec<DeviceId>,
+    islands: HashMap<(String, String), Option<String>>,
+}
+
+fn gpu_class() -> DeviceClass {
+    DeviceClass {
+        metadata: ObjectMeta {
+            name: Some(GPU_DEVICE_CLASS.into()),
+            ..Default::default()
+        },
+        spec: Some(DeviceClassSpec {
+            selectors: Some(vec![DeviceSelector {
+                cel: Some(CELDeviceSelector {
+                    expression: format!(
+                        "device.driver == \"{DRIVER_NAME}\" && device.attributes[\"{DRIVER_NAME}\"].{} == \"gpu\"",
+                        attr::TYPE
+                    ),
+                }),
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+fn cluster(scenario: &Scenario) -> anyhow::Result<Cluster> {
+    let mut slices: Vec<ResourceSlice> = Vec::new();
+    for group in &scenario.nodes {
+        let inventory = MockSource::new(&group.topology)
+            .and_then(|s| s.inventory())
+            .with_context(|| format!("topology {}", group.topology))?;
+        let prefix = group
+            .name_prefix
+            .clone()
+            .unwrap_or_else(|| group.topology.clone());
+        for i in 0..group.count {
+            let options = RenderOptions::new(format!("{prefix}-{i:03}"));
+            slices.extend(
+                render_slices(&inventory, &options)
+                    .with_context(|| format!("render topology {}", group.topology))?,
+            );
+        }
+    }
+    let mut gpus = Vec::new();
+    let mut islands = HashMap::new();
+    for slice in &slices {
+        for d in slice.spec.devices.iter().flatten() {
+            let attrs = d.attributes.as_ref();
+            let get = |name: &str| {
+                attrs
+                    .and_then(|a| a.get(name))
+                    .and_then(|v| v.string.clone())
+            };
+            if get(attr::TYPE).as_deref() == Some("gpu") {
+                gpus.push(DeviceId::new(
+                    &slice.spec.driver,
+                    &slice.spec.pool.name,
+                    &d.name,
+                ));
+            }
+            islands.insert(
+                (slice.spec.pool.name.clone(), d.name.clone()),
+                get(attr::NVLINK_ISLAND),
+            );
+        }
+    }
+    Ok(Cluster {
+        inventory: Inventory::new(slices, vec![gpu_class()], vec![]),
+        gpus,
+        islands,
+    })
+}
+
+/// What one mode achieved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metrics {
+    pub claims: usize,
+    pub allocated: usize,
+    pub nvlink_local_percent: f64,
+    pub mean_comm_cost: f64,
+    pub rejected_while_free: usize,
+    pub p50_latency_micros: u64,
+    pub p99_latency_micros: u64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report {
+    first_fit: Metrics,
+    topology_aware: Metrics,
+}
+
+fn claim(index: usize, gpus: u32) -> ResourceClaim {
+    ResourceClaim {
+        metadata: ObjectMeta {
+            name: Some(format!("claim-{index}")),
+            namespace: Some("simulate".into()),
+            uid: Some(format!("sim-{index}")),
+            ..Default::default()
+        },
+        spec: Some(ResourceClaimSpec {
+            devices: Some(DeviceClaim {
+                requests: Some(vec![DeviceRequest {
+                    name: "gpus".into(),
+                    exactly: Some(ExactDeviceRequest {
+                        device_class_name: GPU_DEVICE_CLASS.into(),
+                        count: Some(i64::from(gpus)),
+                        ..Default::default()
+                    }),
+                    first_available: None,
+                }]),
+                ..Default::default()
+            }),
+        }),
+        status: None,
+    }
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn run_mode(
+    cluster: &Cluster,
+    trace: &[TraceClaim],
+    mode: PlacementMode,
+) -> anyhow::Result<Metrics> {
+    let options = AllocateOptions {
+        mode,
+        explain: false,
+        ..AllocateOptions::default()
+    };
+    let mut state = AllocatedState::new();
+    let mut live: HashMap<usize, AllocationResult> = HashMap::new();
+    let mut departures: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+    let (mut allocated, mut rejected_while_free) = (0, 0);
+    let (mut multi, mut local, mut pair_cost_sum) = (0usize, 0usize, 0f64);
+    let mut latencies = Vec::with_capacity(trace.len());
+    for (index, tc) in trace.iter().enumerate() {
+        let now = index as u64;
+        while let Some(Reverse((t, i))) = departures.peek().copied() {
+            if t > now {
+                break;
+            }
+            departures.pop();
+            if let Some(result) = live.remove(&i) {
+                state.remove_allocation(&result)?;
+            }
+        }
+        let claims = [claim(index, tc.gpus)];
+        let start = Instant::now();
+        let outcome = cluster
+            .inventory
+            .allocate(&claims, &state, None, &options)?;
+        latencies.push(u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX));
+        match outcome {
+            Outcome::Allocated(a) => {
+                allocated += 1;
+                let result = a
+                    .claims
+                    .into_iter()
+                    .next()
+                    .map(|c| c.result)
+                    .unwrap_or_default();
+                if tc.gpus >= 2 {
+                    let n = f64::from(tc.gpus);
+                    multi += 1;
+                    pair_cost_sum += a.score.comm_cost as f64 / (n * (n - 1.0) / 2.0);
+                    local += usize::from(one_island(cluster, &result));
+                }
+                state.add_allocation(&result)?;
+                live.insert(index, result);
+                departures.push(Reverse((now + tc.lifetime, index)));
+            }
+            Outcome::Unsatisfiable(_) => {
+                let free = cluster.gpus.iter().filter(|g| !state.is_in_use(g)).count();
+                if free >= tc.gpus as usize {
+                    rejected_while_free += 1;
+                }
+            }
+        }
+    }
+    latencies.sort_unstable();
+    let ratio = |part: f64, whole: usize| {
+        if whole == 0 {
+            0.0
+        } else {
+            round2(part / whole as f64)
+        }
+    };
+    Ok(Metrics {
+        claims: trace.len(),
+        allocated,
+        nvlink_local_percent: ratio(100.0 * local as f64, multi),
+        mean_comm_cost: ratio(pair_cost_sum, multi),
+        rejected_while_free,
+        p50_latency_micros: percentile(&latencies, 50.0),
+        p99_latency_micros: percentile(&latencies, 99.0),
+    })
+}
+
+fn one_island(cluster: &Cluster, result: &AllocationResult) -> bool {
+    let results = result
+        .devices
+        .as_ref()
+        .and_then(|d| d.results.as_deref())
+        .unwrap_or_default();
+    let island = |r: &k8s_openapi::api::resource::v1::DeviceRequestAllocationResult| {
+        cluster
+            .islands
+            .get(&(r.pool.clone(), r.device.clone()))
+            .cloned()
+            .flatten()
+    };
+    let first = results.first().and_then(island);
+    first.is_some() && results.iter().all(|r| island(r) == first)
+}
+
+pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    let scenario = if args.scenario == "default" {
+        Scenario::default_scenario()
+    } else {
+        Scenario::load(Path::new(&args.scenario))?
+    };
+    let cluster = cluster(&scenario)?;
+    let trace = trace(&scenario.trace, args.seed);
+    let report = Report {
+        first_fit: run_mode(&cluster, &trace, PlacementMode::FirstFit)?,
+        topology_aware: run_mode(&cluster, &trace, PlacementMode::TopologyAware)?,
+    };
+    match args.output {
+        OutputFormat::Json => {
+            serde_json::to_writer_pretty(&mut *out, &report)?;
+            writeln!(out)?;
+        }
+        OutputFormat::Text => {
+            let nodes: usize = scenario.nodes.iter().map(|g| g.count).sum();
+            writeln!(
+                out,
+                "{nodes} nodes, {} GPUs, {} claims (seed {})\n",
+                cluster.gpus.len(),
+                trace.len(),
+                args.seed
+            )?;
+            writeln!(
+                out,
+                "{:<22} {:>12} {:>15}",
+                "METRIC", "FIRST-FIT", "TOPOLOGY-AWARE"
+            )?;
+            let (f, t) = (&report.first_fit, &report.topology_aware);
+            let rows: [(&str, String, String); 7] = [
+                ("claims", f.claims.to_string(), t.claims.to_string()),
+                (
+                    "allocated",
+                    f.allocated.to_string(),
+                    t.allocated.to_string(),
+                ),
+                (
+                    "nvlinkLocalPercent",
+                    f.nvlink_local_percent.to_string(),
+                    t.nvlink_local_percent.to_string(),
+                ),
+                (
+                    "meanCommCost",
+                    f.mean_comm_cost.to_string(),
+                    t.mean_comm_cost.to_string(),
+                ),
+                (
+                    "rejectedWhileFree",
+                    f.rejected_while_free.to_string(),
+                    t.rejected_while_free.to_string(),
+                ),
+                (
+                    "p50LatencyMicros",
+                    f.p50_latency_micros.to_string(),
+                    t.p50_latency_micros.to_string(),
+                ),
+                (
+                    "p99LatencyMicros",
+                    f.p99_latency_micros.to_string(),
+                    t.p99_latency_micros.to_string(),
+                ),
+            ];
+            for (name, a, b) in rows {
+                writeln!(out, "{name:<22} {a:>12} {b:>15}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traces_are_deterministic_and_follow_the_weights() {
+        let spec = Scenario::default_scenario().trace;
+        let a = trace(&spec, 7);
+        let b = trace(&spec, 7);
+        assert_eq!(a.len(), 3000);
+        assert!(
+            a.iter()
+                .zip(&b)
+                .all(|(x, y)| x.gpus == y.gpus && x.lifetime == y.lifetime)
+        );
+        let ones = a.iter().filter(|c| c.gpus == 1).count();
+        assert!((1000..1400).contains(&ones), "weight 40% of 3000: {ones}");
+        assert!(a.iter().all(|c| (1..=480).contains(&c.lifetime)));
+        assert_ne!(
+            trace(&spec, 8).iter().map(|c| c.gpus).collect::<Vec<_>>(),
+            a.iter().map(|c| c.gpus).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn percentiles() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 50.0), 50);
+        assert_eq!(percentile(&v, 99.0), 99);
+        assert_eq!(percentile(&[], 50.0), 0);
+    }
+
+    #[test]
+    fn bad_scenarios_are_refused_with_the_field() {
+        let mut s = Scenario::default_scenario();
+        s.trace.sizes = [(64, 1)].into();
+        assert!(
+            s.check()
+                .unwrap_err()
+                .to_string()
+                .contains("trace.sizes: 64 GPUs")
+        );
+        let mut s = Scenario::default_scenario();
+        s.trace.lifetime = Lifetime { min: 5, max: 1 };
+        assert!(
+            s.check()
+                .unwrap_err()
+                .to_string()
+                .contains("trace.lifetime")
+        );
+    }
+}

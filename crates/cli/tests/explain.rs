@@ -1,0 +1,294 @@
+//! `tessera explain` run as a binary on objects written to a temporary directory: slices rendered
+//! by `tessera inventory`, a DeviceClass, claims (some allocated), Node objects.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn tessera(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .output()
+        .expect("the tessera binary runs")
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "tessera failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).expect("UTF-8 output")
+}
+
+const CLASS: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: gpu.tessera.dev
+spec:
+  selectors:
+  - cel:
+      expression: device.driver == "gpu.tessera.dev" && device.attributes["gpu.tessera.dev"].type == "gpu"
+"#;
+
+fn claim(name: &str, count: u32) -> String {
+    format!(
+        r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: {name}
+  namespace: team-a
+spec:
+  devices:
+    requests:
+    - name: gpus
+      exactly:
+        deviceClassName: gpu.tessera.dev
+        count: {count}
+"#
+    )
+}
+
+/// An allocated claim holding `gpus` of `node`.
+fn allocated_claim(name: &str, node: &str, gpus: &[u32]) -> String {
+    let results: String = gpus
+        .iter()
+        .map(|g| {
+            format!(
+                "\n        - request: gpus\n          driver: gpu.tessera.dev\n          pool: {node}\n          device: gpu-{g}"
+            )
+        })
+        .collect();
+    format!(
+        "{}status:\n  allocation:\n    devices:\n      results:{results}\n",
+        claim(name, gpus.len() as u32)
+    )
+}
+
+/// A directory with two DGX H100 nodes' slices (rendered by `tessera inventory`), the class and
+/// the given extra documents.
+fn objects(dir: &Path, extra: &[String]) {
+    for node in ["node-a", "node-b"] {
+        let slices = ok(&tessera(&[
+            "inventory",
+            "--topology",
+            "dgx-h100",
+            "--node-name",
+            node,
+            "-o",
+            "yaml",
+        ]));
+        std::fs::write(dir.join(format!("{node}.yaml")), slices).unwrap();
+    }
+    std::fs::write(dir.join("class.yaml"), CLASS).unwrap();
+    std::fs::write(dir.join("claims.yaml"), extra.join("\n---\n")).unwrap();
+}
+
+fn explain_json(dir: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["explain", "--objects", dir.to_str().unwrap(), "-o", "json"];
+    args.extend_from_slice(extra);
+    serde_json::from_str(&ok(&tessera(&args))).expect("JSON output")
+}
+
+fn devices(report: &Value) -> Vec<String> {
+    report["allocation"]["devices"]["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r["pool"].as_str().unwrap(),
+                r["device"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn an_allocatable_claim_gets_the_first_fit_node_and_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    objects(dir.path(), &[claim("train", 2)]);
+    let report = explain_json(dir.path(), &["--claim", "team-a/train"]);
+    assert_eq!(report["node"], "node-a");
+    assert_eq!(devices(&report), ["node-a/gpu-0", "node-a/gpu-1"]);
+    assert_eq!(
+        report["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0],
+        "node-a"
+    );
+    assert_eq!(report["unsatisfiable"], Value::Array(vec![]));
+}
+
+#[test]
+fn allocated_claims_in_the_objects_count_as_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    objects(
+        dir.path(),
+        &[
+            allocated_claim("big", "node-a", &[0, 1, 2, 3, 4, 5, 6]),
+            claim("train", 2),
+        ],
+    );
+    let report = explain_json(dir.path(), &["--claim", "team-a/train"]);
+    assert_eq!(report["node"], "node-b", "node-a has one GPU left");
+
+    let report = explain_json(dir.path(), &["--claim", "team-a/train", "--node", "node-a"]);
+    assert_eq!(report["node"], Value::Null);
+    assert_eq!(report["allocation"], Value::Null);
+    let unsatisfiable = report["unsatisfiable"].as_array().unwrap();
+    assert_eq!(unsatisfiable.len(), 1);
+    assert_eq!(unsatisfiable[0]["node"], "node-a");
+    let reasons: Vec<&str> = unsatisfiable[0]["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert!(
+        reasons[0].starts_with("claim team-a/train, request gpus (class gpu.tessera.dev) wants 2 devices: 8 devices on the node, 8 match the class selectors, 8 match the request selectors, 1 available"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].contains("in use by another claim: gpu.tessera.dev/node-a/gpu-0"),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn an_unsatisfiable_claim_is_explained_for_every_node_in_text() {
+    let dir = tempfile::tempdir().unwrap();
+    objects(dir.path(), &[claim("huge", 9)]);
+    let out = ok(&tessera(&[
+        "explain",
+        "--objects",
+        dir.path().to_str().unwrap(),
+        "--claim",
+        "team-a/huge",
+        "--mode",
+        "topology-aware",
+    ]));
+    assert!(
+        out.starts_with("claim team-a/huge cannot be allocated (topology-aware):\n"),
+        "{out}"
+    );
+    for node in ["node-a", "node-b"] {
+        assert!(
+            out.contains(&format!("node {node}: cannot allocate\n")),
+            "{out}"
+        );
+    }
+    assert!(
+        out.contains("wants 9 devices: 8 devices on the node"),
+        "{out}"
+    );
+    assert!(out.contains("8 available — not enough"), "{out}");
+}
+
+#[test]
+fn topology_aware_text_names_the_node_devices_and_score() {
+    let dir = tempfile::tempdir().unwrap();
+    objects(
+        dir.path(),
+        &[allocated_claim("other", "node-b", &[0]), claim("train", 1)],
+    );
+    let out = ok(&tessera(&[
+        "explain",
+        "--objects",
+        dir.path().to_str().unwrap(),
+        "--claim",
+        "team-a/train",
+        "--mode",
+        "topology-aware",
+    ]));
+    // A partly used node is filled before a whole one is broken.
+    assert!(
+        out.starts_with("claim team-a/train can be allocated on node node-b (topology-aware):\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  request gpus -> gpu.tessera.dev/node-b/gpu-1\n"),
+        "{out}"
+    );
+    assert!(out.contains("  score: communication cost 0,"), "{out}");
+}
+
+#[test]
+fn node_objects_and_lists_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    objects(dir.path(), &[claim("train", 1)]);
+    let nodes = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: node-b
+    labels: {zone: z1}
+- apiVersion: v1
+  kind: ConfigMap
+  metadata:
+    name: unrelated
+"#;
+    std::fs::write(dir.path().join("nodes.yaml"), nodes).unwrap();
+    // Only node-b is a known node now; node-a's slices name a node that does not exist.
+    let report = explain_json(dir.path(), &["--claim", "team-a/train"]);
+    assert_eq!(report["node"], "node-b");
+}
+
+#[test]
+fn a_missing_claim_fails_with_the_claims_found() {
+    let dir = tempfile::tempdir().unwrap();
+    objects(dir.path(), &[claim("train", 1)]);
+    let out = tessera(&[
+        "explain",
+        "--objects",
+        dir.path().to_str().unwrap(),
+        "--claim",
+        "team-a/nope",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("claim team-a/nope is not among the objects (claims found: team-a/train)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_selector_error_fails_naming_claim_selector_and_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: bad
+  namespace: team-a
+spec:
+  devices:
+    requests:
+    - name: gpus
+      exactly:
+        deviceClassName: gpu.tessera.dev
+        selectors:
+        - cel:
+            expression: device.attributes["gpu.tessera.dev"].noSuchAttribute == "x"
+"#;
+    objects(dir.path(), &[bad.to_owned()]);
+    let out = tessera(&[
+        "explain",
+        "--objects",
+        dir.path().to_str().unwrap(),
+        "--claim",
+        "team-a/bad",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("claim team-a/bad, request gpus: selector #0 on device gpu.tessera.dev/node-a/gpu-0: CEL runtime error"),
+        "{stderr}"
+    );
+}
