@@ -8,6 +8,7 @@ use crate::error::AllocateError;
 use crate::explain::{NodeExplanation, Unsatisfiable};
 use crate::inventory::Inventory;
 use crate::node::NodeInfo;
+use crate::pools::NodePools;
 use crate::request::{Plan, claim_name};
 use crate::result::allocation_results;
 use crate::search::{NodeSearch, SearchMode, Solution};
@@ -121,24 +122,23 @@ impl Inventory {
         let mut failed = Vec::new();
         let mut best: Option<(&NodeInfo, Solution, bool)> = None;
         let mut steps = 0;
+        let min_devices = plan.min_devices();
         for node_info in nodes {
             let pools = self.pools_for(node_info);
+            if node.is_none() && !fits_at_all(self, &pools, state, &plan, min_devices) {
+                failed.push(node_info);
+                continue;
+            }
             let mode = match options.mode {
                 PlacementMode::FirstFit => SearchMode::FirstFit,
                 PlacementMode::TopologyAware => SearchMode::Best {
                     bound: best.as_ref().map(|(_, s, _)| s.score.comm_cost),
                 },
             };
-            let search = NodeSearch::new(self, &pools, state, &plan, mode, options.step_budget)?;
-            let free = search.free_exclusive();
-            let verdict = if node.is_none() && !search.could_fit(free) {
-                None
-            } else {
-                let verdict = search.run()?;
-                steps += verdict.steps;
-                verdict.solution.map(|s| (s, verdict.truncated))
-            };
-            match verdict {
+            let verdict =
+                NodeSearch::new(self, &pools, state, &plan, mode, options.step_budget)?.run()?;
+            steps += verdict.steps;
+            match verdict.solution.map(|s| (s, verdict.truncated)) {
                 Some((solution, truncated)) => {
                     let better = best
                         .as_ref()
@@ -184,6 +184,28 @@ impl Inventory {
             nodes: explanations,
         }))
     }
+}
+
+/// A quick necessary condition when choosing among many nodes: enough devices not in use for the
+/// smallest possible allocation. Undecided (true) when devices may be shared: admin access or
+/// multi-allocatable devices.
+fn fits_at_all(
+    inv: &Inventory,
+    pools: &NodePools,
+    state: &AllocatedState,
+    plan: &Plan<'_>,
+    min: usize,
+) -> bool {
+    if plan.has_admin_access() || pools.has_multi_allocatable {
+        return true;
+    }
+    let free = pools
+        .candidates
+        .iter()
+        .filter(|&&d| !state.is_in_use(&inv.devices[d].id))
+        .take(min)
+        .count();
+    free >= min
 }
 
 fn known_nodes(inv: &Inventory) -> String {

@@ -10,25 +10,80 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use crate::quantity::{Amount, QuantityError};
 use crate::topology::TopologyAttributes;
 
-/// A device's identity: driver, pool and device name (`driver/pool/device`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A device's identity: driver, pool and device name (`driver/pool/device`). Cheap to clone and to
+/// hash (the hash is computed once), because allocation checks ids in hash sets constantly.
+#[derive(Clone, Debug)]
 pub struct DeviceId {
-    /// Driver name.
-    pub driver: Arc<str>,
-    /// Pool name.
-    pub pool: Arc<str>,
-    /// Device name, unique in the pool.
-    pub device: Arc<str>,
+    driver: Arc<str>,
+    pool: Arc<str>,
+    device: Arc<str>,
+    hash: u64,
 }
 
 impl DeviceId {
     /// Builds an id from its three parts.
     pub fn new(driver: &str, pool: &str, device: &str) -> DeviceId {
-        DeviceId {
-            driver: driver.into(),
-            pool: pool.into(),
-            device: device.into(),
+        DeviceId::from_parts(driver.into(), pool.into(), device.into())
+    }
+
+    pub(crate) fn from_parts(driver: Arc<str>, pool: Arc<str>, device: Arc<str>) -> DeviceId {
+        // FNV-1a over the three parts, separated so that ("ab", "c") and ("a", "bc") differ.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for part in [&driver, &pool, &device] {
+            for b in part.as_bytes().iter().chain([&0xffu8]) {
+                hash = (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
         }
+        DeviceId {
+            driver,
+            pool,
+            device,
+            hash,
+        }
+    }
+
+    /// The driver name.
+    pub fn driver(&self) -> &str {
+        &self.driver
+    }
+
+    /// The pool name.
+    pub fn pool(&self) -> &str {
+        &self.pool
+    }
+
+    /// The device name.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+}
+
+impl PartialEq for DeviceId {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash
+            && self.device == other.device
+            && self.pool == other.pool
+            && self.driver == other.driver
+    }
+}
+
+impl Eq for DeviceId {}
+
+impl std::hash::Hash for DeviceId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialOrd for DeviceId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for DeviceId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (&self.driver, &self.pool, &self.device).cmp(&(&other.driver, &other.pool, &other.device))
     }
 }
 
@@ -38,18 +93,41 @@ impl fmt::Display for DeviceId {
     }
 }
 
+/// A hasher for keys that hash themselves once ([`DeviceId`]): it keeps the last `u64` written.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct PrehashedHasher(u64);
+
+impl std::hash::Hasher for PrehashedHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Hash maps keyed by [`DeviceId`].
+pub(crate) type BuildPrehashed = std::hash::BuildHasherDefault<PrehashedHasher>;
+
 /// Index of a device in an [`crate::Inventory`].
 pub(crate) type DeviceIndex = usize;
 
 /// A capacity rounding rule (`requestPolicy`) with its values parsed.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct RequestPolicy {
     pub default: Option<(Amount, Quantity)>,
     pub range: Option<PolicyRange>,
     pub valid_values: Vec<(Amount, Quantity)>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct PolicyRange {
     pub min: (Amount, Quantity),
     pub max: Option<Amount>,
@@ -57,7 +135,7 @@ pub(crate) struct PolicyRange {
 }
 
 /// One published capacity of a device.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Capacity {
     pub name: String,
     pub value: Amount,
@@ -66,7 +144,7 @@ pub(crate) struct Capacity {
 }
 
 /// Counters one device consumes from one counter set.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct CounterConsumption {
     pub counter_set: String,
     pub counters: Vec<(String, Amount)>,
@@ -94,7 +172,7 @@ pub(crate) struct DeviceEntry {
 impl DeviceEntry {
     pub fn new(id: DeviceId, slice: usize, device: Device) -> DeviceEntry {
         let parsed = parse_device(&device);
-        let topology = TopologyAttributes::from_device(&id.driver, &device);
+        let topology = TopologyAttributes::from_device(id.driver(), &device);
         DeviceEntry {
             id,
             slice,
@@ -128,7 +206,7 @@ impl DeviceEntry {
     /// `lookupAttribute` upstream: the fully qualified name, or the bare id when the domain is the
     /// device's driver.
     pub fn attribute(&self, qualified: &str) -> Option<&DeviceAttribute> {
-        lookup_attribute(&self.id.driver, &self.device, qualified)
+        lookup_attribute(self.id.driver(), &self.device, qualified)
     }
 }
 

@@ -53,7 +53,6 @@ pub struct Inventory {
     pub(crate) shared_slices: Vec<usize>,
     /// All slices of a pool, by (driver, pool).
     pub(crate) slices_by_pool: HashMap<(Arc<str>, Arc<str>), Vec<usize>>,
-    pub(crate) device_index: HashMap<DeviceId, Vec<usize>>,
     node_pools: RwLock<HashMap<String, Arc<NodePools>>>,
     pub(crate) selectors: SelectorCache,
 }
@@ -76,7 +75,6 @@ impl Inventory {
             slices_by_node: HashMap::new(),
             shared_slices: Vec::new(),
             slices_by_pool: HashMap::new(),
-            device_index: HashMap::new(),
             node_pools: RwLock::new(HashMap::new()),
             selectors: SelectorCache::default(),
         };
@@ -125,15 +123,8 @@ impl Inventory {
             if let Some(n) = device.node_name.as_ref().filter(|n| !n.is_empty()) {
                 derived_nodes.insert(n.clone());
             }
-            let id = DeviceId {
-                driver: driver.clone(),
-                pool: pool.clone(),
-                device: device.name.as_str().into(),
-            };
-            self.device_index
-                .entry(id.clone())
-                .or_default()
-                .push(self.devices.len());
+            let id =
+                DeviceId::from_parts(driver.clone(), pool.clone(), device.name.as_str().into());
             self.devices.push(DeviceEntry::new(id, index, device));
         }
         let counter_sets = spec

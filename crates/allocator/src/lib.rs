@@ -34,6 +34,7 @@ mod result;
 mod search;
 mod selection;
 mod state;
+mod symmetry;
 mod taints;
 pub mod topology;
 

@@ -64,6 +64,8 @@ pub(crate) struct NodePools {
     /// Per candidate: counters it consumes, as indices into its pool's counters.
     pub candidate_consumes: Vec<Vec<(usize, Amount)>>,
     pub topology: NodeTopology,
+    /// Some candidate allows multiple allocations (so "in use" does not mean unavailable).
+    pub has_multi_allocatable: bool,
 }
 
 impl NodePools {
@@ -174,7 +176,11 @@ impl NodePools {
             sorted_pools.push(pool);
         }
         let topology = NodeTopology::new(candidates.iter().map(|&d| &inv.devices[d].topology));
+        let has_multi_allocatable = candidates
+            .iter()
+            .any(|&d| inv.devices[d].parsed().allow_multiple_allocations);
         NodePools {
+            has_multi_allocatable,
             node: node.clone(),
             pools: sorted_pools,
             candidates,
@@ -261,8 +267,8 @@ impl Pool {
         let mut names = HashSet::new();
         for &s in targeting {
             for d in &inv.devices[inv.slices[s].devices.clone()] {
-                if !names.insert(d.id.device.clone()) {
-                    return Err(format!("duplicate device name {}", d.id.device));
+                if !names.insert(d.id.device()) {
+                    return Err(format!("duplicate device name {}", d.id.device()));
                 }
             }
         }

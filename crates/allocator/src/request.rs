@@ -90,6 +90,31 @@ pub(crate) struct Plan<'c> {
     pub slots: Vec<Slot>,
 }
 
+impl Plan<'_> {
+    /// A lower bound of the devices the claims need on any node (`All` counts as one).
+    pub fn min_devices(&self) -> usize {
+        self.claims
+            .iter()
+            .flat_map(|c| &c.requests)
+            .map(|r| {
+                r.slots
+                    .iter()
+                    .map(|&s| match self.slots[s].wanted {
+                        Wanted::Count(n) => n,
+                        Wanted::All => 1,
+                    })
+                    .min()
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
+    /// Some request has admin access (may use devices that are in use).
+    pub fn has_admin_access(&self) -> bool {
+        self.slots.iter().any(|s| s.admin_access)
+    }
+}
+
 /// `namespace/name` of a claim.
 pub fn claim_name(claim: &ResourceClaim) -> String {
     match (&claim.metadata.namespace, &claim.metadata.name) {

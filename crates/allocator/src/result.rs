@@ -58,9 +58,9 @@ fn device_result(
     let slot = &plan.slots[pick.slot];
     DeviceRequestAllocationResult {
         request: slot.full_name.clone(),
-        driver: dev.id.driver.to_string(),
-        pool: dev.id.pool.to_string(),
-        device: dev.id.device.to_string(),
+        driver: dev.id.driver().to_owned(),
+        pool: dev.id.pool().to_owned(),
+        device: dev.id.device().to_owned(),
         admin_access: slot.admin_access.then_some(true),
         tolerations: (!slot.tolerations.is_empty()).then(|| slot.tolerations.clone()),
         share_id: pick

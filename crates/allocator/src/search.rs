@@ -129,6 +129,8 @@ pub(crate) struct NodeSearch<'a> {
     best: Option<Solution>,
     solutions: u64,
     pruned: u64,
+    /// Best-of search: class of interchangeable candidates (see [`crate::symmetry`]).
+    classes: Option<Vec<u8>>,
 }
 
 impl<'a> NodeSearch<'a> {
@@ -192,6 +194,7 @@ impl<'a> NodeSearch<'a> {
             best: None,
             solutions: 0,
             pruned: 0,
+            classes: None,
         };
         for (si, slot) in plan.slots.iter().enumerate() {
             let need = match slot.wanted {
@@ -245,31 +248,9 @@ impl<'a> NodeSearch<'a> {
         Ok(())
     }
 
-    /// A lower bound of the devices the claims need, for skipping nodes quickly.
-    pub fn min_devices(&self) -> usize {
-        self.plan
-            .claims
-            .iter()
-            .flat_map(|c| &c.requests)
-            .map(|r| r.slots.iter().map(|&s| self.need[s]).min().unwrap_or(0))
-            .sum()
-    }
-
-    /// Candidates not in use before this allocation.
-    pub fn free_exclusive(&self) -> usize {
-        self.free_before.iter().filter(|f| **f).count()
-    }
-
-    /// A quick necessary condition: enough free devices for the smallest possible allocation
-    /// (only decided when no request has admin access and no device allows multiple allocations).
-    pub fn could_fit(&self, free: usize) -> bool {
-        let sharing = self.plan.slots.iter().any(|s| s.admin_access)
-            || self
-                .np
-                .candidates
-                .iter()
-                .any(|&d| self.inv.devices[d].parsed().allow_multiple_allocations);
-        sharing || self.min_devices() <= free
+    /// Whether a candidate was free before this allocation.
+    pub fn free_before(&self, pos: usize) -> bool {
+        self.free_before[pos]
     }
 
     /// Devices each slot needs on this node.
@@ -278,6 +259,9 @@ impl<'a> NodeSearch<'a> {
     }
 
     pub fn run(mut self) -> Result<NodeVerdict, AllocateError> {
+        if matches!(self.mode, SearchMode::Best { .. }) {
+            self.classes = crate::symmetry::classes(&mut self)?;
+        }
         let outcome = self.allocate_one(0, 0, None, 0, 0);
         let truncated = match outcome {
             Ok(_) => false,
@@ -373,13 +357,14 @@ impl<'a> NodeSearch<'a> {
             return flow;
         }
         let n = self.np.candidates.len();
+        let admin = self.plan.slots[slot].admin_access;
+        let mut tried_classes = 0u64;
         for pos in start..n {
             // Not enough candidates left for the rest of this request: no combination can work.
             if n - pos < need - device {
                 break;
             }
             self.tick()?;
-            let admin = self.plan.slots[slot].admin_access;
             if admin && self.taken_by[pos].contains(&claim) {
                 continue;
             }
@@ -388,6 +373,13 @@ impl<'a> NodeSearch<'a> {
             }
             if !self.selectable(slot, pos)? {
                 continue;
+            }
+            if let Some(classes) = self.classes.as_ref().filter(|_| !admin) {
+                let bit = 1u64 << (classes[pos] % 64);
+                if tried_classes & bit != 0 {
+                    continue;
+                }
+                tried_classes |= bit;
             }
             let Some(undo) = self.try_allocate(claim, slot, pos, false)? else {
                 continue;

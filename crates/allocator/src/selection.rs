@@ -97,7 +97,7 @@ impl SelectorCache {
             .get_or_init(|| (0..devices.len()).map(|_| OnceLock::new()).collect());
         let entry = &devices[index];
         let context =
-            contexts[index].get_or_init(|| DeviceContext::new(&entry.id.driver, &entry.device));
+            contexts[index].get_or_init(|| DeviceContext::new(entry.id.driver(), &entry.device));
         for (i, selector) in selectors.iter().enumerate() {
             match selector.evaluate(context) {
                 Ok(true) => {}

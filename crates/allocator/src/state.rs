@@ -8,7 +8,7 @@ use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceRequestAllocationResult, ResourceClaim,
 };
 
-use crate::device::DeviceId;
+use crate::device::{BuildPrehashed, DeviceId};
 use crate::quantity::{Amount, QuantityError};
 
 /// A consumed-capacity value in an allocation result that does not parse.
@@ -40,8 +40,8 @@ pub struct SharedUse {
 /// with a `shareID` are shared allocations of a multi-allocatable device.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllocatedState {
-    dedicated: HashSet<DeviceId>,
-    shared: HashMap<DeviceId, SharedUse>,
+    dedicated: HashSet<DeviceId, BuildPrehashed>,
+    shared: HashMap<DeviceId, SharedUse, BuildPrehashed>,
 }
 
 impl AllocatedState {

@@ -356,7 +356,10 @@ mod tests {
         let in_used_island = topo.score(&free, &[1], 0);
         let in_whole_island = topo.score(&free, &[2], 0);
         assert_eq!(in_used_island.islands_broken, 0);
-        assert_eq!(in_used_island.nvlink_stranded, 1, "its island peer is not part of the allocation");
+        assert_eq!(
+            in_used_island.nvlink_stranded, 1,
+            "its island peer is not part of the allocation"
+        );
         assert_eq!(topo.score(&free, &[2, 3], 10).nvlink_stranded, 0);
         assert_eq!(in_whole_island.islands_broken, 1);
         assert!(in_used_island < in_whole_island);

@@ -83,15 +83,21 @@ fn in_use(node_name: &str, gpus: &[usize]) -> AllocatedState {
     state
 }
 
-#[test]
-fn an_unsatisfiable_claim_stops_at_the_step_budget() {
-    // Upstream issue 131730: 12 of 40 interchangeable devices for one request, then a request no
-    // device can satisfy. Every combination of the first request is a dead end: C(40, 12) ≈ 5.6e9.
+/// Upstream issue 131730's shape: 12 of 40 devices for one request, then a request no device can
+/// satisfy. Every combination of the first request is a dead end: C(40, 12) ≈ 5.6e9. `unique`
+/// gives every device a distinct `index` that a distinctAttribute constraint looks at, so no two
+/// devices are interchangeable.
+fn adversarial(
+    unique: bool,
+) -> (
+    Inventory,
+    Vec<k8s_openapi::api::resource::v1::ResourceClaim>,
+) {
     let devices: Vec<Device> = (0..40)
         .map(|i| {
             attrs(
                 device(&format!("device-{i}")),
-                &[("type", string_attr("Y"))],
+                &[("type", string_attr("Y")), ("index", int_attr(i))],
             )
         })
         .collect();
@@ -100,7 +106,12 @@ fn an_unsatisfiable_claim_stops_at_the_step_budget() {
         vec![class(CLASS_A, DRIVER_A)],
         vec![node(NODE1, REGION1)],
     );
-    let claims = vec![claim(
+    let constraints = if unique {
+        vec![distinct_attribute("driver-a/index", &[REQ0])]
+    } else {
+        vec![]
+    };
+    let claims = vec![claim_with(
         CLAIM0,
         vec![
             request(REQ0, CLASS_A, 12),
@@ -110,8 +121,19 @@ fn an_unsatisfiable_claim_stops_at_the_step_budget() {
                 )])
             }),
         ],
+        constraints,
+        vec![],
     )];
-    for mode in [PlacementMode::FirstFit, PlacementMode::TopologyAware] {
+    (inv, claims)
+}
+
+#[test]
+fn an_unsatisfiable_claim_stops_at_the_step_budget() {
+    for (mode, unique) in [
+        (PlacementMode::FirstFit, false),
+        (PlacementMode::TopologyAware, true),
+    ] {
+        let (inv, claims) = adversarial(unique);
         let options = AllocateOptions {
             mode,
             step_budget: 200_000,
@@ -131,10 +153,29 @@ fn an_unsatisfiable_claim_stops_at_the_step_budget() {
                 assert_eq!(*budget, 200_000);
                 assert!(*steps > *budget);
             }
-            other => panic!("expected the budget error, got {other}"),
+            other => panic!("{mode}: expected the budget error, got {other}"),
         }
         assert!(err.to_string().contains("likely unsatisfiable"), "{err}");
     }
+}
+
+#[test]
+fn interchangeable_devices_let_topology_aware_search_prove_unsatisfiability() {
+    // The same adversarial claim on 40 interchangeable devices: one class, so topology-aware search
+    // tries one combination per request instead of C(40, 12).
+    let (inv, claims) = adversarial(false);
+    let options = AllocateOptions {
+        mode: PlacementMode::TopologyAware,
+        step_budget: 200_000,
+        explain: true,
+    };
+    let Outcome::Unsatisfiable(u) = inv
+        .allocate(&claims, &AllocatedState::new(), None, &options)
+        .unwrap()
+    else {
+        panic!("expected unsatisfiable");
+    };
+    assert!(u.to_string().contains("request req-1 (class class-a) wants 1 device: 40 devices on the node, 40 match the class selectors, 0 match the request selectors"), "{u}");
 }
 
 #[test]

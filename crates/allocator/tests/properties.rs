@@ -12,6 +12,7 @@ use std::collections::HashSet;
 use k8s_openapi::api::resource::v1::{Device, DeviceRequest, ResourceClaim};
 use proptest::prelude::*;
 use support::*;
+use tessera_allocator::topology::{TopologyAttributes, comm_cost};
 use tessera_allocator::{
     AllocateOptions, AllocatedState, DeviceId, Inventory, Outcome, PlacementMode,
 };
@@ -335,7 +336,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn topology_aware_never_costs_more_than_first_fit(gpus in prop::collection::vec(gpu(), 1..9), count in 1..5i64) {
+    fn topology_aware_is_optimal_and_never_costs_more_than_first_fit(gpus in prop::collection::vec(gpu(), 1..9), count in 1..5i64) {
         const DRIVER: &str = "gpu.tessera.dev";
         let devices: Vec<Device> = gpus
             .iter()
@@ -361,7 +362,7 @@ proptest! {
             }
         }
         let inv = Inventory::new(
-            vec![node_slice(SLICE1, NODE1, NODE1, DRIVER, devices)],
+            vec![node_slice(SLICE1, NODE1, NODE1, DRIVER, devices.clone())],
             vec![class(CLASS_A, DRIVER)],
             vec![node(NODE1, REGION1)],
         );
@@ -371,6 +372,15 @@ proptest! {
             (Outcome::Allocated(ff), Outcome::Allocated(ta)) => {
                 prop_assert!(ta.score.comm_cost <= ff.score.comm_cost, "topology-aware {} > first-fit {}", ta.score, ff.score);
                 prop_assert!(ta.score <= ff.score);
+                // And it is optimal: no set of free devices communicates more cheaply.
+                let topo: Vec<TopologyAttributes> = devices.iter().map(|d| TopologyAttributes::from_device(DRIVER, d)).collect();
+                let free: Vec<usize> = (0..gpus.len()).filter(|&i| !gpus[i].4).collect();
+                let best = (0u32..(1 << free.len()))
+                    .filter(|m| m.count_ones() as i64 == count)
+                    .map(|m| comm_cost(free.iter().enumerate().filter(|(b, _)| m & (1 << b) != 0).map(|(_, &i)| (i, &topo[i]))))
+                    .min()
+                    .unwrap();
+                prop_assert_eq!(ta.score.comm_cost, best);
             }
             (Outcome::Unsatisfiable(_), Outcome::Unsatisfiable(_)) => {}
             (ff, ta) => prop_assert!(false, "modes disagree on feasibility: {ff:?} vs {ta:?}"),

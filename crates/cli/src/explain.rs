@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
-use serde::Serialize;
+use serde::{Deserialize as _, Serialize};
 use tessera_allocator::{
     AllocateOptions, AllocatedState, Allocation, Inventory, Outcome, PlacementMode, Unsatisfiable,
     claim_name,
@@ -157,8 +157,6 @@ impl Objects {
         Ok(())
     }
 }
-
-use serde::Deserialize as _;
 
 /// What `-o json` prints.
 #[derive(Debug, Serialize)]

@@ -1,0 +1,338 @@
+//! Allocator benchmarks (a bench binary, not criterion: each scenario is one long sequential run
+//! whose per-claim latencies are the result). Run with
+//!
+//! ```text
+//! cargo bench -p tessera-allocator --bench allocate
+//! ```
+//!
+//! It prints a markdown table and writes `allocator.json` and `allocator.md` under Cargo's
+//! benchmark temporary directory (the path is printed).
+//!
+//! Scenarios:
+//! - `scheduler-perf`: the shape of scheduler_perf's `SchedulingWithResourceClaimTemplate` — 500
+//!   nodes × 10 devices, each with 4 attributes and 1Gi of memory capacity, a class with one CEL
+//!   selector, 5,000 single-device claims allocated one after the other, first fit, node chosen
+//!   by the allocator;
+//! - `dgx-topology-aware`: 128 dgx-h100 nodes rendered by crates/topology, 4-GPU claims until the
+//!   cluster is full (256), topology-aware;
+//! - `budget`: an unsatisfiable claim (upstream issue 131730's shape) stopped by the default step
+//!   budget.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::resource::v1::{
+    CELDeviceSelector, Device, DeviceAttribute, DeviceCapacity, DeviceClaim, DeviceClass,
+    DeviceClassSpec, DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaim,
+    ResourceClaimSpec, ResourcePool, ResourceSlice, ResourceSliceSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+use tessera_allocator::{
+    AllocateError, AllocateOptions, AllocatedState, Inventory, Outcome, PlacementMode,
+};
+
+const PERF_DRIVER: &str = "test-driver.cdi.k8s.io";
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Result {
+    scenario: &'static str,
+    mode: String,
+    claims: usize,
+    allocated: usize,
+    seconds: f64,
+    claims_per_second: f64,
+    mean_micros: f64,
+    p50_micros: u64,
+    p99_micros: u64,
+    max_micros: u64,
+}
+
+fn class(name: &str, expression: &str) -> DeviceClass {
+    DeviceClass {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(DeviceClassSpec {
+            selectors: Some(vec![DeviceSelector {
+                cel: Some(CELDeviceSelector {
+                    expression: expression.into(),
+                }),
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+fn claim(index: usize, class: &str, count: i64) -> ResourceClaim {
+    ResourceClaim {
+        metadata: ObjectMeta {
+            name: Some(format!("claim-{index}")),
+            namespace: Some("bench".into()),
+            ..Default::default()
+        },
+        spec: Some(ResourceClaimSpec {
+            devices: Some(DeviceClaim {
+                requests: Some(vec![DeviceRequest {
+                    name: "req-0".into(),
+                    exactly: Some(ExactDeviceRequest {
+                        device_class_name: class.into(),
+                        count: Some(count),
+                        ..Default::default()
+                    }),
+                    first_available: None,
+                }]),
+                ..Default::default()
+            }),
+        }),
+        status: None,
+    }
+}
+
+/// scheduler_perf's node: 10 devices with 4 attributes and 1Gi memory.
+fn perf_slice(node: usize) -> ResourceSlice {
+    let name = format!("node-{node:03}");
+    let devices = (0..10)
+        .map(|d| Device {
+            name: format!("device-{d:02}"),
+            attributes: Some(BTreeMap::from([
+                ("model".into(), string("A100")),
+                ("family".into(), string("GPU")),
+                (
+                    "driverVersion".into(),
+                    DeviceAttribute {
+                        version: Some("1.2.3".into()),
+                        ..Default::default()
+                    },
+                ),
+                (
+                    "index".into(),
+                    DeviceAttribute {
+                        int: Some(d),
+                        ..Default::default()
+                    },
+                ),
+            ])),
+            capacity: Some(BTreeMap::from([(
+                "memory".into(),
+                DeviceCapacity {
+                    value: Quantity("1Gi".into()),
+                    request_policy: None,
+                },
+            )])),
+            ..Default::default()
+        })
+        .collect();
+    ResourceSlice {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}-slice")),
+            ..Default::default()
+        },
+        spec: ResourceSliceSpec {
+            driver: PERF_DRIVER.into(),
+            node_name: Some(name.clone()),
+            pool: ResourcePool {
+                name,
+                generation: 1,
+                resource_slice_count: 1,
+            },
+            devices: Some(devices),
+            ..Default::default()
+        },
+    }
+}
+
+fn string(s: &str) -> DeviceAttribute {
+    DeviceAttribute {
+        string: Some(s.into()),
+        ..Default::default()
+    }
+}
+
+/// Allocates `claims` one after the other (each into the state), timing every call.
+fn run(
+    scenario: &'static str,
+    inventory: &Inventory,
+    claims: Vec<ResourceClaim>,
+    mode: PlacementMode,
+) -> std::result::Result<Result, AllocateError> {
+    let options = AllocateOptions {
+        mode,
+        explain: false,
+        ..AllocateOptions::default()
+    };
+    let mut state = AllocatedState::new();
+    let mut latencies: Vec<Duration> = Vec::with_capacity(claims.len());
+    let mut allocated = 0;
+    let start = Instant::now();
+    for claim in &claims {
+        let t = Instant::now();
+        let outcome = inventory.allocate(std::slice::from_ref(claim), &state, None, &options)?;
+        latencies.push(t.elapsed());
+        if let Outcome::Allocated(a) = outcome {
+            allocated += 1;
+            state
+                .add_allocation(&a.claims[0].result)
+                .expect("own results parse");
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    let pct = |p: usize| micros(latencies[(latencies.len() * p / 100).min(latencies.len() - 1)]);
+    Ok(Result {
+        scenario,
+        mode: mode.to_string(),
+        claims: claims.len(),
+        allocated,
+        seconds,
+        claims_per_second: claims.len() as f64 / seconds,
+        mean_micros: latencies.iter().map(|d| d.as_secs_f64() * 1e6).sum::<f64>()
+            / latencies.len() as f64,
+        p50_micros: pct(50),
+        p99_micros: pct(99),
+        max_micros: micros(*latencies.last().expect("claims")),
+    })
+}
+
+fn scheduler_perf() -> Result {
+    let slices: Vec<ResourceSlice> = (0..500).map(perf_slice).collect();
+    let inventory = Inventory::new(
+        slices,
+        vec![class(
+            "perf",
+            &format!("device.driver == \"{PERF_DRIVER}\""),
+        )],
+        vec![],
+    );
+    let claims = (0..5000).map(|i| claim(i, "perf", 1)).collect();
+    run(
+        "scheduler-perf",
+        &inventory,
+        claims,
+        PlacementMode::FirstFit,
+    )
+    .expect("allocation runs")
+}
+
+fn dgx_topology_aware(mode: PlacementMode) -> Result {
+    let inventory_of = tessera_topology::MockSource::new("dgx-h100")
+        .and_then(|s| tessera_topology::DeviceSource::inventory(&s))
+        .expect("shipped topology");
+    let slices: Vec<ResourceSlice> = (0..128)
+        .flat_map(|n| {
+            tessera_topology::render_slices(
+                &inventory_of,
+                &tessera_topology::RenderOptions::new(format!("dgx-{n:03}")),
+            )
+            .expect("renders")
+        })
+        .collect();
+    let inventory = Inventory::new(
+        slices,
+        vec![class(
+            "gpu.tessera.dev",
+            "device.driver == \"gpu.tessera.dev\" && device.attributes[\"gpu.tessera.dev\"].type == \"gpu\"",
+        )],
+        vec![],
+    );
+    let claims = (0..256).map(|i| claim(i, "gpu.tessera.dev", 4)).collect();
+    run("dgx-128-4gpu", &inventory, claims, mode).expect("allocation runs")
+}
+
+fn budget() -> (f64, String) {
+    let slice = {
+        let mut s = perf_slice(0);
+        s.spec.devices = Some(
+            (0..40)
+                .map(|d| Device {
+                    name: format!("device-{d:02}"),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        s
+    };
+    let inventory = Inventory::new(
+        vec![slice],
+        vec![
+            class("perf", &format!("device.driver == \"{PERF_DRIVER}\"")),
+            class("none", "false"),
+        ],
+        vec![],
+    );
+    let mut c = claim(0, "perf", 12);
+    let spec = c
+        .spec
+        .as_mut()
+        .and_then(|s| s.devices.as_mut())
+        .and_then(|d| d.requests.as_mut())
+        .expect("requests");
+    spec.push(DeviceRequest {
+        name: "req-1".into(),
+        exactly: Some(ExactDeviceRequest {
+            device_class_name: "none".into(),
+            count: Some(1),
+            ..Default::default()
+        }),
+        first_available: None,
+    });
+    let start = Instant::now();
+    let err = inventory
+        .allocate(
+            &[c],
+            &AllocatedState::new(),
+            None,
+            &AllocateOptions::default(),
+        )
+        .expect_err("the budget stops the search");
+    (start.elapsed().as_secs_f64() * 1e3, err.to_string())
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` runs this too, so keep it cheap then.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("allocate bench: run with `cargo bench -p tessera-allocator --bench allocate`");
+        return;
+    }
+    let results = vec![
+        scheduler_perf(),
+        dgx_topology_aware(PlacementMode::TopologyAware),
+        dgx_topology_aware(PlacementMode::FirstFit),
+    ];
+    let (budget_ms, budget_error) = budget();
+    let mut md = String::from(
+        "| scenario | mode | claims | allocated | claims/s | mean µs | p50 µs | p99 µs | max µs |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in &results {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} |\n",
+            r.scenario,
+            r.mode,
+            r.claims,
+            r.allocated,
+            r.claims_per_second,
+            r.mean_micros,
+            r.p50_micros,
+            r.p99_micros,
+            r.max_micros
+        ));
+    }
+    md.push_str(&format!(
+        "\nUnsatisfiable claim (12 of 40 devices + one impossible request), default step budget: stopped after {budget_ms:.0} ms.\n"
+    ));
+    print!("{md}");
+    println!("budget error: {budget_error}");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let json = serde_json::json!({ "results": results, "budgetMillis": budget_ms });
+    std::fs::write(
+        dir.join("allocator.json"),
+        serde_json::to_string_pretty(&json).expect("serializes"),
+    )
+    .expect("write json");
+    std::fs::write(dir.join("allocator.md"), &md).expect("write markdown");
+    println!("wrote {}/allocator.{{json,md}}", dir.display());
+}
