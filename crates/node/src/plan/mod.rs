@@ -1,0 +1,387 @@
+//! The prepare plan: a pure function from a ResourceClaim (as the API server has it), the node's
+//! inventory and the node name to the [`ClaimRecord`] the driver records as `PrepareStarted`
+//! before its first side effect. No IO: everything the plan needs is passed in.
+//!
+//! The plan decides which allocation results are ours (driver `gpu.tessera.dev`, pool = this
+//! node), what hardware each device name stands for ([`Inventory::resolve_device`]), the
+//! effective opaque configuration of each device ([`config`]), the CDI device ids handed to the
+//! kubelet, and where the claim's MPS daemon lives. Bad input is a [`PlanError`] naming the
+//! result or config at fault.
+
+mod config;
+
+use std::path::Path;
+
+use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
+use tessera_api::DRIVER_NAME;
+use tessera_api::checkpoint::{
+    ClaimRecord, ClaimState, DeviceRecord, DeviceTarget, MigInstanceRecord, MigLifecycle,
+    MpsRecord,
+};
+use tessera_api::config::{ConfigError, Sharing, SharingStrategy, TimeSliceInterval};
+use tessera_topology::{Inventory, ResolvedDevice};
+
+pub use config::ConfigSource;
+
+use crate::cdi_spec;
+
+/// How MIG devices are managed on this node; must match how the publisher renders them
+/// (`RenderOptions::dynamic_mig`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MigMode {
+    /// MIG devices are the instances that exist on the GPU; the plugin uses them as they are.
+    Static,
+    /// MIG devices are placements: the plugin creates the instance on prepare and destroys it
+    /// on unprepare. The plugin owns every MIG instance of a MIG-enabled GPU.
+    Dynamic,
+}
+
+/// What the plan needs besides the claim.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanContext<'a> {
+    /// This node's name: the name of the pool whose devices this plugin prepares.
+    pub node_name: &'a str,
+    /// The node's GPUs.
+    pub inventory: &'a Inventory,
+    /// Static or dynamic MIG.
+    pub mig_mode: MigMode,
+    /// Where per-claim MPS directories go (`<mps root>/<claim uid>/{pipe,log}`), on the host.
+    pub mps_root: &'a Path,
+}
+
+/// The identity the kubelet asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimIdentity<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+}
+
+/// Why a claim cannot be prepared on this node. The message says what is wrong and where;
+/// the driver prefixes it with the claim.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The API server's claim is another object with the same name.
+    #[error(
+        "the claim in the API server has UID {found}, not {expected}: it was deleted and \
+         re-created; the kubelet will prepare the new claim for the new pod"
+    )]
+    UidMismatch { expected: String, found: String },
+    /// `status.allocation` is empty.
+    #[error("the claim is not allocated (status.allocation is empty); it must be allocated before its pod starts")]
+    NotAllocated,
+    /// The allocation holds no device of this driver.
+    #[error("the allocation holds no device of driver {DRIVER_NAME}")]
+    NoDevicesOfDriver,
+    /// A result of this driver names another node's pool.
+    #[error(
+        "allocation result {index} (request `{request}`) is device `{device}` of pool `{pool}`, \
+         but this node's pool is `{node}`: the claim is allocated to another node"
+    )]
+    ForeignPool {
+        index: usize,
+        request: String,
+        device: String,
+        pool: String,
+        node: String,
+    },
+    /// A result names a device this node does not have.
+    #[error(
+        "allocation result {index} (request `{request}`) names device `{device}`, which this node \
+         does not have (its devices are `gpu-<minor>` and `gpu-<minor>-mig-<profile>-<start>`); \
+         the ResourceSlice it was allocated from is stale"
+    )]
+    UnknownDevice {
+        index: usize,
+        request: String,
+        device: String,
+    },
+    /// Static MIG: the instance the device names no longer exists.
+    #[error(
+        "MIG device `{device}` no longer exists on GPU {gpu_uuid} (static MIG: the plugin does not \
+         create instances); recreate the MIG instance or reallocate the claim"
+    )]
+    MigInstanceMissing { device: String, gpu_uuid: String },
+    /// Dynamic MIG on a GPU whose MIG mode is off.
+    #[error("MIG device `{device}` cannot be created: MIG mode is disabled on GPU {gpu_uuid}; enable it with `nvidia-smi -i {gpu_uuid} -mig 1`")]
+    MigModeDisabled { device: String, gpu_uuid: String },
+    /// A config entry is not `FromClass` or `FromClaim`.
+    #[error("allocation config {index} has source `{source_name}`; expected `FromClass` or `FromClaim`")]
+    UnknownConfigSource { index: usize, source_name: String },
+    /// A config's parameters are not a valid Tessera configuration.
+    #[error("{source_kind} config {index} (requests {}): {error}", requests_text(requests))]
+    InvalidConfig {
+        index: usize,
+        source_kind: ConfigSource,
+        requests: Vec<String>,
+        error: ConfigError,
+    },
+    /// A config names a request whose device is of the other type.
+    #[error(
+        "{source_kind} config {index} has kind {kind}, which configures {fits} devices, but it names \
+         request `{request}` whose device `{device}` is a {device_type} device; use kind {wanted}"
+    )]
+    WrongConfigKind {
+        index: usize,
+        source_kind: ConfigSource,
+        kind: &'static str,
+        fits: &'static str,
+        request: String,
+        device: String,
+        device_type: &'static str,
+        wanted: &'static str,
+    },
+    /// A config applies to no allocated device of its kind.
+    #[error(
+        "{source_kind} config {index} of kind {kind} (requests {}) applies to no allocated {fits} \
+         device of this claim; remove it or name the requests it is meant for",
+        requests_text(requests)
+    )]
+    ConfigAppliesToNothing {
+        index: usize,
+        source_kind: ConfigSource,
+        kind: &'static str,
+        fits: &'static str,
+        requests: Vec<String>,
+    },
+    /// Time-slice lengths are a whole-GPU setting.
+    #[error(
+        "device `{device}` is a MIG device, whose time slice cannot be set: remove \
+         `sharing.timeSlicing.interval` (or set it to `Default`) for MIG devices"
+    )]
+    TimeSliceIntervalOnMig {
+        device: String,
+        interval: TimeSliceInterval,
+    },
+    /// One MPS daemon serves all MPS devices of a claim: their daemon-wide settings must agree.
+    #[error(
+        "devices `{first}` and `{second}` are shared with MPS by one daemon but ask for different \
+         `sharing.mps.defaultActiveThreadPercentage`; use one value per claim"
+    )]
+    MpsSettingsConflict { first: String, second: String },
+}
+
+fn requests_text(requests: &[String]) -> String {
+    if requests.is_empty() {
+        "all".to_owned()
+    } else {
+        requests.join(", ")
+    }
+}
+
+/// The `type` of a device, as published.
+pub(crate) fn device_type(target: &DeviceTarget) -> &'static str {
+    match target {
+        DeviceTarget::Gpu { .. } => tessera_api::names::device_type::GPU,
+        DeviceTarget::Mig { .. } => tessera_api::names::device_type::MIG,
+    }
+}
+
+/// Plans the preparation of `claim`: checks it is the claim the kubelet asked for and allocated
+/// to this node, resolves every device of this driver, applies the opaque configs, and returns
+/// the record to write as `PrepareStarted`. Dynamic MIG devices have no instance yet.
+pub fn plan_claim(
+    claim: &ResourceClaim,
+    asked: ClaimIdentity<'_>,
+    context: PlanContext<'_>,
+) -> Result<ClaimRecord, PlanError> {
+    let found_uid = claim.metadata.uid.as_deref().unwrap_or_default();
+    if found_uid != asked.uid {
+        return Err(PlanError::UidMismatch {
+            expected: asked.uid.to_owned(),
+            found: found_uid.to_owned(),
+        });
+    }
+    let allocation = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .ok_or(PlanError::NotAllocated)?;
+    let results: Vec<(usize, &DeviceRequestAllocationResult)> = allocation
+        .results
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, r)| r.driver == DRIVER_NAME)
+        .collect();
+    if results.is_empty() {
+        return Err(PlanError::NoDevicesOfDriver);
+    }
+
+    let mut devices = Vec::with_capacity(results.len());
+    for &(index, result) in &results {
+        devices.push(resolve_result(index, result, asked.uid, context)?);
+    }
+    let configs = config::decode_configs(allocation.config.as_deref().unwrap_or_default())?;
+    let effective = config::effective_configs(&configs, &devices)?;
+    for ((device, config), &(_, result)) in devices.iter_mut().zip(effective).zip(&results) {
+        // Admin access observes a device another claim uses: never reconfigure it.
+        if result.admin_access != Some(true) {
+            device.sharing = config.and_then(|c| c.sharing().cloned());
+        }
+        check_sharing(device)?;
+    }
+    let mps = mps_record(&devices, asked.uid, context.mps_root)?;
+    Ok(ClaimRecord {
+        namespace: asked.namespace.to_owned(),
+        name: asked.name.to_owned(),
+        state: ClaimState::PrepareStarted,
+        devices,
+        mps,
+    })
+}
+
+fn resolve_result(
+    index: usize,
+    result: &DeviceRequestAllocationResult,
+    claim_uid: &str,
+    context: PlanContext<'_>,
+) -> Result<DeviceRecord, PlanError> {
+    if result.pool != context.node_name {
+        return Err(PlanError::ForeignPool {
+            index,
+            request: result.request.clone(),
+            device: result.device.clone(),
+            pool: result.pool.clone(),
+            node: context.node_name.to_owned(),
+        });
+    }
+    let unknown = || PlanError::UnknownDevice {
+        index,
+        request: result.request.clone(),
+        device: result.device.clone(),
+    };
+    let resolved = context
+        .inventory
+        .resolve_device(&result.device)
+        .ok_or_else(unknown)?;
+    let admin_access = result.admin_access == Some(true);
+    let target = match resolved {
+        ResolvedDevice::Gpu(gpu) => DeviceTarget::Gpu {
+            uuid: gpu.uuid.clone(),
+            minor: gpu.minor,
+        },
+        ResolvedDevice::Mig {
+            gpu,
+            profile,
+            placement_start,
+            instance,
+        } => {
+            let instance = instance.map(|i| MigInstanceRecord {
+                uuid: i.uuid.clone(),
+                gpu_instance_id: i.gpu_instance_id,
+                compute_instance_id: i.compute_instance_id,
+            });
+            let lifecycle = match context.mig_mode {
+                // Admin access never creates what the device's real user would own.
+                MigMode::Dynamic if !admin_access => MigLifecycle::Dynamic,
+                _ => MigLifecycle::Static,
+            };
+            match lifecycle {
+                MigLifecycle::Static if instance.is_none() => {
+                    return Err(PlanError::MigInstanceMissing {
+                        device: result.device.clone(),
+                        gpu_uuid: gpu.uuid.clone(),
+                    });
+                }
+                MigLifecycle::Dynamic if !gpu.mig_enabled() => {
+                    return Err(PlanError::MigModeDisabled {
+                        device: result.device.clone(),
+                        gpu_uuid: gpu.uuid.clone(),
+                    });
+                }
+                _ => {}
+            }
+            DeviceTarget::Mig {
+                parent_uuid: gpu.uuid.clone(),
+                parent_minor: gpu.minor,
+                profile: profile.name.clone(),
+                placement_start,
+                lifecycle,
+                // A dynamic device gets its instance when prepare creates (or adopts) it.
+                instance: match lifecycle {
+                    MigLifecycle::Static => instance,
+                    MigLifecycle::Dynamic => None,
+                },
+            }
+        }
+    };
+    Ok(DeviceRecord {
+        request: result.request.clone(),
+        pool: result.pool.clone(),
+        device: result.device.clone(),
+        cdi_device_ids: vec![cdi_spec::device_id(claim_uid, &result.device)],
+        target,
+        sharing: None,
+    })
+}
+
+fn check_sharing(device: &DeviceRecord) -> Result<(), PlanError> {
+    let Some(sharing) = &device.sharing else {
+        return Ok(());
+    };
+    if let (DeviceTarget::Mig { .. }, Some(time_slicing)) =
+        (&device.target, sharing.time_slicing.as_ref())
+        && time_slicing.interval != TimeSliceInterval::Default
+    {
+        return Err(PlanError::TimeSliceIntervalOnMig {
+            device: device.device.clone(),
+            interval: time_slicing.interval,
+        });
+    }
+    Ok(())
+}
+
+fn mps_settings(sharing: &Sharing) -> Option<u8> {
+    sharing
+        .mps
+        .as_ref()
+        .and_then(|m| m.default_active_thread_percentage)
+}
+
+fn mps_record(
+    devices: &[DeviceRecord],
+    claim_uid: &str,
+    mps_root: &Path,
+) -> Result<Option<MpsRecord>, PlanError> {
+    let mut first: Option<(&DeviceRecord, Option<u8>)> = None;
+    for device in devices {
+        let Some(sharing) = device
+            .sharing
+            .as_ref()
+            .filter(|s| s.strategy == SharingStrategy::Mps)
+        else {
+            continue;
+        };
+        let settings = mps_settings(sharing);
+        match first {
+            None => first = Some((device, settings)),
+            Some((other, other_settings)) if other_settings != settings => {
+                return Err(PlanError::MpsSettingsConflict {
+                    first: other.device.clone(),
+                    second: device.device.clone(),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(first.map(|_| {
+        let dir = mps_root.join(claim_uid);
+        MpsRecord {
+            pipe_directory: dir.join("pipe").to_string_lossy().into_owned(),
+            log_directory: dir.join("log").to_string_lossy().into_owned(),
+        }
+    }))
+}
+
+/// Whether a device is shared with MPS.
+pub(crate) fn uses_mps(device: &DeviceRecord) -> bool {
+    device
+        .sharing
+        .as_ref()
+        .is_some_and(|s| s.strategy == SharingStrategy::Mps)
+}
+
+#[cfg(test)]
+mod tests;

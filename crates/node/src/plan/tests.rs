@@ -1,0 +1,366 @@
+use std::path::Path;
+
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tessera_api::checkpoint::{ClaimState, DeviceTarget, MigInstanceRecord, MigLifecycle};
+use tessera_api::config::{SharingStrategy, TimeSliceInterval};
+use tessera_topology::{DeviceSource, Inventory, MockSource};
+
+use super::*;
+
+const NODE: &str = "node-a";
+const UID: &str = "0b3c0e7e-0000-4000-8000-000000000001";
+
+fn inventory(name: &str) -> Inventory {
+    MockSource::new(name).unwrap().inventory().unwrap()
+}
+
+fn result(request: &str, device: &str) -> Value {
+    json!({"request": request, "driver": "gpu.tessera.dev", "pool": NODE, "device": device})
+}
+
+fn config(source: &str, requests: &[&str], parameters: Value) -> Value {
+    json!({"source": source, "requests": requests,
+           "opaque": {"driver": "gpu.tessera.dev", "parameters": parameters}})
+}
+
+fn gpu_config(sharing: Value) -> Value {
+    json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "GpuConfig", "sharing": sharing})
+}
+
+fn mig_config(sharing: Value) -> Value {
+    json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "MigDeviceConfig", "sharing": sharing})
+}
+
+fn claim(results: Vec<Value>, configs: Vec<Value>) -> ResourceClaim {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "ml", "name": "train", "uid": UID},
+        "spec": {"devices": {"requests": []}},
+        "status": {"allocation": {"devices": {"results": results, "config": configs}}},
+    }))
+    .unwrap()
+}
+
+fn plan(claim: &ResourceClaim, inventory: &Inventory, mode: MigMode) -> Result<ClaimRecord, PlanError> {
+    plan_claim(
+        claim,
+        ClaimIdentity {
+            namespace: "ml",
+            name: "train",
+            uid: UID,
+        },
+        PlanContext {
+            node_name: NODE,
+            inventory,
+            mig_mode: mode,
+            mps_root: Path::new("/var/lib/tessera/mps"),
+        },
+    )
+}
+
+#[test]
+fn whole_gpus_resolve_with_their_uuid_and_cdi_ids() {
+    let inv = inventory("dgx-h100");
+    let c = claim(
+        vec![
+            result("gpus", "gpu-0"),
+            result("gpus", "gpu-5"),
+            json!({"request": "nic", "driver": "nic.example.com", "pool": NODE, "device": "eth0"}),
+        ],
+        vec![],
+    );
+    let record = plan(&c, &inv, MigMode::Static).unwrap();
+    assert_eq!(record.state, ClaimState::PrepareStarted);
+    assert_eq!((record.namespace.as_str(), record.name.as_str()), ("ml", "train"));
+    assert_eq!(record.devices.len(), 2, "the other driver's device is not ours");
+    let gpu5 = inv.gpu_by_minor(5).unwrap();
+    assert_eq!(
+        record.devices[1].target,
+        DeviceTarget::Gpu {
+            uuid: gpu5.uuid.clone(),
+            minor: 5
+        }
+    );
+    assert_eq!(
+        record.devices[0].cdi_device_ids,
+        vec![format!("gpu.tessera.dev/claim={UID}-gpu-0")]
+    );
+    assert_eq!(record.devices[0].sharing, None);
+    assert_eq!(record.mps, None);
+}
+
+#[test]
+fn static_mig_uses_the_existing_instance() {
+    let inv = inventory("hgx-a100-mig");
+    // minor 3 has 1g.10gb at placement 2 (gi 9, ci 0).
+    let c = claim(vec![result("mig", "gpu-3-mig-1g-10gb-2")], vec![]);
+    let record = plan(&c, &inv, MigMode::Static).unwrap();
+    let DeviceTarget::Mig {
+        parent_minor,
+        profile,
+        placement_start,
+        lifecycle,
+        instance,
+        ..
+    } = &record.devices[0].target
+    else {
+        panic!("not a MIG target: {:?}", record.devices[0].target);
+    };
+    assert_eq!((*parent_minor, profile.as_str(), *placement_start), (3, "1g.10gb", 2));
+    assert_eq!(*lifecycle, MigLifecycle::Static);
+    assert_eq!(
+        instance.as_ref(),
+        Some(&MigInstanceRecord {
+            uuid: "MIG-389f749c-615a-52bd-a919-5f5c1dc31183".into(),
+            gpu_instance_id: 9,
+            compute_instance_id: 0,
+        })
+    );
+
+    // A placement without an instance cannot be prepared in static mode...
+    let missing = claim(vec![result("mig", "gpu-3-mig-1g-10gb-6")], vec![]);
+    assert!(matches!(
+        plan(&missing, &inv, MigMode::Static),
+        Err(PlanError::MigInstanceMissing { .. })
+    ));
+    // ...but is created in dynamic mode.
+    let record = plan(&missing, &inv, MigMode::Dynamic).unwrap();
+    assert!(matches!(
+        record.devices[0].target,
+        DeviceTarget::Mig {
+            lifecycle: MigLifecycle::Dynamic,
+            instance: None,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn dynamic_mig_needs_mig_mode() {
+    let inv = inventory("hgx-a100-mig");
+    // minor 6 is MIG-capable with MIG mode off.
+    let c = claim(vec![result("mig", "gpu-6-mig-1g-10gb-0")], vec![]);
+    let err = plan(&c, &inv, MigMode::Dynamic).unwrap_err();
+    assert!(matches!(err, PlanError::MigModeDisabled { .. }), "{err}");
+    assert!(err.to_string().contains("-mig 1"), "{err}");
+}
+
+#[test]
+fn admin_access_never_creates_or_reconfigures() {
+    let inv = inventory("hgx-a100-mig");
+    let mut admin = result("mig", "gpu-3-mig-1g-10gb-2");
+    admin["adminAccess"] = json!(true);
+    let c = claim(
+        vec![admin],
+        vec![config(
+            "FromClaim",
+            &[],
+            mig_config(json!({"strategy": "MPS"})),
+        )],
+    );
+    let record = plan(&c, &inv, MigMode::Dynamic).unwrap();
+    assert!(matches!(
+        record.devices[0].target,
+        DeviceTarget::Mig {
+            lifecycle: MigLifecycle::Static,
+            instance: Some(_),
+            ..
+        }
+    ));
+    assert_eq!(record.devices[0].sharing, None);
+    assert_eq!(record.mps, None);
+}
+
+#[test]
+fn class_config_then_claim_config_last_wins() {
+    let inv = inventory("dgx-h100");
+    let c = claim(
+        vec![result("a", "gpu-0"), result("b", "gpu-1"), result("c/x", "gpu-2")],
+        vec![
+            // The claim's config comes first in the list but applies after the class's.
+            config(
+                "FromClaim",
+                &["a"],
+                gpu_config(json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}})),
+            ),
+            config(
+                "FromClass",
+                &["a", "b", "c"],
+                gpu_config(json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Short"}})),
+            ),
+            json!({"source": "FromClaim", "requests": ["a"],
+                   "opaque": {"driver": "other.example.com", "parameters": {"anything": true}}}),
+        ],
+    );
+    let record = plan(&c, &inv, MigMode::Static).unwrap();
+    let intervals: Vec<TimeSliceInterval> = record
+        .devices
+        .iter()
+        .map(|d| d.sharing.as_ref().unwrap().time_slicing.as_ref().unwrap().interval)
+        .collect();
+    assert_eq!(
+        intervals,
+        vec![TimeSliceInterval::Long, TimeSliceInterval::Short, TimeSliceInterval::Short]
+    );
+}
+
+#[test]
+fn configs_apply_by_kind_and_mps_gets_a_daemon_directory() {
+    let inv = inventory("hgx-a100-mig");
+    let c = claim(
+        vec![result("whole", "gpu-6"), result("slice", "gpu-3-mig-1g-10gb-2")],
+        vec![
+            config(
+                "FromClaim",
+                &[],
+                gpu_config(json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 40}})),
+            ),
+            config("FromClaim", &[], mig_config(json!({"strategy": "TimeSlicing"}))),
+        ],
+    );
+    let record = plan(&c, &inv, MigMode::Static).unwrap();
+    assert_eq!(
+        record.devices[0].sharing.as_ref().unwrap().strategy,
+        SharingStrategy::Mps
+    );
+    assert_eq!(
+        record.devices[1].sharing.as_ref().unwrap().strategy,
+        SharingStrategy::TimeSlicing
+    );
+    let mps = record.mps.unwrap();
+    assert_eq!(mps.pipe_directory, format!("/var/lib/tessera/mps/{UID}/pipe"));
+    assert_eq!(mps.log_directory, format!("/var/lib/tessera/mps/{UID}/log"));
+}
+
+/// Each bad claim, and a piece of the message it must produce.
+#[test]
+fn bad_input_is_refused_with_a_message_naming_the_problem() {
+    let dgx = inventory("dgx-h100");
+    let mig = inventory("hgx-a100-mig");
+    let mut wrong_uid = claim(vec![result("gpu", "gpu-0")], vec![]);
+    wrong_uid.metadata.uid = Some("another-uid".into());
+    let mut unallocated = claim(vec![], vec![]);
+    unallocated.status = None;
+    let foreign = claim(
+        vec![json!({"request": "gpu", "driver": "gpu.tessera.dev", "pool": "node-b", "device": "gpu-0"})],
+        vec![],
+    );
+    let cases: Vec<(&str, ResourceClaim, &Inventory, &str)> = vec![
+        ("uid", wrong_uid, &dgx, "has UID another-uid, not"),
+        ("unallocated", unallocated, &dgx, "not allocated"),
+        (
+            "other driver only",
+            claim(
+                vec![json!({"request": "n", "driver": "nic.example.com", "pool": NODE, "device": "eth0"})],
+                vec![],
+            ),
+            &dgx,
+            "no device of driver gpu.tessera.dev",
+        ),
+        ("foreign pool", foreign, &dgx, "of pool `node-b`, but this node's pool is `node-a`"),
+        (
+            "unknown device",
+            claim(vec![result("gpu", "gpu-42")], vec![]),
+            &dgx,
+            "names device `gpu-42`, which this node does not have",
+        ),
+        (
+            "not our name",
+            claim(vec![result("gpu", "nvidia-0")], vec![]),
+            &dgx,
+            "names device `nvidia-0`",
+        ),
+        (
+            "unknown field",
+            claim(
+                vec![result("gpu", "gpu-0")],
+                vec![config("FromClaim", &[], json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "GpuConfig", "sharng": {}}))],
+            ),
+            &dgx,
+            "claim config 0 (requests all): field `sharng`: unknown field",
+        ),
+        (
+            "out of range",
+            claim(
+                vec![result("gpu", "gpu-0")],
+                vec![config("FromClass", &["gpu"], gpu_config(json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 0}})))],
+            ),
+            &dgx,
+            "DeviceClass config 0 (requests gpu): field `sharing.mps.defaultActiveThreadPercentage`",
+        ),
+        (
+            "unknown kind",
+            claim(
+                vec![result("gpu", "gpu-0")],
+                vec![config("FromClaim", &[], json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "NicConfig"}))],
+            ),
+            &dgx,
+            "field `kind`: `NicConfig` is not a Tessera configuration kind",
+        ),
+        (
+            "wrong kind for the named request",
+            claim(
+                vec![result("gpu", "gpu-0")],
+                vec![config("FromClaim", &["gpu"], mig_config(json!({"strategy": "TimeSlicing"})))],
+            ),
+            &dgx,
+            "has kind MigDeviceConfig, which configures mig devices, but it names request `gpu` whose device `gpu-0` is a gpu device; use kind GpuConfig",
+        ),
+        (
+            "applies to nothing",
+            claim(
+                vec![result("gpu", "gpu-0")],
+                vec![config("FromClaim", &[], mig_config(json!({"strategy": "TimeSlicing"})))],
+            ),
+            &dgx,
+            "applies to no allocated mig device",
+        ),
+        (
+            "names a request that does not exist",
+            claim(
+                vec![result("gpu", "gpu-0")],
+                vec![config("FromClaim", &["gpus"], gpu_config(json!({"strategy": "TimeSlicing"})))],
+            ),
+            &dgx,
+            "(requests gpus) applies to no allocated gpu device",
+        ),
+        (
+            "bad source",
+            claim(
+                vec![result("gpu", "gpu-0")],
+                vec![config("FromNowhere", &[], gpu_config(json!({"strategy": "TimeSlicing"})))],
+            ),
+            &dgx,
+            "source `FromNowhere`",
+        ),
+        (
+            "time slice on MIG",
+            claim(
+                vec![result("mig", "gpu-3-mig-1g-10gb-2")],
+                vec![config("FromClaim", &[], mig_config(json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}})))],
+            ),
+            &mig,
+            "time slice cannot be set",
+        ),
+        (
+            "conflicting MPS settings",
+            claim(
+                vec![result("a", "gpu-6"), result("b", "gpu-7")],
+                vec![
+                    config("FromClaim", &["a"], gpu_config(json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 10}}))),
+                    config("FromClaim", &["b"], gpu_config(json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 20}}))),
+                ],
+            ),
+            &mig,
+            "devices `gpu-6` and `gpu-7` are shared with MPS by one daemon",
+        ),
+    ];
+    for (what, claim, inventory, want) in cases {
+        let err = plan(&claim, inventory, MigMode::Static)
+            .map(|r| format!("{r:?}"))
+            .expect_err(what)
+            .to_string();
+        assert!(err.contains(want), "{what}: `{err}` lacks `{want}`");
+    }
+}
