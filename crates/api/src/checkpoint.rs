@@ -206,7 +206,9 @@ pub enum CheckpointError {
         found: Value,
     },
     /// The payload does not match its checksum: the file was damaged or edited.
-    #[error("the checkpoint's checksum does not match its content (recorded {recorded}, computed {computed})")]
+    #[error(
+        "the checkpoint's checksum does not match its content (recorded {recorded}, computed {computed})"
+    )]
     ChecksumMismatch {
         /// The checksum in the file.
         recorded: String,
@@ -279,9 +281,8 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
             ));
         }
     }
-    let envelope: EnvelopeIn = serde_path_to_error::deserialize(value).map_err(|e| {
-        CheckpointError::Unparsable(format!("field `{}`: {}", e.path(), e.inner()))
-    })?;
+    let envelope: EnvelopeIn = serde_path_to_error::deserialize(value)
+        .map_err(|e| CheckpointError::Unparsable(format!("field `{}`: {}", e.path(), e.inner())))?;
     let computed = checksum(&envelope.checkpoint);
     if computed != envelope.checksum {
         return Err(CheckpointError::ChecksumMismatch {
@@ -406,7 +407,10 @@ mod tests {
             ("{\"version\": 1, \"checks".into(), "cannot be parsed"),
             ("[1, 2]".into(), "not a JSON object"),
             ("{\"checksum\": \"x\"}".into(), "`version` is missing"),
-            (good.replace("\"version\": 1", "\"version\": 2"), "version 2"),
+            (
+                good.replace("\"version\": 1", "\"version\": 2"),
+                "version 2",
+            ),
             (
                 good.replace("\"version\": 1", "\"version\": \"1\""),
                 "version \"1\"",

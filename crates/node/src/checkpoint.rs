@@ -28,7 +28,9 @@ const QUARANTINE_INFIX: &str = ".corrupt-";
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointStoreError {
     /// The state directory could not be created.
-    #[error("cannot create the state directory {path}: {source}; check --state-dir and its permissions")]
+    #[error(
+        "cannot create the state directory {path}: {source}; check --state-dir and its permissions"
+    )]
     CreateDir { path: PathBuf, source: io::Error },
     /// The checkpoint exists but cannot be read (not a content problem: e.g. permissions).
     #[error("cannot read the checkpoint {path}: {source}")]
@@ -41,7 +43,9 @@ pub enum CheckpointStoreError {
         source: io::Error,
     },
     /// A corrupt checkpoint could not be moved aside.
-    #[error("cannot quarantine the corrupt checkpoint {path} to {to}: {source}; move it aside by hand")]
+    #[error(
+        "cannot quarantine the corrupt checkpoint {path} to {to}: {source}; move it aside by hand"
+    )]
     Quarantine {
         path: PathBuf,
         to: PathBuf,
@@ -112,7 +116,10 @@ impl CheckpointStore {
                 }
                 Err(error) => {
                     let moved_to = quarantine(&path)?;
-                    (Checkpoint::default(), LoadOutcome::Quarantined { moved_to, error })
+                    (
+                        Checkpoint::default(),
+                        LoadOutcome::Quarantined { moved_to, error },
+                    )
                 }
             },
         };
@@ -309,7 +316,10 @@ mod tests {
     fn corrupt_files_are_quarantined_not_fatal() {
         for (what, content) in [
             ("garbage", b"\x00\x01 not json".to_vec()),
-            ("truncated", b"{\"version\": 1, \"checksum\": \"sha".to_vec()),
+            (
+                "truncated",
+                b"{\"version\": 1, \"checksum\": \"sha".to_vec(),
+            ),
             (
                 "future version",
                 b"{\"version\": 7, \"checksum\": \"\", \"checkpoint\": {}}".to_vec(),
@@ -332,7 +342,11 @@ mod tests {
                 panic!("{what}: {outcome:?}");
             };
             assert!(loaded.claims.is_empty(), "{what}");
-            assert_eq!(fs::read(&moved_to).unwrap(), content, "{what}: kept as it was");
+            assert_eq!(
+                fs::read(&moved_to).unwrap(),
+                content,
+                "{what}: kept as it was"
+            );
             assert_eq!(quarantined_files(dir.path()), vec![moved_to], "{what}");
             assert!(!dir.path().join(CHECKPOINT_FILE).exists(), "{what}");
             // The store works, and the next start loads what it wrote.

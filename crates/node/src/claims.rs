@@ -10,7 +10,8 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{Api, ListParams};
 
 /// A boxed future, so that [`ClaimSource`] can be used as a trait object.
-pub type ClaimFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ClaimSourceError>> + Send + 'a>>;
+pub type ClaimFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, ClaimSourceError>> + Send + 'a>>;
 
 /// Reading a claim failed (the claim not existing is not a failure: `Ok(None)`).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -53,13 +54,11 @@ impl ClaimSource for KubeClaimSource {
     fn get(&self, namespace: String, name: String) -> ClaimFuture<'_, Option<ResourceClaim>> {
         Box::pin(async move {
             let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &namespace);
-            api.get_opt(&name)
-                .await
-                .map_err(|e| ClaimSourceError::Get {
-                    namespace,
-                    name,
-                    reason: e.to_string(),
-                })
+            api.get_opt(&name).await.map_err(|e| ClaimSourceError::Get {
+                namespace,
+                name,
+                reason: e.to_string(),
+            })
         })
     }
 

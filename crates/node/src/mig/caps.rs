@@ -87,8 +87,7 @@ impl MigCapMinors {
                     return None;
                 }
                 let per_gi = 1 + COMPUTE_INSTANCES_PER_GPU_INSTANCE;
-                let base = FIRST_INSTANCE_MINOR
-                    + (gpu_minor * GPU_INSTANCES_PER_GPU + gi) * per_gi;
+                let base = FIRST_INSTANCE_MINOR + (gpu_minor * GPU_INSTANCES_PER_GPU + gi) * per_gi;
                 Some(base + ci.map_or(0, |ci| ci + 1))
             }
         }

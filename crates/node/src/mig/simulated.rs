@@ -171,7 +171,10 @@ impl MigControl for SimulatedMig {
             .find(|id| gpu.instances.iter().all(|i| i.gpu_instance_id != *id))
             .unwrap_or(1);
         let instance = MigInstance {
-            uuid: format!("MIG-5e0a1a7e-{:04x}-4000-8000-{serial:012x}", gpu_instance_id),
+            uuid: format!(
+                "MIG-5e0a1a7e-{:04x}-4000-8000-{serial:012x}",
+                gpu_instance_id
+            ),
             profile: profile.name.clone(),
             gpu_instance_id,
             compute_instance_id: 0,
@@ -219,7 +222,10 @@ mod tests {
     use tessera_topology::{DeviceSource, MockSource};
 
     fn inventory() -> Inventory {
-        MockSource::new("hgx-a100-mig").unwrap().inventory().unwrap()
+        MockSource::new("hgx-a100-mig")
+            .unwrap()
+            .inventory()
+            .unwrap()
     }
 
     #[test]
@@ -233,7 +239,10 @@ mod tests {
         assert_eq!(mig.mig_devices(&gpu).unwrap().len(), before.len() + 1);
         let err = mig.create(&gpu, "1g.10gb", 3).unwrap_err().to_string();
         assert!(err.contains("overlaps"), "{err}");
-        assert!(mig.create(&gpu, "2g.20gb", 2).is_err(), "covers slice 2 and 3");
+        assert!(
+            mig.create(&gpu, "2g.20gb", 2).is_err(),
+            "covers slice 2 and 3"
+        );
         mig.destroy(&gpu, &created).unwrap();
         assert_eq!(mig.mig_devices(&gpu).unwrap(), before);
         assert!(mig.destroy(&gpu, &created).is_err());

@@ -76,14 +76,13 @@ pub(super) fn decode_configs(
             }
         };
         let requests = entry.requests.clone().unwrap_or_default();
-        let config = config::decode(&opaque.parameters.0).map_err(|error| {
-            PlanError::InvalidConfig {
+        let config =
+            config::decode(&opaque.parameters.0).map_err(|error| PlanError::InvalidConfig {
                 index,
                 source_kind: source,
                 requests: requests.clone(),
                 error,
-            }
-        })?;
+            })?;
         decoded.push(DecodedConfig {
             index,
             source,

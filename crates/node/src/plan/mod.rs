@@ -15,8 +15,7 @@ use std::path::Path;
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use tessera_api::DRIVER_NAME;
 use tessera_api::checkpoint::{
-    ClaimRecord, ClaimState, DeviceRecord, DeviceTarget, MigInstanceRecord, MigLifecycle,
-    MpsRecord,
+    ClaimRecord, ClaimState, DeviceRecord, DeviceTarget, MigInstanceRecord, MigLifecycle, MpsRecord,
 };
 use tessera_api::config::{ConfigError, Sharing, SharingStrategy, TimeSliceInterval};
 use tessera_topology::{Inventory, ResolvedDevice};
@@ -68,7 +67,9 @@ pub enum PlanError {
     )]
     UidMismatch { expected: String, found: String },
     /// `status.allocation` is empty.
-    #[error("the claim is not allocated (status.allocation is empty); it must be allocated before its pod starts")]
+    #[error(
+        "the claim is not allocated (status.allocation is empty); it must be allocated before its pod starts"
+    )]
     NotAllocated,
     /// The allocation holds no device of this driver.
     #[error("the allocation holds no device of driver {DRIVER_NAME}")]
@@ -103,13 +104,20 @@ pub enum PlanError {
     )]
     MigInstanceMissing { device: String, gpu_uuid: String },
     /// Dynamic MIG on a GPU whose MIG mode is off.
-    #[error("MIG device `{device}` cannot be created: MIG mode is disabled on GPU {gpu_uuid}; enable it with `nvidia-smi -i {gpu_uuid} -mig 1`")]
+    #[error(
+        "MIG device `{device}` cannot be created: MIG mode is disabled on GPU {gpu_uuid}; enable it with `nvidia-smi -i {gpu_uuid} -mig 1`"
+    )]
     MigModeDisabled { device: String, gpu_uuid: String },
     /// A config entry is not `FromClass` or `FromClaim`.
-    #[error("allocation config {index} has source `{source_name}`; expected `FromClass` or `FromClaim`")]
+    #[error(
+        "allocation config {index} has source `{source_name}`; expected `FromClass` or `FromClaim`"
+    )]
     UnknownConfigSource { index: usize, source_name: String },
     /// A config's parameters are not a valid Tessera configuration.
-    #[error("{source_kind} config {index} (requests {}): {error}", requests_text(requests))]
+    #[error(
+        "{source_kind} config {index} (requests {}): {error}",
+        requests_text(requests)
+    )]
     InvalidConfig {
         index: usize,
         source_kind: ConfigSource,

@@ -42,7 +42,11 @@ fn claim(results: Vec<Value>, configs: Vec<Value>) -> ResourceClaim {
     .unwrap()
 }
 
-fn plan(claim: &ResourceClaim, inventory: &Inventory, mode: MigMode) -> Result<ClaimRecord, PlanError> {
+fn plan(
+    claim: &ResourceClaim,
+    inventory: &Inventory,
+    mode: MigMode,
+) -> Result<ClaimRecord, PlanError> {
     plan_claim(
         claim,
         ClaimIdentity {
@@ -72,8 +76,15 @@ fn whole_gpus_resolve_with_their_uuid_and_cdi_ids() {
     );
     let record = plan(&c, &inv, MigMode::Static).unwrap();
     assert_eq!(record.state, ClaimState::PrepareStarted);
-    assert_eq!((record.namespace.as_str(), record.name.as_str()), ("ml", "train"));
-    assert_eq!(record.devices.len(), 2, "the other driver's device is not ours");
+    assert_eq!(
+        (record.namespace.as_str(), record.name.as_str()),
+        ("ml", "train")
+    );
+    assert_eq!(
+        record.devices.len(),
+        2,
+        "the other driver's device is not ours"
+    );
     let gpu5 = inv.gpu_by_minor(5).unwrap();
     assert_eq!(
         record.devices[1].target,
@@ -107,7 +118,10 @@ fn static_mig_uses_the_existing_instance() {
     else {
         panic!("not a MIG target: {:?}", record.devices[0].target);
     };
-    assert_eq!((*parent_minor, profile.as_str(), *placement_start), (3, "1g.10gb", 2));
+    assert_eq!(
+        (*parent_minor, profile.as_str(), *placement_start),
+        (3, "1g.10gb", 2)
+    );
     assert_eq!(*lifecycle, MigLifecycle::Static);
     assert_eq!(
         instance.as_ref(),
@@ -176,7 +190,11 @@ fn admin_access_never_creates_or_reconfigures() {
 fn class_config_then_claim_config_last_wins() {
     let inv = inventory("dgx-h100");
     let c = claim(
-        vec![result("a", "gpu-0"), result("b", "gpu-1"), result("c/x", "gpu-2")],
+        vec![
+            result("a", "gpu-0"),
+            result("b", "gpu-1"),
+            result("c/x", "gpu-2"),
+        ],
         vec![
             // The claim's config comes first in the list but applies after the class's.
             config(
@@ -187,7 +205,9 @@ fn class_config_then_claim_config_last_wins() {
             config(
                 "FromClass",
                 &["a", "b", "c"],
-                gpu_config(json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Short"}})),
+                gpu_config(
+                    json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Short"}}),
+                ),
             ),
             json!({"source": "FromClaim", "requests": ["a"],
                    "opaque": {"driver": "other.example.com", "parameters": {"anything": true}}}),
@@ -197,11 +217,23 @@ fn class_config_then_claim_config_last_wins() {
     let intervals: Vec<TimeSliceInterval> = record
         .devices
         .iter()
-        .map(|d| d.sharing.as_ref().unwrap().time_slicing.as_ref().unwrap().interval)
+        .map(|d| {
+            d.sharing
+                .as_ref()
+                .unwrap()
+                .time_slicing
+                .as_ref()
+                .unwrap()
+                .interval
+        })
         .collect();
     assert_eq!(
         intervals,
-        vec![TimeSliceInterval::Long, TimeSliceInterval::Short, TimeSliceInterval::Short]
+        vec![
+            TimeSliceInterval::Long,
+            TimeSliceInterval::Short,
+            TimeSliceInterval::Short
+        ]
     );
 }
 
@@ -209,14 +241,23 @@ fn class_config_then_claim_config_last_wins() {
 fn configs_apply_by_kind_and_mps_gets_a_daemon_directory() {
     let inv = inventory("hgx-a100-mig");
     let c = claim(
-        vec![result("whole", "gpu-6"), result("slice", "gpu-3-mig-1g-10gb-2")],
+        vec![
+            result("whole", "gpu-6"),
+            result("slice", "gpu-3-mig-1g-10gb-2"),
+        ],
         vec![
             config(
                 "FromClaim",
                 &[],
-                gpu_config(json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 40}})),
+                gpu_config(
+                    json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 40}}),
+                ),
             ),
-            config("FromClaim", &[], mig_config(json!({"strategy": "TimeSlicing"}))),
+            config(
+                "FromClaim",
+                &[],
+                mig_config(json!({"strategy": "TimeSlicing"})),
+            ),
         ],
     );
     let record = plan(&c, &inv, MigMode::Static).unwrap();
@@ -229,7 +270,10 @@ fn configs_apply_by_kind_and_mps_gets_a_daemon_directory() {
         SharingStrategy::TimeSlicing
     );
     let mps = record.mps.unwrap();
-    assert_eq!(mps.pipe_directory, format!("/var/lib/tessera/mps/{UID}/pipe"));
+    assert_eq!(
+        mps.pipe_directory,
+        format!("/var/lib/tessera/mps/{UID}/pipe")
+    );
     assert_eq!(mps.log_directory, format!("/var/lib/tessera/mps/{UID}/log"));
 }
 
@@ -243,7 +287,9 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
     let mut unallocated = claim(vec![], vec![]);
     unallocated.status = None;
     let foreign = claim(
-        vec![json!({"request": "gpu", "driver": "gpu.tessera.dev", "pool": "node-b", "device": "gpu-0"})],
+        vec![
+            json!({"request": "gpu", "driver": "gpu.tessera.dev", "pool": "node-b", "device": "gpu-0"}),
+        ],
         vec![],
     );
     let cases: Vec<(&str, ResourceClaim, &Inventory, &str)> = vec![
@@ -252,13 +298,20 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
         (
             "other driver only",
             claim(
-                vec![json!({"request": "n", "driver": "nic.example.com", "pool": NODE, "device": "eth0"})],
+                vec![
+                    json!({"request": "n", "driver": "nic.example.com", "pool": NODE, "device": "eth0"}),
+                ],
                 vec![],
             ),
             &dgx,
             "no device of driver gpu.tessera.dev",
         ),
-        ("foreign pool", foreign, &dgx, "of pool `node-b`, but this node's pool is `node-a`"),
+        (
+            "foreign pool",
+            foreign,
+            &dgx,
+            "of pool `node-b`, but this node's pool is `node-a`",
+        ),
         (
             "unknown device",
             claim(vec![result("gpu", "gpu-42")], vec![]),
@@ -275,7 +328,11 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
             "unknown field",
             claim(
                 vec![result("gpu", "gpu-0")],
-                vec![config("FromClaim", &[], json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "GpuConfig", "sharng": {}}))],
+                vec![config(
+                    "FromClaim",
+                    &[],
+                    json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "GpuConfig", "sharng": {}}),
+                )],
             ),
             &dgx,
             "claim config 0 (requests all): field `sharng`: unknown field",
@@ -284,7 +341,13 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
             "out of range",
             claim(
                 vec![result("gpu", "gpu-0")],
-                vec![config("FromClass", &["gpu"], gpu_config(json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 0}})))],
+                vec![config(
+                    "FromClass",
+                    &["gpu"],
+                    gpu_config(
+                        json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 0}}),
+                    ),
+                )],
             ),
             &dgx,
             "DeviceClass config 0 (requests gpu): field `sharing.mps.defaultActiveThreadPercentage`",
@@ -293,7 +356,11 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
             "unknown kind",
             claim(
                 vec![result("gpu", "gpu-0")],
-                vec![config("FromClaim", &[], json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "NicConfig"}))],
+                vec![config(
+                    "FromClaim",
+                    &[],
+                    json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "NicConfig"}),
+                )],
             ),
             &dgx,
             "field `kind`: `NicConfig` is not a Tessera configuration kind",
@@ -302,7 +369,11 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
             "wrong kind for the named request",
             claim(
                 vec![result("gpu", "gpu-0")],
-                vec![config("FromClaim", &["gpu"], mig_config(json!({"strategy": "TimeSlicing"})))],
+                vec![config(
+                    "FromClaim",
+                    &["gpu"],
+                    mig_config(json!({"strategy": "TimeSlicing"})),
+                )],
             ),
             &dgx,
             "has kind MigDeviceConfig, which configures mig devices, but it names request `gpu` whose device `gpu-0` is a gpu device; use kind GpuConfig",
@@ -311,7 +382,11 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
             "applies to nothing",
             claim(
                 vec![result("gpu", "gpu-0")],
-                vec![config("FromClaim", &[], mig_config(json!({"strategy": "TimeSlicing"})))],
+                vec![config(
+                    "FromClaim",
+                    &[],
+                    mig_config(json!({"strategy": "TimeSlicing"})),
+                )],
             ),
             &dgx,
             "applies to no allocated mig device",
@@ -320,7 +395,11 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
             "names a request that does not exist",
             claim(
                 vec![result("gpu", "gpu-0")],
-                vec![config("FromClaim", &["gpus"], gpu_config(json!({"strategy": "TimeSlicing"})))],
+                vec![config(
+                    "FromClaim",
+                    &["gpus"],
+                    gpu_config(json!({"strategy": "TimeSlicing"})),
+                )],
             ),
             &dgx,
             "(requests gpus) applies to no allocated gpu device",
@@ -329,7 +408,11 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
             "bad source",
             claim(
                 vec![result("gpu", "gpu-0")],
-                vec![config("FromNowhere", &[], gpu_config(json!({"strategy": "TimeSlicing"})))],
+                vec![config(
+                    "FromNowhere",
+                    &[],
+                    gpu_config(json!({"strategy": "TimeSlicing"})),
+                )],
             ),
             &dgx,
             "source `FromNowhere`",
@@ -338,7 +421,13 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
             "time slice on MIG",
             claim(
                 vec![result("mig", "gpu-3-mig-1g-10gb-2")],
-                vec![config("FromClaim", &[], mig_config(json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}})))],
+                vec![config(
+                    "FromClaim",
+                    &[],
+                    mig_config(
+                        json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}),
+                    ),
+                )],
             ),
             &mig,
             "time slice cannot be set",
@@ -348,8 +437,20 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
             claim(
                 vec![result("a", "gpu-6"), result("b", "gpu-7")],
                 vec![
-                    config("FromClaim", &["a"], gpu_config(json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 10}}))),
-                    config("FromClaim", &["b"], gpu_config(json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 20}}))),
+                    config(
+                        "FromClaim",
+                        &["a"],
+                        gpu_config(
+                            json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 10}}),
+                        ),
+                    ),
+                    config(
+                        "FromClaim",
+                        &["b"],
+                        gpu_config(
+                            json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 20}}),
+                        ),
+                    ),
                 ],
             ),
             &mig,

@@ -87,8 +87,11 @@ pub enum SharingError {
 /// How sharing is put into effect on the node's GPUs.
 pub trait GpuControl: Send + Sync {
     /// Sets the compute time slice of the whole GPU `gpu_uuid`.
-    fn set_time_slice(&self, gpu_uuid: &str, interval: TimeSliceInterval)
-    -> Result<(), SharingError>;
+    fn set_time_slice(
+        &self,
+        gpu_uuid: &str,
+        interval: TimeSliceInterval,
+    ) -> Result<(), SharingError>;
 
     /// Starts the MPS control daemon `daemon` and applies its settings. If a daemon already
     /// answers on its pipe directory, only the settings are applied.

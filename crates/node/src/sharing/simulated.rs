@@ -28,9 +28,10 @@ impl SimulatedGpuControl {
     }
 
     fn daemon_file(&self, directories: &MpsDirectories) -> PathBuf {
-        self.root
-            .join("mps-daemons")
-            .join(format!("{}.json", file_key(&directories.pipe.to_string_lossy())))
+        self.root.join("mps-daemons").join(format!(
+            "{}.json",
+            file_key(&directories.pipe.to_string_lossy())
+        ))
     }
 
     /// The time slice GPU `gpu_uuid` is set to.
@@ -58,7 +59,13 @@ impl SimulatedGpuControl {
 /// A file name for an arbitrary string.
 fn file_key(text: &str) -> String {
     text.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 

@@ -69,7 +69,11 @@ fn run(
     if message.is_empty() {
         message = String::from_utf8_lossy(&output.stdout).trim().to_owned();
     }
-    Err(format!("{} exited with {}: {message}", describe(), output.status))
+    Err(format!(
+        "{} exited with {}: {message}",
+        describe(),
+        output.status
+    ))
 }
 
 impl SystemGpuControl {
@@ -301,7 +305,8 @@ esac
 
     #[test]
     fn a_missing_tool_is_a_clear_error() {
-        let control = SystemGpuControl::with_programs("/nonexistent/nvidia-smi", "/nonexistent/mps");
+        let control =
+            SystemGpuControl::with_programs("/nonexistent/nvidia-smi", "/nonexistent/mps");
         let err = control
             .set_time_slice("GPU-1", TimeSliceInterval::Default)
             .unwrap_err()

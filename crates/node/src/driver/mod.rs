@@ -1,0 +1,309 @@
+//! [`NodeDriver`]: Tessera's [`DraDriver`] — prepare and unprepare with a crash-safe checkpoint.
+//!
+//! # How prepare is ordered, and why every crash point converges
+//!
+//! Prepare of a batch, after reading the claims from the API server (async, concurrently):
+//!
+//! 1. Under the claims' locks, a claim already `PrepareCompleted` returns its recorded devices
+//!    (idempotence: nothing is redone). A record left `PrepareStarted`/`UnprepareStarted` by a
+//!    failed earlier call is undone first.
+//! 2. The plan ([`crate::plan`], pure) resolves devices and configs; bad input fails only
+//!    that claim.
+//! 3. **One checkpoint write** records every planned claim as `PrepareStarted`, with its plan.
+//! 4. Per claim, the side effects ([`Core::establish`]): dynamic MIG instances, sharing (time
+//!    slice, MPS daemon), then the CDI spec. A failure undoes that claim ([`Core::undo`]).
+//! 5. **One checkpoint write** records the finished claims as `PrepareCompleted` (with the MIG
+//!    instances created) and drops the failed ones. Only then are CDI ids returned.
+//!
+//! Unprepare: record `UnprepareStarted` (one write), undo each claim's side effects (CDI spec
+//! first, so no new container gets the devices; then sharing; then MIG), drop the records (one
+//! write). A claim without a record succeeds at once.
+//!
+//! Crash points, and what the next start ([`NodeDriver::start`]) does:
+//!
+//! | crash | on disk | at start | converges because |
+//! |---|---|---|---|
+//! | before step 3 | nothing of the claim | nothing | the kubelet retries prepare |
+//! | during step 4 | `PrepareStarted` + some of MIG/MPS/time slice/spec | undo all, drop the record | undo is idempotent and finds a MIG instance by placement when its ids were not recorded yet |
+//! | after step 5 | `PrepareCompleted` + all effects | re-establish (MIG, sharing, spec) | establish is idempotent; the kubelet's retry gets the recorded ids |
+//! | during unprepare | `UnprepareStarted` + some effects | finish the undo, drop the record | undo is idempotent; the kubelet's retry finds no record and succeeds |
+//! | inside a checkpoint write | the old or the new file | load it | temp file + fsync + rename + directory fsync |
+//!
+//! Then, at every start: CDI specs of this driver that no record knows are removed; MPS
+//! directories (and daemons) of unknown claims are stopped and removed; with dynamic MIG, MIG
+//! instances no record holds are destroyed. A corrupt checkpoint (unparsable, unknown
+//! version, bad checksum) is renamed aside (counted in [`DriverStats::checkpoint_quarantines`])
+//! and state is rebuilt from the CDI specs on disk and the API server: a claim whose spec
+//! exists and that is still allocated to this node and reserved is re-established and
+//! recorded; everything else is cleaned up as above. A new boot id means the node rebooted:
+//! MIG instances and MPS daemons are gone, so re-establishing a completed claim recreates them
+//! (new MIG UUIDs; the CDI ids, named after devices, stay the same).
+
+mod effects;
+mod locks;
+mod prepare;
+mod recovery;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use tessera_cdi::{SpecDir, SpecDirError};
+use tessera_kubelet::{ClaimRef, ClaimUid, DraDriver, PrepareResult, UnprepareResult};
+use tessera_topology::{DeviceSource, Inventory, SourceError};
+
+pub use effects::EffectError;
+pub use recovery::StartupReport;
+
+use crate::checkpoint::{CheckpointStore, CheckpointStoreError, DEFAULT_BOOT_ID_PATH};
+use crate::claims::{ClaimSource, ClaimSourceError};
+use crate::mig::{DEFAULT_MIG_MINORS_PATH, MigCapMinors, MigControl};
+use crate::plan::MigMode;
+use crate::sharing::GpuControl;
+use locks::ClaimLocks;
+
+/// Where and how the driver works.
+#[derive(Debug, Clone)]
+pub struct NodeDriverConfig {
+    /// This node's name (the pool name).
+    pub node_name: String,
+    /// The CDI spec directory the container runtime reads (`/var/run/cdi`).
+    pub cdi_root: PathBuf,
+    /// The plugin's state directory: checkpoint and per-claim MPS directories. MPS directories
+    /// are bind-mounted into containers, so this must be the same path on the host.
+    pub state_dir: PathBuf,
+    /// Static or dynamic MIG; must match how the slices are published.
+    pub mig_mode: MigMode,
+    /// Where to read the boot id.
+    pub boot_id_path: PathBuf,
+    /// Where the driver lists MIG capability minors.
+    pub mig_minors_path: PathBuf,
+}
+
+impl NodeDriverConfig {
+    /// A configuration with static MIG and the kernel's boot id and MIG minors paths.
+    pub fn new(
+        node_name: impl Into<String>,
+        cdi_root: impl Into<PathBuf>,
+        state_dir: impl Into<PathBuf>,
+    ) -> Self {
+        Self {
+            node_name: node_name.into(),
+            cdi_root: cdi_root.into(),
+            state_dir: state_dir.into(),
+            mig_mode: MigMode::Static,
+            boot_id_path: PathBuf::from(DEFAULT_BOOT_ID_PATH),
+            mig_minors_path: PathBuf::from(DEFAULT_MIG_MINORS_PATH),
+        }
+    }
+
+    /// Sets the MIG mode.
+    pub fn mig_mode(mut self, mode: MigMode) -> Self {
+        self.mig_mode = mode;
+        self
+    }
+
+    /// Reads the boot id from `path` instead of the kernel's.
+    pub fn boot_id_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.boot_id_path = path.into();
+        self
+    }
+
+    /// Reads MIG capability minors from `path` instead of the driver's.
+    pub fn mig_minors_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.mig_minors_path = path.into();
+        self
+    }
+}
+
+/// The driver's collaborators.
+#[derive(Clone)]
+pub struct DriverParts {
+    /// The node's GPUs.
+    pub devices: Arc<dyn DeviceSource>,
+    /// Where claims are read.
+    pub claims: Arc<dyn ClaimSource>,
+    /// Sharing.
+    pub gpu: Arc<dyn GpuControl>,
+    /// MIG instances.
+    pub mig: Arc<dyn MigControl>,
+}
+
+/// Why the driver could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointStoreError),
+    #[error("cannot read the node's GPUs: {0}")]
+    Inventory(#[from] SourceError),
+    #[error("cannot list this driver's CDI specs: {0}")]
+    Specs(#[from] SpecDirError),
+    #[error(
+        "the checkpoint was lost and CDI specs of prepared claims exist, but the API server \
+         cannot tell which claims are still allocated here: {0}"
+    )]
+    Rebuild(ClaimSourceError),
+    #[error("recovery stopped unexpectedly: {0}")]
+    Recovery(String),
+}
+
+/// Counters the runtime exports as metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    /// Corrupt checkpoints moved aside (at most one per start).
+    pub checkpoint_quarantines: u64,
+    /// Problems met while recovering at start (each also logged and in the [`StartupReport`]).
+    pub recovery_errors: u64,
+    /// Claims prepared now.
+    pub prepared_claims: u64,
+    /// Devices of the claims prepared now.
+    pub prepared_devices: u64,
+}
+
+/// Shared state of the driver; every method that does IO is blocking.
+pub(crate) struct Core {
+    node_name: String,
+    mig_mode: MigMode,
+    mps_root: PathBuf,
+    caps: MigCapMinors,
+    inventory: RwLock<Arc<Inventory>>,
+    devices: Arc<dyn DeviceSource>,
+    claims: Arc<dyn ClaimSource>,
+    gpu: Arc<dyn GpuControl>,
+    mig: Arc<dyn MigControl>,
+    store: CheckpointStore,
+    specs: SpecDir,
+    locks: ClaimLocks,
+    quarantines: AtomicU64,
+    recovery_errors: AtomicU64,
+}
+
+impl Core {
+    pub(crate) fn inventory(&self) -> Arc<Inventory> {
+        Arc::clone(&self.inventory.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Re-reads the inventory (a stale one names fewer devices or old MIG instances).
+    fn refresh_inventory(&self) -> Result<Arc<Inventory>, SourceError> {
+        let fresh = Arc::new(self.devices.inventory()?);
+        *self.inventory.write().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&fresh);
+        Ok(fresh)
+    }
+}
+
+/// Tessera's node driver.
+#[derive(Clone)]
+pub struct NodeDriver {
+    core: Arc<Core>,
+}
+
+impl std::fmt::Debug for NodeDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeDriver")
+            .field("node_name", &self.core.node_name)
+            .field("checkpoint", &self.core.store.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeDriver {
+    /// Loads the checkpoint, recovers from whatever a previous run left (see the module
+    /// docs), and returns the driver ready to be served, with a report of what recovery did.
+    pub async fn start(
+        config: NodeDriverConfig,
+        parts: DriverParts,
+    ) -> Result<(NodeDriver, StartupReport), StartError> {
+        recovery::start(config, parts).await
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> DriverStats {
+        let records = self.core.store.records();
+        let prepared = records
+            .values()
+            .filter(|r| r.state == tessera_api::checkpoint::ClaimState::PrepareCompleted);
+        let (claims, devices) =
+            prepared.fold((0, 0), |(c, d), r| (c + 1, d + r.devices.len() as u64));
+        DriverStats {
+            checkpoint_quarantines: self.core.quarantines.load(Ordering::Relaxed),
+            recovery_errors: self.core.recovery_errors.load(Ordering::Relaxed),
+            prepared_claims: claims,
+            prepared_devices: devices,
+        }
+    }
+
+    /// The checkpoint file.
+    pub fn checkpoint_path(&self) -> &Path {
+        self.core.store.path()
+    }
+
+    /// Replaces the inventory used to resolve device names (e.g. after the runtime rescanned).
+    pub fn update_inventory(&self, inventory: Inventory) {
+        *self
+            .core
+            .inventory
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::new(inventory);
+    }
+
+    /// The CDI spec file of claim `claim_uid` (whether or not it exists).
+    pub fn cdi_spec_path(&self, claim_uid: &str) -> Option<PathBuf> {
+        self.core.specs.path_of(claim_uid).ok()
+    }
+}
+
+/// Runs blocking driver work off the async runtime; a panic becomes a per-claim error.
+async fn blocking<T: Send + 'static>(
+    claims: &[ClaimRef],
+    work: impl FnOnce() -> BTreeMap<ClaimUid, Result<T, String>> + Send + 'static,
+) -> BTreeMap<ClaimUid, Result<T, String>> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(results) => results,
+        Err(e) => claims
+            .iter()
+            .map(|claim| {
+                (
+                    claim.uid.clone(),
+                    Err(format!(
+                        "claim {claim}: internal error in the node plugin: {e}"
+                    )),
+                )
+            })
+            .collect(),
+    }
+}
+
+impl DraDriver for NodeDriver {
+    async fn prepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, PrepareResult> {
+        let mut results = BTreeMap::new();
+        let mut to_read = Vec::new();
+        for claim in claims {
+            match self.core.completed_devices(claim.uid.as_str()) {
+                Some(devices) => {
+                    results.insert(claim.uid.clone(), Ok(devices));
+                }
+                None => to_read.push(claim),
+            }
+        }
+        if to_read.is_empty() {
+            return results;
+        }
+        let reads = to_read.iter().map(|claim| {
+            self.core
+                .claims
+                .get(claim.namespace.clone(), claim.name.clone())
+        });
+        let fetched = futures::future::join_all(reads).await;
+        let work: Vec<_> = to_read.iter().cloned().zip(fetched).collect();
+        let core = Arc::clone(&self.core);
+        results.extend(blocking(&to_read, move || core.prepare_batch(work)).await);
+        results
+    }
+
+    async fn unprepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, UnprepareResult> {
+        let core = Arc::clone(&self.core);
+        let batch = claims.clone();
+        blocking(&claims, move || core.unprepare_batch(batch)).await
+    }
+}

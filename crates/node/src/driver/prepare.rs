@@ -1,0 +1,294 @@
+//! Prepare and unprepare batches (blocking; see the ordering in the module docs of
+//! [`crate::driver`]).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use tessera_api::checkpoint::{ClaimRecord, ClaimState};
+use tessera_kubelet::{ClaimRef, ClaimUid, PrepareResult, PreparedDevice, UnprepareResult};
+
+use super::Core;
+use super::effects::EffectError;
+use crate::claims::ClaimSourceError;
+use crate::plan::{ClaimIdentity, PlanContext, PlanError, plan_claim};
+
+/// A claim as read from the API server.
+pub(super) type Fetched = Result<Option<ResourceClaim>, ClaimSourceError>;
+
+/// The devices the kubelet gets for a prepared claim.
+pub(super) fn prepared_devices(record: &ClaimRecord) -> Vec<PreparedDevice> {
+    record
+        .devices
+        .iter()
+        .map(|device| PreparedDevice {
+            request_names: vec![device.request.clone()],
+            pool_name: device.pool.clone(),
+            device_name: device.device.clone(),
+            cdi_device_ids: device.cdi_device_ids.clone(),
+            share_id: None,
+        })
+        .collect()
+}
+
+fn failed<T>(
+    claim: &ClaimRef,
+    operation: &str,
+    error: impl std::fmt::Display,
+) -> Result<T, String> {
+    tracing::warn!(claim = %claim, %error, "{operation} failed");
+    Err(format!("claim {claim}: {error}"))
+}
+
+impl Core {
+    /// The devices of `uid` if it is prepared.
+    pub(super) fn completed_devices(&self, uid: &str) -> Option<Vec<PreparedDevice>> {
+        self.store
+            .get(uid)
+            .filter(|r| r.state == ClaimState::PrepareCompleted)
+            .map(|r| prepared_devices(&r))
+    }
+
+    fn plan(&self, claim: &ClaimRef, object: &ResourceClaim) -> Result<ClaimRecord, PlanError> {
+        let asked = ClaimIdentity {
+            namespace: &claim.namespace,
+            name: &claim.name,
+            uid: claim.uid.as_str(),
+        };
+        let inventory = self.inventory();
+        let context = |inventory| PlanContext {
+            node_name: &self.node_name,
+            inventory,
+            mig_mode: self.mig_mode,
+            mps_root: &self.mps_root,
+        };
+        match plan_claim(object, asked, context(&inventory)) {
+            // The inventory may be stale (a MIG reconfiguration): look again once.
+            Err(PlanError::UnknownDevice { .. } | PlanError::MigInstanceMissing { .. }) => {
+                match self.refresh_inventory() {
+                    Ok(fresh) => plan_claim(object, asked, context(&fresh)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "re-reading the inventory failed");
+                        plan_claim(object, asked, context(&inventory))
+                    }
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Undoes a record an earlier call left unfinished, then drops it.
+    fn clean_up_unfinished(&self, uid: &str, record: &ClaimRecord) -> Result<(), EffectError> {
+        let mut others = self.store.records();
+        others.remove(uid);
+        self.undo(uid, record, &others)?;
+        self.store.update(|claims| {
+            claims.remove(uid);
+        })?;
+        Ok(())
+    }
+
+    /// Steps 1–2 for one claim: the recorded devices, or the plan, or an error.
+    fn admit(
+        &self,
+        claim: &ClaimRef,
+        fetched: Fetched,
+        planned: &BTreeMap<String, ClaimRecord>,
+    ) -> Result<Admitted, String> {
+        let uid = claim.uid.as_str();
+        match self.store.get(uid) {
+            Some(record) if record.state == ClaimState::PrepareCompleted => {
+                return Ok(Admitted::Done(prepared_devices(&record)));
+            }
+            Some(record) => {
+                if let Err(e) = self.clean_up_unfinished(uid, &record) {
+                    return failed(claim, "cleaning up an unfinished claim", e);
+                }
+            }
+            None => {}
+        }
+        let object = match fetched {
+            Ok(Some(object)) => object,
+            Ok(None) => {
+                return failed(
+                    claim,
+                    "reading the claim",
+                    "the claim does not exist in the API server",
+                );
+            }
+            Err(e) => return failed(claim, "reading the claim", e),
+        };
+        let record = match self.plan(claim, &object) {
+            Ok(record) => record,
+            Err(e) => return failed(claim, "planning", e),
+        };
+        let mut others = self.store.records();
+        others.extend(planned.iter().map(|(u, r)| (u.clone(), r.clone())));
+        if let Err(e) = self.check_placements_free(uid, &record, &others) {
+            return failed(claim, "planning", e);
+        }
+        Ok(Admitted::Planned(record))
+    }
+
+    pub(super) fn prepare_batch(
+        &self,
+        work: Vec<(ClaimRef, Fetched)>,
+    ) -> BTreeMap<ClaimUid, PrepareResult> {
+        let uids: Vec<String> = work.iter().map(|(c, _)| c.uid.to_string()).collect();
+        let _held = self.locks.lock(&uids);
+        let mut results = BTreeMap::new();
+        let mut claims: BTreeMap<String, ClaimRef> = BTreeMap::new();
+        let mut planned: BTreeMap<String, ClaimRecord> = BTreeMap::new();
+        for (claim, fetched) in work {
+            match self.admit(&claim, fetched, &planned) {
+                Ok(Admitted::Done(devices)) => {
+                    results.insert(claim.uid.clone(), Ok(devices));
+                }
+                Ok(Admitted::Planned(record)) => {
+                    planned.insert(claim.uid.to_string(), record);
+                    claims.insert(claim.uid.to_string(), claim);
+                }
+                Err(message) => {
+                    results.insert(claim.uid.clone(), Err(message));
+                }
+            }
+        }
+        if planned.is_empty() {
+            return results;
+        }
+
+        // Step 3: one write records every planned claim before any side effect.
+        if let Err(e) = self.store.update(|records| {
+            records.extend(planned.iter().map(|(u, r)| (u.clone(), r.clone())));
+        }) {
+            for claim in claims.values() {
+                results.insert(
+                    claim.uid.clone(),
+                    failed(claim, "recording PrepareStarted", &e),
+                );
+            }
+            return results;
+        }
+
+        // Step 4: side effects, claim by claim; a failure undoes that claim.
+        let mut outcome: BTreeMap<String, Result<ClaimRecord, (EffectError, Option<ClaimRecord>)>> =
+            BTreeMap::new();
+        for (uid, mut record) in planned {
+            match self.establish(&uid, &mut record) {
+                Ok(()) => {
+                    record.state = ClaimState::PrepareCompleted;
+                    outcome.insert(uid, Ok(record));
+                }
+                Err(e) => {
+                    let mut others = self.store.records();
+                    others.remove(&uid);
+                    // Keep the (partial) record if the undo did not finish: the next call or
+                    // start retries it.
+                    let leftover = self.undo(&uid, &record, &others).err().map(|_| record);
+                    outcome.insert(uid, Err((e, leftover)));
+                }
+            }
+        }
+
+        // Step 5: one write records the finished claims and drops the undone ones.
+        let committed = self.store.update(|records| {
+            for (uid, result) in &outcome {
+                match result {
+                    Ok(record) | Err((_, Some(record))) => {
+                        records.insert(uid.clone(), record.clone());
+                    }
+                    Err((_, None)) => {
+                        records.remove(uid);
+                    }
+                }
+            }
+        });
+        for (uid, result) in outcome {
+            let claim = &claims[&uid];
+            let answer = match (result, &committed) {
+                (Ok(record), Ok(())) => Ok(prepared_devices(&record)),
+                (Ok(record), Err(e)) => {
+                    // Not recorded as completed: the checkpoint still says PrepareStarted.
+                    // Undo now rather than leave a claim the kubelet was not told about.
+                    let mut others = self.store.records();
+                    others.remove(&uid);
+                    let _ = self.undo(&uid, &record, &others);
+                    failed(claim, "recording PrepareCompleted", e)
+                }
+                (Err((e, _)), _) => failed(claim, "preparing", e),
+            };
+            results.insert(claim.uid.clone(), answer);
+        }
+        results
+    }
+
+    pub(super) fn unprepare_batch(
+        &self,
+        claims: Vec<ClaimRef>,
+    ) -> BTreeMap<ClaimUid, UnprepareResult> {
+        let uids: Vec<String> = claims.iter().map(|c| c.uid.to_string()).collect();
+        let _held = self.locks.lock(&uids);
+        let mut results = BTreeMap::new();
+        let mut undoing: Vec<(ClaimRef, ClaimRecord)> = Vec::new();
+        for claim in claims {
+            match self.store.get(claim.uid.as_str()) {
+                // Never prepared, or already unprepared: nothing to do.
+                None => {
+                    results.insert(claim.uid.clone(), Ok(()));
+                }
+                Some(record) => undoing.push((claim, record)),
+            }
+        }
+        if undoing.is_empty() {
+            return results;
+        }
+        if let Err(e) = self.store.update(|records| {
+            for (claim, record) in &undoing {
+                let mut started = record.clone();
+                started.state = ClaimState::UnprepareStarted;
+                records.insert(claim.uid.to_string(), started);
+            }
+        }) {
+            for (claim, _) in &undoing {
+                results.insert(
+                    claim.uid.clone(),
+                    failed(claim, "recording UnprepareStarted", &e),
+                );
+            }
+            return results;
+        }
+        let mut done = Vec::new();
+        for (claim, record) in &undoing {
+            let uid = claim.uid.as_str();
+            let mut others = self.store.records();
+            others.remove(uid);
+            match self.undo(uid, record, &others) {
+                Ok(()) => done.push(claim),
+                Err(e) => {
+                    results.insert(claim.uid.clone(), failed(claim, "unpreparing", e));
+                }
+            }
+        }
+        let committed = self.store.update(|records| {
+            for claim in &done {
+                records.remove(claim.uid.as_str());
+            }
+        });
+        for claim in done {
+            let answer = match &committed {
+                Ok(()) => Ok(()),
+                // Undone, but still recorded as UnprepareStarted: the retry finishes it.
+                Err(e) => failed(claim, "recording the unprepare", e),
+            };
+            results.insert(claim.uid.clone(), answer);
+        }
+        results
+    }
+}
+
+/// What step 1–2 decided for a claim.
+enum Admitted {
+    /// Already prepared: these devices.
+    Done(Vec<PreparedDevice>),
+    /// To be prepared: this plan.
+    Planned(ClaimRecord),
+}

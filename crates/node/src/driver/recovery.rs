@@ -1,0 +1,375 @@
+//! Start-up: load the checkpoint (or quarantine it), converge every claim a previous run left,
+//! rebuild a lost checkpoint from the CDI specs and the API server, and remove what no claim
+//! owns (see the crash-point table in [`crate::driver`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use tessera_api::checkpoint::{ClaimRecord, ClaimState, DeviceTarget};
+use tessera_cdi::SpecDir;
+
+use super::locks::ClaimLocks;
+use super::{Core, DriverParts, NodeDriver, NodeDriverConfig, StartError};
+use crate::cdi_spec;
+use crate::checkpoint::{CheckpointStore, LoadOutcome, read_boot_id};
+use crate::claims::{ClaimSource, ClaimSourceError};
+use crate::mig::MigCapMinors;
+use crate::plan::{ClaimIdentity, MigMode, PlanContext, plan_claim};
+use crate::sharing::MpsDirectories;
+
+/// Temporary spec files older than this at start belong to no live writer.
+const STALE_TEMP_FILE_AGE: Duration = Duration::from_secs(60);
+/// Attempts (and first delay, doubled each time) to list claims when rebuilding.
+const REBUILD_ATTEMPTS: u32 = 5;
+const REBUILD_FIRST_DELAY: Duration = Duration::from_millis(200);
+
+/// What start-up found and did. Claims are named `namespace/name (uid)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartupReport {
+    /// What the checkpoint file held.
+    pub checkpoint: LoadOutcome,
+    /// The checkpoint was written during another boot: the node rebooted.
+    pub rebooted: bool,
+    /// Claims whose interrupted prepare was undone.
+    pub rolled_back: Vec<String>,
+    /// Claims whose interrupted unprepare was finished.
+    pub finished_unprepare: Vec<String>,
+    /// Prepared claims whose side effects were checked and re-established.
+    pub reestablished: Vec<String>,
+    /// Claims recovered from their CDI spec and the API server after the checkpoint was lost.
+    pub rebuilt: Vec<String>,
+    /// CDI specs (claim UIDs) no claim owns any more, removed.
+    pub removed_specs: Vec<String>,
+    /// MPS directories (claim UIDs) no claim owns any more, daemon stopped and removed.
+    pub stopped_mps: Vec<String>,
+    /// Dynamic MIG devices (UUIDs) no claim owns, destroyed.
+    pub destroyed_mig: Vec<String>,
+    /// What went wrong (each also logged); the claims concerned stay recorded for a retry.
+    pub errors: Vec<String>,
+}
+
+impl StartupReport {
+    fn new(checkpoint: LoadOutcome, rebooted: bool) -> Self {
+        Self {
+            checkpoint,
+            rebooted,
+            rolled_back: Vec::new(),
+            finished_unprepare: Vec::new(),
+            reestablished: Vec::new(),
+            rebuilt: Vec::new(),
+            removed_specs: Vec::new(),
+            stopped_mps: Vec::new(),
+            destroyed_mig: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn error(&mut self, message: String) {
+        tracing::error!("recovery: {message}");
+        self.errors.push(message);
+    }
+}
+
+fn describe(uid: &str, record: &ClaimRecord) -> String {
+    format!("{} ({uid})", record.display_name())
+}
+
+pub(super) async fn start(
+    config: NodeDriverConfig,
+    parts: DriverParts,
+) -> Result<(NodeDriver, StartupReport), StartError> {
+    let boot_id = read_boot_id(&config.boot_id_path)?;
+    let inventory = parts.devices.inventory()?;
+    let (store, loaded, outcome) = CheckpointStore::open(&config.state_dir, &boot_id)?;
+    let specs = SpecDir::new(&config.cdi_root, cdi_spec::kind());
+    specs.remove_stale_temp_files(STALE_TEMP_FILE_AGE)?;
+    let rebooted =
+        matches!(&outcome, LoadOutcome::Loaded { boot_id: before } if *before != boot_id);
+    let mut report = StartupReport::new(outcome.clone(), rebooted);
+    let quarantines = AtomicU64::new(0);
+    if let LoadOutcome::Quarantined { moved_to, error } = &outcome {
+        quarantines.fetch_add(1, Ordering::Relaxed);
+        report.error(format!(
+            "the checkpoint could not be trusted ({error}); moved it to {} and rebuilding \
+             state from the CDI specs and the API server",
+            moved_to.display()
+        ));
+    }
+    let lost = matches!(
+        outcome,
+        LoadOutcome::Missing | LoadOutcome::Quarantined { .. }
+    );
+    let unknown_specs = specs
+        .list()?
+        .into_iter()
+        .any(|uid| !loaded.claims.contains_key(&uid));
+    let rebuild_from = if lost && unknown_specs {
+        Some(
+            list_with_retries(&*parts.claims)
+                .await
+                .map_err(StartError::Rebuild)?,
+        )
+    } else {
+        None
+    };
+    let core = Arc::new(Core {
+        node_name: config.node_name,
+        mig_mode: config.mig_mode,
+        mps_root: config.state_dir.join("mps"),
+        caps: MigCapMinors::load(&config.mig_minors_path),
+        inventory: RwLock::new(Arc::new(inventory)),
+        devices: parts.devices,
+        claims: parts.claims,
+        gpu: parts.gpu,
+        mig: parts.mig,
+        store,
+        specs,
+        locks: ClaimLocks::default(),
+        quarantines,
+        recovery_errors: AtomicU64::new(0),
+    });
+    let recovering = Arc::clone(&core);
+    let report = tokio::task::spawn_blocking(move || {
+        recovering.recover(loaded.claims, rebuild_from, &mut report)?;
+        let errors = report.errors.len() as u64;
+        recovering
+            .recovery_errors
+            .fetch_add(errors, Ordering::Relaxed);
+        Ok::<_, StartError>(report)
+    })
+    .await
+    .map_err(|e| StartError::Recovery(e.to_string()))??;
+    tracing::info!(?report, "node driver recovered");
+    Ok((NodeDriver { core }, report))
+}
+
+async fn list_with_retries(
+    claims: &dyn ClaimSource,
+) -> Result<Vec<ResourceClaim>, ClaimSourceError> {
+    let mut delay = REBUILD_FIRST_DELAY;
+    let mut attempt = 1;
+    loop {
+        match claims.list().await {
+            Ok(list) => return Ok(list),
+            Err(e) if attempt >= REBUILD_ATTEMPTS => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, attempt, "listing claims to rebuild the checkpoint failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+impl Core {
+    fn recover(
+        &self,
+        loaded: BTreeMap<String, ClaimRecord>,
+        rebuild_from: Option<Vec<ResourceClaim>>,
+        report: &mut StartupReport,
+    ) -> Result<(), StartError> {
+        let mut kept = self.converge_loaded(&loaded, report);
+        if let Some(claims) = rebuild_from {
+            self.rebuild(&claims, &mut kept, report)?;
+        }
+        // Record the outcome (and this boot's id) before removing anything unowned.
+        self.store.update(|records| *records = kept.clone())?;
+        self.collect_garbage(&kept, report)?;
+        Ok(())
+    }
+
+    /// Undoes interrupted claims and re-establishes completed ones; returns the records to keep.
+    fn converge_loaded(
+        &self,
+        loaded: &BTreeMap<String, ClaimRecord>,
+        report: &mut StartupReport,
+    ) -> BTreeMap<String, ClaimRecord> {
+        let mut kept = BTreeMap::new();
+        for (uid, record) in loaded
+            .iter()
+            .filter(|(_, r)| r.state != ClaimState::PrepareCompleted)
+        {
+            let mut others = loaded.clone();
+            others.remove(uid);
+            match self.undo(uid, record, &others) {
+                Ok(()) if record.state == ClaimState::PrepareStarted => {
+                    report.rolled_back.push(describe(uid, record));
+                }
+                Ok(()) => report.finished_unprepare.push(describe(uid, record)),
+                Err(e) => {
+                    report.error(format!(
+                        "claim {}: undoing the interrupted {} failed: {e}",
+                        describe(uid, record),
+                        record.state
+                    ));
+                    kept.insert(uid.clone(), record.clone());
+                }
+            }
+        }
+        for (uid, record) in loaded
+            .iter()
+            .filter(|(_, r)| r.state == ClaimState::PrepareCompleted)
+        {
+            let mut current = record.clone();
+            match self.establish(uid, &mut current) {
+                Ok(()) => report.reestablished.push(describe(uid, record)),
+                Err(e) => report.error(format!(
+                    "claim {}: re-establishing the prepared claim failed: {e}",
+                    describe(uid, record)
+                )),
+            }
+            kept.insert(uid.clone(), current);
+        }
+        kept
+    }
+
+    /// Recovers claims whose CDI spec exists but whose record was lost: those still allocated
+    /// to this node and reserved for a pod are re-established and recorded.
+    fn rebuild(
+        &self,
+        claims: &[ResourceClaim],
+        kept: &mut BTreeMap<String, ClaimRecord>,
+        report: &mut StartupReport,
+    ) -> Result<(), StartError> {
+        let by_uid: BTreeMap<&str, &ResourceClaim> = claims
+            .iter()
+            .filter_map(|c| Some((c.metadata.uid.as_deref()?, c)))
+            .collect();
+        let inventory = self.inventory();
+        for uid in self.specs.list()? {
+            if kept.contains_key(&uid) {
+                continue;
+            }
+            let Some(claim) = by_uid.get(uid.as_str()) else {
+                continue;
+            };
+            let reserved = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.reserved_for.as_ref())
+                .is_some_and(|r| !r.is_empty());
+            if !reserved {
+                continue;
+            }
+            let asked = ClaimIdentity {
+                namespace: claim.metadata.namespace.as_deref().unwrap_or_default(),
+                name: claim.metadata.name.as_deref().unwrap_or_default(),
+                uid: &uid,
+            };
+            let context = PlanContext {
+                node_name: &self.node_name,
+                inventory: &inventory,
+                mig_mode: self.mig_mode,
+                mps_root: &self.mps_root,
+            };
+            let mut record = match plan_claim(claim, asked, context) {
+                Ok(record) => record,
+                Err(e) => {
+                    tracing::info!(claim = %uid, error = %e, "not rebuilding a claim whose spec exists");
+                    continue;
+                }
+            };
+            let name = describe(&uid, &record);
+            match self.establish(&uid, &mut record) {
+                Ok(()) => {
+                    record.state = ClaimState::PrepareCompleted;
+                    kept.insert(uid.clone(), record);
+                    report.rebuilt.push(name);
+                }
+                Err(e) => {
+                    report.error(format!("claim {name}: rebuilding failed: {e}"));
+                    let _ = self.undo(&uid, &record, kept);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes CDI specs, MPS daemons and (dynamic) MIG instances that no kept claim owns.
+    fn collect_garbage(
+        &self,
+        kept: &BTreeMap<String, ClaimRecord>,
+        report: &mut StartupReport,
+    ) -> Result<(), StartError> {
+        for uid in self.specs.list()? {
+            if kept.contains_key(&uid) {
+                continue;
+            }
+            match self.specs.remove(&uid) {
+                Ok(_) => report.removed_specs.push(uid),
+                Err(e) => report.error(format!("removing the CDI spec of claim {uid}: {e}")),
+            }
+        }
+        self.collect_mps_directories(kept, report);
+        if self.mig_mode == MigMode::Dynamic {
+            self.collect_mig_instances(kept, report);
+        }
+        Ok(())
+    }
+
+    fn collect_mps_directories(
+        &self,
+        kept: &BTreeMap<String, ClaimRecord>,
+        report: &mut StartupReport,
+    ) {
+        let Ok(entries) = std::fs::read_dir(&self.mps_root) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let uid = entry.file_name().to_string_lossy().into_owned();
+            if kept.get(&uid).is_some_and(|r| r.mps.is_some()) {
+                continue;
+            }
+            let dir = entry.path();
+            let directories = MpsDirectories {
+                pipe: dir.join("pipe"),
+                log: dir.join("log"),
+            };
+            if let Err(e) = self.gpu.stop_mps(&directories) {
+                report.error(format!("stopping the MPS daemon in {}: {e}", dir.display()));
+                continue;
+            }
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => report.stopped_mps.push(uid),
+                Err(e) => report.error(format!("removing {}: {e}", dir.display())),
+            }
+        }
+    }
+
+    fn collect_mig_instances(
+        &self,
+        kept: &BTreeMap<String, ClaimRecord>,
+        report: &mut StartupReport,
+    ) {
+        let held: BTreeSet<&str> = kept
+            .values()
+            .flat_map(|r| &r.devices)
+            .filter_map(|d| match &d.target {
+                DeviceTarget::Mig {
+                    instance: Some(i), ..
+                } => Some(i.uuid.as_str()),
+                _ => None,
+            })
+            .collect();
+        let inventory = self.inventory();
+        for gpu in inventory.gpus.iter().filter(|g| g.mig_enabled()) {
+            let live = match self.mig.mig_devices(&gpu.uuid) {
+                Ok(live) => live,
+                Err(e) => {
+                    report.error(e.to_string());
+                    continue;
+                }
+            };
+            for instance in live.iter().filter(|i| !held.contains(i.uuid.as_str())) {
+                match self.mig.destroy(&gpu.uuid, instance) {
+                    Ok(()) => report.destroyed_mig.push(instance.uuid.clone()),
+                    Err(e) => report.error(e.to_string()),
+                }
+            }
+        }
+    }
+}
