@@ -1,0 +1,344 @@
+//! Prepare and unprepare through the driver (no gRPC): results, CDI specs, checkpoint,
+//! sharing and MIG side effects, per-claim errors, idempotence and concurrency.
+
+mod support;
+
+use std::sync::Arc;
+
+use serde_json::json;
+use tessera_api::checkpoint::ClaimState;
+use tessera_api::config::TimeSliceInterval;
+use tessera_kubelet::DraDriver;
+use tessera_node::plan::MigMode;
+use tessera_node::sharing::{GpuCall, GpuOperation};
+
+use support::{Harness, claim_config, env_of, nodes_of, uid_of};
+
+#[tokio::test]
+async fn whole_gpus_are_prepared_once_and_unprepared() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let (driver, report) = h.start().await;
+    assert!(report.errors.is_empty(), "{report:?}");
+    let claim = h.claim("train", &[("gpus", "gpu-0"), ("gpus", "gpu-3")], vec![]);
+    let uid = claim.uid.clone();
+
+    let results = driver.prepare(vec![claim.clone()]).await;
+    let devices = results[&uid].clone().unwrap();
+    assert_eq!(devices.len(), 2);
+    assert_eq!(devices[1].device_name, "gpu-3");
+    assert_eq!(devices[1].pool_name, "node-a");
+    assert_eq!(devices[1].request_names, vec!["gpus".to_owned()]);
+    assert_eq!(
+        devices[1].cdi_device_ids,
+        vec![format!("gpu.tessera.dev/claim={uid}-gpu-3")]
+    );
+
+    let spec = h.spec(uid.as_str());
+    assert_eq!(spec["kind"], "gpu.tessera.dev/claim");
+    let visible = format!("{},{}", h.gpu_uuid(0), h.gpu_uuid(3));
+    assert!(env_of(&spec, 0).contains(&format!("NVIDIA_VISIBLE_DEVICES={visible}")));
+    assert!(env_of(&spec, 1).contains(&format!("CUDA_VISIBLE_DEVICES={visible}")));
+    assert_eq!(nodes_of(&spec, 1), vec!["/dev/nvidia3"]);
+    assert_eq!(
+        spec["containerEdits"]["deviceNodes"],
+        json!([{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}, {"path": "/dev/nvidia-uvm-tools"}])
+    );
+    let checkpoint = h.read_checkpoint();
+    assert_eq!(checkpoint.boot_id, "boot-1");
+    assert_eq!(
+        checkpoint.claims[uid.as_str()].state,
+        ClaimState::PrepareCompleted
+    );
+    assert_eq!(driver.stats().prepared_devices, 2);
+
+    // Prepared claims are answered from the checkpoint: the API server is not even asked.
+    h.claims.remove("ml", "train");
+    let again = driver.prepare(vec![claim.clone()]).await;
+    assert_eq!(again[&uid], Ok(devices));
+
+    assert_eq!(driver.unprepare(vec![claim.clone()]).await[&uid], Ok(()));
+    assert!(h.spec_uids().is_empty());
+    assert!(h.read_checkpoint().claims.is_empty());
+    assert_eq!(driver.stats().prepared_claims, 0);
+    // Unprepare is idempotent, and an unknown claim succeeds.
+    assert_eq!(driver.unprepare(vec![claim.clone()]).await[&uid], Ok(()));
+    let stranger = tessera_kubelet::ClaimRef::new("ml", "never", uid_of("never"));
+    assert_eq!(
+        driver.unprepare(vec![stranger.clone()]).await[&stranger.uid],
+        Ok(())
+    );
+}
+
+#[tokio::test]
+async fn bad_claims_fail_alone_with_a_message_naming_them() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let (driver, _) = h.start().await;
+    let good = h.claim("good", &[("gpu", "gpu-1")], vec![]);
+    let unknown = h.claim("unknown-device", &[("gpu", "gpu-99")], vec![]);
+    let bad_config = h.claim(
+        "bad-config",
+        &[("gpu", "gpu-2")],
+        vec![claim_config(&["gpu"], "GpuConfig", json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 101}}))],
+    );
+    let mut not_allocated = support::allocated_claim("unallocated", &[], vec![]);
+    not_allocated.status = None;
+    h.claims.put(not_allocated);
+    let unallocated = tessera_kubelet::ClaimRef::new("ml", "unallocated", uid_of("unallocated"));
+    let wrong_uid = tessera_kubelet::ClaimRef::new("ml", "good", "00000000-0000-4000-8000-00000000beef");
+    let missing = tessera_kubelet::ClaimRef::new("ml", "missing", uid_of("missing"));
+
+    let results = driver
+        .prepare(vec![
+            good.clone(),
+            unknown.clone(),
+            bad_config.clone(),
+            unallocated.clone(),
+            wrong_uid.clone(),
+            missing.clone(),
+        ])
+        .await;
+    assert!(results[&good.uid].is_ok(), "{results:?}");
+    for (claim, want) in [
+        (&unknown, "names device `gpu-99`"),
+        (&bad_config, "field `sharing.mps.defaultActiveThreadPercentage`"),
+        (&unallocated, "not allocated"),
+        (&wrong_uid, "not 00000000-0000-4000-8000-00000000beef"),
+        (&missing, "does not exist"),
+    ] {
+        let err = results[&claim.uid].clone().unwrap_err();
+        assert!(err.contains(&format!("claim {claim}")), "{err}");
+        assert!(err.contains(want), "{err} lacks {want}");
+    }
+    // Only the good claim left anything behind.
+    assert_eq!(h.spec_uids(), vec![good.uid.to_string()]);
+    assert_eq!(h.read_checkpoint().claims.len(), 1);
+    // The API server being down fails the claims that need it, not the prepared ones.
+    h.claims.set_unavailable(true);
+    let results = driver.prepare(vec![good.clone(), unknown.clone()]).await;
+    assert!(results[&good.uid].is_ok());
+    assert!(results[&unknown.uid].clone().unwrap_err().contains("unavailable"));
+}
+
+#[tokio::test]
+async fn time_slicing_is_set_and_reset() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let (driver, _) = h.start().await;
+    let claim = h.claim(
+        "sliced",
+        &[("gpu", "gpu-4")],
+        vec![claim_config(&[], "GpuConfig", json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}))],
+    );
+    driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    assert_eq!(h.gpu.time_slice(&h.gpu_uuid(4)), TimeSliceInterval::Long);
+    driver.unprepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    assert!(h.gpu.non_default_time_slices().is_empty());
+}
+
+#[tokio::test]
+async fn mps_gets_a_daemon_env_and_mounts_and_is_stopped() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let (driver, _) = h.start().await;
+    let claim = h.claim(
+        "shared",
+        &[("gpu", "gpu-5"), ("gpu", "gpu-6")],
+        vec![claim_config(
+            &["gpu"],
+            "GpuConfig",
+            json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 50,
+                   "defaultPinnedDeviceMemoryLimit": "4Gi",
+                   "perDevicePinnedMemoryLimit": {"gpu-6": "2Gi"}}}),
+        )],
+    );
+    let uid = claim.uid.to_string();
+    driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    let daemons = h.gpu.running_daemons();
+    assert_eq!(daemons.len(), 1);
+    let daemon = &daemons[0];
+    assert_eq!(daemon.claim_uid, uid);
+    assert_eq!(daemon.active_thread_percentage, Some(50));
+    let limits: Vec<(String, Option<u64>)> = daemon
+        .devices
+        .iter()
+        .map(|d| (d.uuid.clone(), d.pinned_memory_limit_bytes))
+        .collect();
+    assert_eq!(
+        limits,
+        vec![(h.gpu_uuid(5), Some(4 << 30)), (h.gpu_uuid(6), Some(2 << 30))]
+    );
+    let pipe = h.config.state_dir.join("mps").join(&uid).join("pipe");
+    assert_eq!(daemon.directories.pipe, pipe);
+    assert!(pipe.is_dir(), "the directory mounted into containers exists");
+
+    let spec = h.spec(&uid);
+    let env = env_of(&spec, 1);
+    assert!(env.contains(&"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps".to_owned()), "{env:?}");
+    assert!(env.contains(&"CUDA_MPS_LOG_DIRECTORY=/var/log/nvidia-mps".to_owned()), "{env:?}");
+    let mounts = &spec["devices"][1]["containerEdits"]["mounts"];
+    assert_eq!(mounts[0]["hostPath"], pipe.to_string_lossy().as_ref());
+    assert_eq!(mounts[0]["containerPath"], "/tmp/nvidia-mps");
+
+    driver.unprepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    assert!(h.gpu.running_daemons().is_empty());
+    assert!(!pipe.exists());
+}
+
+#[tokio::test]
+async fn dynamic_mig_creates_on_prepare_and_destroys_on_unprepare() {
+    let h = Harness::new("hgx-a100-mig", MigMode::Dynamic);
+    let (driver, report) = h.start().await;
+    // Dynamic MIG owns every instance: the topology's pre-existing ones are removed at start.
+    assert!(!report.destroyed_mig.is_empty());
+    let gpu = h.gpu_uuid(1);
+    assert!(h.mig.all_instances()[&gpu].is_empty());
+
+    let claim = h.claim(
+        "slice",
+        &[("mig", "gpu-1-mig-1g-10gb-3"), ("mig", "gpu-1-mig-2g-20gb-4")],
+        vec![],
+    );
+    let uid = claim.uid.to_string();
+    driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    let instances = h.mig.all_instances()[&gpu].clone();
+    assert_eq!(instances.len(), 2);
+    let spec = h.spec(&uid);
+    let visible: Vec<&str> = instances.iter().map(|i| i.uuid.as_str()).collect();
+    assert!(
+        env_of(&spec, 0).contains(&format!("CUDA_VISIBLE_DEVICES={}", visible.join(","))),
+        "{:?} vs {visible:?}",
+        env_of(&spec, 0)
+    );
+    let nodes = nodes_of(&spec, 0);
+    assert_eq!(nodes[0], "/dev/nvidia1");
+    assert!(nodes[1].starts_with("/dev/nvidia-caps/nvidia-cap"), "{nodes:?}");
+
+    // Another claim for an overlapping placement cannot be created while this one holds it.
+    let overlap = h.claim("overlap", &[("mig", "gpu-1-mig-2g-20gb-2")], vec![]);
+    let err = driver.prepare(vec![overlap.clone()]).await[&overlap.uid]
+        .clone()
+        .unwrap_err();
+    assert!(err.contains("overlaps"), "{err}");
+    // And one naming the very same placement is told to wait, not handed the instance.
+    let same = h.claim("same", &[("mig", "gpu-1-mig-1g-10gb-3")], vec![]);
+    let err = driver.prepare(vec![same.clone()]).await[&same.uid]
+        .clone()
+        .unwrap_err();
+    assert!(err.contains("still held by claim ml/slice"), "{err}");
+    assert_eq!(h.spec_uids(), vec![uid.clone()]);
+
+    driver.unprepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    assert!(h.mig.all_instances()[&gpu].is_empty());
+    // Now the placement is free for the waiting claim.
+    driver.prepare(vec![same.clone()]).await[&same.uid]
+        .clone()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_side_effect_undoes_the_claim() {
+    let h = Harness::new("hgx-a100-mig", MigMode::Dynamic);
+    let (driver, _) = h.start().await;
+    let claim = h.claim(
+        "doomed",
+        &[("gpu", "gpu-6"), ("mig", "gpu-1-mig-1g-10gb-3")],
+        vec![
+            claim_config(&["gpu"], "GpuConfig", json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Short"}})),
+            claim_config(&["mig"], "MigDeviceConfig", json!({"strategy": "MPS"})),
+        ],
+    );
+    h.gpu.fail_next(GpuOperation::StartMps);
+    let err = driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap_err();
+    assert!(err.contains("cannot start the MPS daemon"), "{err}");
+    assert!(h.spec_uids().is_empty());
+    assert!(h.read_checkpoint().claims.is_empty());
+    assert!(h.mig.all_instances()[&h.gpu_uuid(1)].is_empty(), "the created MIG device is destroyed");
+    assert!(h.gpu.non_default_time_slices().is_empty(), "the time slice is reset");
+    // The kubelet's retry succeeds.
+    driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    assert_eq!(h.gpu.running_daemons().len(), 1);
+}
+
+#[tokio::test]
+async fn a_failed_undo_is_retried_by_the_next_call() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let (driver, _) = h.start().await;
+    let claim = h.claim(
+        "sticky",
+        &[("gpu", "gpu-0")],
+        vec![claim_config(&[], "GpuConfig", json!({"strategy": "MPS"}))],
+    );
+    driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    h.gpu.fail_next(GpuOperation::StopMps);
+    let err = driver.unprepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap_err();
+    assert!(err.contains("cannot stop the MPS daemon"), "{err}");
+    assert_eq!(
+        h.read_checkpoint().claims[claim.uid.as_str()].state,
+        ClaimState::UnprepareStarted
+    );
+    driver.unprepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    assert!(h.gpu.running_daemons().is_empty());
+    assert!(h.read_checkpoint().claims.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_calls_prepare_each_claim_once() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let (driver, _) = h.start().await;
+    let driver = Arc::new(driver);
+    let claims: Vec<_> = (0..8)
+        .map(|i| {
+            h.claim(
+                &format!("c{i}"),
+                &[("gpu", &format!("gpu-{i}"))],
+                vec![claim_config(&[], "GpuConfig", json!({"strategy": "MPS"}))],
+            )
+        })
+        .collect();
+    // 16 calls, each with an overlapping window of 3 claims.
+    let calls: Vec<_> = (0..16)
+        .map(|n| {
+            let driver = Arc::clone(&driver);
+            let batch: Vec<_> = (0..3).map(|k| claims[(n + k) % 8].clone()).collect();
+            tokio::spawn(async move { driver.prepare(batch).await })
+        })
+        .collect();
+    let mut answers = std::collections::BTreeMap::new();
+    for call in calls {
+        for (uid, result) in call.await.unwrap() {
+            let devices = result.unwrap();
+            let previous = answers.insert(uid, devices.clone());
+            assert!(previous.is_none_or(|p| p == devices), "same answer every time");
+        }
+    }
+    assert_eq!(answers.len(), 8);
+    let starts = h
+        .gpu
+        .calls()
+        .into_iter()
+        .filter(|c| matches!(c, GpuCall::StartMps(_)))
+        .count();
+    assert_eq!(starts, 8, "one MPS daemon start per claim");
+    assert_eq!(h.spec_uids().len(), 8);
+    assert_eq!(driver.stats().prepared_claims, 8);
+}

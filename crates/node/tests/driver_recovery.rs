@@ -1,0 +1,267 @@
+//! Start-up recovery: the state a crash leaves at each point of prepare and unprepare is built
+//! from a real run (then the checkpoint is set back to what it held at that point), and a new
+//! driver must converge. Also: reboots, orphans, corrupt checkpoints.
+
+mod support;
+
+use serde_json::json;
+use tessera_api::checkpoint::{ClaimState, DeviceTarget};
+use tessera_kubelet::DraDriver;
+use tessera_node::checkpoint::{LoadOutcome, quarantined_files};
+use tessera_node::mig::MigControl;
+use tessera_node::plan::MigMode;
+use tessera_node::{NodeDriver, StartError};
+
+use support::{Harness, claim_config, env_of};
+
+/// A claim with a dynamic MIG device, MPS and a whole GPU with a time slice: every kind of
+/// side effect.
+fn busy_claim(h: &Harness, name: &str) -> tessera_kubelet::ClaimRef {
+    h.claim(
+        name,
+        &[("gpu", "gpu-6"), ("mig", "gpu-1-mig-1g-10gb-3")],
+        vec![
+            claim_config(&["gpu"], "GpuConfig", json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Medium"}})),
+            claim_config(&["mig"], "MigDeviceConfig", json!({"strategy": "MPS"})),
+        ],
+    )
+}
+
+fn assert_nothing_left(h: &Harness) {
+    assert!(h.spec_uids().is_empty(), "specs: {:?}", h.spec_uids());
+    assert!(h.read_checkpoint().claims.is_empty());
+    assert!(h.gpu.running_daemons().is_empty(), "daemons left");
+    assert!(h.gpu.non_default_time_slices().is_empty(), "time slices left");
+    assert!(h.mig.all_instances()[&h.gpu_uuid(1)].is_empty(), "MIG instances left");
+    assert!(
+        std::fs::read_dir(h.config.state_dir.join("mps")).map_or(true, |mut d| d.next().is_none()),
+        "MPS directories left"
+    );
+}
+
+/// Prepares `claim` fully, then rewinds the checkpoint record to `state` (dropping the
+/// instances it recorded when `forget_instances`, as before the final write).
+async fn crashed_at(h: &Harness, claim: &tessera_kubelet::ClaimRef, state: ClaimState, forget_instances: bool) {
+    let (driver, _) = h.start().await;
+    driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    drop(driver);
+    let mut checkpoint = h.read_checkpoint();
+    let record = checkpoint.claims.get_mut(claim.uid.as_str()).unwrap();
+    record.state = state;
+    if forget_instances {
+        for device in &mut record.devices {
+            if let DeviceTarget::Mig { instance, .. } = &mut device.target {
+                *instance = None;
+            }
+        }
+    }
+    h.write_checkpoint(&checkpoint);
+}
+
+#[tokio::test]
+async fn an_interrupted_prepare_is_undone() {
+    for forget_instances in [false, true] {
+        let h = Harness::new("hgx-a100-mig", MigMode::Dynamic);
+        let claim = busy_claim(&h, "interrupted");
+        crashed_at(&h, &claim, ClaimState::PrepareStarted, forget_instances).await;
+        assert_eq!(h.gpu.running_daemons().len(), 1);
+
+        let (driver, report) = h.start().await;
+        assert_eq!(report.rolled_back.len(), 1, "{report:?}");
+        assert!(report.errors.is_empty(), "{report:?}");
+        assert_nothing_left(&h);
+        // The kubelet's retry prepares it from scratch.
+        driver.prepare(vec![claim.clone()]).await[&claim.uid]
+            .clone()
+            .unwrap();
+        assert_eq!(h.spec_uids().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn an_interrupted_prepare_before_any_side_effect_is_dropped() {
+    let h = Harness::new("hgx-a100-mig", MigMode::Dynamic);
+    let claim = busy_claim(&h, "early");
+    crashed_at(&h, &claim, ClaimState::PrepareStarted, true).await;
+    // Take the side effects away again: the crash came right after the PrepareStarted write.
+    let uid = claim.uid.to_string();
+    std::fs::remove_file(h.cdi_dir().join(format!("gpu.tessera.dev-claim_{uid}.json"))).unwrap();
+    for instance in h.mig.all_instances()[&h.gpu_uuid(1)].clone() {
+        h.mig.destroy(&h.gpu_uuid(1), &instance).unwrap();
+    }
+    h.gpu.reboot();
+    std::fs::remove_dir_all(h.config.state_dir.join("mps").join(&uid)).unwrap();
+
+    let (_, report) = h.start().await;
+    assert_eq!(report.rolled_back.len(), 1, "{report:?}");
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_nothing_left(&h);
+}
+
+#[tokio::test]
+async fn an_interrupted_unprepare_is_finished() {
+    let h = Harness::new("hgx-a100-mig", MigMode::Dynamic);
+    let claim = busy_claim(&h, "leaving");
+    crashed_at(&h, &claim, ClaimState::UnprepareStarted, false).await;
+    // The spec is already gone (the first step of unprepare).
+    std::fs::remove_file(h.cdi_dir().join(format!("gpu.tessera.dev-claim_{}.json", claim.uid))).unwrap();
+    let (driver, report) = h.start().await;
+    assert_eq!(report.finished_unprepare.len(), 1, "{report:?}");
+    assert_nothing_left(&h);
+    assert_eq!(driver.unprepare(vec![claim.clone()]).await[&claim.uid], Ok(()));
+}
+
+#[tokio::test]
+async fn a_prepared_claim_survives_a_restart_unchanged() {
+    let h = Harness::new("hgx-a100-mig", MigMode::Dynamic);
+    let claim = busy_claim(&h, "steady");
+    let (driver, _) = h.start().await;
+    let devices = driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    let spec_before = h.spec(claim.uid.as_str());
+    let instances_before = h.mig.all_instances();
+    drop(driver);
+
+    let (driver, report) = h.start().await;
+    assert_eq!(report.reestablished.len(), 1);
+    assert!(report.destroyed_mig.is_empty() && report.removed_specs.is_empty(), "{report:?}");
+    assert_eq!(h.spec(claim.uid.as_str()), spec_before);
+    assert_eq!(h.mig.all_instances(), instances_before);
+    assert_eq!(driver.prepare(vec![claim.clone()]).await[&claim.uid], Ok(devices));
+}
+
+#[tokio::test]
+async fn after_a_reboot_mig_devices_and_daemons_are_recreated() {
+    let h = Harness::new("hgx-a100-mig", MigMode::Dynamic);
+    let claim = busy_claim(&h, "rebooted");
+    let (driver, _) = h.start().await;
+    let devices = driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    drop(driver);
+    let old_instance = h.mig.all_instances()[&h.gpu_uuid(1)][0].clone();
+
+    // The reboot: a new boot id, no MIG instances, no daemons, default time slices.
+    h.set_boot_id("boot-2");
+    h.mig.destroy(&h.gpu_uuid(1), &old_instance).unwrap();
+    h.gpu.reboot();
+
+    let (driver, report) = h.start().await;
+    assert!(report.rebooted);
+    assert!(report.errors.is_empty(), "{report:?}");
+    let new_instance = h.mig.all_instances()[&h.gpu_uuid(1)][0].clone();
+    assert_ne!(new_instance.uuid, old_instance.uuid);
+    assert_eq!(h.gpu.running_daemons().len(), 1);
+    assert_eq!(h.gpu.non_default_time_slices().len(), 1);
+    let spec = h.spec(claim.uid.as_str());
+    assert!(
+        env_of(&spec, 1).contains(&format!("CUDA_VISIBLE_DEVICES={}", new_instance.uuid)),
+        "{:?}",
+        env_of(&spec, 1)
+    );
+    let checkpoint = h.read_checkpoint();
+    assert_eq!(checkpoint.boot_id, "boot-2");
+    // Same CDI ids: the kubelet, which may not ask again, still has the right ones.
+    assert_eq!(driver.prepare(vec![claim.clone()]).await[&claim.uid], Ok(devices));
+}
+
+#[tokio::test]
+async fn orphans_are_removed_at_start() {
+    let h = Harness::new("hgx-a100-mig", MigMode::Dynamic);
+    let kept = busy_claim(&h, "kept");
+    let (driver, _) = h.start().await;
+    driver.prepare(vec![kept.clone()]).await[&kept.uid].clone().unwrap();
+    drop(driver);
+    // A spec, an MPS directory and a MIG instance no record knows.
+    let spec_dir = h.cdi_dir();
+    let orphan_uid = "0rphan00-0000-4000-8000-000000000000";
+    std::fs::copy(
+        spec_dir.join(format!("gpu.tessera.dev-claim_{}.json", kept.uid)),
+        spec_dir.join(format!("gpu.tessera.dev-claim_{orphan_uid}.json")),
+    )
+    .unwrap();
+    std::fs::create_dir_all(h.config.state_dir.join("mps").join(orphan_uid).join("pipe")).unwrap();
+    let stray = h.mig.create(&h.gpu_uuid(0), "1g.10gb", 6).unwrap();
+    // Another vendor's spec is not ours to touch.
+    std::fs::write(spec_dir.join("other.vendor-thing.json"), "{}").unwrap();
+
+    let (_, report) = h.start().await;
+    assert_eq!(report.removed_specs, vec![orphan_uid.to_owned()]);
+    assert_eq!(report.stopped_mps, vec![orphan_uid.to_owned()]);
+    assert_eq!(report.destroyed_mig, vec![stray.uuid]);
+    assert_eq!(h.spec_uids(), vec![kept.uid.to_string()]);
+    assert!(spec_dir.join("other.vendor-thing.json").exists());
+    assert_eq!(h.gpu.running_daemons().len(), 1);
+}
+
+#[tokio::test]
+async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt() {
+    let h = Harness::new("hgx-a100-mig", MigMode::Dynamic);
+    let alive = busy_claim(&h, "alive");
+    let done = h.claim("done", &[("gpu", "gpu-7")], vec![]);
+    let (driver, _) = h.start().await;
+    for claim in [&alive, &done] {
+        driver.prepare(vec![claim.clone()]).await[&claim.uid]
+            .clone()
+            .unwrap();
+    }
+    drop(driver);
+    // `done`'s pod finished: the claim is no longer reserved (but still allocated).
+    let mut finished = support::allocated_claim("done", &[("gpu", "gpu-7")], vec![]);
+    finished.status.as_mut().unwrap().reserved_for = None;
+    h.claims.put(finished);
+    let instances_before = h.mig.all_instances();
+    std::fs::write(h.checkpoint_path(), b"{\"version\": 1, \"checksum\": \"sha256:00\", \"checkpo").unwrap();
+
+    let (driver, report) = h.start().await;
+    assert!(matches!(report.checkpoint, LoadOutcome::Quarantined { .. }), "{report:?}");
+    assert_eq!(driver.stats().checkpoint_quarantines, 1);
+    assert_eq!(report.rebuilt, vec![format!("ml/alive ({})", alive.uid)]);
+    assert_eq!(report.removed_specs, vec![done.uid.to_string()]);
+    assert_eq!(quarantined_files(&h.config.state_dir).len(), 1);
+    // The surviving claim kept its MIG instance and daemon; nothing was recreated.
+    assert_eq!(h.mig.all_instances(), instances_before);
+    assert_eq!(h.gpu.running_daemons().len(), 1);
+    let checkpoint = h.read_checkpoint();
+    assert_eq!(checkpoint.claims.len(), 1);
+    assert_eq!(checkpoint.claims[alive.uid.as_str()].state, ClaimState::PrepareCompleted);
+    assert!(driver.prepare(vec![alive.clone()]).await[&alive.uid].is_ok());
+    drop(driver);
+
+    // The next start loads the rebuilt checkpoint: no second quarantine, no crash loop.
+    let (driver, report) = h.start().await;
+    assert!(matches!(report.checkpoint, LoadOutcome::Loaded { .. }));
+    assert_eq!(driver.stats().checkpoint_quarantines, 0);
+    assert_eq!(quarantined_files(&h.config.state_dir).len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_checkpoint_waits_for_the_api_server_without_losing_specs() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let claim = h.claim("precious", &[("gpu", "gpu-2")], vec![]);
+    let (driver, _) = h.start().await;
+    driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    drop(driver);
+    std::fs::write(h.checkpoint_path(), b"not json").unwrap();
+    h.claims.set_unavailable(true);
+
+    let err = NodeDriver::start(h.config.clone(), h.parts())
+        .await
+        .expect_err("cannot tell which claims are still allocated");
+    assert!(matches!(err, StartError::Rebuild(_)), "{err}");
+    assert!(err.to_string().contains("API server"), "{err}");
+    // The corrupt file is aside and the spec untouched: the next start rebuilds.
+    assert_eq!(quarantined_files(&h.config.state_dir).len(), 1);
+    assert_eq!(h.spec_uids(), vec![claim.uid.to_string()]);
+
+    h.claims.set_unavailable(false);
+    let (driver, report) = h.start().await;
+    assert!(matches!(report.checkpoint, LoadOutcome::Missing));
+    assert_eq!(report.rebuilt.len(), 1, "{report:?}");
+    assert!(driver.prepare(vec![claim.clone()]).await[&claim.uid].is_ok());
+}
