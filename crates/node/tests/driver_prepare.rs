@@ -78,13 +78,18 @@ async fn bad_claims_fail_alone_with_a_message_naming_them() {
     let bad_config = h.claim(
         "bad-config",
         &[("gpu", "gpu-2")],
-        vec![claim_config(&["gpu"], "GpuConfig", json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 101}}))],
+        vec![claim_config(
+            &["gpu"],
+            "GpuConfig",
+            json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 101}}),
+        )],
     );
     let mut not_allocated = support::allocated_claim("unallocated", &[], vec![]);
     not_allocated.status = None;
     h.claims.put(not_allocated);
     let unallocated = tessera_kubelet::ClaimRef::new("ml", "unallocated", uid_of("unallocated"));
-    let wrong_uid = tessera_kubelet::ClaimRef::new("ml", "good", "00000000-0000-4000-8000-00000000beef");
+    let wrong_uid =
+        tessera_kubelet::ClaimRef::new("ml", "good", "00000000-0000-4000-8000-00000000beef");
     let missing = tessera_kubelet::ClaimRef::new("ml", "missing", uid_of("missing"));
 
     let results = driver
@@ -100,7 +105,10 @@ async fn bad_claims_fail_alone_with_a_message_naming_them() {
     assert!(results[&good.uid].is_ok(), "{results:?}");
     for (claim, want) in [
         (&unknown, "names device `gpu-99`"),
-        (&bad_config, "field `sharing.mps.defaultActiveThreadPercentage`"),
+        (
+            &bad_config,
+            "field `sharing.mps.defaultActiveThreadPercentage`",
+        ),
         (&unallocated, "not allocated"),
         (&wrong_uid, "not 00000000-0000-4000-8000-00000000beef"),
         (&missing, "does not exist"),
@@ -116,7 +124,12 @@ async fn bad_claims_fail_alone_with_a_message_naming_them() {
     h.claims.set_unavailable(true);
     let results = driver.prepare(vec![good.clone(), unknown.clone()]).await;
     assert!(results[&good.uid].is_ok());
-    assert!(results[&unknown.uid].clone().unwrap_err().contains("unavailable"));
+    assert!(
+        results[&unknown.uid]
+            .clone()
+            .unwrap_err()
+            .contains("unavailable")
+    );
 }
 
 #[tokio::test]
@@ -126,7 +139,11 @@ async fn time_slicing_is_set_and_reset() {
     let claim = h.claim(
         "sliced",
         &[("gpu", "gpu-4")],
-        vec![claim_config(&[], "GpuConfig", json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}))],
+        vec![claim_config(
+            &[],
+            "GpuConfig",
+            json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}),
+        )],
     );
     driver.prepare(vec![claim.clone()]).await[&claim.uid]
         .clone()
@@ -169,16 +186,28 @@ async fn mps_gets_a_daemon_env_and_mounts_and_is_stopped() {
         .collect();
     assert_eq!(
         limits,
-        vec![(h.gpu_uuid(5), Some(4 << 30)), (h.gpu_uuid(6), Some(2 << 30))]
+        vec![
+            (h.gpu_uuid(5), Some(4 << 30)),
+            (h.gpu_uuid(6), Some(2 << 30))
+        ]
     );
     let pipe = h.config.state_dir.join("mps").join(&uid).join("pipe");
     assert_eq!(daemon.directories.pipe, pipe);
-    assert!(pipe.is_dir(), "the directory mounted into containers exists");
+    assert!(
+        pipe.is_dir(),
+        "the directory mounted into containers exists"
+    );
 
     let spec = h.spec(&uid);
     let env = env_of(&spec, 1);
-    assert!(env.contains(&"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps".to_owned()), "{env:?}");
-    assert!(env.contains(&"CUDA_MPS_LOG_DIRECTORY=/var/log/nvidia-mps".to_owned()), "{env:?}");
+    assert!(
+        env.contains(&"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps".to_owned()),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&"CUDA_MPS_LOG_DIRECTORY=/var/log/nvidia-mps".to_owned()),
+        "{env:?}"
+    );
     let mounts = &spec["devices"][1]["containerEdits"]["mounts"];
     assert_eq!(mounts[0]["hostPath"], pipe.to_string_lossy().as_ref());
     assert_eq!(mounts[0]["containerPath"], "/tmp/nvidia-mps");
@@ -201,7 +230,10 @@ async fn dynamic_mig_creates_on_prepare_and_destroys_on_unprepare() {
 
     let claim = h.claim(
         "slice",
-        &[("mig", "gpu-1-mig-1g-10gb-3"), ("mig", "gpu-1-mig-2g-20gb-4")],
+        &[
+            ("mig", "gpu-1-mig-1g-10gb-3"),
+            ("mig", "gpu-1-mig-2g-20gb-4"),
+        ],
         vec![],
     );
     let uid = claim.uid.to_string();
@@ -219,7 +251,10 @@ async fn dynamic_mig_creates_on_prepare_and_destroys_on_unprepare() {
     );
     let nodes = nodes_of(&spec, 0);
     assert_eq!(nodes[0], "/dev/nvidia1");
-    assert!(nodes[1].starts_with("/dev/nvidia-caps/nvidia-cap"), "{nodes:?}");
+    assert!(
+        nodes[1].starts_with("/dev/nvidia-caps/nvidia-cap"),
+        "{nodes:?}"
+    );
 
     // Another claim for an overlapping placement cannot be created while this one holds it.
     let overlap = h.claim("overlap", &[("mig", "gpu-1-mig-2g-20gb-2")], vec![]);
@@ -253,7 +288,11 @@ async fn a_failing_side_effect_undoes_the_claim() {
         "doomed",
         &[("gpu", "gpu-6"), ("mig", "gpu-1-mig-1g-10gb-3")],
         vec![
-            claim_config(&["gpu"], "GpuConfig", json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Short"}})),
+            claim_config(
+                &["gpu"],
+                "GpuConfig",
+                json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Short"}}),
+            ),
             claim_config(&["mig"], "MigDeviceConfig", json!({"strategy": "MPS"})),
         ],
     );
@@ -264,8 +303,14 @@ async fn a_failing_side_effect_undoes_the_claim() {
     assert!(err.contains("cannot start the MPS daemon"), "{err}");
     assert!(h.spec_uids().is_empty());
     assert!(h.read_checkpoint().claims.is_empty());
-    assert!(h.mig.all_instances()[&h.gpu_uuid(1)].is_empty(), "the created MIG device is destroyed");
-    assert!(h.gpu.non_default_time_slices().is_empty(), "the time slice is reset");
+    assert!(
+        h.mig.all_instances()[&h.gpu_uuid(1)].is_empty(),
+        "the created MIG device is destroyed"
+    );
+    assert!(
+        h.gpu.non_default_time_slices().is_empty(),
+        "the time slice is reset"
+    );
     // The kubelet's retry succeeds.
     driver.prepare(vec![claim.clone()]).await[&claim.uid]
         .clone()
@@ -328,7 +373,10 @@ async fn concurrent_calls_prepare_each_claim_once() {
         for (uid, result) in call.await.unwrap() {
             let devices = result.unwrap();
             let previous = answers.insert(uid, devices.clone());
-            assert!(previous.is_none_or(|p| p == devices), "same answer every time");
+            assert!(
+                previous.is_none_or(|p| p == devices),
+                "same answer every time"
+            );
         }
     }
     assert_eq!(answers.len(), 8);

@@ -21,7 +21,11 @@ fn busy_claim(h: &Harness, name: &str) -> tessera_kubelet::ClaimRef {
         name,
         &[("gpu", "gpu-6"), ("mig", "gpu-1-mig-1g-10gb-3")],
         vec![
-            claim_config(&["gpu"], "GpuConfig", json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Medium"}})),
+            claim_config(
+                &["gpu"],
+                "GpuConfig",
+                json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Medium"}}),
+            ),
             claim_config(&["mig"], "MigDeviceConfig", json!({"strategy": "MPS"})),
         ],
     )
@@ -31,8 +35,14 @@ fn assert_nothing_left(h: &Harness) {
     assert!(h.spec_uids().is_empty(), "specs: {:?}", h.spec_uids());
     assert!(h.read_checkpoint().claims.is_empty());
     assert!(h.gpu.running_daemons().is_empty(), "daemons left");
-    assert!(h.gpu.non_default_time_slices().is_empty(), "time slices left");
-    assert!(h.mig.all_instances()[&h.gpu_uuid(1)].is_empty(), "MIG instances left");
+    assert!(
+        h.gpu.non_default_time_slices().is_empty(),
+        "time slices left"
+    );
+    assert!(
+        h.mig.all_instances()[&h.gpu_uuid(1)].is_empty(),
+        "MIG instances left"
+    );
     assert!(
         std::fs::read_dir(h.config.state_dir.join("mps")).map_or(true, |mut d| d.next().is_none()),
         "MPS directories left"
@@ -41,7 +51,12 @@ fn assert_nothing_left(h: &Harness) {
 
 /// Prepares `claim` fully, then rewinds the checkpoint record to `state` (dropping the
 /// instances it recorded when `forget_instances`, as before the final write).
-async fn crashed_at(h: &Harness, claim: &tessera_kubelet::ClaimRef, state: ClaimState, forget_instances: bool) {
+async fn crashed_at(
+    h: &Harness,
+    claim: &tessera_kubelet::ClaimRef,
+    state: ClaimState,
+    forget_instances: bool,
+) {
     let (driver, _) = h.start().await;
     driver.prepare(vec![claim.clone()]).await[&claim.uid]
         .clone()
@@ -87,7 +102,11 @@ async fn an_interrupted_prepare_before_any_side_effect_is_dropped() {
     crashed_at(&h, &claim, ClaimState::PrepareStarted, true).await;
     // Take the side effects away again: the crash came right after the PrepareStarted write.
     let uid = claim.uid.to_string();
-    std::fs::remove_file(h.cdi_dir().join(format!("gpu.tessera.dev-claim_{uid}.json"))).unwrap();
+    std::fs::remove_file(
+        h.cdi_dir()
+            .join(format!("gpu.tessera.dev-claim_{uid}.json")),
+    )
+    .unwrap();
     for instance in h.mig.all_instances()[&h.gpu_uuid(1)].clone() {
         h.mig.destroy(&h.gpu_uuid(1), &instance).unwrap();
     }
@@ -106,11 +125,18 @@ async fn an_interrupted_unprepare_is_finished() {
     let claim = busy_claim(&h, "leaving");
     crashed_at(&h, &claim, ClaimState::UnprepareStarted, false).await;
     // The spec is already gone (the first step of unprepare).
-    std::fs::remove_file(h.cdi_dir().join(format!("gpu.tessera.dev-claim_{}.json", claim.uid))).unwrap();
+    std::fs::remove_file(
+        h.cdi_dir()
+            .join(format!("gpu.tessera.dev-claim_{}.json", claim.uid)),
+    )
+    .unwrap();
     let (driver, report) = h.start().await;
     assert_eq!(report.finished_unprepare.len(), 1, "{report:?}");
     assert_nothing_left(&h);
-    assert_eq!(driver.unprepare(vec![claim.clone()]).await[&claim.uid], Ok(()));
+    assert_eq!(
+        driver.unprepare(vec![claim.clone()]).await[&claim.uid],
+        Ok(())
+    );
 }
 
 #[tokio::test]
@@ -127,10 +153,16 @@ async fn a_prepared_claim_survives_a_restart_unchanged() {
 
     let (driver, report) = h.start().await;
     assert_eq!(report.reestablished.len(), 1);
-    assert!(report.destroyed_mig.is_empty() && report.removed_specs.is_empty(), "{report:?}");
+    assert!(
+        report.destroyed_mig.is_empty() && report.removed_specs.is_empty(),
+        "{report:?}"
+    );
     assert_eq!(h.spec(claim.uid.as_str()), spec_before);
     assert_eq!(h.mig.all_instances(), instances_before);
-    assert_eq!(driver.prepare(vec![claim.clone()]).await[&claim.uid], Ok(devices));
+    assert_eq!(
+        driver.prepare(vec![claim.clone()]).await[&claim.uid],
+        Ok(devices)
+    );
 }
 
 #[tokio::test]
@@ -165,7 +197,10 @@ async fn after_a_reboot_mig_devices_and_daemons_are_recreated() {
     let checkpoint = h.read_checkpoint();
     assert_eq!(checkpoint.boot_id, "boot-2");
     // Same CDI ids: the kubelet, which may not ask again, still has the right ones.
-    assert_eq!(driver.prepare(vec![claim.clone()]).await[&claim.uid], Ok(devices));
+    assert_eq!(
+        driver.prepare(vec![claim.clone()]).await[&claim.uid],
+        Ok(devices)
+    );
 }
 
 #[tokio::test]
@@ -173,7 +208,9 @@ async fn orphans_are_removed_at_start() {
     let h = Harness::new("hgx-a100-mig", MigMode::Dynamic);
     let kept = busy_claim(&h, "kept");
     let (driver, _) = h.start().await;
-    driver.prepare(vec![kept.clone()]).await[&kept.uid].clone().unwrap();
+    driver.prepare(vec![kept.clone()]).await[&kept.uid]
+        .clone()
+        .unwrap();
     drop(driver);
     // A spec, an MPS directory and a MIG instance no record knows.
     let spec_dir = h.cdi_dir();
@@ -214,10 +251,17 @@ async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt() {
     finished.status.as_mut().unwrap().reserved_for = None;
     h.claims.put(finished);
     let instances_before = h.mig.all_instances();
-    std::fs::write(h.checkpoint_path(), b"{\"version\": 1, \"checksum\": \"sha256:00\", \"checkpo").unwrap();
+    std::fs::write(
+        h.checkpoint_path(),
+        b"{\"version\": 1, \"checksum\": \"sha256:00\", \"checkpo",
+    )
+    .unwrap();
 
     let (driver, report) = h.start().await;
-    assert!(matches!(report.checkpoint, LoadOutcome::Quarantined { .. }), "{report:?}");
+    assert!(
+        matches!(report.checkpoint, LoadOutcome::Quarantined { .. }),
+        "{report:?}"
+    );
     assert_eq!(driver.stats().checkpoint_quarantines, 1);
     assert_eq!(report.rebuilt, vec![format!("ml/alive ({})", alive.uid)]);
     assert_eq!(report.removed_specs, vec![done.uid.to_string()]);
@@ -227,7 +271,10 @@ async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt() {
     assert_eq!(h.gpu.running_daemons().len(), 1);
     let checkpoint = h.read_checkpoint();
     assert_eq!(checkpoint.claims.len(), 1);
-    assert_eq!(checkpoint.claims[alive.uid.as_str()].state, ClaimState::PrepareCompleted);
+    assert_eq!(
+        checkpoint.claims[alive.uid.as_str()].state,
+        ClaimState::PrepareCompleted
+    );
     assert!(driver.prepare(vec![alive.clone()]).await[&alive.uid].is_ok());
     drop(driver);
 

@@ -103,7 +103,9 @@ impl Harness {
     }
 
     pub fn spec(&self, uid: &str) -> Value {
-        let path = self.cdi_dir().join(format!("gpu.tessera.dev-claim_{uid}.json"));
+        let path = self
+            .cdi_dir()
+            .join(format!("gpu.tessera.dev-claim_{uid}.json"));
         serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
     }
 
@@ -166,6 +168,10 @@ pub fn env_of(spec: &Value, device: usize) -> Vec<String> {
 pub fn nodes_of(spec: &Value, device: usize) -> Vec<String> {
     spec["devices"][device]["containerEdits"]["deviceNodes"]
         .as_array()
-        .map(|a| a.iter().map(|v| v["path"].as_str().unwrap().to_owned()).collect())
+        .map(|a| {
+            a.iter()
+                .map(|v| v["path"].as_str().unwrap().to_owned())
+                .collect()
+        })
         .unwrap_or_default()
 }
