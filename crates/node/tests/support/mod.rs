@@ -10,7 +10,7 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::{Value, json};
 use tessera_api::checkpoint::{self, Checkpoint};
 use tessera_kubelet::ClaimRef;
-use tessera_node::claims::InMemoryClaims;
+use tessera_node::claims::{ClaimSource, InMemoryClaims};
 use tessera_node::mig::SimulatedMig;
 use tessera_node::plan::MigMode;
 use tessera_node::sharing::RecordingGpuControl;
@@ -51,9 +51,14 @@ impl Harness {
     }
 
     pub fn parts(&self) -> DriverParts {
+        self.parts_with(self.claims.clone())
+    }
+
+    /// The parts, reading claims from `claims` instead of the in-memory store.
+    pub fn parts_with(&self, claims: Arc<dyn ClaimSource>) -> DriverParts {
         DriverParts {
             devices: Arc::new(MockSource::new(self.topology).unwrap()),
-            claims: self.claims.clone(),
+            claims,
             gpu: self.gpu.clone(),
             mig: self.mig.clone(),
         }
