@@ -1,4 +1,38 @@
 //! The Tessera node driver: prepare/unprepare, checkpoint, sharing, MIG, health, slice publisher.
+//!
+//! Claim preparation is [`NodeDriver`] (a [`tessera_kubelet::DraDriver`]); how prepare is
+//! ordered and why a crash at any point converges is documented in [`driver`]. Its pure core is
+//! [`plan`] (claim → devices and configs) and [`cdi_spec`] (prepared claim → CDI spec); its side
+//! effects go through [`sharing::GpuControl`], [`mig::MigControl`] and the [`checkpoint`].
+//!
+//! Wiring it (what `tessera-kubelet-plugin` does):
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use tessera_node::{DriverParts, NodeDriver, NodeDriverConfig};
+//! # use tessera_node::{claims::KubeClaimSource, mig::SimulatedMig, plan::MigMode};
+//! # use tessera_node::sharing::{SimulatedGpuControl, SystemGpuControl};
+//! # use tessera_topology::{DeviceSource, MockSource, nvml::NvmlSource};
+//! # async fn wire(client: kube::Client, dynamic_mig: bool) -> Result<(), Box<dyn std::error::Error>> {
+//! let state_dir = std::path::PathBuf::from("/var/lib/tessera");
+//! let config = NodeDriverConfig::new("node-a", "/var/run/cdi", &state_dir)
+//!     .mig_mode(if dynamic_mig { MigMode::Dynamic } else { MigMode::Static });
+//! let claims = Arc::new(KubeClaimSource::new(client));
+//! // NVML backend: real sharing tools, NVML for MIG.
+//! let nvml = Arc::new(NvmlSource::open(None)?);
+//! let parts = DriverParts { devices: nvml.clone(), claims: claims.clone(),
+//!     gpu: Arc::new(SystemGpuControl::default()), mig: nvml };
+//! // Mock backend (--topology): no GPUs, so sharing and MIG are simulated in files under the
+//! // state directory (they outlive the process like the real state; crash tests read them).
+//! let mock = MockSource::new("hgx-a100-mig")?;
+//! let inventory = mock.inventory()?;
+//! let parts = DriverParts { devices: Arc::new(mock), claims,
+//!     gpu: Arc::new(SimulatedGpuControl::new(state_dir.join("simulated-gpu"))),
+//!     mig: Arc::new(SimulatedMig::persistent(&inventory, state_dir.join("simulated-mig.json"))) };
+//! let (driver, report) = NodeDriver::start(config, parts).await?;
+//! // driver.stats().checkpoint_quarantines etc. are counters for /metrics.
+//! # Ok(()) }
+//! ```
 
 pub mod cdi_spec;
 pub mod checkpoint;

@@ -12,7 +12,7 @@ use tessera_kubelet::DraDriver;
 use tessera_node::plan::MigMode;
 use tessera_node::sharing::{GpuCall, GpuOperation};
 
-use support::{Harness, claim_config, env_of, nodes_of, uid_of};
+use support::harness::{Harness, claim_config, env_of, nodes_of, uid_of};
 
 #[tokio::test]
 async fn whole_gpus_are_prepared_once_and_unprepared() {
@@ -84,7 +84,7 @@ async fn bad_claims_fail_alone_with_a_message_naming_them() {
             json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 101}}),
         )],
     );
-    let mut not_allocated = support::allocated_claim("unallocated", &[], vec![]);
+    let mut not_allocated = support::harness::allocated_claim("unallocated", &[], vec![]);
     not_allocated.status = None;
     h.claims.put(not_allocated);
     let unallocated = tessera_kubelet::ClaimRef::new("ml", "unallocated", uid_of("unallocated"));

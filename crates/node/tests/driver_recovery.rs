@@ -12,7 +12,7 @@ use tessera_node::mig::MigControl;
 use tessera_node::plan::MigMode;
 use tessera_node::{NodeDriver, StartError};
 
-use support::{Harness, claim_config, env_of};
+use support::harness::{Harness, claim_config, env_of};
 
 /// A claim with a dynamic MIG device, MPS and a whole GPU with a time slice: every kind of
 /// side effect.
@@ -247,7 +247,7 @@ async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt() {
     }
     drop(driver);
     // `done`'s pod finished: the claim is no longer reserved (but still allocated).
-    let mut finished = support::allocated_claim("done", &[("gpu", "gpu-7")], vec![]);
+    let mut finished = support::harness::allocated_claim("done", &[("gpu", "gpu-7")], vec![]);
     finished.status.as_mut().unwrap().reserved_for = None;
     h.claims.put(finished);
     let instances_before = h.mig.all_instances();

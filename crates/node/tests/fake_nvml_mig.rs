@@ -20,7 +20,7 @@ use tessera_node::plan::MigMode;
 use tessera_node::{DriverParts, NodeDriver};
 use tessera_topology::nvml::NvmlSource;
 
-use support::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
+use support::harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
 
 const CHILD_ENV: &str = "TESSERA_NODE_TEST_CHILD";
 

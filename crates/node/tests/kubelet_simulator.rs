@@ -19,7 +19,7 @@ use tessera_node::plan::MigMode;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use support::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
+use support::harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
 
 /// A driver served on a temporary kubelet directory, registered with the simulator.
 pub struct Served {
