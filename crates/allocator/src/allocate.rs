@@ -7,7 +7,6 @@ use serde::{Deserialize, Serialize};
 use crate::error::AllocateError;
 use crate::explain::{NodeExplanation, Unsatisfiable};
 use crate::inventory::Inventory;
-use crate::node::NodeInfo;
 use crate::pools::NodePools;
 use crate::request::{Plan, claim_name};
 use crate::result::allocation_results;
@@ -112,21 +111,21 @@ impl Inventory {
         options: &AllocateOptions,
     ) -> Result<Outcome, AllocateError> {
         let plan = Plan::new(self, claims)?;
-        let nodes: Vec<&NodeInfo> = match node {
-            Some(name) => vec![self.node(name).ok_or_else(|| AllocateError::UnknownNode {
+        let positions: Vec<usize> = match node {
+            Some(name) => vec![self.node_position(name).ok_or_else(|| AllocateError::UnknownNode {
                 node: name.to_owned(),
                 known: known_nodes(self),
             })?],
-            None => self.nodes().iter().collect(),
+            None => (0..self.nodes().len()).collect(),
         };
         let mut failed = Vec::new();
-        let mut best: Option<(&NodeInfo, Solution, bool)> = None;
+        let mut best: Option<(usize, Solution, bool)> = None;
         let mut steps = 0;
         let min_devices = plan.min_devices();
-        for node_info in nodes {
-            let pools = self.pools_for(node_info);
-            if node.is_none() && !fits_at_all(self, &pools, state, &plan, min_devices) {
-                failed.push(node_info);
+        for position in positions {
+            let pools = self.pools_for(position);
+            if node.is_none() && !fits_at_all(self, pools, state, &plan, min_devices) {
+                failed.push(position);
                 continue;
             }
             let mode = match options.mode {
@@ -135,29 +134,26 @@ impl Inventory {
                     bound: best.as_ref().map(|(_, s, _)| s.score.comm_cost),
                 },
             };
-            let verdict =
-                NodeSearch::new(self, &pools, state, &plan, mode, options.step_budget)?.run()?;
+            let verdict = NodeSearch::new(self, pools, state, &plan, mode, options.step_budget)?.run()?;
             steps += verdict.steps;
             match verdict.solution.map(|s| (s, verdict.truncated)) {
                 Some((solution, truncated)) => {
-                    let better = best
-                        .as_ref()
-                        .is_none_or(|(_, b, _)| solution.score < b.score);
+                    let better = best.as_ref().is_none_or(|(_, b, _)| solution.score < b.score);
                     if better {
-                        best = Some((node_info, solution, truncated));
+                        best = Some((position, solution, truncated));
                     }
                     if options.mode == PlacementMode::FirstFit {
                         break;
                     }
                 }
-                None => failed.push(node_info),
+                None => failed.push(position),
             }
         }
-        if let Some((node_info, solution, truncated)) = best {
-            let pools = self.pools_for(node_info);
-            let results = allocation_results(self, &pools, &plan, &solution)?;
+        if let Some((position, solution, truncated)) = best {
+            let pools = self.pools_for(position);
+            let results = allocation_results(self, pools, &plan, &solution)?;
             return Ok(Outcome::Allocated(Allocation {
-                node: node_info.name.clone(),
+                node: self.nodes()[position].name.clone(),
                 claims: claims
                     .iter()
                     .zip(results)
@@ -172,12 +168,12 @@ impl Inventory {
             }));
         }
         let mut explanations = Vec::with_capacity(failed.len());
-        for node_info in failed {
-            let pools = self.pools_for(node_info);
+        for position in failed {
+            let pools = self.pools_for(position);
             explanations.push(if options.explain {
-                NodeExplanation::diagnose(self, &pools, state, &plan)?
+                NodeExplanation::diagnose(self, pools, state, &plan)?
             } else {
-                NodeExplanation::brief(&pools)
+                NodeExplanation::brief(pools)
             });
         }
         Ok(Outcome::Unsatisfiable(Unsatisfiable {

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::core::v1::{Node, NodeSelector};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
@@ -53,7 +53,8 @@ pub struct Inventory {
     pub(crate) shared_slices: Vec<usize>,
     /// All slices of a pool, by (driver, pool).
     pub(crate) slices_by_pool: HashMap<(Arc<str>, Arc<str>), Vec<usize>>,
-    node_pools: RwLock<HashMap<String, Arc<NodePools>>>,
+    /// Per node (same index as `nodes`): its pools, gathered on first use.
+    node_pools: Vec<OnceLock<NodePools>>,
     pub(crate) selectors: SelectorCache,
 }
 
@@ -75,7 +76,7 @@ impl Inventory {
             slices_by_node: HashMap::new(),
             shared_slices: Vec::new(),
             slices_by_pool: HashMap::new(),
-            node_pools: RwLock::new(HashMap::new()),
+            node_pools: Vec::new(),
             selectors: SelectorCache::default(),
         };
         let mut derived_nodes = BTreeSet::new();
@@ -100,6 +101,7 @@ impl Inventory {
             .enumerate()
             .map(|(i, n)| (n.name.clone(), i))
             .collect();
+        inv.node_pools = nodes.iter().map(|_| OnceLock::new()).collect();
         inv.nodes = nodes;
         inv
     }
@@ -189,21 +191,13 @@ impl Inventory {
         self.devices.len()
     }
 
-    /// The pools a node can allocate from, gathered on first use.
-    pub(crate) fn pools_for(&self, node: &NodeInfo) -> Arc<NodePools> {
-        if let Some(p) = self
-            .node_pools
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&node.name)
-        {
-            return p.clone();
-        }
-        let pools = Arc::new(NodePools::gather(self, node));
-        self.node_pools
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(node.name.clone(), pools.clone());
-        pools
+    /// Index of a node by name.
+    pub(crate) fn node_position(&self, name: &str) -> Option<usize> {
+        self.node_index.get(name).copied()
+    }
+
+    /// The pools the node at `position` can allocate from, gathered on first use.
+    pub(crate) fn pools_for(&self, position: usize) -> &NodePools {
+        self.node_pools[position].get_or_init(|| NodePools::gather(self, &self.nodes[position]))
     }
 }
