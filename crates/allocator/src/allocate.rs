@@ -112,10 +112,15 @@ impl Inventory {
     ) -> Result<Outcome, AllocateError> {
         let plan = Plan::new(self, claims)?;
         let positions: Vec<usize> = match node {
-            Some(name) => vec![self.node_position(name).ok_or_else(|| AllocateError::UnknownNode {
-                node: name.to_owned(),
-                known: known_nodes(self),
-            })?],
+            Some(name) => {
+                vec![
+                    self.node_position(name)
+                        .ok_or_else(|| AllocateError::UnknownNode {
+                            node: name.to_owned(),
+                            known: known_nodes(self),
+                        })?,
+                ]
+            }
             None => (0..self.nodes().len()).collect(),
         };
         let mut failed = Vec::new();
@@ -134,11 +139,14 @@ impl Inventory {
                     bound: best.as_ref().map(|(_, s, _)| s.score.comm_cost),
                 },
             };
-            let verdict = NodeSearch::new(self, pools, state, &plan, mode, options.step_budget)?.run()?;
+            let verdict =
+                NodeSearch::new(self, pools, state, &plan, mode, options.step_budget)?.run()?;
             steps += verdict.steps;
             match verdict.solution.map(|s| (s, verdict.truncated)) {
                 Some((solution, truncated)) => {
-                    let better = best.as_ref().is_none_or(|(_, b, _)| solution.score < b.score);
+                    let better = best
+                        .as_ref()
+                        .is_none_or(|(_, b, _)| solution.score < b.score);
                     if better {
                         best = Some((position, solution, truncated));
                     }
