@@ -15,7 +15,7 @@ use crate::state::AllocatedState;
 use crate::topology::TopologyScore;
 
 /// Steps one node's search may take by default (each checked candidate or recursion is a step).
-/// About a quarter of a second of work on one core; past it the search stops.
+/// About 50 ms of work on one core (docs/benchmarks.md); past it the search stops.
 pub const DEFAULT_STEP_BUDGET: u64 = 2_000_000;
 
 /// How devices and nodes are chosen.
@@ -113,53 +113,19 @@ impl Inventory {
         let plan = Plan::new(self, claims)?;
         let positions: Vec<usize> = match node {
             Some(name) => {
-                vec![
+                let position =
                     self.node_position(name)
                         .ok_or_else(|| AllocateError::UnknownNode {
                             node: name.to_owned(),
                             known: known_nodes(self),
-                        })?,
-                ]
+                        })?;
+                vec![position]
             }
             None => (0..self.nodes().len()).collect(),
         };
-        let mut failed = Vec::new();
-        let mut best: Option<(usize, Solution, bool)> = None;
-        let mut steps = 0;
-        let min_devices = plan.min_devices();
-        for position in positions {
-            let pools = self.pools_for(position);
-            if node.is_none() && !fits_at_all(self, pools, state, &plan, min_devices) {
-                failed.push(position);
-                continue;
-            }
-            let mode = match options.mode {
-                PlacementMode::FirstFit => SearchMode::FirstFit,
-                PlacementMode::TopologyAware => SearchMode::Best {
-                    bound: best.as_ref().map(|(_, s, _)| s.score.comm_cost),
-                },
-            };
-            let verdict =
-                NodeSearch::new(self, pools, state, &plan, mode, options.step_budget)?.run()?;
-            steps += verdict.steps;
-            match verdict.solution.map(|s| (s, verdict.truncated)) {
-                Some((solution, truncated)) => {
-                    let better = best
-                        .as_ref()
-                        .is_none_or(|(_, b, _)| solution.score < b.score);
-                    if better {
-                        best = Some((position, solution, truncated));
-                    }
-                    if options.mode == PlacementMode::FirstFit {
-                        break;
-                    }
-                }
-                None => failed.push(position),
-            }
-        }
-        if let Some((position, solution, truncated)) = best {
-            let pools = self.pools_for(position);
-            let results = allocation_results(self, pools, &plan, &solution)?;
+        let search = self.search_nodes(&plan, state, &positions, node.is_none(), options)?;
+        if let Some((position, solution, truncated)) = search.best {
+            let results = allocation_results(self, self.pools_for(position), &plan, &solution)?;
             return Ok(Outcome::Allocated(Allocation {
                 node: self.nodes()[position].name.clone(),
                 claims: claims
@@ -171,12 +137,12 @@ impl Inventory {
                     })
                     .collect(),
                 score: solution.score,
-                steps,
+                steps: search.steps,
                 truncated,
             }));
         }
-        let mut explanations = Vec::with_capacity(failed.len());
-        for position in failed {
+        let mut explanations = Vec::with_capacity(search.failed.len());
+        for position in search.failed {
             let pools = self.pools_for(position);
             explanations.push(if options.explain {
                 NodeExplanation::diagnose(self, pools, state, &plan)?
@@ -188,6 +154,64 @@ impl Inventory {
             nodes: explanations,
         }))
     }
+
+    /// Searches the nodes at `positions` in order: first fit stops at the first that fits,
+    /// topology-aware keeps the best score. With `skip_quickly`, nodes without enough free
+    /// devices are not searched.
+    fn search_nodes(
+        &self,
+        plan: &Plan<'_>,
+        state: &AllocatedState,
+        positions: &[usize],
+        skip_quickly: bool,
+        options: &AllocateOptions,
+    ) -> Result<NodesSearched, AllocateError> {
+        let mut out = NodesSearched {
+            best: None,
+            failed: Vec::new(),
+            steps: 0,
+        };
+        let min_devices = plan.min_devices();
+        for &position in positions {
+            let pools = self.pools_for(position);
+            if skip_quickly && !fits_at_all(self, pools, state, plan, min_devices) {
+                out.failed.push(position);
+                continue;
+            }
+            let mode = match options.mode {
+                PlacementMode::FirstFit => SearchMode::FirstFit,
+                PlacementMode::TopologyAware => SearchMode::Best {
+                    bound: out.best.as_ref().map(|(_, s, _)| s.score.comm_cost),
+                },
+            };
+            let verdict =
+                NodeSearch::new(self, pools, state, plan, mode, options.step_budget)?.run()?;
+            out.steps += verdict.steps;
+            let Some(solution) = verdict.solution else {
+                out.failed.push(position);
+                continue;
+            };
+            if out
+                .best
+                .as_ref()
+                .is_none_or(|(_, b, _)| solution.score < b.score)
+            {
+                out.best = Some((position, solution, verdict.truncated));
+            }
+            if options.mode == PlacementMode::FirstFit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What searching the nodes found: the best node and solution (and whether that search was
+/// truncated), the nodes without a solution, and the steps taken.
+struct NodesSearched {
+    best: Option<(usize, Solution, bool)>,
+    failed: Vec<usize>,
+    steps: u64,
 }
 
 /// A quick necessary condition when choosing among many nodes: enough devices not in use for the

@@ -434,31 +434,7 @@ fn account(search: &mut NodeSearch<'_>, plan: &Plan<'_>, si: usize, wanted: Want
             }
         }
         let device = search.device(pos);
-        let reason = if !slot.admin_access && search.in_use(pos) {
-            Some(ExclusionReason::InUse)
-        } else if let Some(t) = untolerated_taint(device.taints(), &slot.tolerations) {
-            Some(ExclusionReason::Taint {
-                key: t.key.clone(),
-                value: t.value.clone().unwrap_or_default(),
-                effect: t.effect.clone(),
-            })
-        } else if let Some(i) = search
-            .counter_shortfall(pos)
-            .filter(|_| !search.np.candidate_consumes[pos].is_empty())
-        {
-            let (counter_set, counter) =
-                search.np.pools[search.np.candidate_pool[pos]].counter_names[i].clone();
-            Some(ExclusionReason::Counters {
-                counter_set,
-                counter,
-            })
-        } else if let Err(refusal) = search.capacity(si, pos) {
-            Some(ExclusionReason::Capacity {
-                detail: refusal.to_string(),
-            })
-        } else {
-            None
-        };
+        let reason = exclusion(search, si, pos);
         match reason {
             Some(reason) => public.excluded.push(Exclusion {
                 device: device.id.to_string(),
@@ -471,6 +447,38 @@ fn account(search: &mut NodeSearch<'_>, plan: &Plan<'_>, si: usize, wanted: Want
         }
     }
     SlotAccount { public, available }
+}
+
+/// Why a device matching the slot cannot be allocated now, if it cannot.
+fn exclusion(search: &NodeSearch<'_>, si: usize, pos: usize) -> Option<ExclusionReason> {
+    let slot = &search.plan.slots[si];
+    let device = search.device(pos);
+    if !slot.admin_access && search.in_use(pos) {
+        return Some(ExclusionReason::InUse);
+    }
+    if let Some(t) = untolerated_taint(device.taints(), &slot.tolerations) {
+        return Some(ExclusionReason::Taint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.clone(),
+        });
+    }
+    if !search.np.candidate_consumes[pos].is_empty()
+        && let Some(i) = search.counter_shortfall(pos)
+    {
+        let (counter_set, counter) =
+            search.np.pools[search.np.candidate_pool[pos]].counter_names[i].clone();
+        return Some(ExclusionReason::Counters {
+            counter_set,
+            counter,
+        });
+    }
+    search
+        .capacity(si, pos)
+        .err()
+        .map(|refusal| ExclusionReason::Capacity {
+            detail: refusal.to_string(),
+        })
 }
 
 fn constraint_account(

@@ -23,6 +23,9 @@ use crate::node::{NodeInfo, node_matches};
 use crate::quantity::Amount;
 use crate::topology::NodeTopology;
 
+/// What one device consumes of its pool's counters: (counter index, amount).
+pub(crate) type CounterUse = Vec<(usize, Amount)>;
+
 /// Why a pool cannot be allocated from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum PoolStatus {
@@ -43,7 +46,7 @@ pub(crate) struct Pool {
     pub counter_totals: Vec<Amount>,
     /// Every device of the pool that consumes counters (targeting this node or not), with its
     /// consumption resolved to counter indices.
-    pub consumers: Vec<(DeviceIndex, Vec<(usize, Amount)>)>,
+    pub consumers: Vec<(DeviceIndex, CounterUse)>,
 }
 
 impl Pool {
@@ -62,7 +65,7 @@ pub(crate) struct NodePools {
     /// Per candidate: index into `pools`.
     pub candidate_pool: Vec<usize>,
     /// Per candidate: counters it consumes, as indices into its pool's counters.
-    pub candidate_consumes: Vec<Vec<(usize, Amount)>>,
+    pub candidate_consumes: Vec<CounterUse>,
     pub topology: NodeTopology,
     /// Some candidate allows multiple allocations (so "in use" does not mean unavailable).
     pub has_multi_allocatable: bool,
@@ -70,125 +73,134 @@ pub(crate) struct NodePools {
 
 impl NodePools {
     pub fn gather(inv: &Inventory, node: &NodeInfo) -> NodePools {
-        let mut by_pool: HashMap<(Arc<str>, Arc<str>), Vec<usize>> = HashMap::new();
-        let own = inv
-            .slices_by_node
-            .get(&node.name)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        for &s in own.iter().chain(&inv.shared_slices) {
-            let slice = &inv.slices[s];
-            if !slice_relevant(inv, slice, node) {
-                continue;
-            }
-            let entry = by_pool
-                .entry((slice.driver.clone(), slice.pool.clone()))
-                .or_default();
-            match entry.first().map(|&f| inv.slices[f].generation) {
-                Some(g) if slice.generation < g => {}
-                Some(g) if slice.generation > g => *entry = vec![s],
-                _ => entry.push(s),
-            }
-        }
-        let mut pools = Vec::new();
-        let mut pool_slices = Vec::new();
-        for ((driver, name), targeting) in by_pool {
-            let first = &inv.slices[targeting[0]];
-            let (generation, want) = (first.generation, first.slice_count);
-            let all = &inv.slices_by_pool[&(driver.clone(), name.clone())];
-            let mut others = Vec::new();
-            if usize::try_from(want).ok() != Some(targeting.len()) {
-                if all.iter().any(|&s| inv.slices[s].generation > generation) {
-                    continue; // obsolete: the driver is replacing this generation
-                }
-                let same_gen: Vec<usize> = all
-                    .iter()
-                    .copied()
-                    .filter(|&s| inv.slices[s].generation == generation)
-                    .collect();
-                if usize::try_from(want).ok() != Some(same_gen.len()) {
-                    pools.push(Pool::unusable(
-                        driver,
-                        name,
-                        PoolStatus::Incomplete {
-                            have: same_gen.len(),
-                            want,
-                        },
-                    ));
-                    pool_slices.push(Vec::new());
-                    continue;
-                }
-                others = same_gen
-                    .into_iter()
-                    .filter(|s| !targeting.contains(s))
-                    .collect();
-            }
-            let mut targeting = targeting;
-            targeting.sort_by(|&a, &b| inv.slices[a].name.cmp(&inv.slices[b].name));
-            pools.push(Pool::build(inv, driver, name, &targeting, &others));
-            pool_slices.push(targeting);
-        }
-        let mut order: Vec<usize> = (0..pools.len()).collect();
-        order.sort_by(|&a, &b| {
-            let (pa, pb) = (&pools[a], &pools[b]);
-            (pa.binding_conditions, &pa.driver, &pa.name).cmp(&(
-                pb.binding_conditions,
-                &pb.driver,
-                &pb.name,
+        let mut pools: Vec<(Pool, Vec<usize>)> = relevant_slices(inv, node)
+            .into_iter()
+            .filter_map(|((driver, name), targeting)| resolve_pool(inv, driver, name, targeting))
+            .collect();
+        pools.sort_by(|(a, _), (b, _)| {
+            (a.binding_conditions, &a.driver, &a.name).cmp(&(
+                b.binding_conditions,
+                &b.driver,
+                &b.name,
             ))
         });
-        let mut sorted_pools = Vec::with_capacity(pools.len());
-        let mut pools: Vec<Option<Pool>> = pools.into_iter().map(Some).collect();
-        let mut candidates = Vec::new();
-        let mut candidate_pool = Vec::new();
-        let mut candidate_consumes = Vec::new();
-        for old in order {
-            let pool = pools[old].take().expect("each pool is moved once");
-            let new_index = sorted_pools.len();
+        let mut np = NodePools {
+            node: node.clone(),
+            pools: Vec::with_capacity(pools.len()),
+            candidates: Vec::new(),
+            candidate_pool: Vec::new(),
+            candidate_consumes: Vec::new(),
+            topology: NodeTopology::default(),
+            has_multi_allocatable: false,
+        };
+        for (pool, slices) in pools {
             if pool.status == PoolStatus::Usable {
-                let consumption: HashMap<DeviceIndex, &Vec<(usize, Amount)>> =
-                    pool.consumers.iter().map(|(d, c)| (*d, c)).collect();
-                for &s in &pool_slices[old] {
-                    let slice = &inv.slices[s];
-                    for d in slice.devices.clone() {
-                        let dev = &inv.devices[d].device;
-                        if slice.per_device_node_selection
-                            && !node_matches(
-                                node,
-                                dev.node_name.as_deref(),
-                                dev.all_nodes.unwrap_or(false),
-                                dev.node_selector.as_ref(),
-                            )
-                        {
-                            continue;
-                        }
-                        candidates.push(d);
-                        candidate_pool.push(new_index);
-                        candidate_consumes.push(
-                            consumption
-                                .get(&d)
-                                .map(|c| (*c).clone())
-                                .unwrap_or_default(),
-                        );
-                    }
-                }
+                np.add_candidates(inv, &pool, &slices);
             }
-            sorted_pools.push(pool);
+            np.pools.push(pool);
         }
-        let topology = NodeTopology::new(candidates.iter().map(|&d| &inv.devices[d].topology));
-        let has_multi_allocatable = candidates
+        np.topology = NodeTopology::new(np.candidates.iter().map(|&d| &inv.devices[d].topology));
+        np.has_multi_allocatable = np
+            .candidates
             .iter()
             .any(|&d| inv.devices[d].parsed().allow_multiple_allocations);
-        NodePools {
-            has_multi_allocatable,
-            node: node.clone(),
-            pools: sorted_pools,
-            candidates,
-            candidate_pool,
-            candidate_consumes,
-            topology,
+        np
+    }
+
+    /// Appends the devices of a usable pool's slices that are available to the node.
+    fn add_candidates(&mut self, inv: &Inventory, pool: &Pool, slices: &[usize]) {
+        let index = self.pools.len();
+        let consumption: HashMap<DeviceIndex, &CounterUse> =
+            pool.consumers.iter().map(|(d, c)| (*d, c)).collect();
+        for &s in slices {
+            let slice = &inv.slices[s];
+            for d in slice.devices.clone() {
+                let dev = &inv.devices[d].device;
+                let selected = !slice.per_device_node_selection
+                    || node_matches(
+                        &self.node,
+                        dev.node_name.as_deref(),
+                        dev.all_nodes.unwrap_or(false),
+                        dev.node_selector.as_ref(),
+                    );
+                if selected {
+                    self.candidates.push(d);
+                    self.candidate_pool.push(index);
+                    self.candidate_consumes.push(
+                        consumption
+                            .get(&d)
+                            .map(|c| (*c).clone())
+                            .unwrap_or_default(),
+                    );
+                }
+            }
         }
     }
+}
+
+/// The node's own and matching shared slices, by pool, of the highest generation seen.
+fn relevant_slices(inv: &Inventory, node: &NodeInfo) -> HashMap<(Arc<str>, Arc<str>), Vec<usize>> {
+    let mut by_pool: HashMap<(Arc<str>, Arc<str>), Vec<usize>> = HashMap::new();
+    let own = inv
+        .slices_by_node
+        .get(&node.name)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for &s in own.iter().chain(&inv.shared_slices) {
+        let slice = &inv.slices[s];
+        if !slice_relevant(inv, slice, node) {
+            continue;
+        }
+        let entry = by_pool
+            .entry((slice.driver.clone(), slice.pool.clone()))
+            .or_default();
+        match entry.first().map(|&f| inv.slices[f].generation) {
+            Some(g) if slice.generation < g => {}
+            Some(g) if slice.generation > g => *entry = vec![s],
+            _ => entry.push(s),
+        }
+    }
+    by_pool
+}
+
+/// A pool from its slices targeting the node (sorted by name, returned with the pool), checked
+/// against all slices of its generation; `None` when the generation is obsolete.
+fn resolve_pool(
+    inv: &Inventory,
+    driver: Arc<str>,
+    name: Arc<str>,
+    mut targeting: Vec<usize>,
+) -> Option<(Pool, Vec<usize>)> {
+    let first = &inv.slices[targeting[0]];
+    let (generation, want) = (first.generation, first.slice_count);
+    let mut others = Vec::new();
+    if usize::try_from(want).ok() != Some(targeting.len()) {
+        let all = &inv.slices_by_pool[&(driver.clone(), name.clone())];
+        if all.iter().any(|&s| inv.slices[s].generation > generation) {
+            return None; // obsolete: the driver is replacing this generation
+        }
+        let same_gen: Vec<usize> = all
+            .iter()
+            .copied()
+            .filter(|&s| inv.slices[s].generation == generation)
+            .collect();
+        if usize::try_from(want).ok() != Some(same_gen.len()) {
+            let status = PoolStatus::Incomplete {
+                have: same_gen.len(),
+                want,
+            };
+            return Some((Pool::unusable(driver, name, status), Vec::new()));
+        }
+        others = same_gen
+            .into_iter()
+            .filter(|s| !targeting.contains(s))
+            .collect();
+    }
+    targeting.sort_by(|&a, &b| inv.slices[a].name.cmp(&inv.slices[b].name));
+    Some((
+        Pool::build(inv, driver, name, &targeting, &others),
+        targeting,
+    ))
 }
 
 fn slice_relevant(inv: &Inventory, slice: &SliceEntry, node: &NodeInfo) -> bool {
@@ -235,7 +247,7 @@ impl Pool {
         others: &[usize],
     ) -> Pool {
         match Pool::validate(inv, targeting, others) {
-            Ok((counter_names, counter_totals, consumers)) => Pool {
+            Ok(counters) => Pool {
                 binding_conditions: targeting
                     .iter()
                     .flat_map(|&s| &inv.devices[inv.slices[s].devices.clone()])
@@ -243,62 +255,100 @@ impl Pool {
                 driver,
                 name,
                 status: PoolStatus::Usable,
-                counter_names,
-                counter_totals,
-                consumers,
+                counter_names: counters.names,
+                counter_totals: counters.totals,
+                consumers: counters.consumers,
             },
             Err(reason) => Pool::unusable(driver, name, PoolStatus::Invalid(reason)),
         }
     }
 
-    #[allow(clippy::type_complexity)]
     fn validate(
         inv: &Inventory,
         targeting: &[usize],
         others: &[usize],
-    ) -> Result<
-        (
-            Vec<(String, String)>,
-            Vec<Amount>,
-            Vec<(DeviceIndex, Vec<(usize, Amount)>)>,
-        ),
-        String,
-    > {
-        let mut names = HashSet::new();
-        for &s in targeting {
-            for d in &inv.devices[inv.slices[s].devices.clone()] {
-                if !names.insert(d.id.device()) {
-                    return Err(format!("duplicate device name {}", d.id.device()));
-                }
+    ) -> Result<PoolCounters, String> {
+        check_device_names(inv, targeting)?;
+        let all: Vec<usize> = targeting.iter().chain(others).copied().collect();
+        let counters = Counters::of(inv, &all)?;
+        let consumers = counters.consumers(inv, &all)?;
+        Ok(PoolCounters {
+            names: counters.names,
+            totals: counters.totals,
+            consumers,
+        })
+    }
+}
+
+/// A valid pool's counters and who consumes them.
+struct PoolCounters {
+    names: Vec<(String, String)>,
+    totals: Vec<Amount>,
+    consumers: Vec<(DeviceIndex, CounterUse)>,
+}
+
+fn check_device_names(inv: &Inventory, slices: &[usize]) -> Result<(), String> {
+    let mut names = HashSet::new();
+    for &s in slices {
+        for d in &inv.devices[inv.slices[s].devices.clone()] {
+            if !names.insert(d.id.device()) {
+                return Err(format!("duplicate device name {}", d.id.device()));
             }
         }
-        let mut set_names = HashSet::new();
-        let mut counter_names = Vec::new();
-        let mut counter_totals = Vec::new();
-        let mut index: HashMap<(&str, &str), usize> = HashMap::new();
-        for &s in targeting.iter().chain(others) {
+    }
+    Ok(())
+}
+
+/// A pool's counters, flattened: `(set, counter)` names and published values.
+struct Counters<'i> {
+    names: Vec<(String, String)>,
+    totals: Vec<Amount>,
+    sets: HashSet<&'i str>,
+    index: HashMap<(&'i str, &'i str), usize>,
+}
+
+impl<'i> Counters<'i> {
+    fn of(inv: &'i Inventory, slices: &[usize]) -> Result<Counters<'i>, String> {
+        let mut c = Counters {
+            names: Vec::new(),
+            totals: Vec::new(),
+            sets: HashSet::new(),
+            index: HashMap::new(),
+        };
+        for &s in slices {
             for set in &inv.slices[s].counter_sets {
-                if !set_names.insert(set.name.as_str()) {
+                if !c.sets.insert(set.name.as_str()) {
                     return Err(format!("duplicate counter set name {}", set.name));
                 }
                 for (counter, value) in set.counters.as_ref().map_err(Clone::clone)? {
-                    index.insert((set.name.as_str(), counter.as_str()), counter_totals.len());
-                    counter_names.push((set.name.clone(), counter.clone()));
-                    counter_totals.push(*value);
+                    c.index
+                        .insert((set.name.as_str(), counter.as_str()), c.totals.len());
+                    c.names.push((set.name.clone(), counter.clone()));
+                    c.totals.push(*value);
                 }
             }
         }
+        Ok(c)
+    }
+
+    /// Every device of `slices` that consumes counters, with its consumption resolved.
+    fn consumers(
+        &self,
+        inv: &Inventory,
+        slices: &[usize],
+    ) -> Result<Vec<(DeviceIndex, CounterUse)>, String> {
         let mut consumers = Vec::new();
-        for &s in targeting.iter().chain(others) {
+        for &s in slices {
             for d in inv.slices[s].devices.clone() {
                 let parsed = inv.devices[d].parsed.as_ref().map_err(Clone::clone)?;
                 let mut resolved = Vec::new();
                 for c in &parsed.consumes {
-                    if !set_names.contains(c.counter_set.as_str()) {
+                    if !self.sets.contains(c.counter_set.as_str()) {
                         return Err(format!("counter set {} not found", c.counter_set));
                     }
                     for (counter, amount) in &c.counters {
-                        let i = index
+                        let i = self
+                            .index
                             .get(&(c.counter_set.as_str(), counter.as_str()))
                             .ok_or_else(|| {
                                 format!(
@@ -314,6 +364,6 @@ impl Pool {
                 }
             }
         }
-        Ok((counter_names, counter_totals, consumers))
+        Ok(consumers)
     }
 }

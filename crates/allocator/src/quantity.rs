@@ -68,32 +68,9 @@ impl Amount {
         }
         let frac_len = i32::try_from(frac_part.len()).map_err(|_| err("too many digits"))?;
         // value in nano-units = mantissa * multiplier * 10^9 / 10^frac_len
-        let (numerator, exp10): (i128, i32) = match suffix {
-            "" => (1, 0),
-            "Ki" => (1 << 10, 0),
-            "Mi" => (1 << 20, 0),
-            "Gi" => (1 << 30, 0),
-            "Ti" => (1 << 40, 0),
-            "Pi" => (1 << 50, 0),
-            "Ei" => (1 << 60, 0),
-            "n" => (1, -9),
-            "u" => (1, -6),
-            "m" => (1, -3),
-            "k" => (1, 3),
-            "M" => (1, 6),
-            "G" => (1, 9),
-            "T" => (1, 12),
-            "P" => (1, 15),
-            "E" => (1, 18),
-            other => {
-                let exp = other
-                    .strip_prefix('e')
-                    .or_else(|| other.strip_prefix('E'))
-                    .ok_or_else(|| err("unknown suffix"))?;
-                let exp: i32 = exp.parse().map_err(|_| err("bad exponent"))?;
-                (1, exp)
-            }
-        };
+        let (numerator, exp10) = suffix_scale(suffix)
+            .ok_or_else(|| err("unknown suffix"))?
+            .map_err(err)?;
         let shift = exp10 + 9 - frac_len;
         let scaled = mantissa
             .checked_mul(numerator)
@@ -158,6 +135,40 @@ impl Amount {
     pub fn to_quantity(self) -> Quantity {
         Quantity(self.to_string())
     }
+}
+
+/// The multiplier a suffix stands for: a binary factor and a power of ten (`Err` for a malformed
+/// exponent, `None` for an unknown suffix).
+fn suffix_scale(suffix: &str) -> Option<Result<(i128, i32), &'static str>> {
+    let scale = match suffix {
+        "" => (1, 0),
+        "Ki" => (1 << 10, 0),
+        "Mi" => (1 << 20, 0),
+        "Gi" => (1 << 30, 0),
+        "Ti" => (1 << 40, 0),
+        "Pi" => (1 << 50, 0),
+        "Ei" => (1 << 60, 0),
+        "n" => (1, -9),
+        "u" => (1, -6),
+        "m" => (1, -3),
+        "k" => (1, 3),
+        "M" => (1, 6),
+        "G" => (1, 9),
+        "T" => (1, 12),
+        "P" => (1, 15),
+        "E" => (1, 18),
+        other => {
+            let exp = other
+                .strip_prefix('e')
+                .or_else(|| other.strip_prefix('E'))?;
+            return Some(
+                exp.parse::<i32>()
+                    .map(|e| (1, e))
+                    .map_err(|_| "bad exponent"),
+            );
+        }
+    };
+    Some(Ok(scale))
 }
 
 impl fmt::Display for Amount {

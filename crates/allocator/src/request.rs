@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{
-    CapacityRequirements, DeviceConstraint, DeviceSelector, DeviceToleration, ResourceClaim,
+    CapacityRequirements, DeviceConstraint, DeviceRequest, DeviceSelector, DeviceToleration,
+    ResourceClaim,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use tessera_cel::Selector;
@@ -141,96 +142,111 @@ impl<'c> Plan<'c> {
             slots: Vec::new(),
         };
         for (ci, claim) in claims.iter().enumerate() {
-            let name = claim_name(claim);
-            let devices = claim.spec.as_ref().and_then(|s| s.devices.as_ref());
-            let mut requests = Vec::new();
-            let mut min_devices = 0usize;
-            for request in devices
-                .and_then(|d| d.requests.as_deref())
-                .unwrap_or_default()
-            {
-                let (sources, first_available): (Vec<SlotSource<'_>>, bool) =
-                    match (&request.exactly, &request.first_available) {
-                        (Some(e), _) => (
-                            vec![SlotSource {
-                                name: &request.name,
-                                class: &e.device_class_name,
-                                selectors: e.selectors.as_deref().unwrap_or_default(),
-                                mode: e.allocation_mode.as_deref(),
-                                count: e.count,
-                                admin_access: e.admin_access.unwrap_or(false),
-                                tolerations: e.tolerations.as_deref().unwrap_or_default(),
-                                capacity: e.capacity.as_ref(),
-                            }],
-                            false,
-                        ),
-                        (None, Some(subs)) if !subs.is_empty() => (
-                            subs.iter()
-                                .map(|s| SlotSource {
-                                    name: &s.name,
-                                    class: &s.device_class_name,
-                                    selectors: s.selectors.as_deref().unwrap_or_default(),
-                                    mode: s.allocation_mode.as_deref(),
-                                    count: s.count,
-                                    admin_access: false,
-                                    tolerations: s.tolerations.as_deref().unwrap_or_default(),
-                                    capacity: s.capacity.as_ref(),
-                                })
-                                .collect(),
-                            true,
-                        ),
-                        _ => {
-                            return Err(AllocateError::UnsupportedRequest {
-                                claim: name,
-                                request: request.name.clone(),
-                            });
-                        }
-                    };
-                let mut slots = Vec::new();
-                let mut min_for_request = usize::MAX;
-                for source in sources {
-                    let slot = plan.slot(inv, ci, &name, &request.name, first_available, source)?;
-                    min_for_request = min_for_request.min(match slot.wanted {
-                        Wanted::Count(n) => n,
-                        // "All" is at least one device; the real number depends on the node.
-                        Wanted::All => 1,
-                    });
-                    slots.push(plan.slots.len());
-                    plan.slots.push(slot);
-                }
-                min_devices = min_devices.saturating_add(min_for_request);
-                requests.push(RequestPlan {
-                    name: request.name.clone(),
-                    slots,
-                    first_available,
-                });
-            }
-            if min_devices > MAX_RESULTS_PER_CLAIM {
-                return Err(AllocateError::TooManyDevices {
-                    claim: name,
-                    count: min_devices,
-                    limit: MAX_RESULTS_PER_CLAIM,
-                });
-            }
-            let constraints = constraints(
-                &name,
-                devices
-                    .and_then(|d| d.constraints.as_deref())
-                    .unwrap_or_default(),
-            )?;
-            plan.claims.push(ClaimPlan {
-                claim,
-                name,
-                requests,
-                constraints,
-            });
+            plan.add_claim(inv, ci, claim)?;
         }
         Ok(plan)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn slot(
-        &self,
+    fn add_claim(
+        &mut self,
+        inv: &Inventory,
+        ci: usize,
+        claim: &'c ResourceClaim,
+    ) -> Result<(), AllocateError> {
+        let name = claim_name(claim);
+        let devices = claim.spec.as_ref().and_then(|s| s.devices.as_ref());
+        let mut requests = Vec::new();
+        let mut min_devices = 0usize;
+        for request in devices
+            .and_then(|d| d.requests.as_deref())
+            .unwrap_or_default()
+        {
+            let (sources, first_available) = slot_sources(&name, request)?;
+            let mut slots = Vec::new();
+            let mut min_for_request = usize::MAX;
+            for source in sources {
+                let slot = Slot::new(inv, ci, &name, &request.name, first_available, source)?;
+                min_for_request = min_for_request.min(match slot.wanted {
+                    Wanted::Count(n) => n,
+                    // "All" is at least one device; the real number depends on the node.
+                    Wanted::All => 1,
+                });
+                slots.push(self.slots.len());
+                self.slots.push(slot);
+            }
+            min_devices = min_devices.saturating_add(min_for_request);
+            requests.push(RequestPlan {
+                name: request.name.clone(),
+                slots,
+                first_available,
+            });
+        }
+        if min_devices > MAX_RESULTS_PER_CLAIM {
+            return Err(AllocateError::TooManyDevices {
+                claim: name,
+                count: min_devices,
+                limit: MAX_RESULTS_PER_CLAIM,
+            });
+        }
+        let constraints = constraints(
+            &name,
+            devices
+                .and_then(|d| d.constraints.as_deref())
+                .unwrap_or_default(),
+        )?;
+        self.claims.push(ClaimPlan {
+            claim,
+            name,
+            requests,
+            constraints,
+        });
+        Ok(())
+    }
+}
+
+/// The request itself, or its subrequests in order (with `true`).
+fn slot_sources<'r>(
+    claim: &str,
+    request: &'r DeviceRequest,
+) -> Result<(Vec<SlotSource<'r>>, bool), AllocateError> {
+    match (&request.exactly, &request.first_available) {
+        (Some(e), _) => Ok((
+            vec![SlotSource {
+                name: &request.name,
+                class: &e.device_class_name,
+                selectors: e.selectors.as_deref().unwrap_or_default(),
+                mode: e.allocation_mode.as_deref(),
+                count: e.count,
+                admin_access: e.admin_access.unwrap_or(false),
+                tolerations: e.tolerations.as_deref().unwrap_or_default(),
+                capacity: e.capacity.as_ref(),
+            }],
+            false,
+        )),
+        (None, Some(subs)) if !subs.is_empty() => Ok((
+            subs.iter()
+                .map(|s| SlotSource {
+                    name: &s.name,
+                    class: &s.device_class_name,
+                    selectors: s.selectors.as_deref().unwrap_or_default(),
+                    mode: s.allocation_mode.as_deref(),
+                    count: s.count,
+                    admin_access: false,
+                    tolerations: s.tolerations.as_deref().unwrap_or_default(),
+                    capacity: s.capacity.as_ref(),
+                })
+                .collect(),
+            true,
+        )),
+        _ => Err(AllocateError::UnsupportedRequest {
+            claim: claim.to_owned(),
+            request: request.name.clone(),
+        }),
+    }
+}
+
+impl Slot {
+    fn new(
         inv: &Inventory,
         claim: usize,
         claim_name: &str,
@@ -243,10 +259,11 @@ impl<'c> Plan<'c> {
         } else {
             request_name.to_owned()
         };
+        let owner = || format!("claim {claim_name}, request {full_name}");
         for (index, selector) in s.selectors.iter().enumerate() {
             if selector.cel.is_none() {
                 return Err(AllocateError::EmptySelector {
-                    owner: format!("claim {claim_name}, request {full_name}"),
+                    owner: owner(),
                     index,
                 });
             }
@@ -271,44 +288,9 @@ impl<'c> Plan<'c> {
         let selectors = inv
             .selectors
             .compile(s.selectors)
-            .map_err(|e| compile_error(format!("claim {claim_name}, request {full_name}"), e))?;
-        let wanted = match s.mode.unwrap_or("ExactCount") {
-            "ExactCount" | "" => {
-                let count = s.count.unwrap_or(1);
-                if count < 1 {
-                    return Err(AllocateError::InvalidCount {
-                        claim: claim_name.to_owned(),
-                        request: full_name,
-                        count,
-                    });
-                }
-                Wanted::Count(usize::try_from(count).unwrap_or(usize::MAX))
-            }
-            "All" => Wanted::All,
-            other => {
-                return Err(AllocateError::UnsupportedAllocationMode {
-                    claim: claim_name.to_owned(),
-                    request: full_name,
-                    mode: other.to_owned(),
-                });
-            }
-        };
-        let mut capacity = Vec::new();
-        for (cap, q) in s
-            .capacity
-            .and_then(|c| c.requests.as_ref())
-            .into_iter()
-            .flatten()
-        {
-            let amount =
-                Amount::from_quantity(q).map_err(|e| AllocateError::InvalidCapacityRequest {
-                    claim: claim_name.to_owned(),
-                    request: full_name.clone(),
-                    capacity: cap.clone(),
-                    message: e.to_string(),
-                })?;
-            capacity.push((cap.clone(), amount, q.clone()));
-        }
+            .map_err(|e| compile_error(owner(), e))?;
+        let wanted = wanted(claim_name, &full_name, s.mode, s.count)?;
+        let capacity = capacity_requests(claim_name, &full_name, s.capacity)?;
         Ok(Slot {
             claim,
             full_name,
@@ -321,6 +303,55 @@ impl<'c> Plan<'c> {
             capacity,
         })
     }
+}
+
+fn wanted(
+    claim: &str,
+    request: &str,
+    mode: Option<&str>,
+    count: Option<i64>,
+) -> Result<Wanted, AllocateError> {
+    match mode.unwrap_or("ExactCount") {
+        "ExactCount" | "" => {
+            let count = count.unwrap_or(1);
+            if count < 1 {
+                return Err(AllocateError::InvalidCount {
+                    claim: claim.to_owned(),
+                    request: request.to_owned(),
+                    count,
+                });
+            }
+            Ok(Wanted::Count(usize::try_from(count).unwrap_or(usize::MAX)))
+        }
+        "All" => Ok(Wanted::All),
+        other => Err(AllocateError::UnsupportedAllocationMode {
+            claim: claim.to_owned(),
+            request: request.to_owned(),
+            mode: other.to_owned(),
+        }),
+    }
+}
+
+fn capacity_requests(
+    claim: &str,
+    request: &str,
+    requirements: Option<&CapacityRequirements>,
+) -> Result<Vec<(String, Amount, Quantity)>, AllocateError> {
+    requirements
+        .and_then(|c| c.requests.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|(cap, q)| {
+            let amount =
+                Amount::from_quantity(q).map_err(|e| AllocateError::InvalidCapacityRequest {
+                    claim: claim.to_owned(),
+                    request: request.to_owned(),
+                    capacity: cap.clone(),
+                    message: e.to_string(),
+                })?;
+            Ok((cap.clone(), amount, q.clone()))
+        })
+        .collect()
 }
 
 fn compile_error(owner: String, e: CompileFailure) -> AllocateError {

@@ -13,7 +13,7 @@ use crate::error::AllocateError;
 use crate::inventory::Inventory;
 use crate::node::NODE_NAME_FIELD;
 use crate::pools::NodePools;
-use crate::request::{ClaimPlan, Plan};
+use crate::request::{ClaimPlan, Plan, Slot};
 use crate::search::{Pick, Solution};
 
 /// The allocation results for every claim of a solution, in claim order.
@@ -119,10 +119,48 @@ fn configs(
     selected: &[usize],
 ) -> Vec<DeviceAllocationConfiguration> {
     let chosen_slot = |ri: usize| &plan.slots[claim.requests[ri].slots[selected[ri]]];
+    let covers = |requests: &[String], ri: usize| {
+        requests.contains(&claim.requests[ri].name)
+            || (claim.requests[ri].first_available && requests.contains(&chosen_slot(ri).full_name))
+    };
+    let mut out = class_configs(inv, (0..claim.requests.len()).map(chosen_slot));
+    let claim_configs = claim
+        .claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.devices.as_ref())
+        .and_then(|d| d.config.as_deref())
+        .unwrap_or_default();
+    for config in claim_configs {
+        let requests = config.requests.as_deref().unwrap_or_default();
+        if requests.is_empty() || (0..claim.requests.len()).any(|ri| covers(requests, ri)) {
+            out.push(DeviceAllocationConfiguration {
+                source: "FromClaim".into(),
+                requests: config.requests.clone().filter(|r| !r.is_empty()),
+                opaque: config.opaque.clone(),
+            });
+        }
+    }
+    for config in &mut out {
+        if config
+            .requests
+            .as_deref()
+            .is_some_and(|requests| (0..claim.requests.len()).all(|ri| covers(requests, ri)))
+        {
+            config.requests = None;
+        }
+    }
+    out
+}
+
+/// The configs of the classes of the chosen slots, each class once, listing its requests.
+fn class_configs<'p>(
+    inv: &Inventory,
+    slots: impl Iterator<Item = &'p Slot>,
+) -> Vec<DeviceAllocationConfiguration> {
     let mut out: Vec<DeviceAllocationConfiguration> = Vec::new();
     let mut class_ranges: HashMap<&str, (usize, usize)> = HashMap::new();
-    for ri in 0..claim.requests.len() {
-        let slot = chosen_slot(ri);
+    for slot in slots {
         if let Some(&(start, end)) = class_ranges.get(slot.class.as_str()) {
             for config in &mut out[start..end] {
                 config
@@ -142,42 +180,6 @@ fn configs(
             });
         }
         class_ranges.insert(slot.class.as_str(), (start, out.len()));
-    }
-    let claim_configs = claim
-        .claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.devices.as_ref())
-        .and_then(|d| d.config.as_deref())
-        .unwrap_or_default();
-    for config in claim_configs {
-        let requests = config.requests.as_deref().unwrap_or_default();
-        let applies = requests.is_empty()
-            || (0..claim.requests.len()).any(|ri| {
-                requests.contains(&claim.requests[ri].name)
-                    || (claim.requests[ri].first_available
-                        && requests.contains(&chosen_slot(ri).full_name))
-            });
-        if applies {
-            out.push(DeviceAllocationConfiguration {
-                source: "FromClaim".into(),
-                requests: config.requests.clone().filter(|r| !r.is_empty()),
-                opaque: config.opaque.clone(),
-            });
-        }
-    }
-    for config in &mut out {
-        let Some(requests) = &config.requests else {
-            continue;
-        };
-        let covers_all = (0..claim.requests.len()).all(|ri| {
-            requests.contains(&claim.requests[ri].name)
-                || (claim.requests[ri].first_available
-                    && requests.contains(&chosen_slot(ri).full_name))
-        });
-        if covers_all {
-            config.requests = None;
-        }
     }
     out
 }

@@ -439,6 +439,15 @@ fn an_unknown_node_is_an_error_naming_the_known_ones() {
 }
 
 #[test]
+fn the_shared_types_can_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Inventory>();
+    send_sync::<AllocatedState>();
+    send_sync::<tessera_allocator::Outcome>();
+    send_sync::<AllocateError>();
+}
+
+#[test]
 fn allocations_round_trip_through_the_allocated_state() {
     let inv = Inventory::new(
         vec![gpu_node(NODE1, &[Some("a"); 4])],

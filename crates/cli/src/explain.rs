@@ -219,29 +219,7 @@ pub fn run(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
         &options,
     )?;
     match args.output {
-        OutputFormat::Json => {
-            let report = match &outcome {
-                Outcome::Allocated(a) => JsonReport {
-                    node: Some(&a.node),
-                    allocation: Some(&a.claims[0].result),
-                    unsatisfiable: Vec::new(),
-                },
-                Outcome::Unsatisfiable(u) => JsonReport {
-                    node: None,
-                    allocation: None,
-                    unsatisfiable: u
-                        .nodes
-                        .iter()
-                        .map(|n| JsonNode {
-                            node: n.node.clone(),
-                            reasons: n.reason_lines(),
-                        })
-                        .collect(),
-                },
-            };
-            serde_json::to_writer_pretty(&mut *out, &report)?;
-            writeln!(out)?;
-        }
+        OutputFormat::Json => write_json(out, &outcome),
         OutputFormat::Text => {
             if previous.is_some() {
                 writeln!(
@@ -253,11 +231,35 @@ pub fn run(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
                 writeln!(out, "note: skipped {skipped}")?;
             }
             match &outcome {
-                Outcome::Allocated(a) => write_allocation(out, &wanted, options.mode, a)?,
-                Outcome::Unsatisfiable(u) => write_unsatisfiable(out, &wanted, options.mode, u)?,
+                Outcome::Allocated(a) => write_allocation(out, &wanted, options.mode, a),
+                Outcome::Unsatisfiable(u) => write_unsatisfiable(out, &wanted, options.mode, u),
             }
         }
     }
+}
+
+fn write_json(out: &mut impl Write, outcome: &Outcome) -> anyhow::Result<()> {
+    let report = match outcome {
+        Outcome::Allocated(a) => JsonReport {
+            node: Some(&a.node),
+            allocation: Some(&a.claims[0].result),
+            unsatisfiable: Vec::new(),
+        },
+        Outcome::Unsatisfiable(u) => JsonReport {
+            node: None,
+            allocation: None,
+            unsatisfiable: u
+                .nodes
+                .iter()
+                .map(|n| JsonNode {
+                    node: n.node.clone(),
+                    reasons: n.reason_lines(),
+                })
+                .collect(),
+        },
+    };
+    serde_json::to_writer_pretty(&mut *out, &report)?;
+    writeln!(out)?;
     Ok(())
 }
 
@@ -278,26 +280,7 @@ fn write_allocation(
         .and_then(|d| d.results.as_deref())
         .unwrap_or_default()
     {
-        let mut extras = Vec::new();
-        if r.admin_access == Some(true) {
-            extras.push("admin access".to_owned());
-        }
-        if let Some(share) = &r.share_id {
-            extras.push(format!("share {share}"));
-        }
-        for (name, q) in r.consumed_capacity.iter().flatten() {
-            extras.push(format!("{name}={}", q.0));
-        }
-        let extras = if extras.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", extras.join(", "))
-        };
-        writeln!(
-            out,
-            "  request {} -> {}/{}/{}{extras}",
-            r.request, r.driver, r.pool, r.device
-        )?;
+        writeln!(out, "  {}", result_line(r))?;
     }
     for c in devices
         .and_then(|d| d.config.as_deref())
@@ -334,4 +317,26 @@ fn write_unsatisfiable(
     writeln!(out, "claim {claim} cannot be allocated ({mode}):")?;
     write!(out, "{u}")?;
     Ok(())
+}
+
+fn result_line(r: &k8s_openapi::api::resource::v1::DeviceRequestAllocationResult) -> String {
+    let mut extras = Vec::new();
+    if r.admin_access == Some(true) {
+        extras.push("admin access".to_owned());
+    }
+    if let Some(share) = &r.share_id {
+        extras.push(format!("share {share}"));
+    }
+    for (name, q) in r.consumed_capacity.iter().flatten() {
+        extras.push(format!("{name}={}", q.0));
+    }
+    let extras = if extras.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", extras.join(", "))
+    };
+    format!(
+        "request {} -> {}/{}/{}{extras}",
+        r.request, r.driver, r.pool, r.device
+    )
 }

@@ -16,7 +16,7 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use tessera_allocator::{
-    AllocateOptions, AllocatedState, DeviceId, Inventory, Outcome, PlacementMode,
+    AllocateOptions, AllocatedState, Allocation, DeviceId, Inventory, Outcome, PlacementMode,
 };
 use tessera_api::names::{DRIVER_NAME, GPU_DEVICE_CLASS, attr};
 use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
@@ -354,6 +354,89 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// The running state of one mode over the trace.
+struct Run<'c> {
+    cluster: &'c Cluster,
+    state: AllocatedState,
+    live: HashMap<usize, AllocationResult>,
+    departures: BinaryHeap<Reverse<(u64, usize)>>,
+    allocated: usize,
+    rejected_while_free: usize,
+    multi: usize,
+    local: usize,
+    pair_cost_sum: f64,
+    latencies: Vec<u64>,
+}
+
+impl Run<'_> {
+    /// Releases the claims whose lifetime ended by `now`.
+    fn depart(&mut self, now: u64) -> anyhow::Result<()> {
+        while let Some(Reverse((t, i))) = self.departures.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.departures.pop();
+            if let Some(result) = self.live.remove(&i) {
+                self.state.remove_allocation(&result)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn allocated(&mut self, index: usize, tc: TraceClaim, a: Allocation) -> anyhow::Result<()> {
+        self.allocated += 1;
+        let result = a
+            .claims
+            .into_iter()
+            .next()
+            .map(|c| c.result)
+            .unwrap_or_default();
+        if tc.gpus >= 2 {
+            let n = f64::from(tc.gpus);
+            self.multi += 1;
+            self.pair_cost_sum += a.score.comm_cost as f64 / (n * (n - 1.0) / 2.0);
+            self.local += usize::from(one_island(self.cluster, &result));
+        }
+        self.state.add_allocation(&result)?;
+        self.live.insert(index, result);
+        self.departures
+            .push(Reverse((index as u64 + tc.lifetime, index)));
+        Ok(())
+    }
+
+    fn rejected(&mut self, tc: TraceClaim) {
+        let free = self
+            .cluster
+            .gpus
+            .iter()
+            .filter(|g| !self.state.is_in_use(g))
+            .count();
+        if free >= tc.gpus as usize {
+            self.rejected_while_free += 1;
+        }
+    }
+
+    fn metrics(mut self, claims: usize) -> Metrics {
+        self.latencies.sort_unstable();
+        let ratio = |part: f64, whole: usize| {
+            if whole == 0 {
+                0.0
+            } else {
+                round2(part / whole as f64)
+            }
+        };
+        Metrics {
+            claims,
+            allocated: self.allocated,
+            nvlink_local_percent: ratio(100.0 * self.local as f64, self.multi),
+            mean_comm_cost: ratio(self.pair_cost_sum, self.multi),
+            rejected_while_free: self.rejected_while_free,
+            p50_latency_micros: percentile(&self.latencies, 50.0),
+            p99_latency_micros: percentile(&self.latencies, 99.0),
+        }
+    }
+}
+
 fn run_mode(
     cluster: &Cluster,
     trace: &[TraceClaim],
@@ -364,73 +447,33 @@ fn run_mode(
         explain: false,
         ..AllocateOptions::default()
     };
-    let mut state = AllocatedState::new();
-    let mut live: HashMap<usize, AllocationResult> = HashMap::new();
-    let mut departures: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
-    let (mut allocated, mut rejected_while_free) = (0, 0);
-    let (mut multi, mut local, mut pair_cost_sum) = (0usize, 0usize, 0f64);
-    let mut latencies = Vec::with_capacity(trace.len());
+    let mut run = Run {
+        cluster,
+        state: AllocatedState::new(),
+        live: HashMap::new(),
+        departures: BinaryHeap::new(),
+        allocated: 0,
+        rejected_while_free: 0,
+        multi: 0,
+        local: 0,
+        pair_cost_sum: 0.0,
+        latencies: Vec::with_capacity(trace.len()),
+    };
     for (index, tc) in trace.iter().enumerate() {
-        let now = index as u64;
-        while let Some(Reverse((t, i))) = departures.peek().copied() {
-            if t > now {
-                break;
-            }
-            departures.pop();
-            if let Some(result) = live.remove(&i) {
-                state.remove_allocation(&result)?;
-            }
-        }
+        run.depart(index as u64)?;
         let claims = [claim(index, tc.gpus)];
         let start = Instant::now();
         let outcome = cluster
             .inventory
-            .allocate(&claims, &state, None, &options)?;
-        latencies.push(u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX));
+            .allocate(&claims, &run.state, None, &options)?;
+        run.latencies
+            .push(u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX));
         match outcome {
-            Outcome::Allocated(a) => {
-                allocated += 1;
-                let result = a
-                    .claims
-                    .into_iter()
-                    .next()
-                    .map(|c| c.result)
-                    .unwrap_or_default();
-                if tc.gpus >= 2 {
-                    let n = f64::from(tc.gpus);
-                    multi += 1;
-                    pair_cost_sum += a.score.comm_cost as f64 / (n * (n - 1.0) / 2.0);
-                    local += usize::from(one_island(cluster, &result));
-                }
-                state.add_allocation(&result)?;
-                live.insert(index, result);
-                departures.push(Reverse((now + tc.lifetime, index)));
-            }
-            Outcome::Unsatisfiable(_) => {
-                let free = cluster.gpus.iter().filter(|g| !state.is_in_use(g)).count();
-                if free >= tc.gpus as usize {
-                    rejected_while_free += 1;
-                }
-            }
+            Outcome::Allocated(a) => run.allocated(index, *tc, a)?,
+            Outcome::Unsatisfiable(_) => run.rejected(*tc),
         }
     }
-    latencies.sort_unstable();
-    let ratio = |part: f64, whole: usize| {
-        if whole == 0 {
-            0.0
-        } else {
-            round2(part / whole as f64)
-        }
-    };
-    Ok(Metrics {
-        claims: trace.len(),
-        allocated,
-        nvlink_local_percent: ratio(100.0 * local as f64, multi),
-        mean_comm_cost: ratio(pair_cost_sum, multi),
-        rejected_while_free,
-        p50_latency_micros: percentile(&latencies, 50.0),
-        p99_latency_micros: percentile(&latencies, 99.0),
-    })
+    Ok(run.metrics(trace.len()))
 }
 
 fn one_island(cluster: &Cluster, result: &AllocationResult) -> bool {
@@ -476,49 +519,41 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
                 trace.len(),
                 args.seed
             )?;
-            writeln!(
-                out,
-                "{:<22} {:>12} {:>15}",
-                "METRIC", "FIRST-FIT", "TOPOLOGY-AWARE"
-            )?;
-            let (f, t) = (&report.first_fit, &report.topology_aware);
-            let rows: [(&str, String, String); 7] = [
-                ("claims", f.claims.to_string(), t.claims.to_string()),
-                (
-                    "allocated",
-                    f.allocated.to_string(),
-                    t.allocated.to_string(),
-                ),
-                (
-                    "nvlinkLocalPercent",
-                    f.nvlink_local_percent.to_string(),
-                    t.nvlink_local_percent.to_string(),
-                ),
-                (
-                    "meanCommCost",
-                    f.mean_comm_cost.to_string(),
-                    t.mean_comm_cost.to_string(),
-                ),
-                (
-                    "rejectedWhileFree",
-                    f.rejected_while_free.to_string(),
-                    t.rejected_while_free.to_string(),
-                ),
-                (
-                    "p50LatencyMicros",
-                    f.p50_latency_micros.to_string(),
-                    t.p50_latency_micros.to_string(),
-                ),
-                (
-                    "p99LatencyMicros",
-                    f.p99_latency_micros.to_string(),
-                    t.p99_latency_micros.to_string(),
-                ),
-            ];
-            for (name, a, b) in rows {
-                writeln!(out, "{name:<22} {a:>12} {b:>15}")?;
-            }
+            write_table(out, &report)?;
         }
+    }
+    Ok(())
+}
+
+fn write_table(out: &mut impl Write, report: &Report) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "{:<22} {:>12} {:>15}",
+        "METRIC", "FIRST-FIT", "TOPOLOGY-AWARE"
+    )?;
+    let row = |m: &Metrics| -> [String; 7] {
+        [
+            m.claims.to_string(),
+            m.allocated.to_string(),
+            m.nvlink_local_percent.to_string(),
+            m.mean_comm_cost.to_string(),
+            m.rejected_while_free.to_string(),
+            m.p50_latency_micros.to_string(),
+            m.p99_latency_micros.to_string(),
+        ]
+    };
+    let names = [
+        "claims",
+        "allocated",
+        "nvlinkLocalPercent",
+        "meanCommCost",
+        "rejectedWhileFree",
+        "p50LatencyMicros",
+        "p99LatencyMicros",
+    ];
+    let (f, t) = (row(&report.first_fit), row(&report.topology_aware));
+    for ((name, a), b) in names.iter().zip(&f).zip(&t) {
+        writeln!(out, "{name:<22} {a:>12} {b:>15}")?;
     }
     Ok(())
 }

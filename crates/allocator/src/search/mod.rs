@@ -13,20 +13,20 @@
 //! finds the first-fit solution first, so it is never worse than first fit. At the budget it keeps
 //! the best so far.
 
+mod candidate;
+
 use std::collections::BTreeMap;
 
-use crate::capacity::{self, CapacityRefusal, Consumption};
+use crate::capacity::Consumption;
 use crate::constraints::ConstraintState;
 use crate::device::DeviceEntry;
 use crate::error::AllocateError;
 use crate::inventory::Inventory;
 use crate::pools::{NodePools, PoolStatus};
 use crate::quantity::Amount;
-use crate::request::{MAX_RESULTS_PER_CLAIM, Plan, Slot, Wanted};
-use crate::selection::Verdict;
+use crate::request::{MAX_RESULTS_PER_CLAIM, Plan, Wanted};
 use crate::state::AllocatedState;
-use crate::taints::untolerated_taint;
-use crate::topology::{TopologyScore, pair_cost};
+use crate::topology::TopologyScore;
 
 /// How the search ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +84,17 @@ impl From<AllocateError> for Stop {
     fn from(e: AllocateError) -> Stop {
         Stop::Error(e)
     }
+}
+
+/// Where the search is: which device of which request (or subrequest) of which claim.
+#[derive(Clone, Copy)]
+struct Position {
+    claim: usize,
+    request: usize,
+    slot: usize,
+    /// Set while allocating one particular subrequest.
+    in_slot: Option<usize>,
+    device: usize,
 }
 
 /// Undo record of one tentative allocation.
@@ -196,31 +207,38 @@ impl<'a> NodeSearch<'a> {
             pruned: 0,
             classes: None,
         };
-        for (si, slot) in plan.slots.iter().enumerate() {
+        search.count_needs()?;
+        Ok(search)
+    }
+
+    /// How many devices each slot needs here (`All`: every matching device), and the 32-result
+    /// limit per claim with those numbers.
+    fn count_needs(&mut self) -> Result<(), AllocateError> {
+        for (si, slot) in self.plan.slots.iter().enumerate() {
             let need = match slot.wanted {
                 Wanted::Count(c) => c,
                 Wanted::All => {
-                    search.collect_all(si)?;
-                    search.all_devices[si].len()
+                    self.collect_all(si)?;
+                    self.all_devices[si].len()
                 }
             };
-            search.need.push(need);
+            self.need.push(need);
         }
-        for (ci, claim) in plan.claims.iter().enumerate() {
+        for claim in &self.plan.claims {
             let min: usize = claim
                 .requests
                 .iter()
-                .map(|r| r.slots.iter().map(|&s| search.need[s]).min().unwrap_or(0))
+                .map(|r| r.slots.iter().map(|&s| self.need[s]).min().unwrap_or(0))
                 .sum();
             if min > MAX_RESULTS_PER_CLAIM {
                 return Err(AllocateError::TooManyDevices {
-                    claim: plan.claims[ci].name.clone(),
+                    claim: claim.name.clone(),
                     count: min,
                     limit: MAX_RESULTS_PER_CLAIM,
                 });
             }
         }
-        Ok(search)
+        Ok(())
     }
 
     /// The devices an `All` slot must take on this node: every selectable candidate whose capacity
@@ -340,22 +358,48 @@ impl<'a> NodeSearch<'a> {
         if self.picks[claim].len() + need - device > MAX_RESULTS_PER_CLAIM {
             return Ok(Flow::MaxSize);
         }
+        let at = Position {
+            claim,
+            request,
+            slot,
+            in_slot,
+            device,
+        };
         if is_all {
-            let pos = self.all_devices[slot][device];
-            let Some(undo) = self.try_allocate(claim, slot, pos, true)? else {
-                return Ok(Flow::NotFound);
-            };
-            if self.beyond_bound() {
-                self.undo(undo);
-                self.pruned += 1;
-                return Ok(Flow::NotFound);
-            }
-            let flow = self.allocate_one(claim, request, in_slot, device + 1, 0);
-            if !matches!(flow, Ok(Flow::Found)) {
-                self.undo(undo);
-            }
-            return flow;
+            self.take_next_of_all(at)
+        } else {
+            self.try_candidates(at, start)
         }
+    }
+
+    /// `All`: the devices are known; take the next one or fail.
+    fn take_next_of_all(&mut self, at: Position) -> Result<Flow, Stop> {
+        let pos = self.all_devices[at.slot][at.device];
+        let Some(undo) = self.try_allocate(at.claim, at.slot, pos, true)? else {
+            return Ok(Flow::NotFound);
+        };
+        if self.beyond_bound() {
+            self.undo(undo);
+            self.pruned += 1;
+            return Ok(Flow::NotFound);
+        }
+        let flow = self.allocate_one(at.claim, at.request, at.in_slot, at.device + 1, 0);
+        if !matches!(flow, Ok(Flow::Found)) {
+            self.undo(undo);
+        }
+        flow
+    }
+
+    /// One device of a counted request: every candidate from `start` on, in first-fit order.
+    fn try_candidates(&mut self, at: Position, start: usize) -> Result<Flow, Stop> {
+        let Position {
+            claim,
+            request,
+            slot,
+            in_slot,
+            device,
+        } = at;
+        let need = self.need[slot];
         let n = self.np.candidates.len();
         let admin = self.plan.slots[slot].admin_access;
         let mut tried_classes = 0u64;
@@ -464,219 +508,6 @@ impl<'a> NodeSearch<'a> {
             (Some(a), Some(b)) => self.comm_cost > a.min(b),
             (Some(a), None) | (None, Some(a)) => self.comm_cost > a,
             (None, None) => false,
-        }
-    }
-
-    /// In exclusive use: allocated before (exclusively, or shared while not multi-allocatable), or
-    /// taken by a claim in this run.
-    pub(crate) fn in_use(&self, pos: usize) -> bool {
-        let dev = self.device(pos);
-        self.state.is_dedicated(&dev.id)
-            || (!dev.parsed().allow_multiple_allocations && self.state.shared(&dev.id).is_some())
-            || !self.taken_by[pos].is_empty()
-    }
-
-    pub(crate) fn selectable(&mut self, slot: usize, pos: usize) -> Result<bool, AllocateError> {
-        match self.selectable_cache[slot][pos] {
-            1 => return Ok(true),
-            2 => return Ok(false),
-            _ => {}
-        }
-        let verdict = self.verdict(slot, pos)?;
-        self.selectable_cache[slot][pos] = if verdict { 1 } else { 2 };
-        Ok(verdict)
-    }
-
-    pub(crate) fn verdict(&self, slot: usize, pos: usize) -> Result<bool, AllocateError> {
-        let s = &self.plan.slots[slot];
-        let index = self.np.candidates[pos];
-        let class = &self.inv.classes[&s.class];
-        let device = || self.inv.devices[index].id.to_string();
-        match class.verdict(&self.inv.selectors, &self.inv.devices, index) {
-            Verdict::Match => {}
-            Verdict::NoMatch(_) => return Ok(false),
-            Verdict::Failed { selector, message } => {
-                return Err(AllocateError::CelRuntime {
-                    owner: format!("class {}", class.name()),
-                    index: selector,
-                    device: device(),
-                    message,
-                });
-            }
-        }
-        match self
-            .inv
-            .selectors
-            .evaluate(&s.selectors, &self.inv.devices, index)
-        {
-            Verdict::Match => Ok(true),
-            Verdict::NoMatch(_) => Ok(false),
-            Verdict::Failed { selector, message } => Err(AllocateError::CelRuntime {
-                owner: format!(
-                    "claim {}, request {}",
-                    self.plan.claims[s.claim].name, s.full_name
-                ),
-                index: selector,
-                device: device(),
-                message,
-            }),
-        }
-    }
-
-    /// What the slot's capacity request would consume of the device now.
-    pub(crate) fn capacity(&self, slot: usize, pos: usize) -> Result<Consumption, CapacityRefusal> {
-        let dev = self.device(pos);
-        let shared = self.state.shared(&dev.id);
-        let run = &self.run_capacity[pos];
-        capacity::consume(
-            &dev.parsed().capacities,
-            &self.plan.slots[slot].capacity,
-            &|name| {
-                let before = shared
-                    .and_then(|s| s.consumed.get(name))
-                    .copied()
-                    .unwrap_or_default();
-                before.saturating_add(run.get(name).copied().unwrap_or_default())
-            },
-        )
-    }
-
-    /// Whether the device's counters fit what is left in its pool.
-    pub(crate) fn counters_fit(&self, pos: usize) -> bool {
-        self.counter_shortfall(pos).is_none()
-    }
-
-    /// The first counter of the device's pool that taking the device would overdraw (upstream
-    /// checks every counter of the pool, so an already overdrawn one blocks too).
-    pub(crate) fn counter_shortfall(&self, pos: usize) -> Option<usize> {
-        let pool = self.np.candidate_pool[pos];
-        let (left, used) = (&self.counters_left[pool], &self.counters_used[pool]);
-        let extra = &self.np.candidate_consumes[pos];
-        (0..left.len()).find(|&i| {
-            let mine: Amount = extra
-                .iter()
-                .filter(|(c, _)| *c == i)
-                .fold(Amount::ZERO, |acc, (_, a)| acc.saturating_add(*a));
-            used[i].saturating_add(mine) > left[i]
-        })
-    }
-
-    fn charge(&mut self, pos: usize, sign: bool) {
-        let pool = self.np.candidate_pool[pos];
-        for &(i, amount) in &self.np.candidate_consumes[pos] {
-            let used = &mut self.counters_used[pool][i];
-            *used = if sign {
-                used.saturating_add(amount)
-            } else {
-                used.saturating_sub(amount)
-            };
-        }
-    }
-
-    /// `allocateDevice` upstream: availability, counters, taints, constraints; on success the
-    /// device is recorded for the claim.
-    fn try_allocate(
-        &mut self,
-        claim: usize,
-        slot: usize,
-        pos: usize,
-        must: bool,
-    ) -> Result<Option<Undo>, Stop> {
-        let dev = self.device(pos);
-        let s: &'a Slot = &self.plan.slots[slot];
-        let multi = dev.parsed().allow_multiple_allocations;
-        if !multi && s.admin_access && self.taken_by[pos].contains(&claim) {
-            return Ok(None);
-        }
-        if !s.admin_access && self.in_use(pos) {
-            return Ok(None);
-        }
-        let consumption = match self.capacity(slot, pos) {
-            Ok(c) => c,
-            Err(_) => return Ok(None),
-        };
-        let shared_already =
-            multi && (self.state.shared(&dev.id).is_some() || self.run_shares[pos] > 0);
-        let counted_already = self.state.is_in_use(&dev.id) || !self.taken_by[pos].is_empty();
-        let charged =
-            !shared_already && !counted_already && !self.np.candidate_consumes[pos].is_empty();
-        if charged && !self.counters_fit(pos) {
-            return Ok(None);
-        }
-        if untolerated_taint(dev.taints(), &s.tolerations).is_some() {
-            return Ok(None);
-        }
-        let constraints = &mut self.constraints[claim];
-        for i in 0..constraints.len() {
-            if !constraints[i].add(s, dev) {
-                if must {
-                    return Err(Stop::Error(AllocateError::ConstraintRejectsAll {
-                        claim: self.plan.claims[claim].name.clone(),
-                        request: s.full_name.clone(),
-                        device: dev.id.to_string(),
-                    }));
-                }
-                for c in &mut constraints[..i] {
-                    c.remove(s);
-                }
-                return Ok(None);
-            }
-        }
-        if charged {
-            self.charge(pos, true);
-        }
-        let exclusive = !multi;
-        if exclusive {
-            self.taken_by[pos].push(claim);
-        } else {
-            self.run_shares[pos] += 1;
-            capacity::add_into(&mut self.run_capacity[pos], &consumption);
-        }
-        let comm_added: u64 = self
-            .chosen
-            .iter()
-            .filter(|&&other| other != pos)
-            .map(|&other| pair_cost(&dev.topology, &self.device(other).topology))
-            .sum();
-        self.comm_cost += comm_added;
-        self.chosen.push(pos);
-        self.picks[claim].push(Pick {
-            pos,
-            slot,
-            shared: (!exclusive).then_some(consumption),
-        });
-        Ok(Some(Undo {
-            claim,
-            slot,
-            pos,
-            charged,
-            exclusive,
-            shared: !exclusive,
-            comm_added,
-        }))
-    }
-
-    fn undo(&mut self, u: Undo) {
-        let s = &self.plan.slots[u.slot];
-        for c in &mut self.constraints[u.claim] {
-            c.remove(s);
-        }
-        let pick = self.picks[u.claim].pop().expect("undo follows a pick");
-        self.chosen.pop();
-        self.comm_cost -= u.comm_added;
-        if u.exclusive
-            && let Some(i) = self.taken_by[u.pos].iter().rposition(|&c| c == u.claim)
-        {
-            self.taken_by[u.pos].remove(i);
-        }
-        if u.shared {
-            self.run_shares[u.pos] -= 1;
-            if let Some(consumption) = &pick.shared {
-                capacity::sub_from(&mut self.run_capacity[u.pos], consumption);
-            }
-        }
-        if u.charged {
-            self.charge(u.pos, false);
         }
     }
 }

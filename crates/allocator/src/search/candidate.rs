@@ -1,0 +1,255 @@
+//! Checks on one candidate device during the search, and taking / releasing it: availability,
+//! selectors, capacity, counters, taints and constraints (`allocateDevice` upstream).
+
+use crate::capacity::{self, CapacityRefusal, Consumption};
+use crate::error::AllocateError;
+use crate::quantity::Amount;
+use crate::request::Slot;
+use crate::selection::Verdict;
+use crate::taints::untolerated_taint;
+use crate::topology::pair_cost;
+
+use super::{NodeSearch, Pick, Stop, Undo};
+
+impl<'a> NodeSearch<'a> {
+    /// In exclusive use: allocated before (exclusively, or shared while not multi-allocatable), or
+    /// taken by a claim in this run.
+    pub(crate) fn in_use(&self, pos: usize) -> bool {
+        let dev = self.device(pos);
+        self.state.is_dedicated(&dev.id)
+            || (!dev.parsed().allow_multiple_allocations && self.state.shared(&dev.id).is_some())
+            || !self.taken_by[pos].is_empty()
+    }
+
+    pub(crate) fn selectable(&mut self, slot: usize, pos: usize) -> Result<bool, AllocateError> {
+        match self.selectable_cache[slot][pos] {
+            1 => return Ok(true),
+            2 => return Ok(false),
+            _ => {}
+        }
+        let verdict = self.verdict(slot, pos)?;
+        self.selectable_cache[slot][pos] = if verdict { 1 } else { 2 };
+        Ok(verdict)
+    }
+
+    pub(crate) fn verdict(&self, slot: usize, pos: usize) -> Result<bool, AllocateError> {
+        let s = &self.plan.slots[slot];
+        let index = self.np.candidates[pos];
+        let class = &self.inv.classes[&s.class];
+        let device = || self.inv.devices[index].id.to_string();
+        match class.verdict(&self.inv.selectors, &self.inv.devices, index) {
+            Verdict::Match => {}
+            Verdict::NoMatch(_) => return Ok(false),
+            Verdict::Failed { selector, message } => {
+                return Err(AllocateError::CelRuntime {
+                    owner: format!("class {}", class.name()),
+                    index: selector,
+                    device: device(),
+                    message,
+                });
+            }
+        }
+        match self
+            .inv
+            .selectors
+            .evaluate(&s.selectors, &self.inv.devices, index)
+        {
+            Verdict::Match => Ok(true),
+            Verdict::NoMatch(_) => Ok(false),
+            Verdict::Failed { selector, message } => Err(AllocateError::CelRuntime {
+                owner: format!(
+                    "claim {}, request {}",
+                    self.plan.claims[s.claim].name, s.full_name
+                ),
+                index: selector,
+                device: device(),
+                message,
+            }),
+        }
+    }
+
+    /// What the slot's capacity request would consume of the device now.
+    pub(crate) fn capacity(&self, slot: usize, pos: usize) -> Result<Consumption, CapacityRefusal> {
+        let dev = self.device(pos);
+        let shared = self.state.shared(&dev.id);
+        let run = &self.run_capacity[pos];
+        capacity::consume(
+            &dev.parsed().capacities,
+            &self.plan.slots[slot].capacity,
+            &|name| {
+                let before = shared
+                    .and_then(|s| s.consumed.get(name))
+                    .copied()
+                    .unwrap_or_default();
+                before.saturating_add(run.get(name).copied().unwrap_or_default())
+            },
+        )
+    }
+
+    /// Whether the device's counters fit what is left in its pool.
+    pub(crate) fn counters_fit(&self, pos: usize) -> bool {
+        self.counter_shortfall(pos).is_none()
+    }
+
+    /// The first counter of the device's pool that taking the device would overdraw (upstream
+    /// checks every counter of the pool, so an already overdrawn one blocks too).
+    pub(crate) fn counter_shortfall(&self, pos: usize) -> Option<usize> {
+        let pool = self.np.candidate_pool[pos];
+        let (left, used) = (&self.counters_left[pool], &self.counters_used[pool]);
+        let extra = &self.np.candidate_consumes[pos];
+        (0..left.len()).find(|&i| {
+            let mine: Amount = extra
+                .iter()
+                .filter(|(c, _)| *c == i)
+                .fold(Amount::ZERO, |acc, (_, a)| acc.saturating_add(*a));
+            used[i].saturating_add(mine) > left[i]
+        })
+    }
+
+    pub(super) fn charge(&mut self, pos: usize, sign: bool) {
+        let pool = self.np.candidate_pool[pos];
+        for &(i, amount) in &self.np.candidate_consumes[pos] {
+            let used = &mut self.counters_used[pool][i];
+            *used = if sign {
+                used.saturating_add(amount)
+            } else {
+                used.saturating_sub(amount)
+            };
+        }
+    }
+
+    /// `allocateDevice` upstream: availability, counters, taints, constraints; on success the
+    /// device is recorded for the claim.
+    pub(super) fn try_allocate(
+        &mut self,
+        claim: usize,
+        slot: usize,
+        pos: usize,
+        must: bool,
+    ) -> Result<Option<Undo>, Stop> {
+        let dev = self.device(pos);
+        let s: &'a Slot = &self.plan.slots[slot];
+        let multi = dev.parsed().allow_multiple_allocations;
+        if !multi && s.admin_access && self.taken_by[pos].contains(&claim) {
+            return Ok(None);
+        }
+        if !s.admin_access && self.in_use(pos) {
+            return Ok(None);
+        }
+        let consumption = match self.capacity(slot, pos) {
+            Ok(c) => c,
+            Err(_) => return Ok(None),
+        };
+        let shared_already =
+            multi && (self.state.shared(&dev.id).is_some() || self.run_shares[pos] > 0);
+        let counted_already = self.state.is_in_use(&dev.id) || !self.taken_by[pos].is_empty();
+        let charged =
+            !shared_already && !counted_already && !self.np.candidate_consumes[pos].is_empty();
+        if charged && !self.counters_fit(pos) {
+            return Ok(None);
+        }
+        if untolerated_taint(dev.taints(), &s.tolerations).is_some() {
+            return Ok(None);
+        }
+        if !self.add_to_constraints(claim, slot, pos, must)? {
+            return Ok(None);
+        }
+        if charged {
+            self.charge(pos, true);
+        }
+        let exclusive = !multi;
+        let comm_added = self.record(claim, slot, pos, (!exclusive).then_some(consumption));
+        Ok(Some(Undo {
+            claim,
+            slot,
+            pos,
+            charged,
+            exclusive,
+            shared: !exclusive,
+            comm_added,
+        }))
+    }
+
+    /// Adds the device to the claim's constraints (all or none). With `must` (an `All` request),
+    /// a constraint that rejects the device is an error: "all" cannot be satisfied.
+    fn add_to_constraints(
+        &mut self,
+        claim: usize,
+        slot: usize,
+        pos: usize,
+        must: bool,
+    ) -> Result<bool, Stop> {
+        let dev = self.device(pos);
+        let s: &'a Slot = &self.plan.slots[slot];
+        let constraints = &mut self.constraints[claim];
+        for i in 0..constraints.len() {
+            if !constraints[i].add(s, dev) {
+                if must {
+                    return Err(Stop::Error(AllocateError::ConstraintRejectsAll {
+                        claim: self.plan.claims[claim].name.clone(),
+                        request: s.full_name.clone(),
+                        device: dev.id.to_string(),
+                    }));
+                }
+                for c in &mut constraints[..i] {
+                    c.remove(s);
+                }
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Records the device as taken (exclusively, or as one more share with its consumption) and
+    /// returns the communication cost it adds.
+    fn record(
+        &mut self,
+        claim: usize,
+        slot: usize,
+        pos: usize,
+        shared: Option<Consumption>,
+    ) -> u64 {
+        match &shared {
+            None => self.taken_by[pos].push(claim),
+            Some(consumption) => {
+                self.run_shares[pos] += 1;
+                capacity::add_into(&mut self.run_capacity[pos], consumption);
+            }
+        }
+        let dev = self.device(pos);
+        let comm_added: u64 = self
+            .chosen
+            .iter()
+            .filter(|&&other| other != pos)
+            .map(|&other| pair_cost(&dev.topology, &self.device(other).topology))
+            .sum();
+        self.comm_cost += comm_added;
+        self.chosen.push(pos);
+        self.picks[claim].push(Pick { pos, slot, shared });
+        comm_added
+    }
+
+    pub(super) fn undo(&mut self, u: Undo) {
+        let s = &self.plan.slots[u.slot];
+        for c in &mut self.constraints[u.claim] {
+            c.remove(s);
+        }
+        let pick = self.picks[u.claim].pop().expect("undo follows a pick");
+        self.chosen.pop();
+        self.comm_cost -= u.comm_added;
+        if u.exclusive
+            && let Some(i) = self.taken_by[u.pos].iter().rposition(|&c| c == u.claim)
+        {
+            self.taken_by[u.pos].remove(i);
+        }
+        if u.shared {
+            self.run_shares[u.pos] -= 1;
+            if let Some(consumption) = &pick.shared {
+                capacity::sub_from(&mut self.run_capacity[u.pos], consumption);
+            }
+        }
+        if u.charged {
+            self.charge(u.pos, false);
+        }
+    }
+}
