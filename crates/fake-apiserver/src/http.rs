@@ -199,13 +199,12 @@ fn serve(
     }
 }
 
-fn get(inner: &Inner, route: &Route) -> Result<(StatusCode, Value), ApiError> {
+fn get(inner: &Inner, route: &Route) -> Result<(StatusCode, Arc<Value>), ApiError> {
     let name = route.name.as_deref().unwrap_or_default();
     let key = ObjectKey::new(route.resource, route.namespace.as_deref(), name);
     let store = inner.store.lock().expect("store lock");
     store
-        .get(&key)
-        .cloned()
+        .get_shared(&key)
         .map(|object| (StatusCode::OK, object))
         .ok_or_else(|| ApiError::not_found(&route.resource.qualified_plural(), name))
 }
@@ -230,7 +229,7 @@ fn list(
     inner: &Inner,
     route: &Route,
     query: &HashMap<String, String>,
-) -> Result<(StatusCode, Value), ApiError> {
+) -> Result<(StatusCode, Arc<Value>), ApiError> {
     let (labels, fields) = selectors(route, query)?;
     let limit = match query.get("limit") {
         Some(limit) => limit
@@ -275,12 +274,12 @@ fn list(
     }
     Ok((
         StatusCode::OK,
-        json!({
+        Arc::new(json!({
             "kind": format!("{}List", route.resource.kind),
             "apiVersion": route.resource.api_version(),
             "metadata": metadata,
             "items": items,
-        }),
+        })),
     ))
 }
 
@@ -348,7 +347,7 @@ fn write_request(
     query: &HashMap<String, String>,
     content_type: &str,
     body: &[u8],
-) -> Result<(StatusCode, Value), ApiError> {
+) -> Result<(StatusCode, Arc<Value>), ApiError> {
     if query.contains_key("dryRun") {
         return Err(ApiError::bad_request(
             "the fake API server does not support dryRun",
@@ -430,7 +429,7 @@ fn user_agent(parts: &http::request::Parts) -> String {
         .to_owned()
 }
 
-fn delete(inner: &Inner, route: &Route, body: &[u8]) -> Result<(StatusCode, Value), ApiError> {
+fn delete(inner: &Inner, route: &Route, body: &[u8]) -> Result<(StatusCode, Arc<Value>), ApiError> {
     let options = if body.is_empty() {
         json!({})
     } else {
@@ -451,7 +450,7 @@ fn delete_collection(
     inner: &Inner,
     route: &Route,
     query: &HashMap<String, String>,
-) -> Result<(StatusCode, Value), ApiError> {
+) -> Result<(StatusCode, Arc<Value>), ApiError> {
     let (labels, fields) = selectors(route, query)?;
     let deleted = inner.mutate(|store, _| {
         let names: Vec<(String, String)> = store
@@ -473,14 +472,15 @@ fn delete_collection(
             })
             .collect::<Result<Vec<_>, _>>()
     })?;
+    let items: Vec<&Value> = deleted.iter().map(Arc::as_ref).collect();
     Ok((
         StatusCode::OK,
-        json!({
+        Arc::new(json!({
             "kind": format!("{}List", route.resource.kind),
             "apiVersion": route.resource.api_version(),
             "metadata": {},
-            "items": deleted,
-        }),
+            "items": items,
+        })),
     ))
 }
 

@@ -39,7 +39,8 @@ pub(crate) fn field_set(body: &Value) -> Value {
 }
 
 /// Records the write in `metadata.managedFields`, replacing the entry of the same manager,
-/// operation and subresource.
+/// operation and subresource. An entry whose fields did not change keeps its time, so that a
+/// write changing nothing leaves the object as it was (and is not stored: see `write::finish`).
 pub(crate) fn record_manager(
     object: &mut Value,
     target: &Target<'_>,
@@ -64,14 +65,18 @@ pub(crate) fn record_manager(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    entries.retain(|e| {
-        !(e.get("manager").and_then(Value::as_str) == Some(&target.manager)
+    let same_writer = |e: &Value| {
+        e.get("manager").and_then(Value::as_str) == Some(&target.manager)
             && e.get("operation").and_then(Value::as_str) == Some(operation)
             && e.get("subresource")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
-                == subresource)
-    });
-    entries.push(entry);
+                == subresource
+    };
+    match entries.iter_mut().find(|e| same_writer(e)) {
+        Some(existing) if existing.get("fieldsV1") == entry.get("fieldsV1") => {}
+        Some(existing) => *existing = entry,
+        None => entries.push(entry),
+    }
     meta.insert("managedFields".into(), Value::Array(entries));
 }

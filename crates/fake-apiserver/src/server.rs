@@ -104,8 +104,9 @@ fn to_json<K: Serialize>(object: &K) -> Value {
     serde_json::to_value(object).expect("Kubernetes objects serialize to JSON")
 }
 
-fn from_json<K: DeserializeOwned>(value: Value) -> K {
-    serde_json::from_value(value).unwrap_or_else(|e| panic!("a stored object does not decode: {e}"))
+fn from_json<K: DeserializeOwned>(value: impl std::borrow::Borrow<Value>) -> K {
+    K::deserialize(value.borrow())
+        .unwrap_or_else(|e| panic!("a stored object does not decode: {e}"))
 }
 
 impl FakeApiServer {
@@ -237,10 +238,11 @@ impl FakeApiServer {
         meta.remove("resourceVersion");
         set_type(resource, &mut object);
         let key = ObjectKey::new(resource, namespace.as_deref(), &name);
-        self.inner.mutate(|store, _| {
+        let stored = self.inner.mutate(|store, _| {
             store.remove(resource, &key);
             store.insert(resource, key, object)
-        })
+        });
+        Value::clone(&stored)
     }
 
     /// The stored object, if any (`namespace` is ignored for cluster-scoped types).
@@ -454,7 +456,7 @@ impl FakeApiServer {
         self.inner.mutate(|store, _| store.compact());
     }
 
-    /// How many events the watch history keeps (default 10,000).
+    /// How many events the watch history keeps (default [`crate::DEFAULT_HISTORY_LIMIT`]).
     pub fn set_history_limit(&self, limit: usize) {
         self.inner.mutate(|store, _| store.set_history_limit(limit));
     }

@@ -2,13 +2,14 @@
 //! resourceVersion counter (like etcd's revision), and the event history watches replay.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
 use crate::resources::ResourceType;
 
 /// Events kept for watches that resume from an older resourceVersion.
-pub const DEFAULT_HISTORY_LIMIT: usize = 10_000;
+pub const DEFAULT_HISTORY_LIMIT: usize = 2_000;
 
 /// Where an object lives.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -55,16 +56,17 @@ pub struct StoredEvent {
     pub resource: &'static ResourceType,
     pub event_type: EventType,
     /// The object before the change (modifications and deletions).
-    pub old: Option<Value>,
+    pub old: Option<Arc<Value>>,
     /// The object after the change; for deletions the last state, with the deletion's
     /// resourceVersion.
-    pub new: Value,
+    pub new: Arc<Value>,
 }
 
-/// The stored objects and their history.
+/// The stored objects and their history. Objects are shared (`Arc`) between the map and the
+/// history, so that a write clones no object.
 #[derive(Debug)]
 pub struct Store {
-    objects: BTreeMap<ObjectKey, Value>,
+    objects: BTreeMap<ObjectKey, Arc<Value>>,
     /// The last configuration each field manager applied to each object (server-side apply).
     applied: HashMap<(ObjectKey, String, bool), Value>,
     resource_version: u64,
@@ -110,7 +112,12 @@ impl Store {
     }
 
     pub fn get(&self, key: &ObjectKey) -> Option<&Value> {
-        self.objects.get(key)
+        self.objects.get(key).map(Arc::as_ref)
+    }
+
+    /// The stored object, shared.
+    pub fn get_shared(&self, key: &ObjectKey) -> Option<Arc<Value>> {
+        self.objects.get(key).cloned()
     }
 
     /// The objects of `resource` (in `namespace`, or all), ordered by namespace and name.
@@ -119,11 +126,14 @@ impl Store {
         resource: &'a ResourceType,
         namespace: Option<&'a str>,
     ) -> impl Iterator<Item = (&'a ObjectKey, &'a Value)> + 'a {
-        self.objects.iter().filter(move |(key, _)| {
-            key.group == resource.group
-                && key.plural == resource.plural
-                && namespace.is_none_or(|ns| !resource.namespaced || key.namespace == ns)
-        })
+        self.objects
+            .iter()
+            .filter(move |(key, _)| {
+                key.group == resource.group
+                    && key.plural == resource.plural
+                    && namespace.is_none_or(|ns| !resource.namespaced || key.namespace == ns)
+            })
+            .map(|(key, object)| (key, object.as_ref()))
     }
 
     /// Events after `resource_version`, or `None` if some of them are gone from the history.
@@ -177,7 +187,7 @@ impl Store {
         resource: &'static ResourceType,
         key: ObjectKey,
         mut object: Value,
-    ) -> Value {
+    ) -> Arc<Value> {
         let resource_version = self.bump();
         let uid = self.next_uid();
         let meta = metadata_mut(&mut object);
@@ -188,8 +198,9 @@ impl Store {
             "resourceVersion".into(),
             Value::String(resource_version.to_string()),
         );
-        self.objects.insert(key, object.clone());
-        self.record(resource, EventType::Added, None, object.clone());
+        let object = Arc::new(object);
+        self.objects.insert(key, Arc::clone(&object));
+        self.record(resource, EventType::Added, None, Arc::clone(&object));
         object
     }
 
@@ -202,7 +213,7 @@ impl Store {
         resource: &'static ResourceType,
         key: &ObjectKey,
         mut object: Value,
-    ) -> Value {
+    ) -> Arc<Value> {
         let Some(old) = self.objects.get(key).cloned() else {
             return self.insert(resource, key.clone(), object);
         };
@@ -211,7 +222,7 @@ impl Store {
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
             .unwrap_or(1);
-        let generation = if without_meta_and_status(&old) == without_meta_and_status(&object) {
+        let generation = if same_outside_meta_and_status(&old, &object) {
             generation
         } else {
             generation + 1
@@ -227,28 +238,39 @@ impl Store {
                 .get("finalizers")
                 .and_then(Value::as_array)
                 .is_none_or(Vec::is_empty);
+        let object = Arc::new(object);
         if finished {
             self.objects.remove(key);
             self.forget_applied(key);
-            self.record(resource, EventType::Deleted, Some(old), object.clone());
+            self.record(resource, EventType::Deleted, Some(old), Arc::clone(&object));
         } else {
-            self.objects.insert(key.clone(), object.clone());
-            self.record(resource, EventType::Modified, Some(old), object.clone());
+            self.objects.insert(key.clone(), Arc::clone(&object));
+            self.record(
+                resource,
+                EventType::Modified,
+                Some(old),
+                Arc::clone(&object),
+            );
         }
         object
     }
 
     /// Removes an object, recording a DELETED event that carries a new resourceVersion.
-    pub fn remove(&mut self, resource: &'static ResourceType, key: &ObjectKey) -> Option<Value> {
+    pub fn remove(
+        &mut self,
+        resource: &'static ResourceType,
+        key: &ObjectKey,
+    ) -> Option<Arc<Value>> {
         let old = self.objects.remove(key)?;
         self.forget_applied(key);
         let resource_version = self.bump();
-        let mut last = old.clone();
+        let mut last = Value::clone(&old);
         metadata_mut(&mut last).insert(
             "resourceVersion".into(),
             Value::String(resource_version.to_string()),
         );
-        self.record(resource, EventType::Deleted, Some(old), last.clone());
+        let last = Arc::new(last);
+        self.record(resource, EventType::Deleted, Some(old), Arc::clone(&last));
         Some(last)
     }
 
@@ -265,8 +287,8 @@ impl Store {
         &mut self,
         resource: &'static ResourceType,
         event_type: EventType,
-        old: Option<Value>,
-        new: Value,
+        old: Option<Arc<Value>>,
+        new: Arc<Value>,
     ) {
         self.history.push_back(StoredEvent {
             resource_version: self.resource_version,
@@ -302,14 +324,19 @@ pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
     meta.as_object_mut().expect("made an object above")
 }
 
-/// The object without `metadata` and `status`: what `metadata.generation` tracks.
-fn without_meta_and_status(object: &Value) -> Value {
-    let mut copy = object.clone();
-    if let Some(map) = copy.as_object_mut() {
-        map.remove("metadata");
-        map.remove("status");
+/// Whether two objects agree outside `metadata` and `status`: what `metadata.generation`
+/// tracks.
+fn same_outside_meta_and_status(a: &Value, b: &Value) -> bool {
+    let tracked = |key: &&String| !matches!(key.as_str(), "metadata" | "status");
+    match (a.as_object(), b.as_object()) {
+        (Some(a), Some(b)) => {
+            a.keys().filter(tracked).count() == b.keys().filter(tracked).count()
+                && a.iter()
+                    .filter(|(k, _)| tracked(k))
+                    .all(|(k, v)| b.get(k) == Some(v))
+        }
+        _ => a == b,
     }
-    copy
 }
 
 /// The current time as the API server writes timestamps (RFC 3339, seconds, UTC).
@@ -340,12 +367,12 @@ mod tests {
         assert_eq!(created["metadata"]["generation"], 1);
         assert_eq!(created["metadata"]["resourceVersion"], start.to_string());
 
-        let mut labelled = created.clone();
+        let mut labelled = Value::clone(&created);
         labelled["metadata"]["labels"] = json!({"a": "b"});
         let labelled = store.replace(nodes, &key, labelled);
         assert_eq!(labelled["metadata"]["generation"], 1);
 
-        let mut changed = labelled.clone();
+        let mut changed = Value::clone(&labelled);
         changed["spec"]["unschedulable"] = json!(true);
         let changed = store.replace(nodes, &key, changed);
         assert_eq!(changed["metadata"]["generation"], 2);
@@ -367,11 +394,12 @@ mod tests {
         let pods = by_name("pods").unwrap();
         let mut store = Store::default();
         let key = ObjectKey::new(pods, Some("ns"), "p");
-        let mut pod = store.insert(
+        let pod = store.insert(
             pods,
             key.clone(),
             json!({"metadata": {"name": "p", "namespace": "ns", "finalizers": ["x"], "deletionTimestamp": now()}}),
         );
+        let mut pod = Value::clone(&pod);
         pod["metadata"]["finalizers"] = json!([]);
         store.replace(pods, &key, pod);
         assert!(store.get(&key).is_none());

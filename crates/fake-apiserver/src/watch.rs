@@ -60,7 +60,7 @@ impl WatchRequest {
     }
 
     /// What this watcher sees of a stored event, if anything.
-    fn view(&self, event: &StoredEvent) -> Option<(&'static str, Value)> {
+    fn view(&self, event: &StoredEvent) -> Option<(&'static str, Arc<Value>)> {
         let now = self.matches(event.resource, &event.new);
         let before = event
             .old
@@ -74,7 +74,7 @@ impl WatchRequest {
             (EventType::Modified, true, false) => "DELETED",
             _ => return None,
         };
-        Some((kind, event.new.clone()))
+        Some((kind, Arc::clone(&event.new)))
     }
 
     fn bookmark(&self, resource_version: u64, initial_end: bool) -> Value {
@@ -99,8 +99,17 @@ fn line(event: &Value) -> Result<Bytes, Infallible> {
     Ok(Bytes::from(text))
 }
 
-fn event_line(kind: &str, object: Value) -> Result<Bytes, Infallible> {
-    line(&json!({"type": kind, "object": object}))
+fn event_line(kind: &str, object: &Value) -> Result<Bytes, Infallible> {
+    #[derive(serde::Serialize)]
+    struct WatchEventLine<'a> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        object: &'a Value,
+    }
+    let mut text =
+        serde_json::to_vec(&WatchEventLine { kind, object }).expect("JSON values serialize");
+    text.push(b'\n');
+    Ok(Bytes::from(text))
 }
 
 /// Starts a watch: returns the stream of event lines, fed by a task that ends with the stream.
@@ -119,7 +128,7 @@ pub fn start(
                 let mut lines: Vec<_> = store
                     .list(request.resource, request.namespace.as_deref())
                     .filter(|(_, object)| request.matches(request.resource, object))
-                    .map(|(_, object)| event_line("ADDED", object.clone()))
+                    .map(|(_, object)| event_line("ADDED", object))
                     .collect();
                 if request.send_initial_events {
                     lines.push(line(&request.bookmark(current, true)));
@@ -188,7 +197,7 @@ fn pending(
     let lines = events
         .iter()
         .filter_map(|event| request.view(event))
-        .map(|(kind, object)| event_line(kind, object))
+        .map(|(kind, object)| event_line(kind, &object))
         .collect();
     Ok((lines, next))
 }

@@ -8,6 +8,8 @@
 //! between managers are not detected (`force` is accepted and has no effect), and list merge keys
 //! (`+listType=map`) are not honoured. Strategic merge patches are treated as JSON merge patches.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use crate::apply::apply;
@@ -77,7 +79,7 @@ pub fn create(
     hooks: &Hooks,
     target: &Target<'_>,
     mut body: Value,
-) -> Result<Value, ApiError> {
+) -> Result<Arc<Value>, ApiError> {
     check_type(target, &body)?;
     let meta = metadata_mut(&mut body);
     for field in SERVER_OWNED {
@@ -135,7 +137,7 @@ pub fn update(
     hooks: &Hooks,
     target: &Target<'_>,
     mut body: Value,
-) -> Result<Value, ApiError> {
+) -> Result<Arc<Value>, ApiError> {
     check_type(target, &body)?;
     let name = target.object_name()?.to_owned();
     let body_name = body
@@ -150,8 +152,7 @@ pub fn update(
     set_namespace(target, &mut body)?;
     let key = target.key(&name);
     let old = store
-        .get(&key)
-        .cloned()
+        .get_shared(&key)
         .ok_or_else(|| ApiError::not_found(&target.resource_name(), &name))?;
     check_resource_version(target, &name, &body, &old)?;
     let fields = field_set(&body);
@@ -166,28 +167,35 @@ pub fn patch(
     hooks: &Hooks,
     target: &Target<'_>,
     body: PatchBody,
-) -> Result<Value, ApiError> {
+) -> Result<Arc<Value>, ApiError> {
     let name = target.object_name()?.to_owned();
     let key = target.key(&name);
-    let old = store.get(&key).cloned();
+    let old = store.get_shared(&key);
     if target.status && old.is_none() {
         return Err(ApiError::not_found(&target.resource_name(), &name));
     }
     let (new, operation, fields) = match body {
         PatchBody::Merge(patch) | PatchBody::StrategicMerge(patch) => {
             let mut new = old
-                .clone()
+                .as_deref()
+                .cloned()
                 .ok_or_else(|| ApiError::not_found(&target.resource_name(), &name))?;
             if !patch.is_object() {
                 return Err(ApiError::bad_request("a merge patch must be a JSON object"));
             }
             json_patch::merge(&mut new, &patch);
-            check_resource_version(target, &name, &patch, old.as_ref().expect("checked above"))?;
+            check_resource_version(
+                target,
+                &name,
+                &patch,
+                old.as_deref().expect("checked above"),
+            )?;
             (new, "Update", field_set(&patch))
         }
         PatchBody::Json(patch) => {
             let mut new = old
-                .clone()
+                .as_deref()
+                .cloned()
                 .ok_or_else(|| ApiError::not_found(&target.resource_name(), &name))?;
             json_patch::patch(&mut new, &patch).map_err(|e| {
                 ApiError::new(422, format!("the JSON patch could not be applied: {e}"))
@@ -195,7 +203,7 @@ pub fn patch(
             (new, "Update", json!({}))
         }
         PatchBody::Apply(config) => {
-            let (new, fields) = apply(store, target, &name, &key, old.as_ref(), config)?;
+            let (new, fields) = apply(store, target, &name, &key, old.as_deref(), config)?;
             (new, "Apply", fields)
         }
     };
@@ -206,16 +214,19 @@ pub fn patch(
     set_namespace(target, &mut new)?;
     metadata_mut(&mut new).insert("name".into(), Value::String(name));
     record_manager(&mut new, target, operation, fields);
-    finish(store, hooks, target, &key, old.as_ref(), new)
+    finish(store, hooks, target, &key, old.as_deref(), new)
 }
 
 /// DELETE: removes the object, or marks it terminating while finalizers remain.
-pub fn delete(store: &mut Store, target: &Target<'_>, options: &Value) -> Result<Value, ApiError> {
+pub fn delete(
+    store: &mut Store,
+    target: &Target<'_>,
+    options: &Value,
+) -> Result<Arc<Value>, ApiError> {
     let name = target.object_name()?.to_owned();
     let key = target.key(&name);
     let old = store
-        .get(&key)
-        .cloned()
+        .get_shared(&key)
         .ok_or_else(|| ApiError::not_found(&target.resource_name(), &name))?;
     if let Some(preconditions) = options.get("preconditions") {
         let uid = preconditions.get("uid").and_then(Value::as_str);
@@ -236,7 +247,7 @@ pub fn delete(store: &mut Store, target: &Target<'_>, options: &Value) -> Result
         if old.pointer("/metadata/deletionTimestamp").is_some() {
             return Ok(old);
         }
-        let mut terminating = old.clone();
+        let mut terminating = Value::clone(&old);
         let meta = metadata_mut(&mut terminating);
         meta.insert("deletionTimestamp".into(), Value::String(now()));
         meta.insert("deletionGracePeriodSeconds".into(), Value::from(0));
@@ -268,7 +279,7 @@ fn finish(
     key: &ObjectKey,
     old: Option<&Value>,
     mut new: Value,
-) -> Result<Value, ApiError> {
+) -> Result<Arc<Value>, ApiError> {
     if target.resource.status_subresource {
         if let Some(old) = old {
             new = split_status(old, new, target.status);
@@ -286,6 +297,8 @@ fn finish(
         validator(old, &new).map_err(|message| ApiError::invalid(&resource, &key.name, message))?;
     }
     Ok(match old {
+        // A write that changes nothing is not stored: no new resourceVersion, no event.
+        Some(old) if *old == new => Arc::new(new),
         Some(_) => store.replace(target.resource, key, new),
         None => store.insert(target.resource, key.clone(), new),
     })
@@ -476,7 +489,7 @@ mod tests {
         assert_eq!(created["metadata"]["namespace"], "ns");
 
         let status = target("resourceclaims", Some("c"), true);
-        let mut with_status = created.clone();
+        let mut with_status = Value::clone(&created);
         with_status["status"] = json!({"allocation": {"devices": {"results": []}}});
         with_status["spec"] = json!({"changed": true});
         let written = update(&mut store, &hooks, &status, with_status).unwrap();
@@ -488,7 +501,7 @@ mod tests {
         assert!(written["status"]["allocation"].is_object());
 
         let main_named = target("resourceclaims", Some("c"), false);
-        let mut stale = created.clone();
+        let mut stale = Value::clone(&created);
         stale["metadata"]["labels"] = json!({"x": "y"});
         assert_eq!(
             update(&mut store, &hooks, &main_named, stale)
@@ -496,7 +509,7 @@ mod tests {
                 .code,
             409
         );
-        let mut fresh = written.clone();
+        let mut fresh = Value::clone(&written);
         fresh.as_object_mut().unwrap().remove("status");
         let kept = update(&mut store, &hooks, &main_named, fresh).unwrap();
         assert!(

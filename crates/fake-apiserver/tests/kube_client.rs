@@ -227,6 +227,11 @@ async fn server_side_apply_records_the_manager_and_drops_released_fields() {
         Some(1),
         "an identical apply changes nothing"
     );
+    assert_eq!(
+        again.resource_version(),
+        applied.resource_version(),
+        "a write that changes nothing is not stored"
+    );
     let shrunk = slices
         .patch(
             "node-a-0",
