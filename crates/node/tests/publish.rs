@@ -325,6 +325,7 @@ fn start_loop(server: &FakeApiServer, topology: &std::path::Path) -> RunningLoop
         metrics,
         heartbeat: Heartbeat::new("publisher", Duration::from_secs(60)),
         rescan_interval: Duration::from_millis(100),
+        inventory_observer: None,
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(publish_loop.run(async {

@@ -30,6 +30,10 @@ pub fn max_silence(interval: Duration) -> Duration {
     interval.saturating_mul(2) + SLOW_API_ALLOWANCE
 }
 
+/// Told about every new inventory (e.g. the claim-preparation driver, which resolves device
+/// names with it).
+pub type InventoryObserver = Box<dyn Fn(&Inventory) + Send + Sync>;
+
 /// Everything the loop reads and writes.
 pub struct PublishLoop {
     pub publisher: Publisher,
@@ -44,6 +48,8 @@ pub struct PublishLoop {
     pub metrics: NodeMetrics,
     pub heartbeat: Heartbeat,
     pub rescan_interval: Duration,
+    /// Called with the inventory whenever a rescan finds it changed (and after the first read).
+    pub inventory_observer: Option<InventoryObserver>,
 }
 
 /// What the last successful publish was made from.
@@ -165,8 +171,12 @@ impl PublishLoop {
         match read {
             Ok(Ok(inventory)) => {
                 self.metrics.inventory_scan(Outcome::Success);
-                if previous.as_ref().is_some_and(|p| *p != inventory) {
+                let changed = previous.as_ref().is_none_or(|p| *p != inventory);
+                if changed && previous.is_some() {
                     tracing::info!("the GPU inventory changed");
+                }
+                if changed && let Some(observer) = &self.inventory_observer {
+                    observer(&inventory);
                 }
                 warn_missing_pci_facts(&inventory, previous.as_ref());
                 Some(inventory)

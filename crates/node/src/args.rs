@@ -1,0 +1,186 @@
+//! Command-line flags of `tessera-kubelet-plugin`. Every flag has an environment variable; the
+//! names follow the conventions DRA drivers already use.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args as ClapArgs, Parser, ValueEnum};
+use tessera_kubelet::{DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR};
+
+/// Tessera's node plugin: publishes this node's GPUs as ResourceSlices, prepares allocated
+/// claims for containers (CDI) and reports device health to the kubelet.
+#[derive(Debug, Parser)]
+#[command(name = "tessera-kubelet-plugin", version, max_term_width = 100)]
+pub struct Args {
+    /// The node this plugin runs on (usually from the downward API: spec.nodeName).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+
+    /// Kubeconfig to reach the API server; the in-cluster service account when absent.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Directory the kubelet watches for plugin registration sockets.
+    #[arg(long, env = "KUBELET_REGISTRAR_DIRECTORY_PATH", default_value = DEFAULT_REGISTRAR_DIR)]
+    pub kubelet_registrar_directory_path: PathBuf,
+
+    /// The kubelet's plugins directory; the DRA socket goes into `<dir>/gpu.tessera.dev/`.
+    #[arg(long, env = "KUBELET_PLUGINS_DIRECTORY_PATH", default_value = DEFAULT_PLUGINS_DIR)]
+    pub kubelet_plugins_directory_path: PathBuf,
+
+    /// Directory of CDI specs the container runtime reads.
+    #[arg(long, env = "CDI_ROOT", default_value = "/var/run/cdi")]
+    pub cdi_root: PathBuf,
+
+    /// Directory of the plugin's state (checkpoint, MPS directories); must survive restarts.
+    #[arg(long, env = "STATE_DIR", default_value = "/var/lib/tessera")]
+    pub state_dir: PathBuf,
+
+    #[command(flatten)]
+    pub devices: DeviceBackend,
+
+    /// Root of the sysfs tree the NVML backend reads PCIe roots and NUMA nodes from.
+    #[arg(long, env = "SYSFS_ROOT", default_value = "/sys")]
+    pub sysfs_root: PathBuf,
+
+    /// Publish MIG-enabled GPUs as partitionable devices and create MIG instances on prepare.
+    #[arg(long, env = "DYNAMIC_MIG")]
+    pub dynamic_mig: bool,
+
+    /// How often the GPU inventory is re-read (and the published slices checked), e.g. `30s`,
+    /// `500ms`, `2m`.
+    #[arg(long, env = "RESCAN_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub rescan_interval: Duration,
+
+    /// Address of /metrics, /healthz and /readyz; empty turns them off.
+    #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0:8080", value_parser = parse_address)]
+    pub metrics_address: OptionalAddress,
+
+    /// How long in-flight prepare/unprepare calls may run after SIGTERM before they are cut
+    /// off (keep below the pod's terminationGracePeriodSeconds).
+    #[arg(long, env = "SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Where the GPUs come from: exactly one of the two.
+#[derive(Debug, Clone, ClapArgs)]
+#[group(required = true, multiple = false)]
+pub struct DeviceBackend {
+    /// Mock backend: a shipped topology (dgx-h100, hgx-a100-mig, pcie-l40s,
+    /// pcie-a100-nvlink-pairs, gb200-tray) or a topology file.
+    #[arg(long, env = "TOPOLOGY")]
+    pub topology: Option<String>,
+
+    /// NVML backend: path of libnvidia-ml.so.1 (on the host driver root).
+    #[arg(long, env = "NVML_LIB")]
+    pub nvml_lib: Option<PathBuf>,
+}
+
+/// `--metrics-address`: an address, or none (empty).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionalAddress(pub Option<SocketAddr>);
+
+fn parse_address(text: &str) -> Result<OptionalAddress, String> {
+    if text.trim().is_empty() {
+        return Ok(OptionalAddress(None));
+    }
+    text.parse::<SocketAddr>()
+        .map(|a| OptionalAddress(Some(a)))
+        .map_err(|_| format!("`{text}` is not an address such as 0.0.0.0:8080 (or empty, to turn the endpoints off)"))
+}
+
+/// Log output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Parses `<number><unit>` with unit `ms`, `s`, `m` or `h` (e.g. `30s`); a bare number is seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let invalid = || format!("`{text}` is not a duration such as 500ms, 30s, 2m or 1h");
+    let value: u64 = number.parse().map_err(|_| invalid())?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(value),
+        "" | "s" => Duration::from_secs(value),
+        "m" => Duration::from_secs(value.saturating_mul(60)),
+        "h" => Duration::from_secs(value.saturating_mul(3600)),
+        _ => return Err(invalid()),
+    };
+    if duration.is_zero() {
+        return Err(format!("`{text}`: the duration must be positive"));
+    }
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        for bad in ["", "s", "1d", "-1s", "0s", "1.5s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn exactly_one_backend_and_defaults() {
+        let args =
+            Args::try_parse_from(["p", "--node-name", "n", "--topology", "dgx-h100"]).unwrap();
+        assert_eq!(
+            args.metrics_address,
+            OptionalAddress(Some("0.0.0.0:8080".parse().unwrap()))
+        );
+        assert_eq!(args.cdi_root, PathBuf::from("/var/run/cdi"));
+        assert_eq!(args.rescan_interval, Duration::from_secs(30));
+        let none = Args::try_parse_from([
+            "p",
+            "--node-name",
+            "n",
+            "--topology",
+            "x",
+            "--metrics-address",
+            "",
+        ])
+        .unwrap();
+        assert_eq!(none.metrics_address, OptionalAddress(None));
+        assert!(Args::try_parse_from(["p", "--node-name", "n"]).is_err());
+        assert!(
+            Args::try_parse_from([
+                "p",
+                "--node-name",
+                "n",
+                "--topology",
+                "x",
+                "--nvml-lib",
+                "/l.so"
+            ])
+            .is_err()
+        );
+    }
+}

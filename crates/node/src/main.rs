@@ -1,0 +1,324 @@
+//! `tessera-kubelet-plugin`: flags, logging, signals, and the wiring of the node plugin's parts.
+//!
+//! Shutdown order, on SIGTERM or SIGINT:
+//! 1. the registration socket goes (the kubelet deregisters the plugin), the DRA socket stops
+//!    accepting calls, health streams end, and in-flight prepare/unprepare calls finish (cut off
+//!    after `--shutdown-grace`);
+//! 2. the publish loop, the Node watch and the health monitor stop;
+//! 3. the HTTP endpoints stop.
+//!
+//! Published ResourceSlices are NOT deleted: the kubelet removes a plugin's slices 30 s after it
+//! is gone, and a restarting plugin (upgrade, crash) must not make the devices flap.
+
+mod args;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context;
+use clap::Parser;
+use prometheus_client::registry::Registry;
+use tessera_api::DRIVER_NAME;
+use tessera_kubelet::PluginConfig;
+use tessera_node::claims::KubeClaimSource;
+use tessera_node::health::monitor::{HealthMonitor, MAX_SILENCE};
+use tessera_node::health::{SharedFindings, WithDeviceHealth};
+use tessera_node::metrics::NodeMetrics;
+use tessera_node::metrics::endpoints::{self, EndpointState, Readiness};
+use tessera_node::metrics::instrumented::{DriverGauges, InstrumentedDriver};
+use tessera_node::metrics::liveness::{Heartbeat, Liveness};
+use tessera_node::mig::SimulatedMig;
+use tessera_node::plan::MigMode;
+use tessera_node::publish::runner::{PublishLoop, max_silence};
+use tessera_node::publish::{Publisher, PublisherConfig, watch_node};
+use tessera_node::sharing::{SimulatedGpuControl, SystemGpuControl};
+use tessera_node::{DriverParts, NodeDriver, NodeDriverConfig};
+use tessera_topology::nvml::{HealthEvents, NvmlSource, Sysfs};
+use tessera_topology::{DeviceSource, MockSource};
+use tokio::sync::watch;
+
+use crate::args::{Args, LogFormat};
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    init_tracing(args.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// The GPUs: where the inventory comes from, how sharing and MIG are applied, and NVML's
+/// health events when there is NVML.
+struct Devices {
+    source: Arc<dyn DeviceSource>,
+    gpu: Arc<dyn tessera_node::sharing::GpuControl>,
+    mig: Arc<dyn tessera_node::mig::MigControl>,
+    health_events: Option<HealthEvents>,
+}
+
+fn open_devices(args: &Args) -> anyhow::Result<Devices> {
+    if let Some(topology) = &args.devices.topology {
+        let source = MockSource::new(topology).context("--topology")?;
+        let inventory = source.inventory().context("--topology")?;
+        tracing::info!(
+            source = %source.describe(),
+            "GPU backend (mock: sharing and MIG simulated under the state directory, no health events)"
+        );
+        return Ok(Devices {
+            source: Arc::new(source),
+            gpu: Arc::new(SimulatedGpuControl::new(
+                args.state_dir.join("simulated-gpu"),
+            )),
+            mig: Arc::new(SimulatedMig::persistent(
+                &inventory,
+                args.state_dir.join("simulated-mig.json"),
+            )),
+            health_events: None,
+        });
+    }
+    let library = args
+        .devices
+        .nvml_lib
+        .as_deref()
+        .context("either --topology or --nvml-lib is required")?;
+    let nvml = Arc::new(
+        NvmlSource::open(Some(library))
+            .context("--nvml-lib")?
+            .with_sysfs(Sysfs::new(&args.sysfs_root)),
+    );
+    tracing::info!(source = %nvml.describe(), sysfs = %args.sysfs_root.display(), "GPU backend");
+    let health_events = match nvml.health_events() {
+        Ok(events) => {
+            for gpu in events.unmonitored() {
+                tracing::warn!(gpu = %gpu.gpu_uuid, reason = %gpu.reason, "GPU cannot report XID/ECC events; its health is not monitored");
+            }
+            Some(events)
+        }
+        Err(error) => {
+            tracing::error!(%error, "cannot register for NVML health events; device health is not monitored");
+            None
+        }
+    };
+    Ok(Devices {
+        source: nvml.clone(),
+        gpu: Arc::new(SystemGpuControl::default()),
+        mig: nvml,
+        health_events,
+    })
+}
+
+async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("--kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("--kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::incluster()
+            .context("no --kubeconfig, and the in-cluster configuration is not available")?,
+    };
+    kube::Client::try_from(config).context("cannot build the Kubernetes client")
+}
+
+/// Starts claim preparation: loads the checkpoint and recovers from whatever a previous run
+/// left (see `tessera_node::driver`).
+async fn start_driver(
+    args: &Args,
+    client: &kube::Client,
+    devices: &Devices,
+) -> anyhow::Result<NodeDriver> {
+    let mig_mode = if args.dynamic_mig {
+        MigMode::Dynamic
+    } else {
+        MigMode::Static
+    };
+    let config =
+        NodeDriverConfig::new(&args.node_name, &args.cdi_root, &args.state_dir).mig_mode(mig_mode);
+    let parts = DriverParts {
+        devices: Arc::clone(&devices.source),
+        claims: Arc::new(KubeClaimSource::new(client.clone())),
+        gpu: Arc::clone(&devices.gpu),
+        mig: Arc::clone(&devices.mig),
+    };
+    let (driver, report) = NodeDriver::start(config, parts)
+        .await
+        .context("cannot start claim preparation")?;
+    tracing::info!(checkpoint = %driver.checkpoint_path().display(), report = ?report, "claim preparation recovered its state");
+    for error in &report.errors {
+        tracing::warn!(%error, "recovery left a problem for a later retry");
+    }
+    Ok(driver)
+}
+
+fn driver_gauges(driver: &NodeDriver) -> DriverGauges {
+    let stats = driver.stats();
+    DriverGauges {
+        prepared_devices: stats.prepared_devices,
+        checkpoint_quarantines: stats.checkpoint_quarantines,
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let devices = open_devices(&args)?;
+    let mut registry = Registry::default();
+    let metrics = NodeMetrics::new(&mut registry);
+    let findings = SharedFindings::default();
+    let (kubelet_health, kubelet_health_feed) = watch::channel(Vec::new());
+
+    let driver = start_driver(&args, &client, &devices).await?;
+    let inventory_observer = {
+        let driver = driver.clone();
+        Box::new(move |inventory: &tessera_topology::Inventory| {
+            driver.update_inventory(inventory.clone())
+        })
+    };
+    let driver = InstrumentedDriver::new(driver, metrics.clone(), Some(driver_gauges));
+    let plugin = PluginConfig::new(DRIVER_NAME)
+        .registrar_dir(&args.kubelet_registrar_directory_path)
+        .plugins_dir(&args.kubelet_plugins_directory_path)
+        .shutdown_grace(args.shutdown_grace)
+        .bind(Arc::new(WithDeviceHealth::new(driver, kubelet_health_feed)))
+        .context("cannot set up the kubelet plugin sockets")?;
+
+    let (stop, stopped) = watch::channel(false);
+    let until_stopped = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }
+    };
+    let mut liveness = Liveness::default();
+
+    let (node, node_watch) = watch_node(client.clone(), &args.node_name);
+    let (published, published_feed) = watch::channel(false);
+    let publisher_heartbeat = Heartbeat::new("publish loop", max_silence(args.rescan_interval));
+    liveness.watch(publisher_heartbeat.clone());
+    let publish_loop = PublishLoop {
+        publisher: Publisher::new(
+            client.clone(),
+            PublisherConfig {
+                node_name: args.node_name.clone(),
+                driver_name: DRIVER_NAME.to_owned(),
+                dynamic_mig: args.dynamic_mig,
+            },
+            metrics.clone(),
+        ),
+        source: Arc::clone(&devices.source),
+        findings: findings.clone(),
+        node,
+        registration: plugin.registration_state(),
+        kubelet_health,
+        published,
+        metrics: metrics.clone(),
+        heartbeat: publisher_heartbeat,
+        rescan_interval: args.rescan_interval,
+        inventory_observer: Some(inventory_observer),
+    };
+    let publishing = tokio::spawn(publish_loop.run(until_stopped()));
+
+    let monitor_stop = Arc::new(AtomicBool::new(false));
+    let monitoring = devices.health_events.map(|events| {
+        let heartbeat = Heartbeat::new("health monitor", MAX_SILENCE);
+        liveness.watch(heartbeat.clone());
+        HealthMonitor {
+            source: Box::new(events),
+            findings: findings.clone(),
+            metrics: metrics.clone(),
+            heartbeat,
+        }
+        .spawn(Arc::clone(&monitor_stop))
+    });
+
+    let serving_endpoints = match args.metrics_address.0 {
+        Some(address) => {
+            let listener = endpoints::bind(address).await?;
+            tracing::info!(%address, "serving /metrics, /healthz and /readyz");
+            let state = EndpointState {
+                registry: Arc::new(registry),
+                liveness,
+                readiness: Readiness {
+                    registration: plugin.registration_state(),
+                    published: published_feed,
+                },
+            };
+            Some(tokio::spawn(endpoints::serve(
+                listener,
+                state,
+                until_stopped(),
+            )))
+        }
+        None => None,
+    };
+
+    tracing::info!(node = %args.node_name, driver = DRIVER_NAME, "tessera-kubelet-plugin running");
+    let served = plugin.serve(termination()).await;
+
+    stop.send_replace(true);
+    monitor_stop.store(true, Ordering::Relaxed);
+    node_watch.abort();
+    if publishing.await.is_err() {
+        tracing::error!("the publish loop panicked");
+    }
+    if let Some(monitoring) = monitoring
+        && monitoring.await.is_err()
+    {
+        tracing::error!("the health monitor panicked");
+    }
+    if let Some(serving) = serving_endpoints {
+        match serving.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(%error, "the HTTP endpoints failed"),
+            Err(_) => tracing::error!("the HTTP endpoints panicked"),
+        }
+    }
+    served.context("the kubelet plugin stopped with an error")?;
+    tracing::info!("tessera-kubelet-plugin stopped");
+    Ok(())
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn termination() {
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM; only SIGINT stops the plugin");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+}

@@ -1,0 +1,319 @@
+//! `tessera-kubelet-plugin` as a process against the API-server fake over HTTP, with the
+//! kubelet simulator on its sockets: registration, the published pool, readiness, managed mode,
+//! a graceful restart that keeps the pool generation and removes stale slices, and — through
+//! fake-nvml — an injected XID reaching the slice taints and the kubelet health stream.
+
+mod support;
+
+use std::io::Write;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::{ResourcePool, ResourceSlice, ResourceSliceSpec};
+use kube::ResourceExt;
+use kube::api::ObjectMeta;
+use support::process::*;
+use tessera_fake_apiserver::FakeApiServer;
+use tessera_kubelet::{ClaimRef, HealthStatus};
+use tessera_topology::{DeviceSource, MockSource};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn stale_slice(name: &str) -> ResourceSlice {
+    ResourceSlice {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        spec: ResourceSliceSpec {
+            driver: "gpu.tessera.dev".into(),
+            node_name: Some(NODE.into()),
+            pool: ResourcePool {
+                name: NODE.into(),
+                generation: 0,
+                resource_slice_count: 1,
+            },
+            ..ResourceSliceSpec::default()
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_publishes_turns_ready_and_restarts_without_going_back() {
+    let server = FakeApiServer::new();
+    let http = server.serve_http().await.unwrap();
+    let node = seed_node(&server);
+    let dirs = PluginDirs::new();
+    let plugin = PluginProcess::start(
+        http.kubeconfig_path(),
+        &dirs,
+        &["--topology", "dgx-h100"],
+        &[],
+    );
+
+    let kubelet = register(&dirs).await;
+    assert_eq!(kubelet.info().name, "gpu.tessera.dev");
+
+    // The real claim-preparation driver is wired: a claim allocated gpu-0 gets its CDI spec.
+    let claim = server.seed(&support::harness::allocated_claim(
+        "train",
+        &[("gpu", "gpu-0")],
+        Vec::new(),
+    ));
+    let reference = ClaimRef::new("ml", "train", claim.uid().unwrap());
+    let prepared = kubelet
+        .prepare(std::slice::from_ref(&reference))
+        .await
+        .unwrap();
+    let devices_of_claim = prepared[&reference.uid]
+        .clone()
+        .expect("the claim is prepared");
+    assert_eq!(devices_of_claim[0].device_name, "gpu-0");
+    assert!(!devices_of_claim[0].cdi_device_ids.is_empty());
+    let specs = || std::fs::read_dir(dirs.path("cdi")).map_or(0, |d| d.count());
+    assert_eq!(specs(), 1, "one CDI spec for the claim");
+    let (_, metrics) = eventually(&dirs, "the metrics endpoint", WAIT, async || {
+        plugin.http_get("/metrics").await
+    })
+    .await;
+    assert!(
+        metrics.contains(r#"tessera_node_claims_total{operation="prepare",result="success"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tessera_node_prepared_devices 1"),
+        "{metrics}"
+    );
+    let unprepared = kubelet
+        .unprepare(std::slice::from_ref(&reference))
+        .await
+        .unwrap();
+    assert!(unprepared[&reference.uid].is_ok());
+    assert_eq!(specs(), 0, "unprepare removes the spec");
+
+    let slices = eventually(&dirs, "8 devices in one slice", WAIT, async || {
+        let slices = own_slices(&server);
+        (slices.len() == 1 && devices(&slices).len() == 8).then_some(slices)
+    })
+    .await;
+    let owner = &slices[0].owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Node", support::process::NODE)
+    );
+    assert_eq!(Some(owner.uid.clone()), node.uid());
+
+    eventually(&dirs, "/readyz to turn ready", WAIT, async || {
+        plugin
+            .http_get("/readyz")
+            .await
+            .filter(|(code, _)| *code == 200)
+    })
+    .await;
+    let (code, metrics) = plugin.http_get("/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("tessera_node_published_devices 8"),
+        "{metrics}"
+    );
+    assert_eq!(plugin.http_get("/healthz").await.unwrap().0, 200);
+
+    let mut health = kubelet.watch_health().await.unwrap();
+    let listed = tokio::time::timeout(WAIT, health.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(listed.len(), 8);
+    assert!(listed.iter().all(|d| d.status == HealthStatus::Healthy));
+
+    server.edit::<Node>(None, support::process::NODE, |n| {
+        n.labels_mut().insert(MANAGED_LABEL.into(), "true".into());
+    });
+    let slices = eventually(
+        &dirs,
+        "the topology-managed taint on every device",
+        WAIT,
+        async || {
+            let slices = own_slices(&server);
+            let tainted = devices(&slices).iter().all(|d| {
+                d.taints
+                    .iter()
+                    .flatten()
+                    .any(|t| t.key == MANAGED_LABEL && t.effect == "NoSchedule")
+            });
+            (tainted && !slices.is_empty()).then_some(slices)
+        },
+    )
+    .await;
+    let generation = slices[0].spec.pool.generation;
+
+    let status = plugin.terminate();
+    assert!(
+        status.success(),
+        "SIGTERM is a clean stop: {status}\n{}",
+        plugin_logs(&dirs)
+    );
+    assert!(
+        !dirs.registration_socket().exists(),
+        "the registration socket is gone"
+    );
+    assert_eq!(
+        own_slices(&server).len(),
+        1,
+        "stopping does not delete the slices"
+    );
+
+    server.seed(&stale_slice("node-a-gpu.tessera.dev-9"));
+    let restarted = PluginProcess::start(
+        http.kubeconfig_path(),
+        &dirs,
+        &["--topology", "dgx-h100"],
+        &[],
+    );
+    register(&dirs).await;
+    let slices = eventually(&dirs, "the stale slice to go", WAIT, async || {
+        let slices = own_slices(&server);
+        (slices.len() == 1).then_some(slices)
+    })
+    .await;
+    assert_eq!(slices[0].name_any(), "node-a-gpu.tessera.dev-0");
+    assert!(
+        slices[0].spec.pool.generation >= generation,
+        "the generation went back from {generation} to {}",
+        slices[0].spec.pool.generation
+    );
+    assert_eq!(devices(&slices).len(), 8);
+    eventually(&dirs, "/readyz after the restart", WAIT, async || {
+        restarted
+            .http_get("/readyz")
+            .await
+            .filter(|(code, _)| *code == 200)
+    })
+    .await;
+    assert!(restarted.terminate().success());
+}
+
+/// The fake NVML library cargo built next to this test (it is a dev-dependency).
+fn fake_nvml_library() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    [
+        deps.join(tessera_fake_nvml::LIBRARY_FILE_NAME),
+        deps.join("..").join(tessera_fake_nvml::LIBRARY_FILE_NAME),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .expect("libtessera_fake_nvml.so next to the test executable")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_injected_xid_taints_the_device_and_reaches_the_kubelet() {
+    let server = FakeApiServer::new();
+    let http = server.serve_http().await.unwrap();
+    seed_node(&server);
+    let dirs = PluginDirs::new();
+    let inventory = MockSource::new("dgx-h100").unwrap().inventory().unwrap();
+    let sysfs = dirs.path("sys");
+    tessera_fake_nvml::sysfs::write_fake_sysfs(&sysfs, &inventory).unwrap();
+    let events = dirs.path("nvml-events");
+    std::fs::write(&events, "").unwrap();
+    let library = fake_nvml_library();
+    let plugin = PluginProcess::start(
+        http.kubeconfig_path(),
+        &dirs,
+        &[
+            "--nvml-lib",
+            library.to_str().unwrap(),
+            "--sysfs-root",
+            sysfs.to_str().unwrap(),
+        ],
+        &[
+            (tessera_fake_nvml::TOPOLOGY_ENV, "dgx-h100".to_owned()),
+            (tessera_fake_nvml::EVENTS_ENV, events.display().to_string()),
+        ],
+    );
+    let kubelet = register(&dirs).await;
+    let slices = eventually(&dirs, "the NVML inventory published", WAIT, async || {
+        let slices = own_slices(&server);
+        (devices(&slices).len() == 8).then_some(slices)
+    })
+    .await;
+    let pcie_roots = devices(&slices)
+        .iter()
+        .filter(|d| {
+            d.attributes
+                .as_ref()
+                .is_some_and(|a| a.contains_key("resource.kubernetes.io/pcieRoot"))
+        })
+        .count();
+    assert_eq!(pcie_roots, 8, "PCI facts come from --sysfs-root");
+
+    let mut health = kubelet.watch_health().await.unwrap();
+    let first = tokio::time::timeout(WAIT, health.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(first.iter().all(|d| d.status == HealthStatus::Healthy));
+
+    let sick = &inventory.gpus[3];
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&events)
+        .unwrap();
+    writeln!(log, "xid {} 13", sick.uuid).unwrap();
+    writeln!(log, "xid {} 79", sick.uuid).unwrap();
+    drop(log);
+
+    let device = format!("gpu-{}", sick.minor);
+    let unhealthy = loop {
+        let update = tokio::time::timeout(WAIT, health.next())
+            .await
+            .expect("a health update in time")
+            .expect("the stream stays open")
+            .unwrap();
+        if let Some(found) = update.iter().find(|d| d.status == HealthStatus::Unhealthy) {
+            break found.clone();
+        }
+    };
+    assert_eq!(unhealthy.device_name, device);
+    assert_eq!(unhealthy.pool_name, support::process::NODE);
+    assert!(
+        unhealthy.message.contains("XID 79"),
+        "{}",
+        unhealthy.message
+    );
+
+    let taint = eventually(&dirs, "the XID taint in the slice", WAIT, async || {
+        let slices = own_slices(&server);
+        devices(&slices)
+            .iter()
+            .find(|d| d.name == device)
+            .and_then(|d| d.taints.clone())
+            .and_then(|t| t.into_iter().find(|t| t.key == "gpu.tessera.dev/xid"))
+    })
+    .await;
+    assert_eq!(
+        (taint.value.as_deref(), taint.effect.as_str()),
+        (Some("79"), "NoExecute")
+    );
+    let others_clean = devices(&own_slices(&server))
+        .iter()
+        .filter(|d| d.name != device)
+        .all(|d| d.taints.is_none());
+    assert!(
+        others_clean,
+        "the application XID 13 and other GPUs leave no taint"
+    );
+    let (_, metrics) = plugin.http_get("/metrics").await.unwrap();
+    assert!(
+        metrics.contains(r#"tessera_node_health_events_total{kind="xid",action="ignore"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"tessera_node_health_events_total{kind="xid",action="taint"} 1"#),
+        "{metrics}"
+    );
+    assert!(plugin.terminate().success());
+}
