@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::AllocateError;
 use crate::explain::{NodeExplanation, Unsatisfiable};
 use crate::inventory::Inventory;
+use crate::node::NodeInfo;
 use crate::pools::NodePools;
 use crate::request::{Plan, claim_name};
 use crate::result::allocation_results;
@@ -123,9 +124,39 @@ impl Inventory {
             }
             None => (0..self.nodes().len()).collect(),
         };
-        let search = self.search_nodes(&plan, state, &positions, node.is_none(), options)?;
+        self.allocate_at(claims, &plan, state, &positions, node.is_none(), options)
+    }
+
+    /// Like [`Inventory::allocate`] without a node, but choosing only among the nodes for which
+    /// `eligible` is true (e.g. the nodes a pod's node selector, affinity, tolerations and
+    /// resource requests allow). Nodes the inventory does not know are never offered.
+    pub fn allocate_among(
+        &self,
+        claims: &[ResourceClaim],
+        state: &AllocatedState,
+        eligible: impl Fn(&NodeInfo) -> bool,
+        options: &AllocateOptions,
+    ) -> Result<Outcome, AllocateError> {
+        let plan = Plan::new(self, claims)?;
+        let positions: Vec<usize> = (0..self.nodes().len())
+            .filter(|&p| eligible(&self.nodes()[p]))
+            .collect();
+        self.allocate_at(claims, &plan, state, &positions, true, options)
+    }
+
+    /// The outcome of searching the nodes at `positions` (see [`Inventory::search_nodes`]).
+    fn allocate_at(
+        &self,
+        claims: &[ResourceClaim],
+        plan: &Plan<'_>,
+        state: &AllocatedState,
+        positions: &[usize],
+        skip_quickly: bool,
+        options: &AllocateOptions,
+    ) -> Result<Outcome, AllocateError> {
+        let search = self.search_nodes(plan, state, positions, skip_quickly, options)?;
         if let Some((position, solution, truncated)) = search.best {
-            let results = allocation_results(self, self.pools_for(position), &plan, &solution)?;
+            let results = allocation_results(self, self.pools_for(position), plan, &solution)?;
             return Ok(Outcome::Allocated(Allocation {
                 node: self.nodes()[position].name.clone(),
                 claims: claims
@@ -145,7 +176,7 @@ impl Inventory {
         for position in search.failed {
             let pools = self.pools_for(position);
             explanations.push(if options.explain {
-                NodeExplanation::diagnose(self, pools, state, &plan)?
+                NodeExplanation::diagnose(self, pools, state, plan)?
             } else {
                 NodeExplanation::brief(pools)
             });

@@ -10,10 +10,12 @@ use k8s_openapi::api::core::v1::{Node, NodeSelector};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
 
 use crate::device::{DeviceEntry, DeviceId};
+use crate::error::AllocateError;
 use crate::node::NodeInfo;
 use crate::pools::NodePools;
 use crate::quantity::Amount;
-use crate::selection::{ClassEntry, SelectorCache};
+use crate::request::compile_error;
+use crate::selection::{ClassEntry, SelectorCache, Verdict};
 
 /// A counter set published in a slice.
 #[derive(Debug)]
@@ -189,6 +191,34 @@ impl Inventory {
     /// Number of devices in all slices.
     pub fn device_count(&self) -> usize {
         self.devices.len()
+    }
+
+    /// How many devices of the inventory (any node, in use or not) a DeviceClass's own selectors
+    /// select; `None` when there is no class of that name. A selector that does not compile or
+    /// fails on a device is an error, as it would be in allocation. Verdicts are cached, so a
+    /// later allocation on this inventory does not evaluate them again.
+    pub fn devices_selected_by_class(&self, class: &str) -> Option<Result<usize, AllocateError>> {
+        let entry = self.classes.get(class)?;
+        let owner = || format!("class {class}");
+        if let Err(e) = entry.selectors(&self.selectors) {
+            return Some(Err(compile_error(owner(), e)));
+        }
+        let mut selected = 0;
+        for index in 0..self.devices.len() {
+            match entry.verdict(&self.selectors, &self.devices, index) {
+                Verdict::Match => selected += 1,
+                Verdict::NoMatch(_) => {}
+                Verdict::Failed { selector, message } => {
+                    return Some(Err(AllocateError::CelRuntime {
+                        owner: owner(),
+                        index: selector,
+                        device: self.devices[index].id.to_string(),
+                        message,
+                    }));
+                }
+            }
+        }
+        Some(Ok(selected))
     }
 
     /// Index of a node by name.

@@ -48,7 +48,7 @@ pub use explain::{
     Unsatisfiable, WantedDevices,
 };
 pub use inventory::Inventory;
-pub use node::NodeInfo;
+pub use node::{NODE_NAME_FIELD, NodeInfo, selector_matches};
 pub use request::{MAX_RESULTS_PER_CLAIM, claim_name};
 pub use state::{AllocatedState, SharedUse, StateError};
 pub use topology::{TopologyAttributes, TopologyScore};

@@ -53,8 +53,8 @@ pub(crate) fn node_matches(
 }
 
 /// `NodeSelector` semantics: terms are ORed; a term's requirements are ANDed; an empty term
-/// selects nothing.
-pub(crate) fn selector_matches(selector: &NodeSelector, node: &NodeInfo) -> bool {
+/// selects nothing. `matchFields` may only select on `metadata.name`.
+pub fn selector_matches(selector: &NodeSelector, node: &NodeInfo) -> bool {
     selector
         .node_selector_terms
         .iter()

@@ -354,7 +354,7 @@ fn capacity_requests(
         .collect()
 }
 
-fn compile_error(owner: String, e: CompileFailure) -> AllocateError {
+pub(crate) fn compile_error(owner: String, e: CompileFailure) -> AllocateError {
     match e {
         CompileFailure::Empty { index } => AllocateError::EmptySelector { owner, index },
         CompileFailure::Invalid { index, message } => AllocateError::CelCompile {
