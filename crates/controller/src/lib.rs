@@ -1,1 +1,41 @@
-//! The Tessera topology-aware controller.
+//! The Tessera topology-aware controller (design.md §4): it allocates the ResourceClaims of pods
+//! carrying the scheduling gate `gpu.tessera.dev/topology-aware` on the best-connected
+//! topology-managed devices, then removes the gate so the scheduler binds the pod.
+//!
+//! Pure core, thin shell:
+//!
+//! ```text
+//! watch ─► cluster (caches, assumed writes, inventory) ─► worker ─► planner (pure) ─► api (writes)
+//!                                   ▲                        │
+//!                                 queue ◄────────────────────┘      leader (Lease) gates every write
+//! ```
+//!
+//! - pure: [`resolve`] (a pod's claims), [`nodes`] and [`resources`] (node filters),
+//!   [`inventory`] (managed devices), [`claims`], [`planner`] (the decision), [`message`],
+//!   [`writes`] (patch bodies, the undo plan), [`queue`], [`protocol`] (the marks it leaves),
+//!   [`trim`];
+//! - IO: [`watch`], [`cluster`], [`api`], [`worker`], [`leader`], [`http`], [`controller`].
+
+pub mod api;
+pub mod claims;
+pub mod cluster;
+pub mod controller;
+pub mod http;
+pub mod inventory;
+pub mod leader;
+pub mod message;
+pub mod metrics;
+pub mod nodes;
+pub mod planner;
+pub mod protocol;
+pub mod queue;
+pub mod resolve;
+pub mod resources;
+pub mod trim;
+pub mod watch;
+pub mod worker;
+pub mod writes;
+
+pub use controller::{Controller, ControllerConfig, Health};
+pub use leader::{LeaseConfig, Leadership};
+pub use metrics::Metrics;

@@ -1,0 +1,266 @@
+//! Every request the controller sends that changes something, each checked against leadership
+//! first and bounded in time. The bodies come from `crate::writes`.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodCondition};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tessera_api::names::FIELD_MANAGER;
+
+use crate::leader::{Leadership, NotLeader};
+use crate::protocol::{CONTROLLER_NAME, PLACEMENT_CONDITION, object_key};
+
+/// Longest a single write may take.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A write that did not happen (or whose outcome is unknown).
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("{action} {object}: not sent: {source}")]
+    NotLeader {
+        action: &'static str,
+        object: String,
+        source: NotLeader,
+    },
+    #[error("{action} {object}: conflict (it changed since it was read); retrying with the current version")]
+    Conflict { action: &'static str, object: String },
+    #[error("{action} {object}: {source}")]
+    Api {
+        action: &'static str,
+        object: String,
+        source: kube::Error,
+    },
+    #[error("{action} {object}: no answer within {timeout:?}; the write may or may not have happened")]
+    Timeout {
+        action: &'static str,
+        object: String,
+        timeout: Duration,
+    },
+}
+
+impl WriteError {
+    /// The metric label of the failure.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            WriteError::NotLeader { .. } => "NotLeader",
+            WriteError::Conflict { .. } => "Conflict",
+            WriteError::Api { .. } | WriteError::Timeout { .. } => "ApiError",
+        }
+    }
+}
+
+/// Sends the controller's writes.
+#[derive(Clone)]
+pub struct ApiWriter {
+    client: Client,
+    leadership: Leadership,
+    recorder: Recorder,
+}
+
+impl ApiWriter {
+    pub fn new(client: Client, leadership: Leadership, instance: Option<String>) -> ApiWriter {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: CONTROLLER_NAME.to_owned(),
+                instance,
+            },
+        );
+        ApiWriter {
+            client,
+            leadership,
+            recorder,
+        }
+    }
+
+    async fn send<T>(
+        &self,
+        action: &'static str,
+        object: String,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, WriteError> {
+        if let Err(source) = self.leadership.check() {
+            return Err(WriteError::NotLeader {
+                action,
+                object,
+                source,
+            });
+        }
+        match tokio::time::timeout(WRITE_TIMEOUT, request).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
+                Err(WriteError::Conflict { action, object })
+            }
+            Ok(Err(source)) => Err(WriteError::Api {
+                action,
+                object,
+                source,
+            }),
+            Err(_) => Err(WriteError::Timeout {
+                action,
+                object,
+                timeout: WRITE_TIMEOUT,
+            }),
+        }
+    }
+
+    fn claims(&self, claim: &ResourceClaim) -> Api<ResourceClaim> {
+        Api::namespaced(
+            self.client.clone(),
+            claim.metadata.namespace.as_deref().unwrap_or_default(),
+        )
+    }
+
+    /// Merge-patches a claim (`status`: the status subresource).
+    pub async fn patch_claim(
+        &self,
+        action: &'static str,
+        claim: &ResourceClaim,
+        status: bool,
+        body: &Value,
+    ) -> Result<ResourceClaim, WriteError> {
+        let api = self.claims(claim);
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let params = PatchParams::default();
+        let patch = Patch::Merge(body);
+        let object = format!("ResourceClaim {}", object_key(&claim.metadata));
+        if status {
+            self.send(action, object, api.patch_status(&name, &params, &patch))
+                .await
+        } else {
+            self.send(action, object, api.patch(&name, &params, &patch))
+                .await
+        }
+    }
+
+    /// Reads a claim fresh from the API server (after a conflict).
+    pub async fn get_claim(&self, claim: &ResourceClaim) -> Result<Option<ResourceClaim>, WriteError> {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let object = format!("ResourceClaim {}", object_key(&claim.metadata));
+        let api = self.claims(claim);
+        match tokio::time::timeout(WRITE_TIMEOUT, api.get_opt(&name)).await {
+            Ok(Ok(found)) => Ok(found),
+            Ok(Err(source)) => Err(WriteError::Api {
+                action: "read",
+                object,
+                source,
+            }),
+            Err(_) => Err(WriteError::Timeout {
+                action: "read",
+                object,
+                timeout: WRITE_TIMEOUT,
+            }),
+        }
+    }
+
+    /// Merge-patches a pod.
+    pub async fn patch_pod(
+        &self,
+        action: &'static str,
+        pod: &Pod,
+        body: &Value,
+    ) -> Result<Pod, WriteError> {
+        let api: Api<Pod> = Api::namespaced(
+            self.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let object = format!("Pod {}", object_key(&pod.metadata));
+        self.send(
+            action,
+            object,
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(body)),
+        )
+        .await
+    }
+
+    /// Sets the controller's condition on a pod (server-side apply of that one condition, so
+    /// other conditions stay as they are). `lastTransitionTime` moves only when the status does.
+    pub async fn set_condition(
+        &self,
+        pod: &Pod,
+        status: bool,
+        reason: &str,
+        message: &str,
+    ) -> Result<Pod, WriteError> {
+        let status = if status { "True" } else { "False" };
+        let current = current_condition(pod);
+        let since = current
+            .filter(|c| c.status == status)
+            .and_then(|c| c.last_transition_time.clone())
+            .unwrap_or(Time(Timestamp::now()));
+        let body = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": pod.metadata.name,
+                "namespace": pod.metadata.namespace,
+            },
+            "status": { "conditions": [{
+                "type": PLACEMENT_CONDITION,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": since,
+            }]},
+        });
+        let api: Api<Pod> = Api::namespaced(
+            self.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let object = format!("Pod {}", object_key(&pod.metadata));
+        self.send(
+            "set the placement condition of",
+            object,
+            api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)),
+        )
+        .await
+    }
+
+    /// Publishes an event about a pod (best effort: failures are logged, never retried).
+    pub async fn event(&self, pod: &Pod, warning: bool, reason: &str, note: &str) {
+        if self.leadership.check().is_err() {
+            return;
+        }
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            uid: pod.metadata.uid.clone(),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_owned(),
+            note: Some(crate::message::truncate(note, crate::message::EVENT_NOTE_LIMIT)),
+            action: "TopologyAwarePlacement".to_owned(),
+            secondary: None,
+        };
+        let publish = self.recorder.publish(&event, &reference);
+        match tokio::time::timeout(WRITE_TIMEOUT, publish).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(pod = %object_key(&pod.metadata), error = %e, "publishing an event failed"),
+            Err(_) => tracing::warn!(pod = %object_key(&pod.metadata), "publishing an event timed out"),
+        }
+    }
+}
+
+/// The controller's condition on a pod, if set.
+pub fn current_condition(pod: &Pod) -> Option<&PodCondition> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == PLACEMENT_CONDITION))
+}

@@ -1,0 +1,342 @@
+//! The controller's view of the cluster: the watch caches, the objects it wrote itself and has not
+//! seen come back through a watch yet (the "assumed" objects, as kube-scheduler's assume cache
+//! keeps them), and the device inventory rebuilt when slices, classes or nodes change.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tessera_allocator::{AllocatedState, DeviceId, Inventory};
+
+use crate::inventory::{managed_slices, unmanaged_slices};
+use crate::nodes::NodeFacts;
+use crate::protocol::{PodPlacement, is_bound, is_gated, is_terminal};
+use crate::resources::{NodeUsage, Requests, pod_requests};
+
+/// The watch caches.
+#[derive(Clone)]
+pub struct Stores {
+    pub pods: Store<Pod>,
+    pub claims: Store<ResourceClaim>,
+    pub slices: Store<ResourceSlice>,
+    pub classes: Store<DeviceClass>,
+    pub nodes: Store<Node>,
+    pub templates: Store<ResourceClaimTemplate>,
+}
+
+fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
+
+/// Objects the controller wrote, newer than the watch cache until the watch catches up.
+#[derive(Debug)]
+pub struct Assumed<K> {
+    objects: Mutex<HashMap<(String, String), Arc<K>>>,
+}
+
+impl<K> Default for Assumed<K> {
+    fn default() -> Self {
+        Assumed {
+            objects: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+impl<K: Resource> Assumed<K> {
+    /// Remembers an object the server returned after a write.
+    pub fn assume(&self, object: K) -> Arc<K> {
+        let object = Arc::new(object);
+        self.objects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key_of(object.meta()), object.clone());
+        object
+    }
+
+    /// The newer of the cached object and the assumed one (resourceVersions compared as numbers,
+    /// as the scheduler's assume cache does). An assumed object the cache has caught up with, or
+    /// whose object is gone from the cache, is dropped.
+    pub fn newest(&self, cached: Option<Arc<K>>, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_owned(), name.to_owned());
+        let Some(assumed) = objects.get(&key) else {
+            return cached;
+        };
+        let cached = cached?;
+        let (Some(new), Some(old)) = (rv(cached.meta()), rv(assumed.meta())) else {
+            objects.remove(&key);
+            return Some(cached);
+        };
+        if new >= old {
+            objects.remove(&key);
+            Some(cached)
+        } else {
+            Some(assumed.clone())
+        }
+    }
+
+    /// Every object of `cached`, each replaced by its assumed version where that is newer.
+    pub fn overlay(&self, cached: Vec<Arc<K>>) -> Vec<Arc<K>> {
+        if self
+            .objects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+        {
+            return cached;
+        }
+        cached
+            .into_iter()
+            .filter_map(|c| {
+                let (ns, name) = key_of(c.meta());
+                self.newest(Some(c), &ns, &name)
+            })
+            .collect()
+    }
+
+    /// Forgets everything (after losing leadership: another leader may have changed anything).
+    pub fn clear(&self) {
+        self.objects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
+
+/// The device inventories and node facts of one generation of slices, classes and nodes.
+pub struct InventorySnapshot {
+    pub generation: u64,
+    /// Topology-managed devices only.
+    pub managed: Arc<Inventory>,
+    /// Nodes with topology-managed devices.
+    pub managed_nodes: HashSet<String>,
+    /// Every node, parsed for the filters.
+    pub nodes: Vec<NodeFacts>,
+    unmanaged: OnceLock<Arc<Inventory>>,
+    slices: Vec<Arc<ResourceSlice>>,
+    classes: Vec<DeviceClass>,
+}
+
+impl InventorySnapshot {
+    fn build(generation: u64, stores: &Stores) -> InventorySnapshot {
+        let slices = stores.slices.state();
+        let classes: Vec<DeviceClass> = stores.classes.state().iter().map(|c| (**c).clone()).collect();
+        let nodes: Vec<NodeFacts> = stores.nodes.state().iter().map(|n| NodeFacts::from(&**n)).collect();
+        let (managed, managed_nodes) = managed_slices(&slices);
+        let managed = Inventory::new(
+            managed,
+            classes.clone(),
+            nodes.iter().map(|n| n.info.clone()).collect(),
+        );
+        InventorySnapshot {
+            generation,
+            managed: Arc::new(managed),
+            managed_nodes,
+            nodes,
+            unmanaged: OnceLock::new(),
+            slices,
+            classes,
+        }
+    }
+
+    /// The devices the scheduler allocates (built on first use).
+    pub fn unmanaged(&self) -> Arc<Inventory> {
+        self.unmanaged
+            .get_or_init(|| {
+                Arc::new(Inventory::new(
+                    unmanaged_slices(&self.slices),
+                    self.classes.clone(),
+                    self.nodes.iter().map(|n| n.info.clone()).collect(),
+                ))
+            })
+            .clone()
+    }
+}
+
+/// The view the worker decides from.
+pub struct Cluster {
+    pub stores: Stores,
+    pub claims: Assumed<ResourceClaim>,
+    pub pods: Assumed<Pod>,
+    /// Bumped by the watches whenever slices, classes or nodes change.
+    pub inventory_generation: Arc<AtomicU64>,
+    snapshot: Mutex<Option<Arc<InventorySnapshot>>>,
+}
+
+impl Cluster {
+    pub fn new(stores: Stores, inventory_generation: Arc<AtomicU64>) -> Cluster {
+        Cluster {
+            stores,
+            claims: Assumed::default(),
+            pods: Assumed::default(),
+            inventory_generation,
+            snapshot: Mutex::new(None),
+        }
+    }
+
+    /// The inventory of the current generation; `rebuilt` is told when it had to be built.
+    pub fn inventory(&self, rebuilt: impl FnOnce()) -> Arc<InventorySnapshot> {
+        let generation = self.inventory_generation.load(Ordering::Acquire);
+        let mut snapshot = self.snapshot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = snapshot.as_ref().filter(|s| s.generation == generation) {
+            return s.clone();
+        }
+        rebuilt();
+        let built = Arc::new(InventorySnapshot::build(generation, &self.stores));
+        *snapshot = Some(built.clone());
+        built
+    }
+
+    /// A pod, newest version.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        let cached = self.stores.pods.get(&ObjectRef::new(name).within(namespace));
+        self.pods.newest(cached, namespace, name)
+    }
+
+    /// A claim, newest version.
+    pub fn claim(&self, namespace: &str, name: &str) -> Option<Arc<ResourceClaim>> {
+        let cached = self.stores.claims.get(&ObjectRef::new(name).within(namespace));
+        self.claims.newest(cached, namespace, name)
+    }
+
+    /// Whether a ResourceClaimTemplate exists.
+    pub fn template_exists(&self, namespace: &str, name: &str) -> bool {
+        self.stores
+            .templates
+            .get(&ObjectRef::new(name).within(namespace))
+            .is_some()
+    }
+
+    /// Every device allocated by any claim. A claim whose allocation cannot be parsed still
+    /// blocks its devices (exclusively), rather than letting them be allocated twice.
+    pub fn devices_in_use(&self) -> AllocatedState {
+        let mut state = AllocatedState::new();
+        for claim in self.claims.overlay(self.stores.claims.state()) {
+            let Some(allocation) = crate::claims::allocation(&claim) else {
+                continue;
+            };
+            if let Err(e) = state.add_allocation(allocation) {
+                tracing::warn!(claim = %crate::protocol::object_key(&claim.metadata), error = %e,
+                    "allocation does not parse; treating its devices as exclusively in use");
+                for r in allocation
+                    .devices
+                    .iter()
+                    .flat_map(|d| d.results.iter().flatten())
+                {
+                    state.insert_device(DeviceId::new(&r.driver, &r.pool, &r.device));
+                }
+            }
+        }
+        state
+    }
+
+    /// What the pods on each node request, except `except` (the pod being placed). Pods the
+    /// controller released but the scheduler has not bound yet count on their placement node.
+    pub fn node_usage(&self, except: &str) -> HashMap<String, NodeUsage> {
+        let mut usage: HashMap<String, NodeUsage> = HashMap::new();
+        for pod in self.pods.overlay(self.stores.pods.state()) {
+            if pod.metadata.uid.as_deref() == Some(except) {
+                continue;
+            }
+            if let Some(node) = usage_node(&pod) {
+                usage
+                    .entry(node)
+                    .or_default()
+                    .add_pod(pod_usage_requests(&pod));
+            }
+        }
+        usage
+    }
+}
+
+/// The node whose resources a pod uses or is about to use: its node when bound; when released by
+/// the controller but not bound yet, the node its claims were placed on.
+pub fn usage_node(pod: &Pod) -> Option<String> {
+    if is_terminal(pod) {
+        return None;
+    }
+    if is_bound(pod) {
+        return pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    }
+    if pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
+    {
+        return None;
+    }
+    PodPlacement::of(pod)
+        .map(|p| p.node)
+        .filter(|n| !n.is_empty())
+}
+
+/// What the pod requests (zero without a spec).
+pub fn pod_usage_requests(pod: &Pod) -> Requests {
+    pod.spec.as_ref().map(pod_requests).unwrap_or_default()
+}
+
+/// Whether the controller has work with this pod: gated by `gate`, or released by the controller
+/// and not bound yet (its claims may be given back by the scheduler).
+pub fn is_candidate(pod: &Pod, gate: &str) -> bool {
+    if pod.metadata.deletion_timestamp.is_some() || is_terminal(pod) || is_bound(pod) {
+        return false;
+    }
+    is_gated(pod, gate) || PodPlacement::of(pod).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    fn claim(name: &str, rv: &str) -> Arc<ResourceClaim> {
+        Arc::new(ResourceClaim {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn assumed_objects_win_until_the_cache_catches_up() {
+        let assumed = Assumed::default();
+        assumed.assume((*claim("a", "10")).clone());
+        let seen = assumed.newest(Some(claim("a", "9")), "ns", "a").unwrap();
+        assert_eq!(seen.metadata.resource_version.as_deref(), Some("10"));
+        let overlay = assumed.overlay(vec![claim("a", "9"), claim("b", "3")]);
+        let versions: Vec<_> = overlay
+            .iter()
+            .map(|c| c.metadata.resource_version.clone().unwrap())
+            .collect();
+        assert_eq!(versions, ["10", "3"]);
+        // The watch delivered version 11: the assumed copy is dropped.
+        let seen = assumed.newest(Some(claim("a", "11")), "ns", "a").unwrap();
+        assert_eq!(seen.metadata.resource_version.as_deref(), Some("11"));
+        let seen = assumed.newest(Some(claim("a", "9")), "ns", "a").unwrap();
+        assert_eq!(
+            seen.metadata.resource_version.as_deref(),
+            Some("9"),
+            "forgotten once caught up"
+        );
+        // Deleted from the cache: gone.
+        assumed.assume((*claim("c", "5")).clone());
+        assert!(assumed.newest(None, "ns", "c").is_none());
+    }
+}

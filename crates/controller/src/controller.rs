@@ -1,0 +1,233 @@
+//! The composition root: watches, leader election and the worker loop, started and stopped in
+//! order. Shutdown: the worker finishes the pod in hand, then the Lease is released (so a
+//! successor starts at once), then the watches stop.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::jiff::SignedDuration;
+use kube::Client;
+use tessera_allocator::{AllocateOptions, DEFAULT_STEP_BUDGET, PlacementMode};
+use tokio::sync::watch;
+
+use crate::api::ApiWriter;
+use crate::cluster::Cluster;
+use crate::leader::{LeaderElector, LeaseConfig, Leadership};
+use crate::metrics::Metrics;
+use crate::queue::Outcome;
+use crate::watch::{Signals, start};
+use crate::worker::{Worker, WorkerConfig};
+
+/// Longest the worker sleeps between checks (keeps the liveness heartbeat fresh).
+const IDLE_TICK: Duration = Duration::from_secs(5);
+
+/// A worker that has not looked at its queue for this long is reported dead by `/healthz`.
+const HEARTBEAT_LIMIT: Duration = Duration::from_secs(120);
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    /// The scheduling gate of the pods to place.
+    pub gate: String,
+    /// Leader election; `None` runs unconditionally (a single replica).
+    pub lease: Option<LeaseConfig>,
+    /// How long to avoid a node where the scheduler gave back an allocation.
+    pub avoid_for: Duration,
+    /// Allocator search steps per node.
+    pub step_budget: u64,
+    /// This replica's name in events (the pod name, usually).
+    pub instance: Option<String>,
+}
+
+impl ControllerConfig {
+    /// Defaults: the Tessera gate, no leader election, avoid nodes for 5 minutes.
+    pub fn new(gate: &str) -> ControllerConfig {
+        ControllerConfig {
+            gate: gate.to_owned(),
+            lease: None,
+            avoid_for: Duration::from_secs(300),
+            step_budget: DEFAULT_STEP_BUDGET,
+            instance: None,
+        }
+    }
+}
+
+/// What `/healthz` and `/readyz` look at.
+#[derive(Clone)]
+pub struct Health {
+    signals: Arc<Signals>,
+    heartbeat: Arc<AtomicU64>,
+}
+
+fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl Health {
+    /// Every watch has listed once.
+    pub fn ready(&self) -> bool {
+        self.signals.is_synced()
+    }
+
+    /// The worker loop is running.
+    pub fn alive(&self) -> Result<(), String> {
+        let last = self.heartbeat.load(Ordering::Acquire);
+        let age = Duration::from_millis(now_millis().saturating_sub(last));
+        if age > HEARTBEAT_LIMIT {
+            return Err(format!("the worker loop has not run for {}s", age.as_secs()));
+        }
+        Ok(())
+    }
+}
+
+/// The controller, ready to run.
+pub struct Controller {
+    client: Client,
+    config: ControllerConfig,
+    metrics: Arc<Metrics>,
+    signals: Arc<Signals>,
+    heartbeat: Arc<AtomicU64>,
+    leadership: Leadership,
+}
+
+impl Controller {
+    pub fn new(client: Client, config: ControllerConfig, metrics: Arc<Metrics>) -> Controller {
+        let leadership = match config.lease {
+            Some(_) => Leadership::candidate(),
+            None => Leadership::unconditional(),
+        };
+        Controller {
+            client,
+            signals: Arc::new(Signals::new(&config.gate)),
+            config,
+            metrics,
+            heartbeat: Arc::new(AtomicU64::new(now_millis())),
+            leadership,
+        }
+    }
+
+    /// The handle `/healthz` and `/readyz` use.
+    pub fn health(&self) -> Health {
+        Health {
+            signals: self.signals.clone(),
+            heartbeat: self.heartbeat.clone(),
+        }
+    }
+
+    /// Whether this replica may write now.
+    pub fn leadership(&self) -> Leadership {
+        self.leadership.clone()
+    }
+
+    /// Runs until `shutdown` completes, then stops in order.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let (stores, watches) = start(&self.client, &self.signals);
+        let watch_tasks: Vec<_> = watches.into_iter().map(tokio::spawn).collect();
+        let cluster = Arc::new(Cluster::new(stores, self.signals.inventory_generation.clone()));
+        let (stop_election, election_stopped) = watch::channel(false);
+        let elector = self.config.lease.clone().map(|lease| {
+            tokio::spawn(
+                LeaderElector::new(self.client.clone(), lease, self.leadership.clone())
+                    .run(election_stopped),
+            )
+        });
+        let worker = Worker {
+            cluster: cluster.clone(),
+            writer: ApiWriter::new(
+                self.client.clone(),
+                self.leadership.clone(),
+                self.config.instance.clone(),
+            ),
+            metrics: self.metrics.clone(),
+            config: WorkerConfig {
+                gate: self.config.gate.clone(),
+                avoid_for: SignedDuration::try_from(self.config.avoid_for)
+                    .unwrap_or(SignedDuration::from_mins(5)),
+                options: AllocateOptions {
+                    mode: PlacementMode::TopologyAware,
+                    step_budget: self.config.step_budget,
+                    explain: false,
+                },
+            },
+        };
+        self.work(&worker, shutdown).await;
+        tracing::info!("shutting down: releasing the lease");
+        let _ = stop_election.send(true);
+        if let Some(elector) = elector {
+            let _ = elector.await;
+        }
+        self.metrics.leader.set(0);
+        for task in watch_tasks {
+            task.abort();
+        }
+    }
+
+    /// The worker loop, until `shutdown` completes; a pod being processed is finished first (its
+    /// writes are never cut off half-way by a shutdown).
+    async fn work(&self, worker: &Worker, shutdown: impl Future<Output = ()>) {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut leadership = self.leadership.subscribe();
+        let mut was_leader = false;
+        loop {
+            if futures::poll!(shutdown.as_mut()).is_ready() {
+                return;
+            }
+            self.heartbeat.store(now_millis(), Ordering::Release);
+            let leader = self.leadership.is_leader();
+            self.metrics.leader.set(i64::from(leader));
+            if leader && !was_leader {
+                // Whatever was assumed may have been changed by another leader meanwhile.
+                worker.cluster.claims.clear();
+                worker.cluster.pods.clear();
+                self.queue().wake_all();
+                tracing::info!("leading: placing gated pods");
+            } else if !leader && was_leader {
+                tracing::info!("not leading any more: writes stopped");
+            }
+            was_leader = leader;
+            let next = if leader && self.signals.is_synced() {
+                self.queue().pop(Instant::now())
+            } else {
+                None
+            };
+            match next {
+                Some(key) => {
+                    let outcome = worker.process(&key).await;
+                    self.finish(&key, outcome);
+                }
+                None => {
+                    let due = self.queue().next_due();
+                    let wait = due
+                        .map(|d| d.saturating_duration_since(Instant::now()))
+                        .unwrap_or(IDLE_TICK)
+                        .min(IDLE_TICK);
+                    tokio::select! {
+                        _ = self.signals.wake.notified() => {}
+                        _ = leadership.changed() => {}
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = shutdown.as_mut() => return,
+                    }
+                }
+            }
+        }
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, crate::queue::WorkQueue> {
+        self.signals.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn finish(&self, key: &str, outcome: Outcome) {
+        let mut queue = self.queue();
+        queue.done(key, outcome, Instant::now());
+        self.metrics
+            .queue_ready
+            .set(i64::try_from(queue.ready_len()).unwrap_or(i64::MAX));
+        self.metrics
+            .queue_waiting
+            .set(i64::try_from(queue.waiting_len()).unwrap_or(i64::MAX));
+    }
+}

@@ -1,0 +1,173 @@
+//! The controller's Prometheus metrics (`/metrics`), all prefixed `tessera_controller_`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Latency buckets in seconds: fine below 100 ms, where decisions should be.
+const LATENCY_BUCKETS: [f64; 20] = [
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15,
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The `reason` label of failures.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+/// Every metric the controller exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Pods whose claims the controller allocated and released to the scheduler.
+    pub pods_placed: Counter,
+    /// Claims whose allocation the controller wrote.
+    pub claims_allocated: Counter,
+    /// Claim allocations the controller cleared again (partial writes, re-placements).
+    pub claims_undone: Counter,
+    /// Pods released without allocation because a claim needs devices the controller does not manage.
+    pub pods_left_to_scheduler: Counter,
+    /// Failed attempts by reason: `Unsatisfiable`, `InvalidInput`, `WaitingForClaims`,
+    /// `Conflict`, `ApiError`, `NotLeader`.
+    pub failures: Family<ReasonLabel, Counter>,
+    /// From taking a pod off the queue to the decision (allocation computed), seconds.
+    pub decision_seconds: Histogram,
+    /// From taking a pod off the queue to its gate removed, seconds (placements only).
+    pub placement_seconds: Histogram,
+    /// Pods ready to process.
+    pub queue_ready: Gauge,
+    /// Pods waiting for a retry or a cluster change.
+    pub queue_waiting: Gauge,
+    /// 1 while this replica is the leader.
+    pub leader: Gauge,
+    /// Rebuilds of the device inventory (slices, classes or nodes changed).
+    pub inventory_rebuilds: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("tessera_controller");
+        let metrics = Metrics {
+            pods_placed: Counter::default(),
+            claims_allocated: Counter::default(),
+            claims_undone: Counter::default(),
+            pods_left_to_scheduler: Counter::default(),
+            failures: Family::default(),
+            decision_seconds: Histogram::new(LATENCY_BUCKETS),
+            placement_seconds: Histogram::new(LATENCY_BUCKETS),
+            queue_ready: Gauge::default(),
+            queue_waiting: Gauge::default(),
+            leader: Gauge::default(),
+            inventory_rebuilds: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "pods_placed",
+            "Pods whose claims were allocated and whose gate was removed",
+            metrics.pods_placed.clone(),
+        );
+        registry.register(
+            "claims_allocated",
+            "Claim allocations written",
+            metrics.claims_allocated.clone(),
+        );
+        registry.register(
+            "claims_undone",
+            "Claim allocations cleared again (partial writes undone, re-placements)",
+            metrics.claims_undone.clone(),
+        );
+        registry.register(
+            "pods_left_to_scheduler",
+            "Pods released to the default scheduler because a claim needs devices that are not topology-managed",
+            metrics.pods_left_to_scheduler.clone(),
+        );
+        registry.register(
+            "failures",
+            "Attempts that did not place a pod, by reason",
+            metrics.failures.clone(),
+        );
+        registry.register(
+            "decision_duration_seconds",
+            "Time from taking a pod off the queue to the placement decision",
+            metrics.decision_seconds.clone(),
+        );
+        registry.register(
+            "placement_duration_seconds",
+            "Time from taking a pod off the queue to its claims written and its gate removed",
+            metrics.placement_seconds.clone(),
+        );
+        registry.register(
+            "queue_ready",
+            "Pods ready to be processed",
+            metrics.queue_ready.clone(),
+        );
+        registry.register(
+            "queue_waiting",
+            "Pods waiting for a retry or a cluster change",
+            metrics.queue_waiting.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader lease",
+            metrics.leader.clone(),
+        );
+        registry.register(
+            "inventory_rebuilds",
+            "Rebuilds of the device inventory after ResourceSlices, DeviceClasses or Nodes changed",
+            metrics.inventory_rebuilds.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// Counts a failed attempt.
+    pub fn failure(&self, reason: &str) {
+        self.failures
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String cannot fail");
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_exported_with_the_prefix() {
+        let m = Metrics::new();
+        m.pods_placed.inc();
+        m.failure("Unsatisfiable");
+        m.decision_seconds.observe(0.004);
+        let text = m.encode();
+        assert!(text.contains("tessera_controller_pods_placed_total 1"), "{text}");
+        assert!(
+            text.contains("tessera_controller_failures_total{reason=\"Unsatisfiable\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tessera_controller_decision_duration_seconds_bucket{le=\"0.005\"} 1"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,297 @@
+//! The controller's work queue of pods (keyed `namespace/name`), with the clock passed in.
+//!
+//! - A changed pod is queued at once (and processed once more if it changes while processed).
+//! - A pod that cannot be placed is *parked*: it is retried when the cluster changed (slices,
+//!   classes, claims, nodes, pods on nodes) *and* its backoff has passed, or after
+//!   [`PARK_LIMIT`] even without a change.
+//! - A failed write is retried after a backoff regardless of changes.
+//!
+//! Backoff doubles from [`BACKOFF_START`] to [`BACKOFF_LIMIT`] per consecutive failure of the
+//! same pod and resets when the pod is done.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// First retry delay.
+pub const BACKOFF_START: Duration = Duration::from_millis(250);
+/// Longest retry delay.
+pub const BACKOFF_LIMIT: Duration = Duration::from_secs(30);
+/// Longest a parked pod waits without any cluster change.
+pub const PARK_LIMIT: Duration = Duration::from_secs(300);
+
+/// The delay after `failures` consecutive failures.
+pub fn backoff(failures: u32) -> Duration {
+    BACKOFF_START
+        .saturating_mul(1u32.checked_shl(failures.min(16)).unwrap_or(u32::MAX))
+        .min(BACKOFF_LIMIT)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Ready,
+    /// Being processed; `again`: it changed meanwhile.
+    Processing { again: bool },
+    /// Retry at this time.
+    Delayed(Instant),
+    /// Retry after a cluster change past `not_before`, or at `deadline`.
+    Parked {
+        not_before: Instant,
+        deadline: Instant,
+        epoch: u64,
+    },
+}
+
+/// How processing a pod ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Placed, released, or nothing to do: forget the pod and its failures.
+    Done,
+    /// Cannot be placed now: park it until the cluster changes.
+    Park,
+    /// A write failed: retry after the backoff.
+    Retry,
+    /// Retry after this delay, without counting a failure (e.g. a stale cache).
+    After(Duration),
+}
+
+/// The queue.
+#[derive(Debug, Default)]
+pub struct WorkQueue {
+    ready: VecDeque<String>,
+    states: HashMap<String, State>,
+    failures: HashMap<String, u32>,
+    epoch: u64,
+}
+
+impl WorkQueue {
+    pub fn new() -> WorkQueue {
+        WorkQueue::default()
+    }
+
+    /// The pod changed: process it now.
+    pub fn add(&mut self, key: &str) {
+        match self.states.get_mut(key) {
+            Some(State::Ready) => {}
+            Some(State::Processing { again }) => *again = true,
+            _ => {
+                self.states.insert(key.to_owned(), State::Ready);
+                self.ready.push_back(key.to_owned());
+            }
+        }
+    }
+
+    /// Something a parked pod may be waiting for changed.
+    pub fn cluster_changed(&mut self) {
+        self.epoch += 1;
+    }
+
+    /// Forgets a pod (deleted).
+    pub fn forget(&mut self, key: &str) {
+        if !matches!(self.states.get(key), Some(State::Processing { .. })) {
+            self.states.remove(key);
+        }
+        self.failures.remove(key);
+    }
+
+    /// The next pod to process, if one is due at `now`.
+    pub fn pop(&mut self, now: Instant) -> Option<String> {
+        self.promote(now);
+        while let Some(key) = self.ready.pop_front() {
+            if self.states.get(&key) == Some(&State::Ready) {
+                self.states
+                    .insert(key.clone(), State::Processing { again: false });
+                return Some(key);
+            }
+        }
+        None
+    }
+
+    fn promote(&mut self, now: Instant) {
+        let epoch = self.epoch;
+        for (key, state) in self.states.iter_mut() {
+            let due = match *state {
+                State::Delayed(at) => at <= now,
+                State::Parked {
+                    not_before,
+                    deadline,
+                    epoch: parked,
+                } => (epoch > parked && not_before <= now) || deadline <= now,
+                _ => false,
+            };
+            if due {
+                *state = State::Ready;
+                self.ready.push_back(key.clone());
+            }
+        }
+    }
+
+    /// Records how processing `key` ended.
+    pub fn done(&mut self, key: &str, outcome: Outcome, now: Instant) {
+        let again = matches!(
+            self.states.get(key),
+            Some(State::Processing { again: true })
+        );
+        let failures = self.failures.get(key).copied().unwrap_or(0);
+        let next = match outcome {
+            Outcome::Done => {
+                self.failures.remove(key);
+                None
+            }
+            Outcome::Park => {
+                self.failures.insert(key.to_owned(), failures + 1);
+                Some(State::Parked {
+                    not_before: now + backoff(failures),
+                    deadline: now + PARK_LIMIT,
+                    epoch: self.epoch,
+                })
+            }
+            Outcome::Retry => {
+                self.failures.insert(key.to_owned(), failures + 1);
+                Some(State::Delayed(now + backoff(failures)))
+            }
+            Outcome::After(delay) => Some(State::Delayed(now + delay)),
+        };
+        match (again, next) {
+            (true, _) => {
+                self.states.insert(key.to_owned(), State::Ready);
+                self.ready.push_back(key.to_owned());
+            }
+            (false, Some(state)) => {
+                self.states.insert(key.to_owned(), state);
+            }
+            (false, None) => {
+                self.states.remove(key);
+            }
+        }
+    }
+
+    /// When the next pod becomes due without any further change (`None`: nothing waits).
+    pub fn next_due(&self) -> Option<Instant> {
+        self.states
+            .values()
+            .filter_map(|state| match *state {
+                State::Ready => None,
+                State::Delayed(at) => Some(at),
+                State::Parked {
+                    not_before,
+                    deadline,
+                    epoch,
+                } => Some(if self.epoch > epoch {
+                    not_before
+                } else {
+                    deadline
+                }),
+                State::Processing { .. } => None,
+            })
+            .min()
+    }
+
+    /// Pods ready to process now.
+    pub fn ready_len(&self) -> usize {
+        self.states.values().filter(|s| **s == State::Ready).count()
+    }
+
+    /// Pods waiting (delayed or parked).
+    pub fn waiting_len(&self) -> usize {
+        self.states
+            .values()
+            .filter(|s| matches!(s, State::Delayed(_) | State::Parked { .. }))
+            .count()
+    }
+
+    /// Puts every waiting pod back at the front of the line (after becoming leader).
+    pub fn wake_all(&mut self) {
+        for (key, state) in self.states.iter_mut() {
+            if matches!(state, State::Delayed(_) | State::Parked { .. }) {
+                *state = State::Ready;
+                self.ready.push_back(key.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_limit() {
+        assert_eq!(backoff(0), Duration::from_millis(250));
+        assert_eq!(backoff(1), Duration::from_millis(500));
+        assert_eq!(backoff(3), Duration::from_secs(2));
+        assert_eq!(backoff(40), BACKOFF_LIMIT);
+    }
+
+    #[test]
+    fn a_pod_is_queued_once_and_again_if_it_changes_while_processed() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new();
+        q.add("ns/a");
+        q.add("ns/a");
+        assert_eq!(q.pop(now).as_deref(), Some("ns/a"));
+        assert_eq!(q.pop(now), None);
+        q.add("ns/a");
+        q.done("ns/a", Outcome::Done, now);
+        assert_eq!(q.pop(now).as_deref(), Some("ns/a"), "changed while processed");
+        q.done("ns/a", Outcome::Done, now);
+        assert_eq!(q.pop(now), None);
+        assert_eq!(q.next_due(), None);
+    }
+
+    #[test]
+    fn a_parked_pod_needs_a_change_and_its_backoff() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new();
+        q.add("ns/a");
+        q.pop(now);
+        q.done("ns/a", Outcome::Park, now);
+        assert_eq!(q.waiting_len(), 1);
+        let later = now + Duration::from_secs(10);
+        assert_eq!(q.pop(later), None, "no change yet");
+        assert_eq!(q.next_due(), Some(now + PARK_LIMIT));
+        q.cluster_changed();
+        assert_eq!(q.next_due(), Some(now + BACKOFF_START));
+        assert_eq!(q.pop(now), None, "changed, but within the backoff");
+        assert_eq!(q.pop(later).as_deref(), Some("ns/a"));
+        // The second failure doubles the backoff.
+        q.done("ns/a", Outcome::Park, later);
+        q.cluster_changed();
+        assert_eq!(q.next_due(), Some(later + Duration::from_millis(500)));
+        // Without any change it is retried at the park limit.
+        let mut quiet = WorkQueue::new();
+        quiet.add("ns/b");
+        quiet.pop(now);
+        quiet.done("ns/b", Outcome::Park, now);
+        assert_eq!(quiet.pop(now + PARK_LIMIT).as_deref(), Some("ns/b"));
+    }
+
+    #[test]
+    fn retries_wait_for_the_backoff_only() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new();
+        q.add("ns/a");
+        q.pop(now);
+        q.done("ns/a", Outcome::Retry, now);
+        assert_eq!(q.pop(now), None);
+        assert_eq!(q.pop(now + BACKOFF_START).as_deref(), Some("ns/a"));
+        q.done("ns/a", Outcome::After(Duration::from_millis(10)), now);
+        assert_eq!(q.pop(now + Duration::from_millis(10)).as_deref(), Some("ns/a"));
+        q.done("ns/a", Outcome::Done, now);
+        assert_eq!(q.ready_len() + q.waiting_len(), 0);
+    }
+
+    #[test]
+    fn forgetting_and_waking() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new();
+        for key in ["ns/a", "ns/b"] {
+            q.add(key);
+            q.pop(now);
+            q.done(key, Outcome::Park, now);
+        }
+        q.forget("ns/a");
+        q.wake_all();
+        assert_eq!(q.pop(now).as_deref(), Some("ns/b"));
+        assert_eq!(q.pop(now), None);
+    }
+}

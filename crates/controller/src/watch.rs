@@ -1,0 +1,310 @@
+//! The watches: one per resource, each filling a reflector store with trimmed objects and telling
+//! the work queue what changed — a candidate pod (queue it), something a waiting pod may be
+//! waiting for (wake parked pods), or the devices, classes or nodes (rebuild the inventory).
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Node, Pod, PodResourceClaim, PodResourceClaimStatus, PodSchedulingGate};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+
+use crate::cluster::{Stores, is_candidate, pod_usage_requests, usage_node};
+use crate::nodes::NodeFacts;
+use crate::protocol::{ClaimMark, POD_PLACEMENT_ANNOTATION};
+use crate::queue::WorkQueue;
+use crate::resources::Requests;
+use crate::trim;
+
+/// Number of watches ([`Stores`] fields).
+pub const WATCHES: usize = 6;
+
+/// What the watches tell the worker.
+pub struct Signals {
+    pub queue: Mutex<WorkQueue>,
+    /// Woken when the queue gained work or the cluster changed.
+    pub wake: Notify,
+    /// Bumped when slices, classes or nodes changed.
+    pub inventory_generation: Arc<AtomicU64>,
+    /// Watches that completed their first list.
+    pub synced: AtomicUsize,
+    /// The scheduling gate of candidate pods.
+    pub gate: String,
+}
+
+impl Signals {
+    pub fn new(gate: &str) -> Signals {
+        Signals {
+            queue: Mutex::new(WorkQueue::new()),
+            wake: Notify::new(),
+            inventory_generation: Arc::new(AtomicU64::new(0)),
+            synced: AtomicUsize::new(0),
+            gate: gate.to_owned(),
+        }
+    }
+
+    /// Whether every watch has listed once.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire) >= WATCHES
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, WorkQueue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn enqueue(&self, key: String) {
+        self.queue().add(&key);
+        self.wake.notify_one();
+    }
+
+    fn forget(&self, key: &str) {
+        self.queue().forget(key);
+    }
+
+    fn cluster_changed(&self) {
+        self.queue().cluster_changed();
+        self.wake.notify_one();
+    }
+
+    fn inventory_changed(&self) {
+        self.inventory_generation.fetch_add(1, Ordering::AcqRel);
+        self.cluster_changed();
+    }
+}
+
+fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    crate::protocol::object_key(meta)
+}
+
+/// The fields whose change means a candidate pod must be looked at again.
+#[derive(PartialEq)]
+struct PodWork<'p> {
+    uid: Option<&'p str>,
+    gates: Option<&'p Vec<PodSchedulingGate>>,
+    claims: Option<&'p Vec<PodResourceClaim>>,
+    statuses: Option<&'p Vec<PodResourceClaimStatus>>,
+    placement: Option<&'p String>,
+}
+
+fn pod_work<'p>(pod: &'p Pod, gate: &str) -> Option<PodWork<'p>> {
+    is_candidate(pod, gate).then(|| PodWork {
+        uid: pod.metadata.uid.as_deref(),
+        gates: pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()),
+        claims: pod.spec.as_ref().and_then(|s| s.resource_claims.as_ref()),
+        statuses: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_ref()),
+        placement: pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(POD_PLACEMENT_ANNOTATION)),
+    })
+}
+
+fn pod_usage(pod: &Pod) -> (Option<String>, Requests) {
+    (usage_node(pod), pod_usage_requests(pod))
+}
+
+fn on_pod(signals: &Signals, event: &Event<Pod>, old: Option<Arc<Pod>>, store: &Store<Pod>) {
+    match event {
+        Event::Apply(pod) | Event::InitApply(pod) => {
+            let old_work = old.as_deref().and_then(|o| pod_work(o, &signals.gate));
+            match pod_work(pod, &signals.gate) {
+                Some(work) if old_work.as_ref() != Some(&work) => signals.enqueue(key(&pod.metadata)),
+                None if old_work.is_some() => signals.forget(&key(&pod.metadata)),
+                _ => {}
+            }
+            let usage = pod_usage(pod);
+            if old.as_deref().map(pod_usage) != Some(usage.clone()) && (usage.0.is_some() || old.is_some()) {
+                signals.cluster_changed();
+            }
+        }
+        Event::Delete(pod) => {
+            signals.forget(&key(&pod.metadata));
+            if usage_node(pod).is_some() {
+                signals.cluster_changed();
+            }
+        }
+        Event::InitDone => {
+            for pod in store.state() {
+                if is_candidate(&pod, &signals.gate) {
+                    signals.enqueue(key(&pod.metadata));
+                }
+            }
+            signals.cluster_changed();
+        }
+        Event::Init => {}
+    }
+}
+
+fn on_claim(signals: &Signals, event: &Event<ResourceClaim>, pods: &Store<Pod>) {
+    let claim = match event {
+        Event::Apply(c) | Event::InitApply(c) | Event::Delete(c) => c,
+        Event::InitDone => {
+            signals.cluster_changed();
+            return;
+        }
+        Event::Init => return,
+    };
+    let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+    // The pod the controller allocated the claim for (the scheduler may have given it back), and
+    // the pod a generated claim belongs to (it may be waiting for it).
+    let mark = ClaimMark::of(claim).map(|m| m.pod);
+    let owner = claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "Pod" && o.controller == Some(true))
+        .map(|o| o.name.clone());
+    for pod in [mark, owner].into_iter().flatten() {
+        let candidate = pods
+            .get(&ObjectRef::new(&pod).within(&namespace))
+            .is_some_and(|p| is_candidate(&p, &signals.gate));
+        if candidate {
+            signals.enqueue(format!("{namespace}/{pod}"));
+        }
+    }
+    signals.cluster_changed();
+}
+
+fn on_inventory_input<K>(signals: &Signals, event: &Event<K>) {
+    match event {
+        Event::Apply(_) | Event::Delete(_) | Event::InitDone => signals.inventory_changed(),
+        Event::Init | Event::InitApply(_) => {}
+    }
+}
+
+fn on_node(signals: &Signals, event: &Event<Node>, old: Option<Arc<Node>>) {
+    match event {
+        Event::Apply(node) => {
+            if old.as_deref().map(NodeFacts::from) != Some(NodeFacts::from(node)) {
+                signals.inventory_changed();
+            }
+        }
+        Event::Delete(_) | Event::InitDone => signals.inventory_changed(),
+        Event::Init | Event::InitApply(_) => {}
+    }
+}
+
+/// Drives one watch into its store, calling `on_event` after each event is applied with the
+/// object's previous cached version.
+async fn drive<K, S>(
+    stream: S,
+    mut writer: Writer<K>,
+    signals: Arc<Signals>,
+    mut on_event: impl FnMut(&Event<K>, Option<Arc<K>>, &Store<K>) + Send,
+) where
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+    S: Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+{
+    let reader = writer.as_reader();
+    let mut synced = false;
+    let mut stream = std::pin::pin!(stream);
+    while let Some(item) = stream.next().await {
+        let event = match item {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying with backoff");
+                continue;
+            }
+        };
+        let old = match &event {
+            Event::Apply(o) | Event::Delete(o) | Event::InitApply(o) => reader.get(&ObjectRef::from_obj(o)),
+            Event::Init | Event::InitDone => None,
+        };
+        writer.apply_watcher_event(&event);
+        on_event(&event, old, &reader);
+        if matches!(event, Event::InitDone) && !synced {
+            synced = true;
+            signals.synced.fetch_add(1, Ordering::AcqRel);
+            signals.wake.notify_one();
+        }
+    }
+}
+
+fn watch_stream<K>(
+    client: &Client,
+    trim: fn(&mut K),
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + use<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let api: Api<K> = Api::all(client.clone());
+    watcher::watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(trim)
+}
+
+/// Starts the six watches. The returned futures run until dropped.
+pub fn start(
+    client: &Client,
+    signals: &Arc<Signals>,
+) -> (Stores, Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>) {
+    let (pods, pods_writer) = reflector::store::<Pod>();
+    let (claims, claims_writer) = reflector::store::<ResourceClaim>();
+    let (slices, slices_writer) = reflector::store::<ResourceSlice>();
+    let (classes, classes_writer) = reflector::store::<DeviceClass>();
+    let (nodes, nodes_writer) = reflector::store::<Node>();
+    let (templates, templates_writer) = reflector::store::<ResourceClaimTemplate>();
+    let stores = Stores {
+        pods: pods.clone(),
+        claims,
+        slices,
+        classes,
+        nodes,
+        templates,
+    };
+    let s = signals.clone();
+    let pod_watch = drive(watch_stream(client, trim::pod), pods_writer, signals.clone(), move |e, old, store| {
+        on_pod(&s, e, old, store)
+    });
+    let s = signals.clone();
+    let claim_watch = drive(watch_stream(client, trim::claim), claims_writer, signals.clone(), move |e, _, _| {
+        on_claim(&s, e, &pods)
+    });
+    let s = signals.clone();
+    let slice_watch = drive(watch_stream(client, trim::slice), slices_writer, signals.clone(), move |e, _, _| {
+        on_inventory_input(&s, e)
+    });
+    let s = signals.clone();
+    let class_watch = drive(watch_stream(client, trim::class), classes_writer, signals.clone(), move |e, _, _| {
+        on_inventory_input(&s, e)
+    });
+    let s = signals.clone();
+    let node_watch = drive(watch_stream(client, trim::node), nodes_writer, signals.clone(), move |e, old, _| {
+        on_node(&s, e, old)
+    });
+    let s = signals.clone();
+    let template_watch = drive(
+        watch_stream(client, trim::template),
+        templates_writer,
+        signals.clone(),
+        move |e, _, _| {
+            if !matches!(e, Event::Init | Event::InitApply(_)) {
+                s.cluster_changed();
+            }
+        },
+    );
+    let tasks: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> = vec![
+        Box::pin(pod_watch),
+        Box::pin(claim_watch),
+        Box::pin(slice_watch),
+        Box::pin(class_watch),
+        Box::pin(node_watch),
+        Box::pin(template_watch),
+    ];
+    (stores, tasks)
+}

@@ -1,0 +1,463 @@
+//! Processing one pod: gather the inputs from the caches, let the planner decide, carry the
+//! decision out through the API, report on the pod. The only place decisions meet IO.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use tessera_allocator::AllocateOptions;
+
+use crate::api::{ApiWriter, WriteError, current_condition};
+use crate::cluster::{Cluster, is_candidate};
+use crate::message::{CONDITION_MESSAGE_LIMIT, claim_list, truncate};
+use crate::metrics::Metrics;
+use crate::nodes::{NodeFilter, PodRequirements};
+use crate::planner::{Action, Decision, Placement, PlacementInput, decide};
+use crate::protocol::{ClaimMark, PodPlacement, is_gated, object_key};
+use crate::queue::Outcome;
+use crate::resolve::{Resolution, resolve_claims};
+use crate::trim;
+use crate::writes::{
+    ClaimProgress, UndoStep, allocation_patch, deallocation_patch, is_marked, mark_for, mark_patch,
+    pod_patch, undo_plan, unmark_patch,
+};
+
+/// How the worker decides.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// The scheduling gate of the pods to place.
+    pub gate: String,
+    /// How long to avoid a node where the scheduler gave back an allocation.
+    pub avoid_for: SignedDuration,
+    /// Allocator options (mode topology-aware; brief accounts, nodes are explained separately).
+    pub options: AllocateOptions,
+}
+
+/// What the pod's condition and event say.
+struct Report<'a> {
+    placed: bool,
+    reason: &'a str,
+    message: String,
+    warning: bool,
+}
+
+/// Processes pods, one at a time.
+pub struct Worker {
+    pub cluster: Arc<Cluster>,
+    pub writer: ApiWriter,
+    pub metrics: Arc<Metrics>,
+    pub config: WorkerConfig,
+}
+
+fn claim_key(claim: &ResourceClaim) -> String {
+    object_key(&claim.metadata)
+}
+
+impl Worker {
+    /// Processes the pod `namespace/name`.
+    pub async fn process(&self, key: &str) -> Outcome {
+        let started = Instant::now();
+        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+        let Some(pod) = self.cluster.pod(namespace, name) else {
+            return Outcome::Done;
+        };
+        if !is_candidate(&pod, &self.config.gate) {
+            return Outcome::Done;
+        }
+        let gated = is_gated(&pod, &self.config.gate);
+        let resolution = resolve_claims(
+            &pod,
+            |claim| self.cluster.claim(namespace, claim),
+            |template| self.cluster.template_exists(namespace, template),
+        );
+        let claims = match resolution {
+            Resolution::Resolved(claims) => claims,
+            Resolution::Waiting(message) => {
+                self.metrics.failure("WaitingForClaims");
+                self.report(&pod, Report {
+                    placed: false,
+                    reason: "WaitingForClaims",
+                    message,
+                    warning: false,
+                })
+                .await;
+                return Outcome::Park;
+            }
+            Resolution::Invalid(message) => {
+                self.metrics.failure("InvalidInput");
+                self.report(&pod, Report {
+                    placed: false,
+                    reason: "InvalidInput",
+                    message,
+                    warning: true,
+                })
+                .await;
+                return Outcome::Park;
+            }
+        };
+        let snapshot = self
+            .cluster
+            .inventory(|| {
+                self.metrics.inventory_rebuilds.inc();
+            });
+        let in_use = self.cluster.devices_in_use();
+        let usage = self
+            .cluster
+            .node_usage(pod.metadata.uid.as_deref().unwrap_or_default());
+        let nodes = NodeFilter::run(
+            &PodRequirements::of(&pod),
+            &snapshot.nodes,
+            &snapshot.managed_nodes,
+            &usage,
+        );
+        let unmanaged = || snapshot.unmanaged();
+        let decision = decide(&PlacementInput {
+            pod: &pod,
+            gated,
+            claims: &claims,
+            managed: &snapshot.managed,
+            unmanaged: &unmanaged,
+            in_use: &in_use,
+            nodes,
+            now: Timestamp::now(),
+            avoid_for: self.config.avoid_for,
+            options: self.config.options,
+        });
+        self.metrics
+            .decision_seconds
+            .observe(started.elapsed().as_secs_f64());
+        self.execute(pod, gated, decision, started).await
+    }
+
+    async fn execute(&self, mut pod: Arc<Pod>, gated: bool, decision: Decision, started: Instant) -> Outcome {
+        let Decision {
+            action,
+            mut record,
+            record_first,
+        } = decision;
+        if record_first {
+            let patch = pod_patch(&pod, Some(&record), None);
+            match self
+                .writer
+                .patch_pod("record the nodes to avoid for", &pod, &patch)
+                .await
+            {
+                Ok(updated) => pod = self.assume_pod(updated),
+                Err(e) => return self.write_failed(&pod, e),
+            }
+        }
+        match action {
+            Action::Nothing => Outcome::Done,
+            Action::Release { node } => {
+                if let Some(node) = node {
+                    record.node = node;
+                }
+                record.placed_at = Timestamp::now().to_string();
+                let message = "every claim of the pod was already allocated; released it to the scheduler".to_owned();
+                self.release(pod, gated, &record, Report {
+                    placed: true,
+                    reason: "AlreadyAllocated",
+                    message,
+                    warning: false,
+                })
+                .await
+            }
+            Action::LeaveToScheduler { message } => {
+                // No placement record: the controller has nothing more to do with this pod.
+                let gate = gated.then_some(self.config.gate.as_str());
+                let patch = pod_patch(&pod, None, gate);
+                match self.writer.patch_pod("release", &pod, &patch).await {
+                    Ok(updated) => pod = self.assume_pod(updated),
+                    Err(e) => return self.write_failed(&pod, e),
+                }
+                self.metrics.pods_left_to_scheduler.inc();
+                self.report(&pod, Report {
+                    placed: false,
+                    reason: "LeftToScheduler",
+                    message,
+                    warning: false,
+                })
+                .await;
+                Outcome::Done
+            }
+            Action::CannotPlace {
+                failure,
+                message,
+                undo,
+            } => {
+                for claim in undo {
+                    if let Err(e) = self.undo(&[ClaimProgress::of_own(claim)], &pod).await {
+                        return self.write_failed(&pod, e);
+                    }
+                }
+                self.metrics.failure(failure.reason());
+                self.report(&pod, Report {
+                    placed: false,
+                    reason: failure.reason(),
+                    message,
+                    warning: true,
+                })
+                .await;
+                Outcome::Park
+            }
+            Action::Place(placement) => self.place(pod, gated, record, placement, started).await,
+        }
+    }
+
+    async fn place(
+        &self,
+        pod: Arc<Pod>,
+        gated: bool,
+        mut record: PodPlacement,
+        placement: Placement,
+        started: Instant,
+    ) -> Outcome {
+        let mut newest: HashMap<String, Arc<ResourceClaim>> = HashMap::new();
+        for claim in &placement.undo {
+            match self.undo(&[ClaimProgress::of_own(claim.clone())], &pod).await {
+                Ok(updated) => {
+                    newest.extend(updated.into_iter().map(|c| (claim_key(&c), c)));
+                }
+                Err(e) => return self.write_failed(&pod, e),
+            }
+        }
+        let mut progress: Vec<ClaimProgress> = Vec::new();
+        for write in &placement.writes {
+            let claim = newest
+                .get(&claim_key(&write.claim))
+                .cloned()
+                .unwrap_or_else(|| write.claim.clone());
+            if let Err(e) = self
+                .write_claim(&pod, &placement.node, claim, &write.allocation, &mut progress)
+                .await
+            {
+                tracing::info!(pod = %object_key(&pod.metadata), error = %e,
+                    "writing the placement failed; undoing what was written");
+                if let Err(undo) = self.undo(&progress, &pod).await {
+                    tracing::warn!(pod = %object_key(&pod.metadata), error = %undo,
+                        "undoing a partial placement failed; the next attempt completes or undoes it");
+                }
+                return self.write_failed(&pod, e);
+            }
+        }
+        record.node = placement.node.clone();
+        record.placed_at = Timestamp::now().to_string();
+        let message = placed_message(&placement);
+        self.metrics
+            .claims_allocated
+            .inc_by(placement.writes.len() as u64);
+        let outcome = self
+            .release(pod, gated, &record, Report {
+                placed: true,
+                reason: "Allocated",
+                message,
+                warning: false,
+            })
+            .await;
+        if outcome == Outcome::Done {
+            self.metrics.pods_placed.inc();
+            self.metrics
+                .placement_seconds
+                .observe(started.elapsed().as_secs_f64());
+        }
+        outcome
+    }
+
+    /// Writes one claim: mark and finalizer, then the allocation. `progress` records what was
+    /// written, for undoing.
+    async fn write_claim(
+        &self,
+        pod: &Pod,
+        node: &str,
+        mut claim: Arc<ResourceClaim>,
+        allocation: &AllocationResult,
+        progress: &mut Vec<ClaimProgress>,
+    ) -> Result<(), WriteError> {
+        let mark = mark_for(&claim, pod, node);
+        if !is_marked(&claim, &mark) {
+            let updated = self
+                .writer
+                .patch_claim("add the finalizer and mark to", &claim, false, &mark_patch(&claim, &mark))
+                .await?;
+            claim = self.assume_claim(updated);
+        }
+        progress.push(ClaimProgress {
+            claim: claim.clone(),
+            marked: true,
+            finalizer_added: mark.finalizer_added,
+            allocated: false,
+        });
+        let mut allocation = allocation.clone();
+        allocation.allocation_timestamp = Some(Time(Timestamp::now()));
+        let updated = self
+            .writer
+            .patch_claim("write the allocation of", &claim, true, &allocation_patch(&claim, &allocation))
+            .await?;
+        let claim = self.assume_claim(updated);
+        if let Some(last) = progress.last_mut() {
+            last.claim = claim;
+            last.allocated = true;
+        }
+        Ok(())
+    }
+
+    /// Undoes `progress` (see [`undo_plan`]); returns the claims as they are afterwards.
+    async fn undo(&self, progress: &[ClaimProgress], pod: &Pod) -> Result<Vec<Arc<ResourceClaim>>, WriteError> {
+        let mut newest: HashMap<String, Arc<ResourceClaim>> = HashMap::new();
+        for step in undo_plan(progress) {
+            let key = claim_key(step.claim());
+            let claim = newest.get(&key).cloned().unwrap_or_else(|| step.claim().clone());
+            let updated = self.undo_step(&step, claim, pod).await?;
+            if matches!(step, UndoStep::Deallocate(_)) {
+                self.metrics.claims_undone.inc();
+            }
+            newest.insert(key, updated);
+        }
+        Ok(newest.into_values().collect())
+    }
+
+    /// One undo step, re-reading the claim after a conflict (up to three times) and skipping the
+    /// step when the claim no longer carries what the controller wrote.
+    async fn undo_step(&self, step: &UndoStep, mut claim: Arc<ResourceClaim>, pod: &Pod) -> Result<Arc<ResourceClaim>, WriteError> {
+        let mut attempts = 0;
+        loop {
+            let result = match step {
+                UndoStep::Deallocate(_) => {
+                    self.writer
+                        .patch_claim("clear the allocation of", &claim, true, &deallocation_patch(&claim))
+                        .await
+                }
+                UndoStep::Unmark { remove_finalizer, .. } => {
+                    self.writer
+                        .patch_claim(
+                            "remove the finalizer and mark from",
+                            &claim,
+                            false,
+                            &unmark_patch(&claim, *remove_finalizer),
+                        )
+                        .await
+                }
+            };
+            match result {
+                Ok(updated) => return Ok(self.assume_claim(updated)),
+                Err(WriteError::Conflict { .. }) if attempts < 3 => {
+                    attempts += 1;
+                    let Some(mut fresh) = self.writer.get_claim(&claim).await? else {
+                        return Ok(claim);
+                    };
+                    trim::claim(&mut fresh);
+                    let ours = ClaimMark::of(&fresh).is_some_and(|m| m.is_for(pod));
+                    let applies = match step {
+                        UndoStep::Deallocate(_) => {
+                            ours && crate::claims::allocation(&fresh).is_some()
+                                && !crate::claims::is_reserved(&fresh)
+                        }
+                        UndoStep::Unmark { .. } => ours,
+                    };
+                    claim = Arc::new(fresh);
+                    if !applies {
+                        return Ok(claim);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Removes the gate (if gated) and records the placement, then reports.
+    async fn release(&self, pod: Arc<Pod>, gated: bool, record: &PodPlacement, report: Report<'_>) -> Outcome {
+        let gate = gated.then_some(self.config.gate.as_str());
+        let updated = match self
+            .writer
+            .patch_pod("release", &pod, &pod_patch(&pod, Some(record), gate))
+            .await
+        {
+            Ok(updated) => self.assume_pod(updated),
+            Err(e) => return self.write_failed(&pod, e),
+        };
+        self.report(&updated, report).await;
+        Outcome::Done
+    }
+
+    fn write_failed(&self, pod: &Pod, e: WriteError) -> Outcome {
+        self.metrics.failure(e.reason());
+        tracing::info!(pod = %object_key(&pod.metadata), error = %e, "write failed; retrying later");
+        Outcome::Retry
+    }
+
+    /// Sets the condition and publishes an event, unless the condition already says the same.
+    async fn report(&self, pod: &Pod, report: Report<'_>) {
+        let message = truncate(&report.message, CONDITION_MESSAGE_LIMIT);
+        let status = if report.placed { "True" } else { "False" };
+        let unchanged = current_condition(pod).is_some_and(|c| {
+            c.status == status
+                && c.reason.as_deref() == Some(report.reason)
+                && c.message.as_deref() == Some(message.as_str())
+        });
+        if unchanged {
+            return;
+        }
+        match self
+            .writer
+            .set_condition(pod, report.placed, report.reason, &message)
+            .await
+        {
+            Ok(updated) => {
+                self.assume_pod(updated);
+            }
+            Err(e) => {
+                tracing::info!(pod = %object_key(&pod.metadata), error = %e, "setting the pod condition failed");
+            }
+        }
+        self.writer
+            .event(pod, report.warning, report.reason, &report.message)
+            .await;
+    }
+
+    fn assume_claim(&self, mut claim: ResourceClaim) -> Arc<ResourceClaim> {
+        trim::claim(&mut claim);
+        self.cluster.claims.assume(claim)
+    }
+
+    fn assume_pod(&self, mut pod: Pod) -> Arc<Pod> {
+        trim::pod(&mut pod);
+        self.cluster.pods.assume(pod)
+    }
+}
+
+/// `allocated claims ns/a (gpu-4, gpu-5), ns/b (gpu-6) on node n (topology-aware, score …)`.
+fn placed_message(placement: &Placement) -> String {
+    let claims: Vec<String> = placement
+        .writes
+        .iter()
+        .map(|w| {
+            let devices: Vec<&str> = w
+                .allocation
+                .devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+                .map(|r| r.device.as_str())
+                .collect();
+            format!(
+                "{} ({})",
+                claim_list(std::slice::from_ref(&w.claim)),
+                devices.join(", ")
+            )
+        })
+        .collect();
+    let truncated = if placement.truncated {
+        "; the search stopped at its step budget, a better placement may exist"
+    } else {
+        ""
+    };
+    format!(
+        "allocated {} on node {} (topology-aware; {}){truncated}",
+        claims.join(", "),
+        placement.node,
+        placement.score
+    )
+}
