@@ -28,15 +28,22 @@ pub enum WriteError {
         object: String,
         source: NotLeader,
     },
-    #[error("{action} {object}: conflict (it changed since it was read); retrying with the current version")]
-    Conflict { action: &'static str, object: String },
+    #[error(
+        "{action} {object}: conflict (it changed since it was read); retrying with the current version"
+    )]
+    Conflict {
+        action: &'static str,
+        object: String,
+    },
     #[error("{action} {object}: {source}")]
     Api {
         action: &'static str,
         object: String,
         source: kube::Error,
     },
-    #[error("{action} {object}: no answer within {timeout:?}; the write may or may not have happened")]
+    #[error(
+        "{action} {object}: no answer within {timeout:?}; the write may or may not have happened"
+    )]
     Timeout {
         action: &'static str,
         object: String,
@@ -140,7 +147,10 @@ impl ApiWriter {
     }
 
     /// Reads a claim fresh from the API server (after a conflict).
-    pub async fn get_claim(&self, claim: &ResourceClaim) -> Result<Option<ResourceClaim>, WriteError> {
+    pub async fn get_claim(
+        &self,
+        claim: &ResourceClaim,
+    ) -> Result<Option<ResourceClaim>, WriteError> {
         let name = claim.metadata.name.clone().unwrap_or_default();
         let object = format!("ResourceClaim {}", object_key(&claim.metadata));
         let api = self.claims(claim);
@@ -219,7 +229,11 @@ impl ApiWriter {
         self.send(
             "set the placement condition of",
             object,
-            api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)),
+            api.patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            ),
         )
         .await
     }
@@ -244,15 +258,22 @@ impl ApiWriter {
                 EventType::Normal
             },
             reason: reason.to_owned(),
-            note: Some(crate::message::truncate(note, crate::message::EVENT_NOTE_LIMIT)),
+            note: Some(crate::message::truncate(
+                note,
+                crate::message::EVENT_NOTE_LIMIT,
+            )),
             action: "TopologyAwarePlacement".to_owned(),
             secondary: None,
         };
         let publish = self.recorder.publish(&event, &reference);
         match tokio::time::timeout(WRITE_TIMEOUT, publish).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(pod = %object_key(&pod.metadata), error = %e, "publishing an event failed"),
-            Err(_) => tracing::warn!(pod = %object_key(&pod.metadata), "publishing an event timed out"),
+            Ok(Err(e)) => {
+                tracing::warn!(pod = %object_key(&pod.metadata), error = %e, "publishing an event failed")
+            }
+            Err(_) => {
+                tracing::warn!(pod = %object_key(&pod.metadata), "publishing an event timed out")
+            }
         }
     }
 }

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tessera_allocator::{AllocatedState, DeviceId, Inventory};
@@ -131,8 +133,18 @@ pub struct InventorySnapshot {
 impl InventorySnapshot {
     fn build(generation: u64, stores: &Stores) -> InventorySnapshot {
         let slices = stores.slices.state();
-        let classes: Vec<DeviceClass> = stores.classes.state().iter().map(|c| (**c).clone()).collect();
-        let nodes: Vec<NodeFacts> = stores.nodes.state().iter().map(|n| NodeFacts::from(&**n)).collect();
+        let classes: Vec<DeviceClass> = stores
+            .classes
+            .state()
+            .iter()
+            .map(|c| (**c).clone())
+            .collect();
+        let nodes: Vec<NodeFacts> = stores
+            .nodes
+            .state()
+            .iter()
+            .map(|n| NodeFacts::from(&**n))
+            .collect();
         let (managed, managed_nodes) = managed_slices(&slices);
         let managed = Inventory::new(
             managed,
@@ -200,13 +212,19 @@ impl Cluster {
 
     /// A pod, newest version.
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
-        let cached = self.stores.pods.get(&ObjectRef::new(name).within(namespace));
+        let cached = self
+            .stores
+            .pods
+            .get(&ObjectRef::new(name).within(namespace));
         self.pods.newest(cached, namespace, name)
     }
 
     /// A claim, newest version.
     pub fn claim(&self, namespace: &str, name: &str) -> Option<Arc<ResourceClaim>> {
-        let cached = self.stores.claims.get(&ObjectRef::new(name).within(namespace));
+        let cached = self
+            .stores
+            .claims
+            .get(&ObjectRef::new(name).within(namespace));
         self.claims.newest(cached, namespace, name)
     }
 

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use crate::api::ApiWriter;
 use crate::cluster::Cluster;
-use crate::leader::{LeaderElector, LeaseConfig, Leadership};
+use crate::leader::{LeaderElector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::queue::Outcome;
 use crate::watch::{Signals, start};
@@ -78,7 +78,10 @@ impl Health {
         let last = self.heartbeat.load(Ordering::Acquire);
         let age = Duration::from_millis(now_millis().saturating_sub(last));
         if age > HEARTBEAT_LIMIT {
-            return Err(format!("the worker loop has not run for {}s", age.as_secs()));
+            return Err(format!(
+                "the worker loop has not run for {}s",
+                age.as_secs()
+            ));
         }
         Ok(())
     }
@@ -127,7 +130,10 @@ impl Controller {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let (stores, watches) = start(&self.client, &self.signals);
         let watch_tasks: Vec<_> = watches.into_iter().map(tokio::spawn).collect();
-        let cluster = Arc::new(Cluster::new(stores, self.signals.inventory_generation.clone()));
+        let cluster = Arc::new(Cluster::new(
+            stores,
+            self.signals.inventory_generation.clone(),
+        ));
         let (stop_election, election_stopped) = watch::channel(false);
         let elector = self.config.lease.clone().map(|lease| {
             tokio::spawn(

@@ -37,7 +37,13 @@ pub fn managed_slices(slices: &[Arc<ResourceSlice>]) -> (Vec<ResourceSlice>, Has
     let mut pools: BTreeSet<&str> = BTreeSet::new();
     let mut nodes = HashSet::new();
     for slice in slices.iter().filter(|s| s.spec.driver == DRIVER_NAME) {
-        for device in slice.spec.devices.iter().flatten().filter(|d| is_managed(d)) {
+        for device in slice
+            .spec
+            .devices
+            .iter()
+            .flatten()
+            .filter(|d| is_managed(d))
+        {
             pools.insert(slice.spec.pool.name.as_str());
             if let Some(node) = device
                 .node_name
@@ -135,8 +141,18 @@ mod tests {
                 vec![device("gpu-0", true), device("gpu-1", false)],
             ),
             Arc::new(counters),
-            slice("plain-gpus", DRIVER_NAME, "plain", vec![device("gpu-0", false)]),
-            slice("nic", "nic.example.com", "dgx-1", vec![device("eth0", true)]),
+            slice(
+                "plain-gpus",
+                DRIVER_NAME,
+                "plain",
+                vec![device("gpu-0", false)],
+            ),
+            slice(
+                "nic",
+                "nic.example.com",
+                "dgx-1",
+                vec![device("eth0", true)],
+            ),
         ];
         let (managed, nodes) = managed_slices(&slices);
         let kept: Vec<(&str, Vec<&str>)> = managed

@@ -169,13 +169,17 @@ pub fn lease_verdict(
 /// Why talking to the Lease failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    #[error("read Lease {namespace}/{name}: {source}; check that the namespace exists and RBAC allows get")]
+    #[error(
+        "read Lease {namespace}/{name}: {source}; check that the namespace exists and RBAC allows get"
+    )]
     Read {
         namespace: String,
         name: String,
         source: kube::Error,
     },
-    #[error("write Lease {namespace}/{name}: {source}; check that RBAC allows create and update on leases")]
+    #[error(
+        "write Lease {namespace}/{name}: {source}; check that RBAC allows create and update on leases"
+    )]
     Write {
         namespace: String,
         name: String,
@@ -231,7 +235,9 @@ impl LeaderElector {
             }
             let started = Instant::now();
             match self.try_acquire_or_renew(started).await {
-                Ok(true) => self.leadership.renewed(started + self.config.renew_deadline),
+                Ok(true) => self
+                    .leadership
+                    .renewed(started + self.config.renew_deadline),
                 Ok(false) => self.leadership.lost(),
                 Err(e) => {
                     tracing::warn!(error = %e, "leader election: acquiring or renewing the lease failed");
@@ -376,10 +382,22 @@ mod tests {
     fn verdicts_follow_the_local_observation_clock() {
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(16);
-        assert_eq!(lease_verdict(&spec(None, 15), "me", t0, t0), LeaseVerdict::Free);
-        assert_eq!(lease_verdict(&spec(Some(""), 15), "me", t0, t0), LeaseVerdict::Free);
-        assert_eq!(lease_verdict(&spec(Some("me"), 15), "me", t0, later), LeaseVerdict::Mine);
-        assert_eq!(lease_verdict(&spec(Some("other"), 15), "me", t0, t0), LeaseVerdict::Held);
+        assert_eq!(
+            lease_verdict(&spec(None, 15), "me", t0, t0),
+            LeaseVerdict::Free
+        );
+        assert_eq!(
+            lease_verdict(&spec(Some(""), 15), "me", t0, t0),
+            LeaseVerdict::Free
+        );
+        assert_eq!(
+            lease_verdict(&spec(Some("me"), 15), "me", t0, later),
+            LeaseVerdict::Mine
+        );
+        assert_eq!(
+            lease_verdict(&spec(Some("other"), 15), "me", t0, t0),
+            LeaseVerdict::Held
+        );
         assert_eq!(
             lease_verdict(&spec(Some("other"), 15), "me", t0, later),
             LeaseVerdict::Free,

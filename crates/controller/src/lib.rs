@@ -37,5 +37,5 @@ pub mod worker;
 pub mod writes;
 
 pub use controller::{Controller, ControllerConfig, Health};
-pub use leader::{LeaseConfig, Leadership};
+pub use leader::{Leadership, LeaseConfig};
 pub use metrics::Metrics;

@@ -221,8 +221,7 @@ mod tests {
         assert!(args.leader_elect);
         assert_eq!(args.gate_name, TOPOLOGY_AWARE_GATE);
         assert_eq!(args.lease_name, "tessera-controller");
-        let args =
-            Args::try_parse_from(["tessera-controller", "--leader-elect=false"]).unwrap();
+        let args = Args::try_parse_from(["tessera-controller", "--leader-elect=false"]).unwrap();
         assert!(!args.leader_elect);
     }
 }

@@ -160,7 +160,10 @@ mod tests {
         m.failure("Unsatisfiable");
         m.decision_seconds.observe(0.004);
         let text = m.encode();
-        assert!(text.contains("tessera_controller_pods_placed_total 1"), "{text}");
+        assert!(
+            text.contains("tessera_controller_pods_placed_total 1"),
+            "{text}"
+        );
         assert!(
             text.contains("tessera_controller_failures_total{reason=\"Unsatisfiable\"} 1"),
             "{text}"

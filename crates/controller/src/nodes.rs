@@ -73,7 +73,10 @@ impl PodRequirements {
             return Some(Rejection::Unschedulable);
         }
         let labels = &node.info.labels;
-        if self.node_selector.iter().any(|(k, v)| labels.get(k) != Some(v))
+        if self
+            .node_selector
+            .iter()
+            .any(|(k, v)| labels.get(k) != Some(v))
             || self
                 .affinity
                 .as_ref()
@@ -287,10 +290,16 @@ mod tests {
     fn toleration_rules() {
         let t = taint("gpu", "h100", "NoSchedule");
         assert!(tolerates(&toleration("gpu", "Exists", "", ""), &t));
-        assert!(tolerates(&toleration("gpu", "Equal", "h100", "NoSchedule"), &t));
+        assert!(tolerates(
+            &toleration("gpu", "Equal", "h100", "NoSchedule"),
+            &t
+        ));
         assert!(tolerates(&toleration("gpu", "", "h100", ""), &t));
         assert!(!tolerates(&toleration("gpu", "Equal", "a100", ""), &t));
-        assert!(!tolerates(&toleration("gpu", "Exists", "", "NoExecute"), &t));
+        assert!(!tolerates(
+            &toleration("gpu", "Exists", "", "NoExecute"),
+            &t
+        ));
         assert!(tolerates(&toleration("", "Exists", "", ""), &t));
         assert!(!tolerates(&toleration("other", "Exists", "", ""), &t));
     }
@@ -384,7 +393,12 @@ mod tests {
             Some(Rejection::Unschedulable)
         );
         let tolerant = pod(PodSpec {
-            tolerations: Some(vec![toleration(UNSCHEDULABLE_TAINT, "Exists", "", "NoSchedule")]),
+            tolerations: Some(vec![toleration(
+                UNSCHEDULABLE_TAINT,
+                "Exists",
+                "",
+                "NoSchedule",
+            )]),
             ..affinity
         });
         assert_eq!(tolerant.rejection(&cordoned, &used), None);
@@ -394,7 +408,8 @@ mod tests {
     fn rejecting_an_eligible_node_moves_it_to_the_summary() {
         let nodes = [node("a", &[], vec![], "8"), node("b", &[], vec![], "8")];
         let managed: HashSet<String> = ["a".to_owned(), "b".to_owned()].into();
-        let mut filter = NodeFilter::run(&pod(PodSpec::default()), &nodes, &managed, &HashMap::new());
+        let mut filter =
+            NodeFilter::run(&pod(PodSpec::default()), &nodes, &managed, &HashMap::new());
         filter.reject("a", Rejection::Avoided);
         filter.reject("zzz", Rejection::Avoided);
         assert_eq!(filter.eligible, HashSet::from(["b".to_owned()]));

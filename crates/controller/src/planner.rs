@@ -208,7 +208,12 @@ fn allocate(
     nodes: &NodeFilter,
     options: &AllocateOptions,
 ) -> Result<Outcome, AllocateError> {
-    inventory.allocate_among(claims, in_use, |n| nodes.eligible.contains(&n.name), options)
+    inventory.allocate_among(
+        claims,
+        in_use,
+        |n| nodes.eligible.contains(&n.name),
+        options,
+    )
 }
 
 fn invalid(e: AllocateError, sorted: &PodClaims) -> Action {

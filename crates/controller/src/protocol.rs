@@ -194,12 +194,22 @@ mod tests {
         placement
             .avoid
             .insert("node-old".into(), "2026-11-22T09:00:00Z".into());
-        placement.avoid.insert("node-bad".into(), "yesterday".into());
+        placement
+            .avoid
+            .insert("node-bad".into(), "yesterday".into());
         assert_eq!(placement.avoided_at(now), ["node-a"]);
         assert!(placement.avoided_at(at("2026-11-22T10:05:01Z")).is_empty());
-        placement.avoid_node("node-b", at("2026-11-22T10:01:00Z"), SignedDuration::from_mins(5));
+        placement.avoid_node(
+            "node-b",
+            at("2026-11-22T10:01:00Z"),
+            SignedDuration::from_mins(5),
+        );
         let kept: Vec<&str> = placement.avoid.keys().map(String::as_str).collect();
-        assert_eq!(kept, ["node-a", "node-b"], "expired and unreadable entries are dropped");
+        assert_eq!(
+            kept,
+            ["node-a", "node-b"],
+            "expired and unreadable entries are dropped"
+        );
     }
 
     #[test]

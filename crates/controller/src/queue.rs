@@ -30,7 +30,9 @@ pub fn backoff(failures: u32) -> Duration {
 enum State {
     Ready,
     /// Being processed; `again`: it changed meanwhile.
-    Processing { again: bool },
+    Processing {
+        again: bool,
+    },
     /// Retry at this time.
     Delayed(Instant),
     /// Retry after a cluster change past `not_before`, or at `deadline`.
@@ -232,7 +234,11 @@ mod tests {
         assert_eq!(q.pop(now), None);
         q.add("ns/a");
         q.done("ns/a", Outcome::Done, now);
-        assert_eq!(q.pop(now).as_deref(), Some("ns/a"), "changed while processed");
+        assert_eq!(
+            q.pop(now).as_deref(),
+            Some("ns/a"),
+            "changed while processed"
+        );
         q.done("ns/a", Outcome::Done, now);
         assert_eq!(q.pop(now), None);
         assert_eq!(q.next_due(), None);
@@ -275,7 +281,10 @@ mod tests {
         assert_eq!(q.pop(now), None);
         assert_eq!(q.pop(now + BACKOFF_START).as_deref(), Some("ns/a"));
         q.done("ns/a", Outcome::After(Duration::from_millis(10)), now);
-        assert_eq!(q.pop(now + Duration::from_millis(10)).as_deref(), Some("ns/a"));
+        assert_eq!(
+            q.pop(now + Duration::from_millis(10)).as_deref(),
+            Some("ns/a")
+        );
         q.done("ns/a", Outcome::Done, now);
         assert_eq!(q.ready_len() + q.waiting_len(), 0);
     }

@@ -129,7 +129,9 @@ fn owned_by(claim: &ResourceClaim, pod_uid: &str) -> bool {
 mod tests {
     use std::collections::HashMap;
 
-    use k8s_openapi::api::core::v1::{PodResourceClaim, PodResourceClaimStatus, PodSpec, PodStatus};
+    use k8s_openapi::api::core::v1::{
+        PodResourceClaim, PodResourceClaimStatus, PodSpec, PodStatus,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
     use k8s_openapi::jiff::Timestamp;
 

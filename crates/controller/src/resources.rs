@@ -139,7 +139,11 @@ impl std::fmt::Display for Shortage {
 
 /// The first resource the node lacks for a pod requesting `requests`, as NodeResourcesFit
 /// checks it (a resource the pod does not request never blocks it; the pod count always does).
-pub fn shortage(allocatable: &Allocatable, used: &NodeUsage, requests: &Requests) -> Option<Shortage> {
+pub fn shortage(
+    allocatable: &Allocatable,
+    used: &NodeUsage,
+    requests: &Requests,
+) -> Option<Shortage> {
     if used.pods.saturating_add(1) > allocatable.pods {
         return Some(Shortage::Pods);
     }
@@ -218,9 +222,15 @@ mod tests {
     fn overhead_and_pod_level_requests() {
         let spec = PodSpec {
             containers: vec![container("1", "1Gi")],
-            overhead: Some(BTreeMap::from([("cpu".to_owned(), Quantity("100m".into()))])),
+            overhead: Some(BTreeMap::from([(
+                "cpu".to_owned(),
+                Quantity("100m".into()),
+            )])),
             resources: Some(ResourceRequirements {
-                requests: Some(BTreeMap::from([("memory".to_owned(), Quantity("4Gi".into()))])),
+                requests: Some(BTreeMap::from([(
+                    "memory".to_owned(),
+                    Quantity("4Gi".into()),
+                )])),
                 ..Default::default()
             }),
             ..Default::default()
@@ -262,7 +272,10 @@ mod tests {
             cpu: q("1001m"),
             memory: q("0"),
         };
-        assert_eq!(shortage(&allocatable, &used, &cpu_heavy), Some(Shortage::Cpu));
+        assert_eq!(
+            shortage(&allocatable, &used, &cpu_heavy),
+            Some(Shortage::Cpu)
+        );
         let memory_heavy = Requests {
             cpu: q("0"),
             memory: q("8Gi"),
@@ -277,7 +290,11 @@ mod tests {
             Some(Shortage::Pods)
         );
         assert_eq!(
-            shortage(&Allocatable::of(&Node::default()), &NodeUsage::default(), &Requests::default()),
+            shortage(
+                &Allocatable::of(&Node::default()),
+                &NodeUsage::default(),
+                &Requests::default()
+            ),
             Some(Shortage::Pods),
             "a node without allocatable takes no pods"
         );

@@ -8,16 +8,18 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, Node, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, ResourceRequirements,
 };
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::protocol::{CLAIM_MARK_ANNOTATION, PLACEMENT_CONDITION, POD_PLACEMENT_ANNOTATION};
 
 fn keep_annotation(meta: &mut ObjectMeta, name: &str) {
-    meta.annotations = meta
-        .annotations
-        .take()
-        .and_then(|mut a| a.remove(name).map(|v| BTreeMap::from([(name.to_owned(), v)])));
+    meta.annotations = meta.annotations.take().and_then(|mut a| {
+        a.remove(name)
+            .map(|v| BTreeMap::from([(name.to_owned(), v)]))
+    });
 }
 
 fn identity(meta: &ObjectMeta) -> ObjectMeta {
@@ -143,7 +145,7 @@ pub fn template(template: &mut ResourceClaimTemplate) {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{
-        EnvVar, NodeCondition, NodeSelector, NodeAffinity, PodCondition, PodSchedulingGate,
+        EnvVar, NodeAffinity, NodeCondition, NodeSelector, PodCondition, PodSchedulingGate,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
@@ -186,10 +188,7 @@ mod tests {
                         ..Default::default()
                     }]),
                     resources: Some(ResourceRequirements {
-                        requests: Some(BTreeMap::from([(
-                            "cpu".to_owned(),
-                            Quantity("1".into()),
-                        )])),
+                        requests: Some(BTreeMap::from([("cpu".to_owned(), Quantity("1".into()))])),
                         limits: Some(BTreeMap::from([("cpu".to_owned(), Quantity("2".into()))])),
                         ..Default::default()
                     }),
@@ -216,7 +215,11 @@ mod tests {
         let meta = &p.metadata;
         assert_eq!(meta.resource_version.as_deref(), Some("9"));
         assert_eq!(
-            meta.annotations.as_ref().unwrap().keys().collect::<Vec<_>>(),
+            meta.annotations
+                .as_ref()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
             [POD_PLACEMENT_ANNOTATION]
         );
         assert!(meta.labels.is_none() && meta.managed_fields.is_none());

@@ -9,11 +9,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, Pod, PodResourceClaim, PodResourceClaimStatus, PodSchedulingGate};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use k8s_openapi::api::core::v1::{
+    Node, Pod, PodResourceClaim, PodResourceClaimStatus, PodSchedulingGate,
+};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
@@ -121,12 +125,16 @@ fn on_pod(signals: &Signals, event: &Event<Pod>, old: Option<Arc<Pod>>, store: &
         Event::Apply(pod) | Event::InitApply(pod) => {
             let old_work = old.as_deref().and_then(|o| pod_work(o, &signals.gate));
             match pod_work(pod, &signals.gate) {
-                Some(work) if old_work.as_ref() != Some(&work) => signals.enqueue(key(&pod.metadata)),
+                Some(work) if old_work.as_ref() != Some(&work) => {
+                    signals.enqueue(key(&pod.metadata))
+                }
                 None if old_work.is_some() => signals.forget(&key(&pod.metadata)),
                 _ => {}
             }
             let usage = pod_usage(pod);
-            if old.as_deref().map(pod_usage) != Some(usage.clone()) && (usage.0.is_some() || old.is_some()) {
+            if old.as_deref().map(pod_usage) != Some(usage.clone())
+                && (usage.0.is_some() || old.is_some())
+            {
                 signals.cluster_changed();
             }
         }
@@ -222,7 +230,9 @@ async fn drive<K, S>(
             }
         };
         let old = match &event {
-            Event::Apply(o) | Event::Delete(o) | Event::InitApply(o) => reader.get(&ObjectRef::from_obj(o)),
+            Event::Apply(o) | Event::Delete(o) | Event::InitApply(o) => {
+                reader.get(&ObjectRef::from_obj(o))
+            }
             Event::Init | Event::InitDone => None,
         };
         writer.apply_watcher_event(&event);
@@ -252,7 +262,10 @@ where
 pub fn start(
     client: &Client,
     signals: &Arc<Signals>,
-) -> (Stores, Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>) {
+) -> (
+    Stores,
+    Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
+) {
     let (pods, pods_writer) = reflector::store::<Pod>();
     let (claims, claims_writer) = reflector::store::<ResourceClaim>();
     let (slices, slices_writer) = reflector::store::<ResourceSlice>();
@@ -268,25 +281,40 @@ pub fn start(
         templates,
     };
     let s = signals.clone();
-    let pod_watch = drive(watch_stream(client, trim::pod), pods_writer, signals.clone(), move |e, old, store| {
-        on_pod(&s, e, old, store)
-    });
+    let pod_watch = drive(
+        watch_stream(client, trim::pod),
+        pods_writer,
+        signals.clone(),
+        move |e, old, store| on_pod(&s, e, old, store),
+    );
     let s = signals.clone();
-    let claim_watch = drive(watch_stream(client, trim::claim), claims_writer, signals.clone(), move |e, _, _| {
-        on_claim(&s, e, &pods)
-    });
+    let claim_watch = drive(
+        watch_stream(client, trim::claim),
+        claims_writer,
+        signals.clone(),
+        move |e, _, _| on_claim(&s, e, &pods),
+    );
     let s = signals.clone();
-    let slice_watch = drive(watch_stream(client, trim::slice), slices_writer, signals.clone(), move |e, _, _| {
-        on_inventory_input(&s, e)
-    });
+    let slice_watch = drive(
+        watch_stream(client, trim::slice),
+        slices_writer,
+        signals.clone(),
+        move |e, _, _| on_inventory_input(&s, e),
+    );
     let s = signals.clone();
-    let class_watch = drive(watch_stream(client, trim::class), classes_writer, signals.clone(), move |e, _, _| {
-        on_inventory_input(&s, e)
-    });
+    let class_watch = drive(
+        watch_stream(client, trim::class),
+        classes_writer,
+        signals.clone(),
+        move |e, _, _| on_inventory_input(&s, e),
+    );
     let s = signals.clone();
-    let node_watch = drive(watch_stream(client, trim::node), nodes_writer, signals.clone(), move |e, old, _| {
-        on_node(&s, e, old)
-    });
+    let node_watch = drive(
+        watch_stream(client, trim::node),
+        nodes_writer,
+        signals.clone(),
+        move |e, old, _| on_node(&s, e, old),
+    );
     let s = signals.clone();
     let template_watch = drive(
         watch_stream(client, trim::template),

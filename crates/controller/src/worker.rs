@@ -78,32 +78,36 @@ impl Worker {
             Resolution::Resolved(claims) => claims,
             Resolution::Waiting(message) => {
                 self.metrics.failure("WaitingForClaims");
-                self.report(&pod, Report {
-                    placed: false,
-                    reason: "WaitingForClaims",
-                    message,
-                    warning: false,
-                })
+                self.report(
+                    &pod,
+                    Report {
+                        placed: false,
+                        reason: "WaitingForClaims",
+                        message,
+                        warning: false,
+                    },
+                )
                 .await;
                 return Outcome::Park;
             }
             Resolution::Invalid(message) => {
                 self.metrics.failure("InvalidInput");
-                self.report(&pod, Report {
-                    placed: false,
-                    reason: "InvalidInput",
-                    message,
-                    warning: true,
-                })
+                self.report(
+                    &pod,
+                    Report {
+                        placed: false,
+                        reason: "InvalidInput",
+                        message,
+                        warning: true,
+                    },
+                )
                 .await;
                 return Outcome::Park;
             }
         };
-        let snapshot = self
-            .cluster
-            .inventory(|| {
-                self.metrics.inventory_rebuilds.inc();
-            });
+        let snapshot = self.cluster.inventory(|| {
+            self.metrics.inventory_rebuilds.inc();
+        });
         let in_use = self.cluster.devices_in_use();
         let usage = self
             .cluster
@@ -133,7 +137,13 @@ impl Worker {
         self.execute(pod, gated, decision, started).await
     }
 
-    async fn execute(&self, mut pod: Arc<Pod>, gated: bool, decision: Decision, started: Instant) -> Outcome {
+    async fn execute(
+        &self,
+        mut pod: Arc<Pod>,
+        gated: bool,
+        decision: Decision,
+        started: Instant,
+    ) -> Outcome {
         let Decision {
             action,
             mut record,
@@ -157,13 +167,20 @@ impl Worker {
                     record.node = node;
                 }
                 record.placed_at = Timestamp::now().to_string();
-                let message = "every claim of the pod was already allocated; released it to the scheduler".to_owned();
-                self.release(pod, gated, &record, Report {
-                    placed: true,
-                    reason: "AlreadyAllocated",
-                    message,
-                    warning: false,
-                })
+                let message =
+                    "every claim of the pod was already allocated; released it to the scheduler"
+                        .to_owned();
+                self.release(
+                    pod,
+                    gated,
+                    &record,
+                    Report {
+                        placed: true,
+                        reason: "AlreadyAllocated",
+                        message,
+                        warning: false,
+                    },
+                )
                 .await
             }
             Action::LeaveToScheduler { message } => {
@@ -175,12 +192,15 @@ impl Worker {
                     Err(e) => return self.write_failed(&pod, e),
                 }
                 self.metrics.pods_left_to_scheduler.inc();
-                self.report(&pod, Report {
-                    placed: false,
-                    reason: "LeftToScheduler",
-                    message,
-                    warning: false,
-                })
+                self.report(
+                    &pod,
+                    Report {
+                        placed: false,
+                        reason: "LeftToScheduler",
+                        message,
+                        warning: false,
+                    },
+                )
                 .await;
                 Outcome::Done
             }
@@ -195,12 +215,15 @@ impl Worker {
                     }
                 }
                 self.metrics.failure(failure.reason());
-                self.report(&pod, Report {
-                    placed: false,
-                    reason: failure.reason(),
-                    message,
-                    warning: true,
-                })
+                self.report(
+                    &pod,
+                    Report {
+                        placed: false,
+                        reason: failure.reason(),
+                        message,
+                        warning: true,
+                    },
+                )
                 .await;
                 Outcome::Park
             }
@@ -218,7 +241,10 @@ impl Worker {
     ) -> Outcome {
         let mut newest: HashMap<String, Arc<ResourceClaim>> = HashMap::new();
         for claim in &placement.undo {
-            match self.undo(&[ClaimProgress::of_own(claim.clone())], &pod).await {
+            match self
+                .undo(&[ClaimProgress::of_own(claim.clone())], &pod)
+                .await
+            {
                 Ok(updated) => {
                     newest.extend(updated.into_iter().map(|c| (claim_key(&c), c)));
                 }
@@ -232,7 +258,13 @@ impl Worker {
                 .cloned()
                 .unwrap_or_else(|| write.claim.clone());
             if let Err(e) = self
-                .write_claim(&pod, &placement.node, claim, &write.allocation, &mut progress)
+                .write_claim(
+                    &pod,
+                    &placement.node,
+                    claim,
+                    &write.allocation,
+                    &mut progress,
+                )
                 .await
             {
                 tracing::info!(pod = %object_key(&pod.metadata), error = %e,
@@ -251,12 +283,17 @@ impl Worker {
             .claims_allocated
             .inc_by(placement.writes.len() as u64);
         let outcome = self
-            .release(pod, gated, &record, Report {
-                placed: true,
-                reason: "Allocated",
-                message,
-                warning: false,
-            })
+            .release(
+                pod,
+                gated,
+                &record,
+                Report {
+                    placed: true,
+                    reason: "Allocated",
+                    message,
+                    warning: false,
+                },
+            )
             .await;
         if outcome == Outcome::Done {
             self.metrics.pods_placed.inc();
@@ -281,7 +318,12 @@ impl Worker {
         if !is_marked(&claim, &mark) {
             let updated = self
                 .writer
-                .patch_claim("add the finalizer and mark to", &claim, false, &mark_patch(&claim, &mark))
+                .patch_claim(
+                    "add the finalizer and mark to",
+                    &claim,
+                    false,
+                    &mark_patch(&claim, &mark),
+                )
                 .await?;
             claim = self.assume_claim(updated);
         }
@@ -295,7 +337,12 @@ impl Worker {
         allocation.allocation_timestamp = Some(Time(Timestamp::now()));
         let updated = self
             .writer
-            .patch_claim("write the allocation of", &claim, true, &allocation_patch(&claim, &allocation))
+            .patch_claim(
+                "write the allocation of",
+                &claim,
+                true,
+                &allocation_patch(&claim, &allocation),
+            )
             .await?;
         let claim = self.assume_claim(updated);
         if let Some(last) = progress.last_mut() {
@@ -306,11 +353,18 @@ impl Worker {
     }
 
     /// Undoes `progress` (see [`undo_plan`]); returns the claims as they are afterwards.
-    async fn undo(&self, progress: &[ClaimProgress], pod: &Pod) -> Result<Vec<Arc<ResourceClaim>>, WriteError> {
+    async fn undo(
+        &self,
+        progress: &[ClaimProgress],
+        pod: &Pod,
+    ) -> Result<Vec<Arc<ResourceClaim>>, WriteError> {
         let mut newest: HashMap<String, Arc<ResourceClaim>> = HashMap::new();
         for step in undo_plan(progress) {
             let key = claim_key(step.claim());
-            let claim = newest.get(&key).cloned().unwrap_or_else(|| step.claim().clone());
+            let claim = newest
+                .get(&key)
+                .cloned()
+                .unwrap_or_else(|| step.claim().clone());
             let updated = self.undo_step(&step, claim, pod).await?;
             if matches!(step, UndoStep::Deallocate(_)) {
                 self.metrics.claims_undone.inc();
@@ -322,16 +376,28 @@ impl Worker {
 
     /// One undo step, re-reading the claim after a conflict (up to three times) and skipping the
     /// step when the claim no longer carries what the controller wrote.
-    async fn undo_step(&self, step: &UndoStep, mut claim: Arc<ResourceClaim>, pod: &Pod) -> Result<Arc<ResourceClaim>, WriteError> {
+    async fn undo_step(
+        &self,
+        step: &UndoStep,
+        mut claim: Arc<ResourceClaim>,
+        pod: &Pod,
+    ) -> Result<Arc<ResourceClaim>, WriteError> {
         let mut attempts = 0;
         loop {
             let result = match step {
                 UndoStep::Deallocate(_) => {
                     self.writer
-                        .patch_claim("clear the allocation of", &claim, true, &deallocation_patch(&claim))
+                        .patch_claim(
+                            "clear the allocation of",
+                            &claim,
+                            true,
+                            &deallocation_patch(&claim),
+                        )
                         .await
                 }
-                UndoStep::Unmark { remove_finalizer, .. } => {
+                UndoStep::Unmark {
+                    remove_finalizer, ..
+                } => {
                     self.writer
                         .patch_claim(
                             "remove the finalizer and mark from",
@@ -369,7 +435,13 @@ impl Worker {
     }
 
     /// Removes the gate (if gated) and records the placement, then reports.
-    async fn release(&self, pod: Arc<Pod>, gated: bool, record: &PodPlacement, report: Report<'_>) -> Outcome {
+    async fn release(
+        &self,
+        pod: Arc<Pod>,
+        gated: bool,
+        record: &PodPlacement,
+        report: Report<'_>,
+    ) -> Outcome {
         let gate = gated.then_some(self.config.gate.as_str());
         let updated = match self
             .writer

@@ -14,7 +14,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use serde_json::{Value, json};
 
-use crate::protocol::{CLAIM_FINALIZER, CLAIM_MARK_ANNOTATION, ClaimMark, POD_PLACEMENT_ANNOTATION, PodPlacement};
+use crate::protocol::{
+    CLAIM_FINALIZER, CLAIM_MARK_ANNOTATION, ClaimMark, POD_PLACEMENT_ANNOTATION, PodPlacement,
+};
 
 fn resource_version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Value {
     meta.resource_version
@@ -311,7 +313,10 @@ mod tests {
         ] {
             assert_eq!(patch["metadata"]["resourceVersion"], json!("41"), "{patch}");
         }
-        assert_eq!(deallocation_patch(&c)["status"], json!({"allocation": null}));
+        assert_eq!(
+            deallocation_patch(&c)["status"],
+            json!({"allocation": null})
+        );
     }
 
     #[test]
@@ -320,7 +325,11 @@ mod tests {
             node: "node-1".into(),
             ..Default::default()
         };
-        let patch = pod_patch(&pod(), Some(&record), Some("gpu.tessera.dev/topology-aware"));
+        let patch = pod_patch(
+            &pod(),
+            Some(&record),
+            Some("gpu.tessera.dev/topology-aware"),
+        );
         assert_eq!(
             patch,
             json!({
