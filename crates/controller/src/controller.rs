@@ -53,6 +53,17 @@ impl ControllerConfig {
     }
 }
 
+/// Tasks aborted when dropped.
+struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
 /// What `/healthz` and `/readyz` look at.
 #[derive(Clone)]
 pub struct Health {
@@ -129,18 +140,26 @@ impl Controller {
     /// Runs until `shutdown` completes, then stops in order.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let (stores, watches) = start(&self.client, &self.signals);
-        let watch_tasks: Vec<_> = watches.into_iter().map(tokio::spawn).collect();
+        // Dropping `run` (a crash, in tests) stops every task it started, as a process exit would.
+        let _watch_tasks = Tasks(watches.into_iter().map(tokio::spawn).collect());
         let cluster = Arc::new(Cluster::new(
             stores,
             self.signals.inventory_generation.clone(),
         ));
         let (stop_election, election_stopped) = watch::channel(false);
-        let elector = self.config.lease.clone().map(|lease| {
-            tokio::spawn(
-                LeaderElector::new(self.client.clone(), lease, self.leadership.clone())
-                    .run(election_stopped),
-            )
-        });
+        let mut elector = Tasks(
+            self.config
+                .lease
+                .clone()
+                .map(|lease| {
+                    tokio::spawn(
+                        LeaderElector::new(self.client.clone(), lease, self.leadership.clone())
+                            .run(election_stopped),
+                    )
+                })
+                .into_iter()
+                .collect(),
+        );
         let worker = Worker {
             cluster: cluster.clone(),
             writer: ApiWriter::new(
@@ -163,13 +182,10 @@ impl Controller {
         self.work(&worker, shutdown).await;
         tracing::info!("shutting down: releasing the lease");
         let _ = stop_election.send(true);
-        if let Some(elector) = elector {
-            let _ = elector.await;
+        for task in std::mem::take(&mut elector.0) {
+            let _ = task.await;
         }
         self.metrics.leader.set(0);
-        for task in watch_tasks {
-            task.abort();
-        }
     }
 
     /// The worker loop, until `shutdown` completes; a pod being processed is finished first (its

@@ -29,9 +29,10 @@ pub fn backoff(failures: u32) -> Duration {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Ready,
-    /// Being processed; `again`: it changed meanwhile.
+    /// Being processed since the cluster was at `epoch`; `again`: it changed meanwhile.
     Processing {
         again: bool,
+        epoch: u64,
     },
     /// Retry at this time.
     Delayed(Instant),
@@ -74,7 +75,7 @@ impl WorkQueue {
     pub fn add(&mut self, key: &str) {
         match self.states.get_mut(key) {
             Some(State::Ready) => {}
-            Some(State::Processing { again }) => *again = true,
+            Some(State::Processing { again, .. }) => *again = true,
             _ => {
                 self.states.insert(key.to_owned(), State::Ready);
                 self.ready.push_back(key.to_owned());
@@ -100,8 +101,14 @@ impl WorkQueue {
         self.promote(now);
         while let Some(key) = self.ready.pop_front() {
             if self.states.get(&key) == Some(&State::Ready) {
-                self.states
-                    .insert(key.clone(), State::Processing { again: false });
+                let epoch = self.epoch;
+                self.states.insert(
+                    key.clone(),
+                    State::Processing {
+                        again: false,
+                        epoch,
+                    },
+                );
                 return Some(key);
             }
         }
@@ -129,10 +136,12 @@ impl WorkQueue {
 
     /// Records how processing `key` ended.
     pub fn done(&mut self, key: &str, outcome: Outcome, now: Instant) {
-        let again = matches!(
-            self.states.get(key),
-            Some(State::Processing { again: true })
-        );
+        // A park waits for a change after the pod was taken off the queue: what changed while
+        // it was processed may already be what it waits for.
+        let (again, started) = match self.states.get(key) {
+            Some(State::Processing { again, epoch }) => (*again, *epoch),
+            _ => (false, self.epoch),
+        };
         let failures = self.failures.get(key).copied().unwrap_or(0);
         let next = match outcome {
             Outcome::Done => {
@@ -144,7 +153,7 @@ impl WorkQueue {
                 Some(State::Parked {
                     not_before: now + backoff(failures),
                     deadline: now + PARK_LIMIT,
-                    epoch: self.epoch,
+                    epoch: started,
                 })
             }
             Outcome::Retry => {
@@ -269,6 +278,17 @@ mod tests {
         quiet.pop(now);
         quiet.done("ns/b", Outcome::Park, now);
         assert_eq!(quiet.pop(now + PARK_LIMIT).as_deref(), Some("ns/b"));
+    }
+
+    #[test]
+    fn a_change_while_processing_counts_for_the_park() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new();
+        q.add("ns/a");
+        q.pop(now);
+        q.cluster_changed();
+        q.done("ns/a", Outcome::Park, now);
+        assert_eq!(q.pop(now + BACKOFF_START).as_deref(), Some("ns/a"));
     }
 
     #[test]

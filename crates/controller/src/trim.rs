@@ -138,7 +138,7 @@ pub fn node(node: &mut Node) {
 pub fn template(template: &mut ResourceClaimTemplate) {
     *template = ResourceClaimTemplate {
         metadata: identity(&template.metadata),
-        spec: Default::default(),
+        spec: None,
     };
 }
 

@@ -156,33 +156,44 @@ fn on_pod(signals: &Signals, event: &Event<Pod>, old: Option<Arc<Pod>>, store: &
     }
 }
 
-fn on_claim(signals: &Signals, event: &Event<ResourceClaim>, pods: &Store<Pod>) {
+fn on_claim(
+    signals: &Signals,
+    event: &Event<ResourceClaim>,
+    old: Option<Arc<ResourceClaim>>,
+    pods: &Store<Pod>,
+) {
     let claim = match event {
-        Event::Apply(c) | Event::InitApply(c) | Event::Delete(c) => c,
-        Event::InitDone => {
+        Event::Apply(c) | Event::InitApply(c) => c,
+        Event::Delete(_) | Event::InitDone => {
             signals.cluster_changed();
             return;
         }
         Event::Init => return,
     };
     let namespace = claim.metadata.namespace.clone().unwrap_or_default();
-    // The pod the controller allocated the claim for (the scheduler may have given it back), and
-    // the pod a generated claim belongs to (it may be waiting for it).
-    let mark = ClaimMark::of(claim).map(|m| m.pod);
-    let owner = claim
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.kind == "Pod" && o.controller == Some(true))
-        .map(|o| o.name.clone());
-    for pod in [mark, owner].into_iter().flatten() {
-        let candidate = pods
-            .get(&ObjectRef::new(&pod).within(&namespace))
-            .is_some_and(|p| is_candidate(&p, &signals.gate));
-        if candidate {
-            signals.enqueue(format!("{namespace}/{pod}"));
-        }
+    let pod = |name: &str| pods.get(&ObjectRef::new(name).within(&namespace));
+    // A released pod whose claim lost the allocation the controller wrote: the scheduler gave it
+    // back. (Gated pods are not woken: the controller's own undo passes through that state.)
+    if let Some(mark) = ClaimMark::of(claim)
+        && crate::claims::allocation(claim).is_none()
+        && old.as_deref().and_then(crate::claims::allocation).is_some()
+        && pod(&mark.pod).is_some_and(|p| {
+            is_candidate(&p, &signals.gate) && !crate::protocol::is_gated(&p, &signals.gate)
+        })
+    {
+        signals.enqueue(format!("{namespace}/{}", mark.pod));
+    }
+    // A claim generated for a pod that may be waiting for it.
+    if old.is_none()
+        && let Some(owner) = claim
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.kind == "Pod" && o.controller == Some(true))
+        && pod(&owner.name).is_some_and(|p| is_candidate(&p, &signals.gate))
+    {
+        signals.enqueue(format!("{namespace}/{}", owner.name));
     }
     signals.cluster_changed();
 }
@@ -258,14 +269,11 @@ where
         .modify(trim)
 }
 
+/// A watch, driving its store until dropped.
+pub type WatchTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Starts the six watches. The returned futures run until dropped.
-pub fn start(
-    client: &Client,
-    signals: &Arc<Signals>,
-) -> (
-    Stores,
-    Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
-) {
+pub fn start(client: &Client, signals: &Arc<Signals>) -> (Stores, Vec<WatchTask>) {
     let (pods, pods_writer) = reflector::store::<Pod>();
     let (claims, claims_writer) = reflector::store::<ResourceClaim>();
     let (slices, slices_writer) = reflector::store::<ResourceSlice>();
@@ -292,7 +300,7 @@ pub fn start(
         watch_stream(client, trim::claim),
         claims_writer,
         signals.clone(),
-        move |e, _, _| on_claim(&s, e, &pods),
+        move |e, old, _| on_claim(&s, e, old, &pods),
     );
     let s = signals.clone();
     let slice_watch = drive(
@@ -326,7 +334,7 @@ pub fn start(
             }
         },
     );
-    let tasks: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> = vec![
+    let tasks: Vec<WatchTask> = vec![
         Box::pin(pod_watch),
         Box::pin(claim_watch),
         Box::pin(slice_watch),

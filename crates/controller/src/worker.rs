@@ -170,18 +170,13 @@ impl Worker {
                 let message =
                     "every claim of the pod was already allocated; released it to the scheduler"
                         .to_owned();
-                self.release(
-                    pod,
-                    gated,
-                    &record,
-                    Report {
-                        placed: true,
-                        reason: "AlreadyAllocated",
-                        message,
-                        warning: false,
-                    },
-                )
-                .await
+                let report = Report {
+                    placed: true,
+                    reason: "AlreadyAllocated",
+                    message,
+                    warning: false,
+                };
+                self.release(pod, gated, &record, report, || {}).await
             }
             Action::LeaveToScheduler { message } => {
                 // No placement record: the controller has nothing more to do with this pod.
@@ -282,26 +277,19 @@ impl Worker {
         self.metrics
             .claims_allocated
             .inc_by(placement.writes.len() as u64);
-        let outcome = self
-            .release(
-                pod,
-                gated,
-                &record,
-                Report {
-                    placed: true,
-                    reason: "Allocated",
-                    message,
-                    warning: false,
-                },
-            )
-            .await;
-        if outcome == Outcome::Done {
+        let report = Report {
+            placed: true,
+            reason: "Allocated",
+            message,
+            warning: false,
+        };
+        self.release(pod, gated, &record, report, || {
             self.metrics.pods_placed.inc();
             self.metrics
                 .placement_seconds
                 .observe(started.elapsed().as_secs_f64());
-        }
-        outcome
+        })
+        .await
     }
 
     /// Writes one claim: mark and finalizer, then the allocation. `progress` records what was
@@ -434,13 +422,14 @@ impl Worker {
         }
     }
 
-    /// Removes the gate (if gated) and records the placement, then reports.
+    /// Removes the gate (if gated) and records the placement, then (after `released`) reports.
     async fn release(
         &self,
         pod: Arc<Pod>,
         gated: bool,
         record: &PodPlacement,
         report: Report<'_>,
+        released: impl FnOnce(),
     ) -> Outcome {
         let gate = gated.then_some(self.config.gate.as_str());
         let updated = match self
@@ -451,6 +440,7 @@ impl Worker {
             Ok(updated) => self.assume_pod(updated),
             Err(e) => return self.write_failed(&pod, e),
         };
+        released();
         self.report(&updated, report).await;
         Outcome::Done
     }

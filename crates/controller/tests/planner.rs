@@ -95,7 +95,11 @@ impl World {
     }
 }
 
-fn placed(decision: &Decision) -> (String, Vec<(String, Vec<String>)>, Vec<String>) {
+/// Claim name and the devices written into it.
+type Written = Vec<(String, Vec<String>)>;
+
+/// The node, the writes and the claims undone first of a placement.
+fn placed(decision: &Decision) -> (String, Written, Vec<String>) {
     let Action::Place(p) = &decision.action else {
         panic!("expected a placement, got {:?}", decision.action);
     };

@@ -2,6 +2,8 @@
 //! shipped DeviceClasses, claims, gated pods.
 #![allow(dead_code)]
 
+pub mod harness;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
