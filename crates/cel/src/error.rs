@@ -88,7 +88,29 @@ impl EvalError {
             ExecutionError::DivisionByZero(_) => runtime("division by zero".to_owned()),
             ExecutionError::RemainderByZero(_) => runtime("modulus by zero".to_owned()),
             ExecutionError::Overflow(..) => runtime("integer overflow".to_owned()),
+            ExecutionError::UnsupportedBinaryOperator(operator, lhs, rhs) => {
+                let symbol = match operator {
+                    "add" => "+",
+                    "sub" => "-",
+                    "mul" => "*",
+                    "div" => "/",
+                    "rem" => "%",
+                    other => other,
+                };
+                runtime(format!(
+                    "found no matching overload for '_{symbol}_' applied to '({}, {})'",
+                    type_name(&lhs),
+                    type_name(&rhs)
+                ))
+            }
             other => runtime(other.to_string()),
         }
+    }
+}
+
+fn type_name(value: &cel::Value) -> String {
+    match value.type_of().to_string().as_str() {
+        "float" => "double".to_owned(),
+        other => other.to_owned(),
     }
 }

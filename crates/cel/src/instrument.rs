@@ -13,6 +13,7 @@ use cel::common::ast::{
     CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue, operators,
 };
 
+use crate::check::calls_qualified_function;
 use crate::library::internal::{COST, SIZE};
 
 /// Rewrites `expr` in place.
@@ -144,7 +145,11 @@ fn rewrite(expr: &mut IdedExpr, id: &mut u64) {
             }
             c.args.iter_mut().for_each(|a| rewrite(a, id));
             let name = c.func_name.clone();
-            if traverses_arguments(&name) {
+            if let Some(target) = c.target.as_deref()
+                && calls_qualified_function(target, &name)
+            {
+                // `sets.contains(…)`: the target is the function's namespace, not a value.
+            } else if traverses_arguments(&name) {
                 if let Some(target) = c.target.as_deref_mut().filter(|t| !bounded(t)) {
                     wrap_size(target, id);
                 }

@@ -74,6 +74,7 @@ mod instrument;
 mod library;
 mod meter;
 mod quantity;
+mod references;
 mod selector;
 mod values;
 mod version;
@@ -81,6 +82,7 @@ mod version;
 pub use device::{AttributeValue, DeviceContext};
 pub use error::{CompileError, EvalError};
 pub use quantity::{Quantity, QuantityError};
+pub use references::{DeviceMap, NameReference};
 pub use selector::{Selector, SelectorCompiler};
 pub use version::{Version, VersionError};
 
@@ -89,4 +91,4 @@ pub const COST_LIMIT: u64 = 1_000_000;
 /// Upstream's limit on a selector's length in bytes (`CELSelectorExpressionMaxLength`).
 pub const MAX_EXPRESSION_LENGTH: usize = 10 * 1024;
 /// Deepest expression nesting accepted.
-pub const MAX_NESTING: usize = 128;
+pub const MAX_NESTING: usize = 64;

@@ -2,9 +2,11 @@
 //!
 //! Parsing follows `k8s.io/apimachinery/pkg/api/resource.ParseQuantity`: a signed decimal number,
 //! then a binary suffix (`Ki` … `Ei`), a decimal suffix (`n`, `u`, `m`, `k`, `M`, `G`, `T`, `P`,
-//! `E`) or a decimal exponent (`e3`, `E-2`). Magnitudes above 2^63-1 are capped there, and
-//! precision finer than a nano is rounded away from zero, exactly as upstream does. The result is
-//! therefore always a whole number of nanos below 2^63 · 10^9, which fits an `i128`.
+//! `E`) or a decimal exponent (`e3`, `E-2`). Precision finer than a nano is rounded away from
+//! zero and binary quantities are capped at 2^63-1, exactly as upstream does.
+//!
+//! Values are exact whole numbers of nanos in an `i128`: up to ±1.7·10^29. Upstream's decimal
+//! quantities are unbounded; larger ones are refused here with an error saying so.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -15,9 +17,12 @@ const FORMAT_WRONG: &str =
 /// Upstream's error text for an unknown suffix.
 const SUFFIX_WRONG: &str = "unable to parse quantity's suffix";
 
+/// Error text for a decimal quantity too large to represent here.
+const OUT_OF_RANGE: &str = "quantity is out of the supported range (magnitude above 1.7e29)";
+
 const NANOS_PER_UNIT: i128 = 1_000_000_000;
-/// Upstream caps every parsed magnitude at the largest int64.
-const MAX_MAGNITUDE_NANOS: u128 = (i64::MAX as u128) * 1_000_000_000;
+/// Upstream caps binary-suffixed magnitudes at the largest int64.
+const MAX_BINARY_MAGNITUDE_NANOS: u128 = (i64::MAX as u128) * 1_000_000_000;
 
 /// Why a string is not a Kubernetes quantity.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,7 +59,18 @@ impl Quantity {
         }
         let multiplier = Multiplier::parse(suffix)?;
         let magnitude = Magnitude::new(whole, fraction, multiplier).nanos();
-        let nanos = i128::try_from(magnitude.min(MAX_MAGNITUDE_NANOS)).map_err(|_| wrong)?;
+        let magnitude = if multiplier.binary_exponent > 0 {
+            Some(magnitude.map_or(MAX_BINARY_MAGNITUDE_NANOS, |m| {
+                m.min(MAX_BINARY_MAGNITUDE_NANOS)
+            }))
+        } else {
+            magnitude
+        };
+        let nanos = magnitude
+            .and_then(|m| i128::try_from(m).ok())
+            .ok_or(QuantityError {
+                message: OUT_OF_RANGE,
+            })?;
         Ok(Quantity {
             nanos: if negative { -nanos } else { nanos },
         })
@@ -210,18 +226,19 @@ impl Magnitude {
         }
     }
 
-    fn nanos(&self) -> u128 {
+    /// The magnitude in nanos, `None` if it does not fit a `u128`.
+    fn nanos(&self) -> Option<u128> {
         if self.digits.is_empty() {
-            return 0;
+            return Some(0);
         }
         // The value in nanos lies within [10^(len-1+e), 10^(len+e+19)) (2^60 < 10^19).
         let low_magnitude = self.digits.len() as i64 - 1 + self.nano_exponent;
         if low_magnitude > 40 {
-            return MAX_MAGNITUDE_NANOS;
+            return None;
         }
         if self.digits.len() as i64 + self.nano_exponent + 19 < 0 {
             // Far below one nano: rounded up to one.
-            return 1;
+            return Some(1);
         }
         let mut number = BigUint::from_digits(&self.digits);
         for _ in 0..self.binary_exponent / 10 {
@@ -237,10 +254,7 @@ impl Magnitude {
                 inexact |= number.div_small(10) != 0;
             }
         }
-        match number.to_u128() {
-            Some(nanos) => nanos + u128::from(inexact),
-            None => MAX_MAGNITUDE_NANOS,
-        }
+        number.to_u128()?.checked_add(u128::from(inexact))
     }
 }
 
@@ -364,13 +378,35 @@ mod tests {
     }
 
     #[test]
-    fn caps_at_the_largest_int64_like_upstream() {
+    fn caps_binary_quantities_at_the_largest_int64_like_upstream() {
         let cap = i128::from(i64::MAX) * NANOS_PER_UNIT;
-        assert_eq!(nanos("9223372036854775808"), cap);
         assert_eq!(nanos("100Ei"), cap);
-        assert_eq!(nanos("1e999"), cap);
-        assert_eq!(nanos("-1e999"), -cap);
+        assert_eq!(nanos("-100Ei"), -cap);
+        assert_eq!(nanos("8Ei"), cap);
+        assert_eq!(nanos("99999999999999999999999999999999999999999999Ki"), cap);
+        // Decimal quantities are not capped.
+        assert_eq!(
+            nanos("9223372036854775808"),
+            (cap / NANOS_PER_UNIT + 1) * NANOS_PER_UNIT
+        );
         assert_eq!(nanos("1e-999"), 1);
+    }
+
+    #[test]
+    fn refuses_decimal_quantities_beyond_the_supported_range() {
+        assert!(Quantity::parse("1e29").is_ok());
+        for text in [
+            "1e30",
+            "-1e30",
+            "1e999",
+            "9999999999999999999999999999999999999G",
+        ] {
+            assert_eq!(
+                Quantity::parse(text).unwrap_err().to_string(),
+                OUT_OF_RANGE,
+                "{text}"
+            );
+        }
     }
 
     #[test]
@@ -407,7 +443,8 @@ mod tests {
         assert_eq!(q("1").checked_sub(q("2")).unwrap().sign(), -1);
         assert_eq!(q("1Ki").as_integer(), Some(1024));
         assert_eq!(q("1500m").as_integer(), None);
-        assert_eq!(q("1e999").as_integer(), Some(i64::MAX));
+        assert_eq!(q("100Ei").as_integer(), Some(i64::MAX));
+        assert_eq!(q("9223372036854775808").as_integer(), None);
         assert_eq!(q("1500m").as_approximate_float(), 1.5);
         assert_eq!(q("1.5Ki").to_string(), "1536");
         assert_eq!(q("-1.25").to_string(), "-1.25");

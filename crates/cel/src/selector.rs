@@ -13,8 +13,11 @@ use crate::env::environment;
 use crate::error::{CompileError, EvalError};
 use crate::instrument::instrument;
 use crate::meter::Meter;
+use crate::references::{NameReference, name_references};
 use crate::{COST_LIMIT, MAX_EXPRESSION_LENGTH, MAX_NESTING};
 
+/// Stack of the compiling thread (reserved address space; only what is used is committed).
+const COMPILE_STACK_BYTES: usize = 64 << 20;
 /// Compiled selectors kept before the cache starts over.
 const DEFAULT_CACHE_CAPACITY: usize = 4096;
 
@@ -56,7 +59,7 @@ impl SelectorCompiler {
         if let Some(result) = cached {
             return result;
         }
-        let result = Selector::compile(expression).map(Arc::new);
+        let result = compile_on_a_large_stack(expression).map(Arc::new);
         let mut cache = self
             .cache
             .write()
@@ -69,12 +72,31 @@ impl SelectorCompiler {
     }
 }
 
+/// The parser recurses deeply on nested input: compile on a thread with a stack large enough
+/// for any 10 KiB expression, whatever the caller's stack (a tokio worker has 2 MiB).
+fn compile_on_a_large_stack(expression: &str) -> Result<Selector, CompileError> {
+    std::thread::scope(|scope| {
+        match std::thread::Builder::new()
+            .name("cel-compile".to_owned())
+            .stack_size(COMPILE_STACK_BYTES)
+            .spawn_scoped(scope, || Selector::compile(expression))
+        {
+            Ok(compiling) => compiling
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            // No thread to be had: compile here.
+            Err(_) => Selector::compile(expression),
+        }
+    })
+}
+
 /// A compiled selector. `Send + Sync`: evaluate it from any thread.
 #[derive(Debug)]
 pub struct Selector {
     expression: String,
     program: IdedExpr,
     estimated_cost: Option<u64>,
+    references: Vec<NameReference>,
 }
 
 impl Selector {
@@ -110,17 +132,25 @@ impl Selector {
                 found: checked.ty.to_string(),
             });
         }
+        let references = name_references(&program);
         instrument(&mut program);
         Ok(Selector {
             expression: expression.to_owned(),
             program,
             estimated_cost: checked.cost.bound(),
+            references,
         })
     }
 
     /// The expression as written.
     pub fn expression(&self) -> &str {
         &self.expression
+    }
+
+    /// The attribute and capacity names the selector looks up with constant keys, in source
+    /// order: what `tessera validate` checks against Tessera's schema.
+    pub fn name_references(&self) -> &[NameReference] {
+        &self.references
     }
 
     /// Upper bound of the evaluation cost in cel-go's units, or `None` when it depends on sizes
@@ -182,7 +212,10 @@ fn syntax_error(source: &str, errors: &ParseErrors) -> CompileError {
         if i > 0 {
             message.push('\n');
         }
-        message.push_str(&format!("ERROR: <input>:{line}:{column}: {}", error.msg));
+        message.push_str(&format!(
+            "ERROR: <input>:{line}:{column}: {}",
+            describe(&error.msg)
+        ));
         if let Some(text) = source.lines().nth(line - 1) {
             message.push_str(&format!("\n | {text}\n | {:.>column$}", "^"));
         }
@@ -194,5 +227,87 @@ fn syntax_error(source: &str, errors: &ParseErrors) -> CompileError {
         message,
         line,
         column,
+    }
+}
+
+/// The parser reports its recursion limit as a debug dump of an inner error; say it as cel-go.
+fn describe(message: &str) -> String {
+    match message.split_once("Recursion limit of ") {
+        Some((_, rest)) => {
+            let limit: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            format!("expression recursion limit exceeded: {limit}")
+        }
+        None => message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `f` on a thread with tokio's default worker stack.
+    fn on_a_two_mib_stack(f: impl FnOnce() + Send + 'static) {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    #[test]
+    fn the_deepest_accepted_expressions_compile_and_evaluate_on_a_small_stack() {
+        on_a_two_mib_stack(|| {
+            let compiler = SelectorCompiler::new();
+            let device = DeviceContext::from_parts("d", false, [], []);
+            let depth = MAX_NESTING - 2;
+            let shapes = [
+                format!("{}1 == {}", "1 + ".repeat(depth), depth + 1),
+                format!(
+                    "{}true{}",
+                    "[true].all(x, ".repeat(depth / 4),
+                    ")".repeat(depth / 4)
+                ),
+                format!("{}true", "!!".repeat(depth)),
+                format!(
+                    "{}x{}",
+                    "cel.bind(x, true, ".repeat(depth / 2),
+                    ")".repeat(depth / 2)
+                ),
+                format!(
+                    "{}1{} == 1",
+                    "[".repeat(depth / 2 - 2),
+                    "][0]".repeat(depth / 2 - 2)
+                ),
+            ];
+            for expression in shapes {
+                let selector = compiler.compile(&expression);
+                let result = selector.as_ref().map(|s| s.evaluate(&device));
+                assert!(matches!(result, Ok(Ok(true))), "{expression}: {result:?}");
+            }
+            let too_deep = format!("{}1 == 1", "1 + ".repeat(MAX_NESTING));
+            assert!(matches!(
+                compiler.compile(&too_deep),
+                Err(CompileError::TooDeep { .. })
+            ));
+            let parens = format!("{}true{}", "(".repeat(500), ")".repeat(500));
+            let error = compiler.compile(&parens).unwrap_err().to_string();
+            assert!(
+                error.contains("expression recursion limit exceeded"),
+                "{error}"
+            );
+        });
+    }
+
+    #[test]
+    fn errors_are_cached_too() {
+        let compiler = SelectorCompiler::with_cache_capacity(2);
+        assert!(compiler.compile("1 +").is_err());
+        assert!(compiler.compile("1 +").is_err());
+        let first = compiler.compile("true").unwrap();
+        assert!(Arc::ptr_eq(&first, &compiler.compile("true").unwrap()));
+        // Capacity 2: a third expression starts the cache over.
+        compiler.compile("false").unwrap();
+        assert!(!Arc::ptr_eq(&first, &compiler.compile("true").unwrap()));
     }
 }

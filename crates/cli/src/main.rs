@@ -7,6 +7,9 @@ mod explain;
 mod inventory;
 mod schema;
 mod simulate;
+mod validate;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -32,14 +35,19 @@ enum Command {
     /// Compare first-fit and topology-aware placement on a synthetic cluster and claim trace.
     #[command(long_about = simulate::LONG_ABOUT)]
     Simulate(simulate::SimulateArgs),
+    /// Lint DeviceClasses, ResourceClaims and ResourceClaimTemplates: CEL selectors, attribute
+    /// names, opaque configs. Exit status 0 when clean, 1 with findings, 2 on unreadable input.
+    Validate(validate::ValidateArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
+    let out = &mut std::io::stdout().lock();
     match args.command {
-        Command::Schema(a) => schema::run(&a, &mut std::io::stdout().lock()),
-        Command::Inventory(a) => inventory::run(&a, &mut std::io::stdout().lock()),
-        Command::Explain(a) => explain::run(&a, &mut std::io::stdout().lock()),
-        Command::Simulate(a) => simulate::run(&a, &mut std::io::stdout().lock()),
+        Command::Schema(a) => schema::run(&a, out).map(|()| ExitCode::SUCCESS),
+        Command::Inventory(a) => inventory::run(&a, out).map(|()| ExitCode::SUCCESS),
+        Command::Explain(a) => explain::run(&a, out).map(|()| ExitCode::SUCCESS),
+        Command::Simulate(a) => simulate::run(&a, out).map(|()| ExitCode::SUCCESS),
+        Command::Validate(a) => validate::run(&a, out, &mut std::io::stderr().lock()),
     }
 }

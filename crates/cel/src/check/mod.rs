@@ -372,6 +372,13 @@ impl Checker {
     }
 }
 
+/// Whether `target.name(…)` calls the global function `target.name` (as `sets.contains(…)`),
+/// rather than `name` on the value `target`.
+pub(crate) fn calls_qualified_function(target: &IdedExpr, name: &str) -> bool {
+    qualified_name(target)
+        .is_some_and(|q| q != "device" && signatures(&format!("{q}.{name}")).is_some())
+}
+
 /// The dotted name `t` spells (`a.b.c`), if it is one.
 fn qualified_name(t: &IdedExpr) -> Option<String> {
     match &t.expr {

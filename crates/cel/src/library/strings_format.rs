@@ -10,6 +10,9 @@ use cel::common::value::{CowVal, Val};
 use super::{Return, list_arg, string, string_arg};
 use crate::meter::{charge, string_traversal};
 
+/// The largest precision Rust's formatting machinery takes.
+const MAX_PRECISION: usize = u16::MAX as usize;
+
 pub(crate) fn format<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Return<'b, 'v> {
     let template = string_arg(&*args[0])?;
     let values = list_arg(&*args[1])?;
@@ -59,7 +62,13 @@ fn precision(
     }
     let precision: usize = digits
         .parse()
-        .map_err(|_| error(format!("invalid precision {digits:?}")))?;
+        .ok()
+        .filter(|p| *p <= MAX_PRECISION)
+        .ok_or_else(|| {
+            error(format!(
+                "invalid precision {digits:?}: at most {MAX_PRECISION} digits are supported"
+            ))
+        })?;
     charge(precision as u64 / 10)?;
     Ok(Some(precision))
 }

@@ -1,5 +1,8 @@
 //! The table-test harness shared by the behaviour tests.
 
+// Each test binary uses its own part of the harness.
+#![allow(dead_code)]
+
 use tessera_cel::{AttributeValue, DeviceContext, SelectorCompiler};
 
 /// Seven nested `all()` over 10-element lists, from upstream's "expensive" case.
@@ -7,7 +10,6 @@ pub const SEVEN_NESTED_ALL: &str = "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(x, [1, 2
 
 /// What a case expects.
 #[derive(Debug, Clone, Copy)]
-#[allow(dead_code)]
 pub enum Outcome {
     /// Compiles and evaluates to this.
     Match(bool),
@@ -27,7 +29,6 @@ pub struct Case {
     outcome: Outcome,
 }
 
-#[allow(dead_code)]
 impl Case {
     pub fn new(expression: impl Into<String>, outcome: Outcome) -> Case {
         Case {

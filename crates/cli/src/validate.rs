@@ -1,0 +1,182 @@
+//! `tessera validate FILE...`: lints DeviceClasses, ResourceClaims and ResourceClaimTemplates
+//! (multi-document YAML, `List` objects included) before they reach a cluster.
+//!
+//! Findings: a CEL selector that does not compile, that cannot return a bool, or whose estimated
+//! cost the API server would refuse; an attribute or capacity name under `gpu.tessera.dev` (or a
+//! standard `resource.kubernetes.io` name) that Tessera does not publish, with the closest name
+//! it does; a constraint's `matchAttribute`/`distinctAttribute` naming such an attribute; an
+//! opaque `gpu.tessera.dev` configuration that does not decode. Each finding names the file, the
+//! object, the field path and the problem. Exit status: 0 clean, 1 with findings, 2 when an input
+//! cannot be read or parsed.
+
+mod objects;
+mod schema_check;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::Value;
+use tessera_cel::SelectorCompiler;
+
+use objects::{ObjectRef, documents, selector_fields};
+
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    /// YAML files holding DeviceClasses, ResourceClaims and ResourceClaimTemplates (several
+    /// documents per file and `kind: List` are fine; other kinds are skipped with a note).
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+}
+
+/// One problem found in one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub file: String,
+    pub object: String,
+    pub path: String,
+    pub problem: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {}: {}: {}",
+            self.file, self.object, self.path, self.problem
+        )
+    }
+}
+
+/// Runs the linter; findings go to `out`, notes and read errors to `err`.
+pub fn run(
+    args: &ValidateArgs,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> anyhow::Result<ExitCode> {
+    let linter = Linter::new();
+    let mut findings = 0usize;
+    let mut checked = 0usize;
+    let mut unreadable = false;
+    for path in &args.files {
+        let file = path.display().to_string();
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) => {
+                writeln!(err, "error: {file}: cannot read: {e}")?;
+                unreadable = true;
+                continue;
+            }
+        };
+        let objects = match documents(&text) {
+            Ok(objects) => objects,
+            Err(e) => {
+                writeln!(err, "error: {file}: not valid YAML: {e}")?;
+                unreadable = true;
+                continue;
+            }
+        };
+        for object in objects {
+            let object_ref = ObjectRef::of(&object);
+            if !object_ref.is_checked_kind() {
+                writeln!(
+                    err,
+                    "note: {file}: {object_ref} skipped: only DeviceClasses, ResourceClaims and ResourceClaimTemplates are checked"
+                )?;
+                continue;
+            }
+            checked += 1;
+            for finding in linter.lint(&file, &object_ref, &object) {
+                writeln!(out, "{finding}")?;
+                findings += 1;
+            }
+        }
+    }
+    let files = args.files.len();
+    if findings == 0 {
+        writeln!(err, "{checked} object(s) in {files} file(s): no findings")?;
+    } else {
+        writeln!(
+            err,
+            "{findings} finding(s) in {checked} object(s) from {files} file(s)"
+        )?;
+    }
+    Ok(match (unreadable, findings) {
+        (true, _) => ExitCode::from(2),
+        (false, 0) => ExitCode::SUCCESS,
+        (false, _) => ExitCode::from(1),
+    })
+}
+
+/// Checks objects; holds the selector compiler shared by all of them.
+pub struct Linter {
+    compiler: SelectorCompiler,
+    samples: schema_check::SampleDevices,
+}
+
+impl Linter {
+    pub fn new() -> Linter {
+        Linter {
+            compiler: SelectorCompiler::new(),
+            samples: schema_check::SampleDevices::new(),
+        }
+    }
+
+    /// The findings for one object, read from `file`.
+    pub fn lint(&self, file: &str, object_ref: &ObjectRef, object: &Value) -> Vec<Finding> {
+        let finding = |path: String, problem: String| Finding {
+            file: file.to_owned(),
+            object: object_ref.to_string(),
+            path,
+            problem,
+        };
+        let fields = selector_fields(object_ref, object);
+        let mut findings: Vec<Finding> = fields
+            .malformed
+            .into_iter()
+            .map(|(path, problem)| finding(path, problem))
+            .collect();
+        for (path, expression) in fields.selectors {
+            for problem in self.selector_problems(&expression) {
+                findings.push(finding(path.clone(), problem));
+            }
+        }
+        for (path, name) in fields.constraint_attributes {
+            if let Some(problem) = schema_check::qualified_attribute_problem(&name) {
+                findings.push(finding(path, problem));
+            }
+        }
+        for (path, parameters) in fields.tessera_configs {
+            if let Err(e) = tessera_api::config::decode(&parameters) {
+                findings.push(finding(
+                    path,
+                    format!("invalid {} configuration: {e}", tessera_api::DRIVER_NAME),
+                ));
+            }
+        }
+        findings
+    }
+
+    /// What is wrong with one selector expression.
+    fn selector_problems(&self, expression: &str) -> Vec<String> {
+        let selector = match self.compiler.compile(expression) {
+            Ok(selector) => selector,
+            Err(e) => return vec![e.to_string()],
+        };
+        let mut problems = Vec::new();
+        if let Err(e) = selector.check_estimated_cost() {
+            problems.push(e.to_string());
+        }
+        problems.extend(
+            selector
+                .name_references()
+                .iter()
+                .filter_map(schema_check::reference_problem),
+        );
+        problems.extend(self.samples.result_problem(&selector));
+        problems
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,138 @@
+//! `tessera validate` run as a binary: it accepts the DeviceClasses Tessera ships and rejects
+//! broken ones with a clear message and the documented exit status.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn tessera_validate(files: &[&Path]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("validate")
+        .args(files)
+        .output()
+        .expect("the tessera binary runs")
+}
+
+fn shipped_device_classes() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/tessera/files/deviceclasses.yaml")
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).expect("temp file written");
+    path
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn accepts_the_shipped_device_classes() {
+    let out = tessera_validate(&[&shipped_device_classes()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout(&out), "");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("2 object(s) in 1 file(s): no findings"));
+}
+
+const BROKEN: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: misspelled
+spec:
+  selectors:
+  - cel:
+      expression: device.attributes["gpu.tessera.dev"].type == "gpu"
+  - cel:
+      expression: device.capacity["gpu.tessera.dev"].memroy.isGreaterThan(quantity("40Gi"))
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: not-bool
+spec:
+  selectors:
+  - cel:
+      expression: device.attributes["gpu.tessera.dev"].productName
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: bad-config
+spec:
+  selectors:
+  - cel:
+      expression: device.attributes["gpu.tessera.dev"].type == "gpu"
+  config:
+  - opaque:
+      driver: gpu.tessera.dev
+      parameters:
+        apiVersion: gpu.tessera.dev/v1alpha1
+        kind: GpuConfig
+        sharing:
+          strategy: MPS
+          mps:
+            defaultActiveThreadPercentage: 150
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: unrelated
+"#;
+
+#[test]
+fn rejects_misspelled_attributes_non_bool_selectors_and_bad_configs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(&dir, "classes.yaml", BROKEN);
+    let out = tessera_validate(&[&file]);
+    assert_eq!(out.status.code(), Some(1));
+    let lines: Vec<String> = stdout(&out).lines().map(str::to_owned).collect();
+    let name = file.display().to_string();
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert_eq!(
+        lines[0],
+        format!(
+            "{name}: DeviceClass/misspelled: spec.selectors[1]: `device.capacity[\"gpu.tessera.dev\"].memroy`: Tessera publishes no capacity `memroy` (did you mean `memory`?)"
+        )
+    );
+    assert_eq!(
+        lines[1],
+        format!(
+            "{name}: DeviceClass/not-bool: spec.selectors[0]: evaluates to string, not bool, on a sample gpu device; compare the value with something"
+        )
+    );
+    assert!(
+        lines[2].starts_with(&format!(
+            "{name}: DeviceClass/bad-config: spec.config[0].opaque.parameters: invalid gpu.tessera.dev configuration: field `sharing.mps.defaultActiveThreadPercentage`"
+        )),
+        "{}",
+        lines[2]
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("note:") && stderr.contains("ConfigMap/unrelated skipped"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("3 finding(s) in 3 object(s) from 1 file(s)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn unreadable_input_is_exit_status_two() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = write(&dir, "broken.yaml", "kind: [unclosed\n");
+    let missing = dir.path().join("missing.yaml");
+    let out = tessera_validate(&[&yaml, &missing, &shipped_device_classes()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("broken.yaml: not valid YAML"), "{stderr}");
+    assert!(stderr.contains("missing.yaml: cannot read"), "{stderr}");
+}
