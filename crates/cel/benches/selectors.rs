@@ -1,7 +1,9 @@
 //! Cost of evaluating typical DeviceClass selectors on one device, of compiling them, and of
 //! building the `device` variable.
 //!
-//! `cargo bench -p tessera-cel --bench selectors`; figures in docs/benchmarks.md.
+//! `cargo bench -p tessera-cel --bench selectors`; figures in docs/benchmarks.md. On a machine
+//! shared with other work, run the built bench binary under a real-time scheduling class so
+//! that the figures measure the code, not the waits for a core (see docs/benchmarks.md).
 
 use std::hint::black_box;
 

@@ -1,15 +1,17 @@
 //! The `device` variable: built once per device and shared by every selector evaluated on it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use cel::common::types::{CelBool, CelInt, CelList, CelMap, CelMapKey, CelString};
+use cel::common::types::{CelBool, CelInt, CelList, CelString};
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
 
 use crate::error::EvalError;
+use crate::path;
 use crate::quantity::Quantity;
-use crate::values::DomainMap;
+use crate::references::DeviceMap;
+use crate::values::{DomainMap, IdMap};
 use crate::version::Version;
 
 /// The one value of an attribute, as `resource.k8s.io/v1` `DeviceAttribute` carries it.
@@ -72,7 +74,11 @@ impl AttributeValue {
 /// on it. `Send + Sync`: build it once, evaluate from any thread.
 #[derive(Debug)]
 pub struct DeviceContext {
-    device: Box<dyn Val>,
+    device: IdMap,
+    /// `device.attributes` and `device.capacity` again, for the direct lookups compilation
+    /// rewrites constant paths into (see `path`).
+    attributes: DomainMap,
+    capacity: DomainMap,
     /// A value CEL cannot represent. Upstream fails every selector on such a device; so do we.
     invalid: Option<EvalError>,
 }
@@ -142,26 +148,24 @@ impl DeviceContext {
                 }
             }
         }
-        let fields: HashMap<CelMapKey<'static>, Box<dyn Val>> = HashMap::from([
+        let attributes = attribute_domains.into_map();
+        let capacity = capacity_domains.into_map();
+        let device = IdMap::new(vec![
             (
-                CelMapKey::from("driver"),
+                "driver".to_owned(),
                 Box::new(CelString::from(driver.to_owned())) as Box<dyn Val>,
             ),
             (
-                CelMapKey::from("allowMultipleAllocations"),
+                "allowMultipleAllocations".to_owned(),
                 Box::new(CelBool::from(allow_multiple_allocations)),
             ),
-            (
-                CelMapKey::from("attributes"),
-                Box::new(attribute_domains.into_map()),
-            ),
-            (
-                CelMapKey::from("capacity"),
-                Box::new(capacity_domains.into_map()),
-            ),
+            ("attributes".to_owned(), Box::new(attributes.clone())),
+            ("capacity".to_owned(), Box::new(capacity.clone())),
         ]);
         DeviceContext {
-            device: Box::new(CelMap::from(fields)),
+            device,
+            attributes,
+            capacity,
             invalid,
         }
     }
@@ -172,14 +176,35 @@ impl DeviceContext {
 }
 
 impl VariableResolver for DeviceContext {
+    /// `device` and, so that constant paths skip the interpreter's field-by-field walk, the names
+    /// `device.<field>` and the rewritten lookups of `path` (`@attributes:<domain>[.<id>]`).
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
-        (variable == "device").then(|| CowVal::Borrowed(self.device.as_ref()))
+        if let Some(field) = variable.strip_prefix("device") {
+            return match field.strip_prefix('.') {
+                None if field.is_empty() => Some(CowVal::Borrowed(&self.device)),
+                Some(field) => self
+                    .device
+                    .find(field)
+                    .map(|v| CowVal::Borrowed(v.as_ref())),
+                None => None,
+            };
+        }
+        let (map, lookup) = path::parse(variable)?;
+        let domains = match map {
+            DeviceMap::Attributes => &self.attributes,
+            DeviceMap::Capacity => &self.capacity,
+        };
+        let domain = domains.domain_by(|d| path::is_encoded(d, lookup.encoded_domain));
+        match lookup.id {
+            None => Some(CowVal::Borrowed(domain)),
+            Some(id) => domain.find(id).map(|v| CowVal::Borrowed(v.as_ref())),
+        }
     }
 }
 
 /// Values grouped by the domain of their qualified name.
 #[derive(Default)]
-struct Domains(BTreeMap<String, HashMap<CelMapKey<'static>, Box<dyn Val>>>);
+struct Domains(BTreeMap<String, BTreeMap<String, Box<dyn Val>>>);
 
 impl Domains {
     fn insert(&mut self, driver: &str, name: &str, value: Box<dyn Val>) {
@@ -187,21 +212,16 @@ impl Domains {
         self.0
             .entry(domain.to_owned())
             .or_default()
-            .insert(CelMapKey::from(id.to_owned()), value);
+            .insert(id.to_owned(), value);
     }
 
     fn into_map(self) -> DomainMap {
-        let domains: HashMap<CelMapKey<'static>, Box<dyn Val>> = self
-            .0
-            .into_iter()
-            .map(|(domain, ids)| {
-                (
-                    CelMapKey::from(domain),
-                    Box::new(CelMap::from(ids)) as Box<dyn Val>,
-                )
-            })
-            .collect();
-        DomainMap::new(CelMap::from(domains))
+        DomainMap::new(
+            self.0
+                .into_iter()
+                .map(|(domain, ids)| (domain, IdMap::new(ids.into_iter().collect())))
+                .collect(),
+        )
     }
 }
 

@@ -79,9 +79,12 @@ impl EvalError {
             ExecutionError::UnexpectedType { got, want } => {
                 runtime(format!("got '{got}', expected '{want}'"))
             }
-            ExecutionError::UndeclaredReference(name) => {
-                runtime(format!("undeclared reference to '{name}'"))
-            }
+            ExecutionError::UndeclaredReference(name) => match crate::path::missing_key(&name) {
+                Some(key) => EvalError::NoSuchKey {
+                    key: key.to_owned(),
+                },
+                None => runtime(format!("undeclared reference to '{name}'")),
+            },
             ExecutionError::FunctionError { function, message } => {
                 runtime(format!("{function}: {message}"))
             }

@@ -15,11 +15,98 @@ use cel::common::ast::{
 
 use crate::check::calls_qualified_function;
 use crate::library::internal::{COST, SIZE};
+use crate::path;
+use crate::references::DeviceMap;
 
 /// Rewrites `expr` in place.
 pub(crate) fn instrument(expr: &mut IdedExpr) {
     let mut next_id = max_id(expr) + 1;
+    shorten_device_paths(expr, &mut Vec::new());
     rewrite(expr, &mut next_id);
+}
+
+/// Rewrites `device.attributes["<domain>"]` and `device.capacity["<domain>"]` into the single
+/// identifiers of [`crate::path`], where `device` is not a comprehension or `cel.bind` variable.
+fn shorten_device_paths(expr: &mut IdedExpr, shadowing: &mut Vec<String>) {
+    let shadowed = shadowing.iter().any(|name| name == "device");
+    if let Some(name) = device_path(expr).filter(|_| !shadowed) {
+        expr.expr = Expr::Ident(name);
+        return;
+    }
+    // `device.attributes["d"].id` as a whole: the identifier `@attributes:d.id`. A presence test
+    // (`has(…)`) stays a selection.
+    if let Expr::Select(select) = &mut expr.expr
+        && !select.test
+    {
+        shorten_device_paths(&mut select.operand, shadowing);
+        if let Expr::Ident(domain) = &select.operand.expr
+            && path::is_identifier(domain)
+            && !domain.contains('.')
+        {
+            expr.expr = Expr::Ident(format!("{domain}.{}", select.field));
+        }
+        return;
+    }
+    match &mut expr.expr {
+        Expr::Call(call) => {
+            if let Some(target) = &mut call.target {
+                shorten_device_paths(target, shadowing);
+            }
+            call.args
+                .iter_mut()
+                .for_each(|a| shorten_device_paths(a, shadowing));
+        }
+        Expr::Comprehension(c) => {
+            shorten_device_paths(&mut c.iter_range, shadowing);
+            shorten_device_paths(&mut c.accu_init, shadowing);
+            shadowing.push(c.accu_var.clone());
+            shadowing.push(c.iter_var.clone());
+            for e in [&mut c.loop_cond, &mut c.loop_step, &mut c.result] {
+                shorten_device_paths(e, shadowing);
+            }
+            shadowing.truncate(shadowing.len() - 2);
+        }
+        Expr::List(list) => list
+            .elements
+            .iter_mut()
+            .for_each(|e| shorten_device_paths(e, shadowing)),
+        Expr::Map(map) => {
+            for entry in &mut map.entries {
+                if let EntryExpr::MapEntry(e) = &mut entry.expr {
+                    shorten_device_paths(&mut e.key, shadowing);
+                    shorten_device_paths(&mut e.value, shadowing);
+                }
+            }
+        }
+        Expr::Select(select) => shorten_device_paths(&mut select.operand, shadowing),
+        _ => {}
+    }
+}
+
+/// The identifier standing for `expr` if it is `device.<map>["<domain>"]`.
+fn device_path(expr: &IdedExpr) -> Option<String> {
+    let Expr::Call(call) = &expr.expr else {
+        return None;
+    };
+    let (operators::INDEX, None, [maps, domain]) =
+        (call.func_name.as_str(), &call.target, call.args.as_slice())
+    else {
+        return None;
+    };
+    let (Expr::Select(select), Expr::Literal(LiteralValue::String(domain))) =
+        (&maps.expr, &domain.expr)
+    else {
+        return None;
+    };
+    if select.test || !matches!(&select.operand.expr, Expr::Ident(name) if name == "device") {
+        return None;
+    }
+    let map = match select.field.as_str() {
+        "attributes" => DeviceMap::Attributes,
+        "capacity" => DeviceMap::Capacity,
+        _ => return None,
+    };
+    path::identifier(map, domain.inner())
 }
 
 fn max_id(expr: &IdedExpr) -> u64 {
@@ -100,7 +187,7 @@ fn compares(name: &str) -> bool {
 fn bounded(expr: &IdedExpr) -> bool {
     match &expr.expr {
         Expr::Literal(_) => true,
-        Expr::Ident(name) => name == "device",
+        Expr::Ident(name) => name == "device" || path::is_identifier(name),
         Expr::Select(select) => !select.test && bounded(&select.operand),
         Expr::Call(call) if call.func_name == operators::INDEX && call.target.is_none() => {
             matches!(call.args.as_slice(), [container, key] if bounded(container) && matches!(key.expr, Expr::Literal(_)))

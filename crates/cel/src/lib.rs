@@ -73,6 +73,7 @@ mod error;
 mod instrument;
 mod library;
 mod meter;
+mod path;
 mod quantity;
 mod references;
 mod selector;

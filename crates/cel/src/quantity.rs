@@ -201,46 +201,72 @@ impl Multiplier {
     }
 }
 
-/// The exact magnitude `digits · 10^-fraction_len · multiplier`, computed in nanos with a small
-/// base-10^9 big integer, rounded up and capped like upstream.
-struct Magnitude {
-    /// Significant digits of `whole` and `fraction` together, leading zeros removed.
-    digits: Vec<u8>,
-    /// Power of ten applied to `digits` to get nanos.
+/// The exact magnitude `digits · 10^-fraction_len · multiplier`, computed in nanos and rounded
+/// up like upstream: in `u128` arithmetic for ordinary quantities, with a small base-10^9 big
+/// integer for long digit strings and large exponents.
+struct Magnitude<'a> {
+    whole: &'a str,
+    fraction: &'a str,
+    /// Power of ten applied to the digits to get nanos.
     nano_exponent: i64,
     binary_exponent: u32,
 }
 
-impl Magnitude {
-    fn new(whole: &str, fraction: &str, multiplier: Multiplier) -> Magnitude {
-        let digits: Vec<u8> = whole
-            .bytes()
-            .chain(fraction.bytes())
-            .skip_while(|b| *b == b'0')
-            .map(|b| b - b'0')
-            .collect();
+impl<'a> Magnitude<'a> {
+    fn new(whole: &'a str, fraction: &'a str, multiplier: Multiplier) -> Magnitude<'a> {
         Magnitude {
-            digits,
+            whole,
+            fraction,
             nano_exponent: multiplier.decimal_exponent + 9 - fraction.len() as i64,
             binary_exponent: multiplier.binary_exponent,
         }
     }
 
+    /// The significant digits: `whole` and `fraction` together, leading zeros removed.
+    fn digits(&self) -> impl Iterator<Item = u8> + '_ {
+        self.whole
+            .bytes()
+            .chain(self.fraction.bytes())
+            .skip_while(|b| *b == b'0')
+            .map(|b| b - b'0')
+    }
+
     /// The magnitude in nanos, `None` if it does not fit a `u128`.
     fn nanos(&self) -> Option<u128> {
-        if self.digits.is_empty() {
+        let count = self.digits().count() as i64;
+        if count == 0 {
             return Some(0);
         }
-        // The value in nanos lies within [10^(len-1+e), 10^(len+e+19)) (2^60 < 10^19).
-        let low_magnitude = self.digits.len() as i64 - 1 + self.nano_exponent;
-        if low_magnitude > 40 {
+        // The value in nanos lies within [10^(count-1+e), 10^(count+e+19)) (2^60 < 10^19).
+        if count - 1 + self.nano_exponent > 40 {
             return None;
         }
-        if self.digits.len() as i64 + self.nano_exponent + 19 < 0 {
+        if count + self.nano_exponent + 19 < 0 {
             // Far below one nano: rounded up to one.
             return Some(1);
         }
-        let mut number = BigUint::from_digits(&self.digits);
+        if count <= 30 && (-38..=38).contains(&self.nano_exponent) {
+            return self.nanos_in_u128();
+        }
+        self.nanos_in_big_integer()
+    }
+
+    /// At most 30 digits (< 10^30) and an exponent within ±38: `u128` arithmetic suffices, its
+    /// overflow meaning what the big integer's would.
+    fn nanos_in_u128(&self) -> Option<u128> {
+        let digits = self.digits().fold(0u128, |n, d| n * 10 + u128::from(d));
+        let scaled = digits.checked_mul(1u128 << self.binary_exponent)?;
+        let exponent = self.nano_exponent.unsigned_abs() as u32;
+        if self.nano_exponent >= 0 {
+            scaled.checked_mul(10u128.pow(exponent))
+        } else {
+            let divisor = 10u128.pow(exponent);
+            Some(scaled / divisor + u128::from(scaled % divisor != 0))
+        }
+    }
+
+    fn nanos_in_big_integer(&self) -> Option<u128> {
+        let mut number = BigUint::from_digits(self.digits());
         for _ in 0..self.binary_exponent / 10 {
             number.mul_small(1024);
         }
@@ -267,9 +293,9 @@ struct BigUint {
 const LIMB_BASE: u64 = 1_000_000_000;
 
 impl BigUint {
-    fn from_digits(digits: &[u8]) -> BigUint {
+    fn from_digits(digits: impl Iterator<Item = u8>) -> BigUint {
         let mut number = BigUint { limbs: vec![0] };
-        for &digit in digits {
+        for digit in digits {
             number.mul_small(10);
             number.add_small(u32::from(digit));
         }
@@ -371,9 +397,47 @@ mod tests {
             ("-0.1n", -1),
             ("1.0000000001", unit + 1),
             ("0001", unit),
+            (
+                "123456789012345678901234567890",
+                123456789012345678901234567890 * unit,
+            ),
+            (
+                "1234567890123456789.0123456789",
+                1234567890123456789012345679,
+            ),
+            ("0.0000000000000000000000000000000000000001", 1),
+            ("12.5e-1", 1_250_000_000),
         ];
         for (text, expected) in cases {
             assert_eq!(nanos(text), *expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_fast_path_agrees_with_the_big_integer_path() {
+        for text in [
+            "1",
+            "1.5",
+            "80Gi",
+            "1500m",
+            "0.1n",
+            "1e20",
+            "123.456e-7",
+            "99999999999999999999Ki",
+            "7.5e-30",
+            "1.0000000001",
+        ] {
+            let number_end = text
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .unwrap_or(text.len());
+            let (number, suffix) = text.split_at(number_end);
+            let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+            let magnitude = Magnitude::new(whole, fraction, Multiplier::parse(suffix).unwrap());
+            assert_eq!(
+                magnitude.nanos_in_u128(),
+                magnitude.nanos_in_big_integer(),
+                "{text}"
+            );
         }
     }
 

@@ -15,6 +15,8 @@ pub(crate) mod semver;
 pub(crate) mod strings;
 mod strings_format;
 
+use std::sync::LazyLock;
+
 use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelString};
 use cel::common::value::{CowVal, FromVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
@@ -74,8 +76,12 @@ pub(crate) fn int<'b, 'v>(value: i64) -> Return<'b, 'v> {
     Ok(CowVal::owned(CelInt::from(value)))
 }
 
+static TRUE: LazyLock<CelBool> = LazyLock::new(|| CelBool::from(true));
+static FALSE: LazyLock<CelBool> = LazyLock::new(|| CelBool::from(false));
+
+/// A bool result, borrowed from a constant: no allocation.
 pub(crate) fn boolean<'b, 'v>(value: bool) -> Return<'b, 'v> {
-    Ok(CowVal::owned(CelBool::from(value)))
+    Ok(CowVal::Borrowed(if value { &*TRUE } else { &*FALSE }))
 }
 
 pub(crate) fn double<'b, 'v>(value: f64) -> Return<'b, 'v> {
