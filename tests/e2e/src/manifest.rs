@@ -1,0 +1,287 @@
+//! Manifests: the YAML files of deploy/examples and of the chart's DeviceClasses, read into typed
+//! objects and server-side applied. Only the kinds Tessera's examples use are accepted, so a typo
+//! in a manifest fails here with the file and the document named, not later in the cluster.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
+use kube::api::{Api, Patch, PatchParams};
+use serde::de::DeserializeOwned;
+
+/// The field manager of everything the suite writes.
+pub const FIELD_MANAGER: &str = "tessera-e2e";
+
+/// One object of a manifest.
+#[derive(Debug, Clone)]
+pub enum Object {
+    Namespace(Namespace),
+    DeviceClass(DeviceClass),
+    ResourceClaimTemplate(ResourceClaimTemplate),
+    ResourceClaim(ResourceClaim),
+    Pod(Pod),
+}
+
+impl Object {
+    /// `Kind namespace/name`, for messages.
+    pub fn describe(&self) -> String {
+        let (kind, meta) = match self {
+            Object::Namespace(o) => ("Namespace", &o.metadata),
+            Object::DeviceClass(o) => ("DeviceClass", &o.metadata),
+            Object::ResourceClaimTemplate(o) => ("ResourceClaimTemplate", &o.metadata),
+            Object::ResourceClaim(o) => ("ResourceClaim", &o.metadata),
+            Object::Pod(o) => ("Pod", &o.metadata),
+        };
+        let name = meta.name.as_deref().unwrap_or("<no name>");
+        match &meta.namespace {
+            Some(ns) => format!("{kind} {ns}/{name}"),
+            None => format!("{kind} {name}"),
+        }
+    }
+}
+
+/// The objects of a set of YAML files, in file and document order.
+#[derive(Debug, Clone, Default)]
+pub struct Manifest {
+    pub objects: Vec<Object>,
+}
+
+impl Manifest {
+    /// Reads every `*.yaml` file of `dir` (sorted by name).
+    pub fn read_dir(dir: &Path) -> anyhow::Result<Self> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            bail!("{} has no *.yaml manifests", dir.display());
+        }
+        let mut manifest = Manifest::default();
+        for file in files {
+            manifest.objects.extend(Self::read_file(&file)?.objects);
+        }
+        Ok(manifest)
+    }
+
+    /// Reads one multi-document YAML file.
+    pub fn read_file(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// Parses a multi-document YAML stream. Empty documents are skipped.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let mut objects = Vec::new();
+        for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let value = <serde_yaml::Value as serde::Deserialize>::deserialize(document)
+                .with_context(|| format!("document {} is not valid YAML", index + 1))?;
+            if value.is_null() {
+                continue;
+            }
+            let json: serde_json::Value = serde_json::to_value(&value)
+                .with_context(|| format!("document {}: not representable as JSON", index + 1))?;
+            objects
+                .push(object_from_json(json).with_context(|| format!("document {}", index + 1))?);
+        }
+        Ok(Self { objects })
+    }
+
+    /// The namespaces the manifest creates.
+    pub fn namespaces(&self) -> Vec<String> {
+        self.objects
+            .iter()
+            .filter_map(|o| match o {
+                Object::Namespace(ns) => ns.metadata.name.clone(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The pods of the manifest.
+    pub fn pods(&self) -> impl Iterator<Item = &Pod> {
+        self.objects.iter().filter_map(|o| match o {
+            Object::Pod(pod) => Some(pod),
+            _ => None,
+        })
+    }
+
+    /// Server-side applies every object, in order.
+    pub async fn apply(&self, client: &kube::Client) -> anyhow::Result<()> {
+        for object in &self.objects {
+            apply_object(client, object)
+                .await
+                .with_context(|| format!("cannot apply {}", object.describe()))?;
+        }
+        Ok(())
+    }
+}
+
+fn object_from_json(json: serde_json::Value) -> anyhow::Result<Object> {
+    let api_version = json
+        .get("apiVersion")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let kind = json
+        .get("kind")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    Ok(match (api_version.as_str(), kind.as_str()) {
+        ("v1", "Namespace") => Object::Namespace(typed(json, &kind)?),
+        ("v1", "Pod") => Object::Pod(typed(json, &kind)?),
+        ("resource.k8s.io/v1", "DeviceClass") => Object::DeviceClass(typed(json, &kind)?),
+        ("resource.k8s.io/v1", "ResourceClaimTemplate") => {
+            Object::ResourceClaimTemplate(typed(json, &kind)?)
+        }
+        ("resource.k8s.io/v1", "ResourceClaim") => Object::ResourceClaim(typed(json, &kind)?),
+        _ => bail!(
+            "apiVersion `{api_version}` kind `{kind}` is not one the e2e suite applies \
+             (v1 Namespace/Pod; resource.k8s.io/v1 DeviceClass/ResourceClaimTemplate/ResourceClaim)"
+        ),
+    })
+}
+
+fn typed<T: DeserializeOwned>(json: serde_json::Value, kind: &str) -> anyhow::Result<T> {
+    serde_json::from_value(json).with_context(|| format!("not a valid {kind}"))
+}
+
+async fn apply_object(client: &kube::Client, object: &Object) -> anyhow::Result<()> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    match object {
+        Object::Namespace(o) => {
+            apply_cluster_scoped::<Namespace>(client, o, &o.metadata, &params).await
+        }
+        Object::DeviceClass(o) => {
+            apply_cluster_scoped::<DeviceClass>(client, o, &o.metadata, &params).await
+        }
+        Object::ResourceClaimTemplate(o) => {
+            apply_namespaced::<ResourceClaimTemplate>(client, o, &o.metadata, &params).await
+        }
+        Object::ResourceClaim(o) => {
+            apply_namespaced::<ResourceClaim>(client, o, &o.metadata, &params).await
+        }
+        Object::Pod(o) => apply_namespaced::<Pod>(client, o, &o.metadata, &params).await,
+    }
+}
+
+type Meta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+async fn apply_cluster_scoped<K>(
+    client: &kube::Client,
+    object: &K,
+    meta: &Meta,
+    params: &PatchParams,
+) -> anyhow::Result<()>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + DeserializeOwned,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    let name = meta.name.as_deref().context("the object has no name")?;
+    Api::<K>::all(client.clone())
+        .patch(name, params, &Patch::Apply(object))
+        .await?;
+    Ok(())
+}
+
+async fn apply_namespaced<K>(
+    client: &kube::Client,
+    object: &K,
+    meta: &Meta,
+    params: &PatchParams,
+) -> anyhow::Result<()>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + DeserializeOwned,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    let name = meta.name.as_deref().context("the object has no name")?;
+    let namespace = meta
+        .namespace
+        .as_deref()
+        .context("the object has no namespace (examples name theirs explicitly)")?;
+    Api::<K>::namespaced(client.clone(), namespace)
+        .patch(name, params, &Patch::Apply(object))
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo_root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    #[test]
+    fn every_example_parses_into_known_kinds_with_its_own_namespace() {
+        let examples = repo_root().join("deploy/examples");
+        let mut count = 0;
+        for entry in std::fs::read_dir(&examples).unwrap() {
+            let dir = entry.unwrap().path();
+            if !dir.is_dir() {
+                continue;
+            }
+            let name = dir.file_name().unwrap().to_str().unwrap().to_owned();
+            let manifest = Manifest::read_dir(&dir).unwrap();
+            assert_eq!(
+                manifest.namespaces(),
+                vec![format!("tessera-example-{name}")],
+                "{name}"
+            );
+            assert!(manifest.pods().count() >= 1, "{name} has no pod");
+            count += 1;
+        }
+        assert!(count >= 10, "only {count} examples found");
+    }
+
+    #[test]
+    fn the_shipped_device_classes_parse() {
+        let path = repo_root().join("deploy/helm/tessera/files/deviceclasses.yaml");
+        let manifest = Manifest::read_file(&path).unwrap();
+        let names: Vec<String> = manifest
+            .objects
+            .iter()
+            .map(|o| match o {
+                Object::DeviceClass(c) => c.metadata.name.clone().unwrap(),
+                other => panic!("unexpected {}", other.describe()),
+            })
+            .collect();
+        assert_eq!(names, ["gpu.tessera.dev", "mig.gpu.tessera.dev"]);
+    }
+
+    #[test]
+    fn unknown_kinds_and_bad_fields_are_refused_with_the_document_named() {
+        let text = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n\
+                    apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: b}\n";
+        let error = format!("{:#}", Manifest::parse(text).unwrap_err());
+        assert!(
+            error.contains("document 2") && error.contains("kind `Deployment`"),
+            "{error}"
+        );
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: 3}\n";
+        let error = format!("{:#}", Manifest::parse(text).unwrap_err());
+        assert!(error.contains("not a valid Pod"), "{error}");
+    }
+
+    #[test]
+    fn empty_documents_are_skipped() {
+        let text =
+            "---\n# only a comment\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n";
+        let manifest = Manifest::parse(text).unwrap();
+        assert_eq!(manifest.objects.len(), 1);
+        assert_eq!(manifest.objects[0].describe(), "Namespace a");
+    }
+}

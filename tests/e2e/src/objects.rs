@@ -1,0 +1,165 @@
+//! Objects the scenarios create beyond the examples: GPU claims and pods that use them, built
+//! the same way the examples are written (busybox printing its GPU environment, then idling).
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::api::{Api, PostParams};
+use tessera_api::names::{GPU_DEVICE_CLASS, TOPOLOGY_AWARE_GATE};
+
+/// What the example containers run: print the GPU environment, then idle until stopped.
+pub const PRINT_GPU_ENV: &str =
+    "env | grep -E '^(NVIDIA|CUDA)_' | sort; trap 'exit 0' TERM; sleep 86400 & wait";
+
+/// A claim for `count` whole GPUs, optionally narrowed by one CEL selector.
+pub fn gpu_claim(
+    namespace: &str,
+    name: &str,
+    count: u32,
+    selector: Option<&str>,
+) -> anyhow::Result<ResourceClaim> {
+    let mut exactly = serde_json::json!({
+        "deviceClassName": GPU_DEVICE_CLASS,
+        "count": count,
+    });
+    if let Some(expression) = selector {
+        exactly["selectors"] = serde_json::json!([{"cel": {"expression": expression}}]);
+    }
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": namespace, "name": name},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}},
+    }))
+    .context("building a ResourceClaim")
+}
+
+/// Where a pod goes.
+#[derive(Debug, Clone, Copy)]
+pub enum Placement<'a> {
+    /// Gated with `gpu.tessera.dev/topology-aware`: the Tessera controller allocates.
+    TopologyAware,
+    /// The default scheduler, restricted to one node.
+    SchedulerOn(&'a str),
+}
+
+/// A pod with one container using claim `claim`.
+pub fn gpu_pod(
+    namespace: &str,
+    name: &str,
+    claim: &str,
+    placement: Placement<'_>,
+) -> anyhow::Result<Pod> {
+    let mut spec = serde_json::json!({
+        "terminationGracePeriodSeconds": 5,
+        "resourceClaims": [{"name": "gpus", "resourceClaimName": claim}],
+        "containers": [{
+            "name": "ctr",
+            "image": "busybox:1.37",
+            "command": ["sh", "-c", PRINT_GPU_ENV],
+            "resources": {"claims": [{"name": "gpus"}]},
+        }],
+    });
+    match placement {
+        Placement::TopologyAware => {
+            spec["schedulingGates"] = serde_json::json!([{"name": TOPOLOGY_AWARE_GATE}]);
+        }
+        Placement::SchedulerOn(node) => {
+            spec["nodeSelector"] = serde_json::json!({"kubernetes.io/hostname": node});
+        }
+    }
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": namespace, "name": name, "labels": {"app.kubernetes.io/part-of": "tessera-e2e"}},
+        "spec": spec,
+    }))
+    .context("building a Pod")
+}
+
+/// Creates `namespace` (labelled as the suite's).
+pub async fn create_namespace(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+    let object: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": namespace, "labels": {"app.kubernetes.io/part-of": "tessera-e2e"}},
+    }))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &object)
+        .await
+        .with_context(|| format!("cannot create namespace {namespace}"))?;
+    Ok(())
+}
+
+/// Creates a claim and a pod using it.
+pub async fn create_claim_and_pod(
+    client: &kube::Client,
+    claim: &ResourceClaim,
+    pod: &Pod,
+) -> anyhow::Result<()> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    Api::<ResourceClaim>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), claim)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot create ResourceClaim {namespace}/{}",
+                claim.metadata.name.as_deref().unwrap_or_default()
+            )
+        })?;
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), pod)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot create pod {namespace}/{}",
+                pod.metadata.name.as_deref().unwrap_or_default()
+            )
+        })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_and_pods_are_built_as_the_examples_write_them() {
+        let claim = gpu_claim(
+            "ns",
+            "c",
+            4,
+            Some("device.attributes[\"gpu.tessera.dev\"].minor == 0"),
+        )
+        .unwrap();
+        let request = &claim
+            .spec
+            .as_ref()
+            .unwrap()
+            .devices
+            .as_ref()
+            .unwrap()
+            .requests
+            .as_ref()
+            .unwrap()[0];
+        let exactly = request.exactly.as_ref().unwrap();
+        assert_eq!(exactly.count, Some(4));
+        assert_eq!(exactly.selectors.as_ref().unwrap().len(), 1);
+
+        let gated = gpu_pod("ns", "p", "c", Placement::TopologyAware).unwrap();
+        let spec = gated.spec.unwrap();
+        assert_eq!(spec.scheduling_gates.unwrap()[0].name, TOPOLOGY_AWARE_GATE);
+        assert!(spec.node_selector.is_none());
+
+        let pinned = gpu_pod("ns", "p", "c", Placement::SchedulerOn("n2")).unwrap();
+        let spec = pinned.spec.unwrap();
+        assert!(spec.scheduling_gates.is_none());
+        assert_eq!(spec.node_selector.unwrap()["kubernetes.io/hostname"], "n2");
+        assert_eq!(
+            spec.resource_claims.unwrap()[0]
+                .resource_claim_name
+                .as_deref(),
+            Some("c")
+        );
+    }
+}

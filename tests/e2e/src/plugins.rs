@@ -1,0 +1,129 @@
+//! Killing and restarting a node's plugin: a process of tests/e2e/local-up on the local cluster,
+//! a DaemonSet pod on kind.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams};
+
+use crate::local::LocalCluster;
+use crate::wait::{Probe, until};
+
+/// Label of the chart's plugin pods (deploy/helm/tessera).
+const PLUGIN_POD_SELECTOR: &str = "app.kubernetes.io/component=kubelet-plugin";
+
+pub enum PluginControl {
+    Local(LocalCluster),
+    Kind {
+        client: kube::Client,
+        namespace: String,
+    },
+}
+
+impl PluginControl {
+    /// SIGKILLs the plugin of `node` (kind: deletes its pod with no grace period). Returns
+    /// what was killed.
+    pub async fn kill(&self, node: &str) -> anyhow::Result<String> {
+        match self {
+            PluginControl::Local(local) => {
+                let plugin = local.plugin(node)?;
+                let pid = plugin.kill()?;
+                Ok(format!("{} (pid {pid}), SIGKILL", plugin.name))
+            }
+            PluginControl::Kind { client, namespace } => {
+                let pod = plugin_pod(client, namespace, node)
+                    .await?
+                    .with_context(|| format!("no plugin pod runs on {node} in {namespace}"))?;
+                let name = pod.metadata.name.unwrap_or_default();
+                Api::<Pod>::namespaced(client.clone(), namespace)
+                    .delete(
+                        &name,
+                        &DeleteParams {
+                            grace_period_seconds: Some(0),
+                            ..DeleteParams::default()
+                        },
+                    )
+                    .await
+                    .with_context(|| format!("cannot delete plugin pod {namespace}/{name}"))?;
+                Ok(format!(
+                    "plugin pod {namespace}/{name}, deleted with grace period 0"
+                ))
+            }
+        }
+    }
+
+    /// Starts the plugin of `node` again (kind: waits for the DaemonSet's new pod to be ready).
+    pub async fn start(&self, node: &str, timeout: Duration) -> anyhow::Result<()> {
+        match self {
+            PluginControl::Local(local) => {
+                let plugin = local.plugin(node)?;
+                plugin.start()?;
+                until(&format!("{} to start", plugin.name), timeout, || async {
+                    Ok(match plugin.running_pid() {
+                        Some(pid) => Probe::Done(pid),
+                        None => Probe::Waiting(format!(
+                            "no live pid in {} yet",
+                            plugin.pid_file.display()
+                        )),
+                    })
+                })
+                .await?;
+                Ok(())
+            }
+            PluginControl::Kind { client, namespace } => {
+                until(
+                    &format!("a ready plugin pod on {node}"),
+                    timeout,
+                    || async {
+                        let pod = plugin_pod(client, namespace, node).await?;
+                        Ok(match pod {
+                            Some(pod)
+                                if is_ready(&pod) && pod.metadata.deletion_timestamp.is_none() =>
+                            {
+                                Probe::Done(())
+                            }
+                            Some(pod) => Probe::Waiting(format!(
+                                "pod {} not ready",
+                                pod.metadata.name.unwrap_or_default()
+                            )),
+                            None => Probe::Waiting("no pod yet".to_owned()),
+                        })
+                    },
+                )
+                .await
+            }
+        }
+    }
+}
+
+async fn plugin_pod(
+    client: &kube::Client,
+    namespace: &str,
+    node: &str,
+) -> anyhow::Result<Option<Pod>> {
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(
+            &ListParams::default()
+                .labels(PLUGIN_POD_SELECTOR)
+                .fields(&format!("spec.nodeName={node}")),
+        )
+        .await
+        .with_context(|| format!("cannot list plugin pods in {namespace}"))?;
+    let mut live: Vec<Pod> = pods
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    if live.len() > 1 {
+        bail!("{} plugin pods run on {node}; expected one", live.len());
+    }
+    Ok(live.pop())
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}

@@ -1,0 +1,351 @@
+//! The deploy/examples manifests, applied as they are and checked: what was allocated (per
+//! example), every pod Running, what each container received, prepared on the node, and
+//! unprepared when the pods are deleted.
+
+use std::collections::BTreeSet;
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use tessera_api::names::TOPOLOGY_MANAGED_TAINT;
+
+use super::Outcome;
+use crate::context::Ctx;
+use crate::devices::Published;
+use crate::manifest::Manifest;
+use crate::steps::{
+    AllocatedClaim, check_containers, check_prepared, delete_pods_and_check_unprepared, names,
+    wait_allocated, wait_running,
+};
+
+/// An applied example whose claims are allocated.
+pub struct ExampleRun {
+    pub namespace: String,
+    pub published: Published,
+    /// Each pod with the claims it uses.
+    pub pods: Vec<(Pod, Vec<AllocatedClaim>)>,
+}
+
+impl ExampleRun {
+    /// Every distinct claim of the example.
+    pub fn claims(&self) -> Vec<AllocatedClaim> {
+        let mut seen = BTreeSet::new();
+        self.pods
+            .iter()
+            .flat_map(|(_, claims)| claims.iter())
+            .filter(|c| seen.insert(c.uid().to_owned()))
+            .cloned()
+            .collect()
+    }
+
+    /// The only claim of the example.
+    pub fn single_claim(&self) -> anyhow::Result<AllocatedClaim> {
+        let claims = self.claims();
+        ensure!(
+            claims.len() == 1,
+            "expected one claim in {}, found {}",
+            self.namespace,
+            claims.len()
+        );
+        Ok(claims.into_iter().next().unwrap_or_else(|| unreachable!()))
+    }
+}
+
+/// Applies example `name`, waits for its claims, checks them with `expect`, then runs the
+/// common checks and cleans up.
+pub async fn run_example(
+    ctx: &Ctx,
+    name: &str,
+    expect: impl Fn(&ExampleRun) -> anyhow::Result<()>,
+) -> anyhow::Result<Outcome> {
+    let dir = ctx.examples_dir.join(name);
+    let manifest = Manifest::read_dir(&dir)?;
+    let namespace = manifest
+        .namespaces()
+        .into_iter()
+        .next()
+        .with_context(|| format!("{} creates no namespace", dir.display()))?;
+    ctx.fresh_namespace(&namespace).await?;
+    manifest.apply(&ctx.client).await?;
+    ctx.say(format!(
+        "applied {} ({} objects)",
+        dir.display(),
+        manifest.objects.len()
+    ));
+
+    let mut pods = Vec::new();
+    for pod in manifest.pods() {
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let claims = wait_allocated(ctx, &namespace, &pod_name).await?;
+        pods.push((pod.clone(), claims));
+    }
+    let run = ExampleRun {
+        namespace: namespace.clone(),
+        published: ctx.published().await?,
+        pods,
+    };
+    for claim in run.claims() {
+        ctx.say(claim.describe(&run.published));
+    }
+    expect(&run)?;
+
+    let mut running = Vec::new();
+    for (pod, claims) in &run.pods {
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        let current = wait_running(ctx, &namespace, pod_name).await?;
+        check_containers(ctx, &current, claims, &run.published).await?;
+        running.push(current);
+    }
+    ctx.say(format!("pods Running: {}", names(&running).join(", ")));
+    let claims = run.claims();
+    check_prepared(ctx, &claims).await?;
+    delete_pods_and_check_unprepared(ctx, &namespace, &names(&running), &claims).await?;
+    ctx.delete_namespace(&namespace).await?;
+    Ok(Outcome::Passed)
+}
+
+/// Devices the default scheduler allocated must not carry the managed-node taint.
+fn untainted(run: &ExampleRun, claim: &AllocatedClaim) -> anyhow::Result<()> {
+    for device in claim.devices(&run.published)? {
+        ensure!(
+            !device.has_taint(TOPOLOGY_MANAGED_TAINT),
+            "claim {} got {} on {}, which carries the {TOPOLOGY_MANAGED_TAINT} taint: only the controller may allocate it",
+            claim.name(),
+            device.name,
+            device.node
+        );
+    }
+    Ok(())
+}
+
+fn count(claim: &AllocatedClaim, expected: usize) -> anyhow::Result<()> {
+    let found = claim.allocation.ours().count();
+    ensure!(
+        found == expected,
+        "claim {} has {found} {} devices, expected {expected}",
+        claim.name(),
+        tessera_api::names::DRIVER_NAME
+    );
+    Ok(())
+}
+
+pub async fn single_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    run_example(ctx, "single-gpu", |run| {
+        let claim = run.single_claim()?;
+        count(&claim, 1)?;
+        untainted(run, &claim)?;
+        let device = &claim.devices(&run.published)?[0];
+        ensure!(device.is_whole_gpu(), "{} is not a whole GPU", device.name);
+        Ok(())
+    })
+    .await
+}
+
+pub async fn nvlink_pair(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    run_example(ctx, "nvlink-pair", |run| {
+        let claim = run.single_claim()?;
+        count(&claim, 2)?;
+        untainted(run, &claim)?;
+        let devices = claim.devices(&run.published)?;
+        let islands: BTreeSet<Option<&str>> = devices.iter().map(|d| d.island()).collect();
+        ensure!(
+            islands.len() == 1 && !islands.contains(&None),
+            "the two GPUs must share one nvlinkIsland, found {islands:?}"
+        );
+        ensure!(devices[0].name != devices[1].name, "the same device twice");
+        Ok(())
+    })
+    .await
+}
+
+pub async fn mig_slice(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    let published = ctx.published().await?;
+    let has_mig = published
+        .nodes()
+        .iter()
+        .any(|n| published.on_node(n).any(|d| d.is_mig()));
+    if !has_mig {
+        return Ok(Outcome::Skipped(
+            "no node publishes MIG devices (the local cluster runs hgx-a100-mig on one node)"
+                .to_owned(),
+        ));
+    }
+    run_example(ctx, "mig-slice", |run| {
+        let claim = run.single_claim()?;
+        count(&claim, 1)?;
+        untainted(run, &claim)?;
+        let device = &claim.devices(&run.published)?[0];
+        ensure!(device.is_mig(), "{} is not a MIG device", device.name);
+        let profile = device.profile().unwrap_or_default();
+        ensure!(
+            profile.starts_with("1g."),
+            "{} has profile `{profile}`, the selector asks for 1g.*",
+            device.name
+        );
+        Ok(())
+    })
+    .await
+}
+
+pub async fn cel_selectors(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    run_example(ctx, "cel-selectors", |run| {
+        let claim = run.single_claim()?;
+        count(&claim, 1)?;
+        untainted(run, &claim)?;
+        let device = &claim.devices(&run.published)?[0];
+        let product = device.product().unwrap_or_default();
+        ensure!(
+            product.contains("H100"),
+            "{} is a `{product}`, not an H100",
+            device.name
+        );
+        let memory = device
+            .capacity_bytes("memory")
+            .with_context(|| format!("{} publishes no parsable memory capacity", device.name))?;
+        ensure!(
+            memory >= 40 << 30,
+            "{} has {memory} bytes of memory, the selector asks for at least 40Gi",
+            device.name
+        );
+        let driver = device
+            .driver_major()
+            .with_context(|| format!("{} publishes no driverVersion", device.name))?;
+        ensure!(
+            driver >= 535,
+            "{} has driver {driver}, the selector asks for >= 535",
+            device.name
+        );
+        Ok(())
+    })
+    .await
+}
+
+pub async fn shared_claim(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    run_example(ctx, "shared-claim", |run| {
+        let claim = run.single_claim()?;
+        count(&claim, 1)?;
+        untainted(run, &claim)?;
+        ensure!(
+            run.pods.len() == 2,
+            "expected two pods, found {}",
+            run.pods.len()
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// The claim's config must be one `FromClaim` GpuConfig entry with `strategy`.
+fn sharing_config(claim: &AllocatedClaim, strategy: &str) -> anyhow::Result<serde_json::Value> {
+    let entries: Vec<_> = claim
+        .allocation
+        .config
+        .iter()
+        .filter(|c| c.driver == tessera_api::names::DRIVER_NAME)
+        .collect();
+    ensure!(
+        entries.len() == 1,
+        "claim {} carries {} config entries for our driver, expected 1: {:?}",
+        claim.name(),
+        entries.len(),
+        entries
+    );
+    let entry = entries[0];
+    ensure!(
+        entry.source == "FromClaim",
+        "claim {}: config source {}, expected FromClaim",
+        claim.name(),
+        entry.source
+    );
+    ensure!(
+        entry.parameters["kind"] == "GpuConfig"
+            && entry.parameters["sharing"]["strategy"] == strategy,
+        "claim {}: config {} is not a GpuConfig with sharing strategy {strategy}",
+        claim.name(),
+        entry.parameters
+    );
+    Ok(entry.parameters.clone())
+}
+
+pub async fn time_slicing(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    run_example(ctx, "time-slicing", |run| {
+        let claim = run.single_claim()?;
+        count(&claim, 1)?;
+        untainted(run, &claim)?;
+        let parameters = sharing_config(&claim, "TimeSlicing")?;
+        ensure!(
+            parameters["sharing"]["timeSlicing"]["interval"] == "Long",
+            "interval {} in the allocation, the claim says Long",
+            parameters["sharing"]["timeSlicing"]["interval"]
+        );
+        Ok(())
+    })
+    .await
+}
+
+pub async fn mps(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    run_example(ctx, "mps", |run| {
+        let claim = run.single_claim()?;
+        count(&claim, 1)?;
+        untainted(run, &claim)?;
+        let parameters = sharing_config(&claim, "MPS")?;
+        ensure!(
+            parameters["sharing"]["mps"]["defaultActiveThreadPercentage"] == 50,
+            "MPS config {} lost the active thread percentage",
+            parameters
+        );
+        Ok(())
+    })
+    .await
+}
+
+pub async fn prioritized_list(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    run_example(ctx, "prioritized-list", |run| {
+        let claim = run.single_claim()?;
+        count(&claim, 1)?;
+        untainted(run, &claim)?;
+        let result = claim
+            .allocation
+            .ours()
+            .next()
+            .map(|d| d.request.clone())
+            .unwrap_or_default();
+        // Every cluster the suite runs on has free, unmanaged H100s, so the first subrequest wins.
+        ensure!(
+            result == "gpu/h100",
+            "the result names request `{result}`, expected `gpu/h100` (an H100 is free)"
+        );
+        let device = &claim.devices(&run.published)?[0];
+        ensure!(
+            device.product().unwrap_or_default().contains("H100"),
+            "{} is not an H100",
+            device.name
+        );
+        Ok(())
+    })
+    .await
+}
+
+pub async fn admin_access(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    run_example(ctx, "admin-access", |run| {
+        let claim = run.single_claim()?;
+        let node = claim.node()?;
+        let devices = claim.devices(&run.published)?;
+        let whole: BTreeSet<&str> = run
+            .published
+            .whole_gpus(node)
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        let got: BTreeSet<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+        ensure!(
+            got == whole,
+            "allocationMode All on {node} got {got:?}, expected every whole GPU of the node {whole:?}"
+        );
+        ensure!(
+            claim.allocation.ours().all(|d| d.admin_access),
+            "every result must carry adminAccess: true"
+        );
+        untainted(run, &claim)
+    })
+    .await
+}

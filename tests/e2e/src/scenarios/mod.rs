@@ -1,0 +1,171 @@
+//! The scenarios, in the order they run. Each one cleans up after itself (its namespaces are
+//! deleted and its claims unprepared), so any subset can run in any order.
+
+mod examples;
+mod invalid_config;
+mod restart;
+mod slices;
+mod topology;
+
+use futures::future::BoxFuture;
+
+use crate::context::Ctx;
+
+/// How a scenario ended, when it did not fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Passed,
+    /// The cluster lacks what the scenario needs (said why).
+    Skipped(String),
+}
+
+pub type ScenarioFn = for<'a> fn(&'a Ctx) -> BoxFuture<'a, anyhow::Result<Outcome>>;
+
+pub struct Scenario {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub run: ScenarioFn,
+}
+
+macro_rules! scenario {
+    ($name:literal, $about:literal, $run:path) => {
+        Scenario {
+            name: $name,
+            about: $about,
+            run: |ctx| Box::pin($run(ctx)),
+        }
+    };
+}
+
+/// Every scenario, in run order.
+pub fn all() -> Vec<Scenario> {
+    vec![
+        scenario!(
+            "slices",
+            "ResourceSlices as published: pools, owners, dgx-h100 layout, managed-node taints",
+            slices::slices
+        ),
+        scenario!(
+            "single-gpu",
+            "deploy/examples/single-gpu: one whole GPU, prepared and unprepared",
+            examples::single_gpu
+        ),
+        scenario!(
+            "nvlink-pair",
+            "deploy/examples/nvlink-pair: two GPUs with the same nvlinkIsland",
+            examples::nvlink_pair
+        ),
+        scenario!(
+            "mig-slice",
+            "deploy/examples/mig-slice: a 1g MIG device, its MIG UUID in the container",
+            examples::mig_slice
+        ),
+        scenario!(
+            "cel-selectors",
+            "deploy/examples/cel-selectors: memory, product and driverVersion selectors",
+            examples::cel_selectors
+        ),
+        scenario!(
+            "shared-claim",
+            "deploy/examples/shared-claim: one GPU for two containers and two pods",
+            examples::shared_claim
+        ),
+        scenario!(
+            "time-slicing",
+            "deploy/examples/time-slicing: FromClaim TimeSlicing config",
+            examples::time_slicing
+        ),
+        scenario!(
+            "mps",
+            "deploy/examples/mps: FromClaim MPS config",
+            examples::mps
+        ),
+        scenario!(
+            "prioritized-list",
+            "deploy/examples/prioritized-list: firstAvailable picks the H100 subrequest",
+            examples::prioritized_list
+        ),
+        scenario!(
+            "admin-access",
+            "deploy/examples/admin-access: every GPU of a node with adminAccess",
+            examples::admin_access
+        ),
+        scenario!(
+            "invalid-config",
+            "deploy/examples/invalid-config: prepare refused, the pod event names the field",
+            invalid_config::invalid_config
+        ),
+        scenario!(
+            "topology-aware",
+            "deploy/examples/topology-aware: the controller places a gated 4-GPU pod",
+            topology::topology_aware
+        ),
+        scenario!(
+            "topology-fragmented",
+            "fragmented dgx-h100: controller picks gpu-4..7, first fit shown for comparison",
+            topology::topology_fragmented
+        ),
+        scenario!(
+            "plugin-restart",
+            "plugin SIGKILLed while pods are prepared, restarted: everything converges",
+            restart::plugin_restart
+        ),
+    ]
+}
+
+/// Picks scenarios by name, keeping run order; unknown names are an error listing the known ones.
+pub fn select(names: &[String]) -> anyhow::Result<Vec<Scenario>> {
+    let all = all();
+    if names.is_empty() {
+        return Ok(all);
+    }
+    let known: Vec<&str> = all.iter().map(|s| s.name).collect();
+    for name in names {
+        anyhow::ensure!(
+            known.contains(&name.as_str()),
+            "unknown scenario `{name}`; known: {}",
+            known.join(", ")
+        );
+    }
+    Ok(all
+        .into_iter()
+        .filter(|s| names.iter().any(|n| n == s.name))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_selection_keeps_run_order() {
+        let names: Vec<&str> = all().iter().map(|s| s.name).collect();
+        let unique: std::collections::BTreeSet<&&str> = names.iter().collect();
+        assert_eq!(unique.len(), names.len());
+        let picked = select(&["plugin-restart".to_owned(), "slices".to_owned()]).unwrap();
+        let picked: Vec<&str> = picked.iter().map(|s| s.name).collect();
+        assert_eq!(picked, ["slices", "plugin-restart"]);
+        let error = select(&["nope".to_owned()]).err().unwrap().to_string();
+        assert!(
+            error.contains("unknown scenario `nope`") && error.contains("single-gpu"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn every_example_directory_has_a_scenario() {
+        let examples =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples");
+        let names: Vec<&str> = all().iter().map(|s| s.name).collect();
+        for entry in std::fs::read_dir(examples).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                let example = path.file_name().unwrap().to_str().unwrap().to_owned();
+                assert!(
+                    names.contains(&example.as_str()),
+                    "deploy/examples/{example} has no scenario"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,419 @@
+//! The steps scenarios are made of: wait for a pod's claims to be allocated, for the pod to run,
+//! check what its containers received, check the plugin prepared and later unprepared its
+//! claims. Every failure says what was expected and what was seen.
+
+use std::collections::BTreeSet;
+
+use anyhow::{Context, bail, ensure};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::api::{Api, DeleteParams, ListParams};
+
+use crate::cdi_view::split_list;
+use crate::claims::{AllocatedDevice, Allocation, container_claims, get_claim, pod_claims};
+use crate::context::Ctx;
+use crate::devices::{Published, PublishedDevice};
+use crate::observer::ClaimOnNode;
+use crate::wait::{Probe, until};
+
+/// A pod claim and its allocation.
+#[derive(Debug, Clone)]
+pub struct AllocatedClaim {
+    /// The pod's entry name (`spec.resourceClaims[].name`).
+    pub entry: String,
+    pub claim: ResourceClaim,
+    pub allocation: Allocation,
+}
+
+impl AllocatedClaim {
+    pub fn name(&self) -> &str {
+        self.claim.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.claim.metadata.namespace.as_deref().unwrap_or_default()
+    }
+
+    pub fn uid(&self) -> &str {
+        self.claim.metadata.uid.as_deref().unwrap_or_default()
+    }
+
+    /// The allocation's node, required.
+    pub fn node(&self) -> anyhow::Result<&str> {
+        self.allocation.node.as_deref().with_context(|| {
+            format!(
+                "the allocation of claim {}/{} names no single node",
+                self.namespace(),
+                self.name()
+            )
+        })
+    }
+
+    /// The published devices of the allocation, in allocation order.
+    pub fn devices<'a>(
+        &self,
+        published: &'a Published,
+    ) -> anyhow::Result<Vec<&'a PublishedDevice>> {
+        self.allocation
+            .ours()
+            .map(|d| {
+                published.get(&d.pool, &d.device).with_context(|| {
+                    format!(
+                        "claim {}/{} was allocated device {}/{}, which no ResourceSlice publishes",
+                        self.namespace(),
+                        self.name(),
+                        d.pool,
+                        d.device
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// `gpu-4 NUMA 1 island …` lines, one per device.
+    pub fn describe(&self, published: &Published) -> String {
+        let mut lines = vec![format!(
+            "claim {} on {}:",
+            self.name(),
+            self.allocation.node.as_deref().unwrap_or("<no node>")
+        )];
+        for device in self.allocation.ours() {
+            let text = match published.get(&device.pool, &device.device) {
+                Some(d) => d.summary(),
+                None => format!("{} (not published)", device.device),
+            };
+            lines.push(format!("  {:<14} {text}", device.request));
+        }
+        lines.join("\n")
+    }
+}
+
+/// Waits until every claim of `pod` exists and is allocated.
+pub async fn wait_allocated(
+    ctx: &Ctx,
+    namespace: &str,
+    pod: &str,
+) -> anyhow::Result<Vec<AllocatedClaim>> {
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
+    until(
+        &format!("the claims of pod {namespace}/{pod} to be allocated"),
+        ctx.timeouts.allocate,
+        || async {
+            let current = pods
+                .get(pod)
+                .await
+                .with_context(|| format!("cannot read pod {namespace}/{pod}"))?;
+            let mut allocated = Vec::new();
+            for entry in pod_claims(&current) {
+                let Some(name) = entry.claim_name else {
+                    return Ok(Probe::Waiting(format!(
+                        "claim `{}` not generated yet; pod: {}",
+                        entry.entry,
+                        pod_summary(&current)
+                    )));
+                };
+                let claim = get_claim(&ctx.client, namespace, &name).await?;
+                let Some(allocation) = Allocation::of(&claim) else {
+                    return Ok(Probe::Waiting(format!(
+                        "claim {name} not allocated; pod: {}",
+                        pod_summary(&current)
+                    )));
+                };
+                allocated.push(AllocatedClaim {
+                    entry: entry.entry,
+                    claim,
+                    allocation,
+                });
+            }
+            Ok(Probe::Done(allocated))
+        },
+    )
+    .await
+}
+
+/// Waits until `pod` is Running (every container started).
+pub async fn wait_running(ctx: &Ctx, namespace: &str, pod: &str) -> anyhow::Result<Pod> {
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
+    until(
+        &format!("pod {namespace}/{pod} to be Running"),
+        ctx.timeouts.run,
+        || async {
+            let current = pods.get(pod).await?;
+            let phase = current
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or_default();
+            Ok(match phase {
+                "Running" => Probe::Done(current),
+                "Failed" | "Succeeded" => {
+                    bail!("pod {namespace}/{pod} ended: {}", pod_summary(&current))
+                }
+                _ => Probe::Waiting(pod_summary(&current)),
+            })
+        },
+    )
+    .await
+}
+
+/// Phase, node, waiting reasons and unschedulable messages of a pod, on one line.
+pub fn pod_summary(pod: &Pod) -> String {
+    let status = pod.status.as_ref();
+    let mut parts = vec![format!(
+        "phase {}",
+        status.and_then(|s| s.phase.as_deref()).unwrap_or("<none>")
+    )];
+    if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+        parts.push(format!("node {node}"));
+    }
+    if let Some(gates) = pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref())
+        && !gates.is_empty()
+    {
+        let names: Vec<&str> = gates.iter().map(|g| g.name.as_str()).collect();
+        parts.push(format!("gated by {}", names.join(", ")));
+    }
+    for condition in status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        if condition.status == "False" && condition.message.is_some() {
+            parts.push(format!(
+                "{}: {} {}",
+                condition.type_,
+                condition.reason.as_deref().unwrap_or(""),
+                condition.message.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    for container in status
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        if let Some(waiting) = container.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+            parts.push(format!(
+                "container {} waiting: {}",
+                container.name,
+                waiting.reason.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    parts.join("; ")
+}
+
+/// The UUIDs a container using `uses` (claim entry, optional request) should see.
+fn expected_uuids(
+    pod: &Pod,
+    uses: &[(String, Option<String>)],
+    claims: &[AllocatedClaim],
+    published: &Published,
+) -> anyhow::Result<BTreeSet<String>> {
+    let mut uuids = BTreeSet::new();
+    for (entry, request) in uses {
+        let claim = claims.iter().find(|c| &c.entry == entry).with_context(|| {
+            format!(
+                "pod {} uses claim entry `{entry}`, which has no allocated claim",
+                pod.metadata.name.as_deref().unwrap_or_default()
+            )
+        })?;
+        let matches_request = |d: &AllocatedDevice| match request {
+            Some(r) => d.request == *r || d.request.starts_with(&format!("{r}/")),
+            None => true,
+        };
+        for device in claim.allocation.ours().filter(|d| matches_request(d)) {
+            let published = published
+                .get(&device.pool, &device.device)
+                .with_context(|| {
+                    format!(
+                        "allocated device {}/{} is not published",
+                        device.pool, device.device
+                    )
+                })?;
+            let uuid = published
+                .uuid()
+                .with_context(|| format!("device {} has no uuid attribute", device.device))?;
+            uuids.insert(uuid.to_owned());
+        }
+    }
+    Ok(uuids)
+}
+
+/// For every container of `pod` that uses a claim: waits until the runtime saw it, then checks
+/// that the CDI ids it got resolve (local cluster) and that its `NVIDIA_VISIBLE_DEVICES` and
+/// `CUDA_VISIBLE_DEVICES` list exactly the UUIDs of its allocated devices.
+pub async fn check_containers(
+    ctx: &Ctx,
+    pod: &Pod,
+    claims: &[AllocatedClaim],
+    published: &Published,
+) -> anyhow::Result<()> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let containers: Vec<String> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .map(|c| c.name.clone())
+        .collect();
+    for container in containers {
+        let uses = container_claims(pod, &container);
+        if uses.is_empty() {
+            continue;
+        }
+        let expected = expected_uuids(pod, &uses, claims, published)?;
+        let view = until(
+            &format!("the runtime to receive container {pod_name}/{container}"),
+            ctx.timeouts.run,
+            || async {
+                Ok(match ctx.observer.container_view(pod, &container).await? {
+                    Some(view) => Probe::Done(view),
+                    None => Probe::Waiting("no container record or output yet".to_owned()),
+                })
+            },
+        )
+        .await?;
+        for variable in ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"] {
+            let seen: BTreeSet<String> = view
+                .env
+                .get(variable)
+                .map(|v| split_list(v).into_iter().collect())
+                .unwrap_or_default();
+            ensure!(
+                seen == expected,
+                "container {pod_name}/{container}: {variable} lists {seen:?}, expected the allocated devices' UUIDs {expected:?} (seen in {})",
+                view.source
+            );
+        }
+        let ids = match &view.cdi_ids {
+            Some(ids) => {
+                ensure!(
+                    !ids.is_empty(),
+                    "container {pod_name}/{container} got no CDI devices ({})",
+                    view.source
+                );
+                format!("; CDI: {}", ids.join(" "))
+            }
+            None => String::new(),
+        };
+        ctx.say(format!(
+            "{pod_name}/{container}: NVIDIA_VISIBLE_DEVICES={}{ids}",
+            view.env
+                .get("NVIDIA_VISIBLE_DEVICES")
+                .map(String::as_str)
+                .unwrap_or("")
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that the plugin on each claim's node holds a CDI spec and a completed checkpoint
+/// entry for it (local cluster; said to be unobservable elsewhere).
+pub async fn check_prepared(ctx: &Ctx, claims: &[AllocatedClaim]) -> anyhow::Result<()> {
+    for claim in claims {
+        let state = ctx.observer.claim_on_node(claim.node()?, claim.uid())?;
+        ensure!(
+            state.is_prepared(),
+            "claim {}/{} runs but the plugin on {} does not hold it as prepared: {}",
+            claim.namespace(),
+            claim.name(),
+            claim.node()?,
+            state.describe()
+        );
+        if let ClaimOnNode::Unobservable(why) = &state {
+            ctx.say(format!("(prepared state not checked: {why})"));
+        }
+    }
+    Ok(())
+}
+
+/// Deletes `pods` of `namespace`, waits until they are gone, then until the plugin has
+/// unprepared every one of `claims` (CDI spec removed, checkpoint entry gone).
+pub async fn delete_pods_and_check_unprepared(
+    ctx: &Ctx,
+    namespace: &str,
+    pods: &[String],
+    claims: &[AllocatedClaim],
+) -> anyhow::Result<()> {
+    let api = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
+    for pod in pods {
+        match api.delete(pod, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => {
+                return Err(error).with_context(|| format!("cannot delete pod {namespace}/{pod}"));
+            }
+        }
+    }
+    for pod in pods {
+        until(
+            &format!("pod {namespace}/{pod} to be deleted"),
+            ctx.timeouts.delete,
+            || async {
+                Ok(match api.get_opt(pod).await? {
+                    None => Probe::Done(()),
+                    Some(current) => Probe::Waiting(pod_summary(&current)),
+                })
+            },
+        )
+        .await?;
+    }
+    check_unprepared(ctx, claims).await
+}
+
+/// Waits until the plugin holds nothing for `claims`.
+pub async fn check_unprepared(ctx: &Ctx, claims: &[AllocatedClaim]) -> anyhow::Result<()> {
+    for claim in claims {
+        let node = claim.node()?;
+        let state = until(
+            &format!(
+                "the plugin on {node} to unprepare claim {}/{}",
+                claim.namespace(),
+                claim.name()
+            ),
+            ctx.timeouts.delete,
+            || async {
+                let state = ctx.observer.claim_on_node(node, claim.uid())?;
+                Ok(if state.is_gone() {
+                    Probe::Done(state)
+                } else {
+                    Probe::Waiting(state.describe())
+                })
+            },
+        )
+        .await?;
+        if let ClaimOnNode::Unobservable(why) = state {
+            ctx.say(format!("(unprepare not checked: {why})"));
+        }
+    }
+    if ctx.observer.is_local() && !claims.is_empty() {
+        ctx.say(format!(
+            "unprepared: {} (CDI specs removed, checkpoint entries gone)",
+            claims
+                .iter()
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// Events about `pod`, oldest first.
+pub async fn pod_events(ctx: &Ctx, namespace: &str, pod: &str) -> anyhow::Result<Vec<Event>> {
+    let mut events = Api::<Event>::namespaced(ctx.client.clone(), namespace)
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.kind=Pod,involvedObject.name={pod}"
+        )))
+        .await
+        .with_context(|| format!("cannot list events of pod {namespace}/{pod}"))?
+        .items;
+    events.sort_by_key(|e| e.last_timestamp.clone().map(|t| t.0));
+    Ok(events)
+}
+
+/// The pod names of a list, for the delete step.
+pub fn names(pods: &[Pod]) -> Vec<String> {
+    pods.iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect()
+}
