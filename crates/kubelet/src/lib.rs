@@ -29,6 +29,7 @@
 //!
 //! [`simulator::KubeletSimulator`] is the kubelet's side of the conversation, for tests.
 
+pub mod authority;
 mod dra_service;
 mod driver;
 mod health;

@@ -10,9 +10,11 @@ use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 
+use crate::authority::LenientAuthority;
 use crate::dra_service::{ClaimCalls, DraV1Service, DraV1beta1Service};
 use crate::driver::{DeviceHealth, DraDriver};
 use crate::health::{HealthFeed, HealthV1Service, HealthV1alpha1Service};
@@ -309,7 +311,8 @@ impl<D: DraDriver> KubeletPlugin<D> {
     }
 }
 
-/// Serves the registration service until `stop`.
+/// Serves the registration service until `stop`. The kubelet's registration calls carry the
+/// socket path as `:authority`, which h2 refuses; [`LenientAuthority`] makes them acceptable.
 fn spawn_registration_server(
     service: RegistrationService,
     listener: UnixListener,
@@ -318,9 +321,9 @@ fn spawn_registration_server(
     let router = Server::builder().add_service(
         reg_pb::registration_server::RegistrationServer::new(service),
     );
-    tokio::spawn(
-        router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop.stopped()),
-    )
+    let incoming =
+        UnixListenerStream::new(listener).map(|stream| stream.map(LenientAuthority::new));
+    tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop.stopped()))
 }
 
 /// Serves both DRA versions, and both health versions when there is a health feed, until
