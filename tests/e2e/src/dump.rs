@@ -22,8 +22,8 @@ pub async fn dump(ctx: &Ctx, namespaces: &[String]) {
     for namespace in namespaces {
         dump_namespace(ctx, namespace).await;
     }
-    for (name, text) in ctx.observer.log_tails(LOG_LINES).await {
-        println!("  -- last {LOG_LINES} lines of {name}:");
+    for (name, text) in ctx.observer.log_tails(LOG_LINES, namespaces).await {
+        println!("  -- {name}:");
         for line in text.lines() {
             println!("     {line}");
         }

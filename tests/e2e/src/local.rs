@@ -135,24 +135,25 @@ impl LocalCluster {
         })
     }
 
-    /// Every log worth a tail on failure: plugins, controller, scheduler, controller-manager.
-    pub fn logs(&self) -> Vec<(String, PathBuf)> {
-        let mut logs: Vec<(String, PathBuf)> = self
-            .nodes
+    /// The logs of the Tessera processes (plugins, controller).
+    pub fn tessera_logs(&self) -> Vec<(String, PathBuf)> {
+        self.nodes
             .values()
             .filter_map(|n| n.plugin.as_ref())
             .chain(self.controller.as_ref())
             .map(|p| (p.name.clone(), p.log.clone()))
-            .collect();
-        for log in &self.control_plane_logs {
-            let name = log
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("log")
-                .to_owned();
-            logs.push((name, log.clone()));
-        }
-        logs
+            .collect()
+    }
+
+    /// The scheduler's and controller-manager's logs.
+    pub fn control_plane_logs(&self) -> Vec<(String, PathBuf)> {
+        self.control_plane_logs
+            .iter()
+            .map(|log| {
+                let name = log.file_stem().and_then(|s| s.to_str()).unwrap_or("log");
+                (name.to_owned(), log.clone())
+            })
+            .collect()
     }
 }
 
@@ -257,14 +258,6 @@ pub fn tail_matching(path: &Path, lines: usize, keep: impl Fn(&str) -> bool) -> 
     kept[kept.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Kubelet log lines about DRA (the kubelet logs a lot; these are the ones about claims and
-/// plugins).
-pub fn is_kubelet_dra_line(line: &str) -> bool {
-    ["dra", "DRA", "claim", "Claim", "plugin", "Plugin"]
-        .iter()
-        .any(|word| line.contains(word))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,8 +294,14 @@ mod tests {
         );
         assert!(local.node("tessera-node-9").is_err());
         assert!(local.controller.is_none());
-        let logs: Vec<String> = local.logs().into_iter().map(|(n, _)| n).collect();
-        assert_eq!(logs, ["plugin on 1", "kube-scheduler"]);
+        let logs: Vec<String> = local.tessera_logs().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(logs, ["plugin on 1"]);
+        let logs: Vec<String> = local
+            .control_plane_logs()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(logs, ["kube-scheduler"]);
     }
 
     #[test]
@@ -349,14 +348,10 @@ mod tests {
         assert_eq!(tail(&path, 2), "2\n3");
         assert_eq!(tail(&path, 10), "1\n2\n3");
         assert_eq!(tail(&dir.path().join("none"), 3), "");
-        std::fs::write(
-            &path,
-            "a DRA line\nnoise\nPrepareResources claim x\nnoise\n",
-        )
-        .unwrap();
+        std::fs::write(&path, "ns-a line\nnoise\nns-a again\nnoise\n").unwrap();
         assert_eq!(
-            tail_matching(&path, 5, is_kubelet_dra_line),
-            "a DRA line\nPrepareResources claim x"
+            tail_matching(&path, 5, |l| l.contains("ns-a")),
+            "ns-a line\nns-a again"
         );
     }
 }

@@ -17,7 +17,7 @@ use kube::api::{Api, ListParams, LogParams};
 use serde::Deserialize;
 
 use crate::cdi_view::SpecDirectory;
-use crate::local::{LocalCluster, is_kubelet_dra_line, tail, tail_matching};
+use crate::local::{LocalCluster, tail, tail_matching};
 
 /// What one container received.
 #[derive(Debug, Clone)]
@@ -197,26 +197,35 @@ impl RuntimeObserver {
         }
     }
 
-    /// Tails of the Tessera (and, locally, scheduler) logs, for failure reports.
-    pub async fn log_tails(&self, lines: usize) -> Vec<(String, String)> {
+    /// Tails of the Tessera logs, for failure reports; locally also the kubelet, scheduler and
+    /// controller-manager lines that mention one of `namespaces` (their logs are mostly noise).
+    pub async fn log_tails(&self, lines: usize, namespaces: &[String]) -> Vec<(String, String)> {
         match self {
             RuntimeObserver::Local(local) => {
                 let mut out: Vec<(String, String)> = local
-                    .logs()
+                    .tessera_logs()
                     .into_iter()
                     .map(|(name, path)| {
                         (format!("{name} ({})", path.display()), tail(&path, lines))
                     })
                     .collect();
-                for node in local.nodes.values() {
-                    out.push((
-                        format!(
-                            "kubelet of {}, DRA lines ({})",
-                            node.name,
-                            node.kubelet_log.display()
-                        ),
-                        tail_matching(&node.kubelet_log, lines / 2, is_kubelet_dra_line),
-                    ));
+                let mentions = |line: &str| namespaces.iter().any(|ns| line.contains(ns.as_str()));
+                let cluster_logs = local
+                    .nodes
+                    .values()
+                    .map(|n| (format!("kubelet of {}", n.name), n.kubelet_log.clone()))
+                    .chain(local.control_plane_logs());
+                for (name, path) in cluster_logs {
+                    let text = tail_matching(&path, lines / 2, mentions);
+                    if !text.is_empty() {
+                        out.push((
+                            format!(
+                                "{name}, lines about the scenario's namespaces ({})",
+                                path.display()
+                            ),
+                            text,
+                        ));
+                    }
                 }
                 out
             }
