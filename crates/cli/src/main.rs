@@ -40,8 +40,20 @@ enum Command {
     Validate(validate::ValidateArgs),
 }
 
-fn main() -> anyhow::Result<ExitCode> {
+fn main() -> ExitCode {
     let args = Args::parse();
+    match run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            // `{:#}` prints the whole context chain on one line; a backtrace (which `Result`
+            // from main would print under RUST_BACKTRACE) is noise for a user's input error.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<ExitCode> {
     let out = &mut std::io::stdout().lock();
     match args.command {
         Command::Schema(a) => schema::run(&a, out).map(|()| ExitCode::SUCCESS),

@@ -57,14 +57,14 @@ pub fn run(
     let linter = Linter::new();
     let mut findings = 0usize;
     let mut checked = 0usize;
-    let mut unreadable = false;
+    let mut unreadable = 0usize;
     for path in &args.files {
         let file = path.display().to_string();
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(e) => {
                 writeln!(err, "error: {file}: cannot read: {e}")?;
-                unreadable = true;
+                unreadable += 1;
                 continue;
             }
         };
@@ -72,7 +72,7 @@ pub fn run(
             Ok(objects) => objects,
             Err(e) => {
                 writeln!(err, "error: {file}: not valid YAML: {e}")?;
-                unreadable = true;
+                unreadable += 1;
                 continue;
             }
         };
@@ -92,19 +92,22 @@ pub fn run(
             }
         }
     }
-    let files = args.files.len();
-    if findings == 0 {
-        writeln!(err, "{checked} object(s) in {files} file(s): no findings")?;
+    let files = args.files.len() - unreadable;
+    let summary = if findings == 0 {
+        format!("{checked} object(s) in {files} file(s): no findings")
     } else {
-        writeln!(
-            err,
-            "{findings} finding(s) in {checked} object(s) from {files} file(s)"
-        )?;
+        format!("{findings} finding(s) in {checked} object(s) from {files} file(s)")
+    };
+    if unreadable > 0 {
+        // A clean summary must not hide that some input was never checked.
+        writeln!(err, "{summary}; {unreadable} file(s) could not be checked")?;
+    } else {
+        writeln!(err, "{summary}")?;
     }
     Ok(match (unreadable, findings) {
-        (true, _) => ExitCode::from(2),
-        (false, 0) => ExitCode::SUCCESS,
-        (false, _) => ExitCode::from(1),
+        (1.., _) => ExitCode::from(2),
+        (0, 0) => ExitCode::SUCCESS,
+        (0, _) => ExitCode::from(1),
     })
 }
 

@@ -135,4 +135,8 @@ fn unreadable_input_is_exit_status_two() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("broken.yaml: not valid YAML"), "{stderr}");
     assert!(stderr.contains("missing.yaml: cannot read"), "{stderr}");
+    assert!(
+        stderr.contains("2 object(s) in 1 file(s): no findings; 2 file(s) could not be checked"),
+        "{stderr}"
+    );
 }
