@@ -390,3 +390,37 @@ async fn concurrent_calls_prepare_each_claim_once() {
     assert_eq!(h.spec_uids().len(), 8);
     assert_eq!(driver.stats().prepared_claims, 8);
 }
+
+#[tokio::test]
+async fn a_plain_claim_whose_unprepare_is_not_recorded_keeps_its_spec() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let (driver, _) = h.start().await;
+    let claim = h.claim("plain", &[("gpu", "gpu-2")], vec![]);
+    let devices = driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+
+    // The final checkpoint write fails: its path becomes a non-empty directory.
+    let checkpoint = h.checkpoint_path();
+    let saved = std::fs::read(&checkpoint).unwrap();
+    std::fs::remove_file(&checkpoint).unwrap();
+    std::fs::create_dir_all(checkpoint.join("in-the-way")).unwrap();
+    let err = driver.unprepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap_err();
+    assert!(err.contains("cannot write the checkpoint"), "{err}");
+    // Still recorded as prepared, so its spec is back: a prepare call hands out ids that work.
+    assert_eq!(h.spec_uids(), vec![claim.uid.to_string()]);
+    assert_eq!(
+        driver.prepare(vec![claim.clone()]).await[&claim.uid],
+        Ok(devices)
+    );
+
+    std::fs::remove_dir_all(&checkpoint).unwrap();
+    std::fs::write(&checkpoint, saved).unwrap();
+    driver.unprepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    assert!(h.spec_uids().is_empty());
+    assert!(h.read_checkpoint().claims.is_empty());
+}

@@ -312,3 +312,36 @@ async fn a_lost_checkpoint_waits_for_the_api_server_without_losing_specs() {
     assert_eq!(report.rebuilt.len(), 1, "{report:?}");
     assert!(driver.prepare(vec![claim.clone()]).await[&claim.uid].is_ok());
 }
+
+#[tokio::test]
+async fn claims_without_node_local_effects_converge_without_intent_records() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let plain = h.claim("plain", &[("gpu", "gpu-3")], vec![]);
+    let (driver, _) = h.start().await;
+    driver.prepare(vec![plain.clone()]).await[&plain.uid]
+        .clone()
+        .unwrap();
+    drop(driver);
+    let spec_path = h
+        .cdi_dir()
+        .join(format!("gpu.tessera.dev-claim_{}.json", plain.uid));
+    let spec = std::fs::read(&spec_path).unwrap();
+
+    // A crash inside unprepare, after the spec went but before the record did.
+    std::fs::remove_file(&spec_path).unwrap();
+    let (driver, report) = h.start().await;
+    assert_eq!(report.reestablished.len(), 1, "{report:?}");
+    assert_eq!(std::fs::read(&spec_path).unwrap(), spec, "the spec is back");
+    assert_eq!(
+        driver.unprepare(vec![plain.clone()]).await[&plain.uid],
+        Ok(())
+    );
+    drop(driver);
+
+    // A crash inside prepare, after the spec was written but before the record: no record.
+    std::fs::write(&spec_path, &spec).unwrap();
+    let (driver, report) = h.start().await;
+    assert_eq!(report.removed_specs, vec![plain.uid.to_string()]);
+    assert!(h.spec_uids().is_empty());
+    assert!(driver.prepare(vec![plain.clone()]).await[&plain.uid].is_ok());
+}

@@ -44,6 +44,22 @@ pub enum EffectError {
     MpsDirectory { path: PathBuf, source: io::Error },
 }
 
+/// Whether a claim changes anything on the node besides its CDI spec: a dynamic MIG device,
+/// a time slice or an MPS daemon. Only such claims need their intent recorded before acting.
+pub(super) fn has_node_local_effects(record: &ClaimRecord) -> bool {
+    record.mps.is_some()
+        || record.devices.iter().any(|device| {
+            device.sharing.is_some()
+                || matches!(
+                    device.target,
+                    DeviceTarget::Mig {
+                        lifecycle: MigLifecycle::Dynamic,
+                        ..
+                    }
+                )
+        })
+}
+
 /// Whether two MIG targets name the same placement of the same GPU.
 fn same_placement(a: &DeviceTarget, b: &DeviceTarget) -> bool {
     matches!(

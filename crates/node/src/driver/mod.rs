@@ -9,15 +9,20 @@
 //!    failed earlier call is undone first.
 //! 2. The plan ([`crate::plan`], pure) resolves devices and configs; bad input fails only
 //!    that claim.
-//! 3. **One checkpoint write** records every planned claim as `PrepareStarted`, with its plan.
+//! 3. **One checkpoint write** records every planned claim that has node-local side effects
+//!    (a dynamic MIG device, a time slice, an MPS daemon) as `PrepareStarted`, with its plan.
+//!    A claim whose only side effect is its CDI spec skips this: an orphan spec is removed at
+//!    start, so there is nothing a record would have to undo (and the write is an fsync).
 //! 4. Per claim, the side effects ([`Core::establish`]): dynamic MIG instances, sharing (time
 //!    slice, MPS daemon), then the CDI spec. A failure undoes that claim ([`Core::undo`]).
 //! 5. **One checkpoint write** records the finished claims as `PrepareCompleted` (with the MIG
 //!    instances created) and drops the failed ones. Only then are CDI ids returned.
 //!
-//! Unprepare: record `UnprepareStarted` (one write), undo each claim's side effects (CDI spec
-//! first, so no new container gets the devices; then sharing; then MIG), drop the records (one
-//! write). A claim without a record succeeds at once.
+//! Unprepare: record `UnprepareStarted` for claims with node-local side effects (one write),
+//! undo each claim's side effects (CDI spec first, so no new container gets the devices; then
+//! sharing; then MIG), drop the records (one write). A claim without a record succeeds at once.
+//! If that last write fails, a claim recorded only as `PrepareCompleted` gets its CDI spec
+//! back, so a prepare call never hands out ids of a spec that is gone.
 //!
 //! Crash points, and what the next start ([`NodeDriver::start`]) does:
 //!
@@ -25,8 +30,10 @@
 //! |---|---|---|---|
 //! | before step 3 | nothing of the claim | nothing | the kubelet retries prepare |
 //! | during step 4 | `PrepareStarted` + some of MIG/MPS/time slice/spec | undo all, drop the record | undo is idempotent and finds a MIG instance by placement when its ids were not recorded yet |
+//! | during step 4, claim without node-local effects | maybe its CDI spec, no record | remove the orphan spec | the kubelet retries prepare |
 //! | after step 5 | `PrepareCompleted` + all effects | re-establish (MIG, sharing, spec) | establish is idempotent; the kubelet's retry gets the recorded ids |
 //! | during unprepare | `UnprepareStarted` + some effects | finish the undo, drop the record | undo is idempotent; the kubelet's retry finds no record and succeeds |
+//! | during unprepare, claim without node-local effects | `PrepareCompleted`, spec maybe gone | re-establish (rewrite the spec) | the kubelet's retry unprepares it again |
 //! | inside a checkpoint write | the old or the new file | load it | temp file + fsync + rename + directory fsync |
 //!
 //! Then, at every start: CDI specs of this driver that no record knows are removed; MPS

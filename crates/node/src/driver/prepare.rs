@@ -8,7 +8,7 @@ use tessera_api::checkpoint::{ClaimRecord, ClaimState};
 use tessera_kubelet::{ClaimRef, ClaimUid, PrepareResult, PreparedDevice, UnprepareResult};
 
 use super::Core;
-use super::effects::EffectError;
+use super::effects::{EffectError, has_node_local_effects};
 use crate::claims::ClaimSourceError;
 use crate::plan::{ClaimIdentity, PlanContext, PlanError, plan_claim};
 
@@ -156,10 +156,18 @@ impl Core {
             return results;
         }
 
-        // Step 3: one write records every planned claim before any side effect.
-        if let Err(e) = self.store.update(|records| {
-            records.extend(planned.iter().map(|(u, r)| (u.clone(), r.clone())));
-        }) {
+        // Step 3: one write records every planned claim that has node-local side effects
+        // before the first of them. A claim whose only side effect is its CDI spec needs no
+        // such record: a spec without a record is removed at the next start.
+        let intents: Vec<(&String, &ClaimRecord)> = planned
+            .iter()
+            .filter(|(_, record)| has_node_local_effects(record))
+            .collect();
+        if !intents.is_empty()
+            && let Err(e) = self.store.update(|records| {
+                records.extend(intents.iter().map(|(u, r)| ((*u).clone(), (*r).clone())));
+            })
+        {
             for claim in claims.values() {
                 results.insert(
                     claim.uid.clone(),
@@ -241,13 +249,22 @@ impl Core {
         if undoing.is_empty() {
             return results;
         }
-        if let Err(e) = self.store.update(|records| {
-            for (claim, record) in &undoing {
-                let mut started = record.clone();
-                started.state = ClaimState::UnprepareStarted;
-                records.insert(claim.uid.to_string(), started);
-            }
-        }) {
+        // As in prepare: only claims with node-local side effects need the intent recorded.
+        // For the others, a crash between removing the spec and dropping the record leaves a
+        // prepared record whose spec the next start rewrites; the kubelet's retry removes both.
+        let intents: Vec<&(ClaimRef, ClaimRecord)> = undoing
+            .iter()
+            .filter(|(_, record)| has_node_local_effects(record))
+            .collect();
+        if !intents.is_empty()
+            && let Err(e) = self.store.update(|records| {
+                for (claim, record) in &intents {
+                    let mut started = record.clone();
+                    started.state = ClaimState::UnprepareStarted;
+                    records.insert(claim.uid.to_string(), started);
+                }
+            })
+        {
             for (claim, _) in &undoing {
                 results.insert(
                     claim.uid.clone(),
@@ -257,27 +274,40 @@ impl Core {
             return results;
         }
         let mut done = Vec::new();
-        for (claim, record) in &undoing {
+        for entry in &undoing {
+            let (claim, record) = entry;
             let uid = claim.uid.as_str();
             let mut others = self.store.records();
             others.remove(uid);
             match self.undo(uid, record, &others) {
-                Ok(()) => done.push(claim),
+                Ok(()) => done.push(entry),
                 Err(e) => {
                     results.insert(claim.uid.clone(), failed(claim, "unpreparing", e));
                 }
             }
         }
         let committed = self.store.update(|records| {
-            for claim in &done {
+            for (claim, _) in &done {
                 records.remove(claim.uid.as_str());
             }
         });
-        for claim in done {
+        for (claim, record) in done {
             let answer = match &committed {
                 Ok(()) => Ok(()),
-                // Undone, but still recorded as UnprepareStarted: the retry finishes it.
-                Err(e) => failed(claim, "recording the unprepare", e),
+                Err(e) => {
+                    // Undone, but still recorded. With an UnprepareStarted record the retry
+                    // finishes it. A claim recorded as PrepareCompleted (no intent written)
+                    // must not stay without its spec: a prepare call would hand out CDI ids
+                    // that resolve to nothing. Put the spec back; the retry removes it.
+                    if !has_node_local_effects(record) {
+                        let mut restored = record.clone();
+                        if let Err(restore) = self.establish(claim.uid.as_str(), &mut restored) {
+                            tracing::warn!(claim = %claim, error = %restore,
+                                "restoring the CDI spec after a failed unprepare failed");
+                        }
+                    }
+                    failed(claim, "recording the unprepare", e)
+                }
             };
             results.insert(claim.uid.clone(), answer);
         }
