@@ -4,6 +4,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -22,11 +23,15 @@ pub struct PluginDirs {
 
 impl PluginDirs {
     pub fn new() -> Self {
-        // Short paths: unix socket paths are limited to 107 bytes.
+        Self::under(Path::new("/tmp"))
+    }
+
+    /// Directories under `parent` (short: unix socket paths are limited to 107 bytes).
+    pub fn under(parent: &Path) -> Self {
         Self {
             root: tempfile::Builder::new()
                 .prefix("tkp")
-                .tempdir_in("/tmp")
+                .tempdir_in(parent)
                 .unwrap(),
         }
     }
@@ -51,7 +56,8 @@ pub fn free_port() -> u16 {
 
 /// A running plugin process; killed when dropped.
 pub struct PluginProcess {
-    pub child: Child,
+    /// Shared so that another thread can SIGKILL it while a test awaits a call.
+    pub child: Arc<Mutex<Child>>,
     pub metrics_port: u16,
 }
 
@@ -89,19 +95,30 @@ impl PluginProcess {
             .spawn()
             .expect("start tessera-kubelet-plugin");
         Self {
-            child,
+            child: Arc::new(Mutex::new(child)),
             metrics_port,
         }
     }
 
+    fn child(&self) -> std::sync::MutexGuard<'_, Child> {
+        self.child.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends SIGKILL (if it still runs) and waits for the process to exit.
+    pub fn kill(&self) -> ExitStatus {
+        let mut child = self.child();
+        let _ = child.kill();
+        child.wait().expect("wait for the plugin")
+    }
+
     /// Sends SIGTERM and waits for the process to exit.
-    pub fn terminate(mut self) -> ExitStatus {
-        let pid = self.child.id().to_string();
+    pub fn terminate(self) -> ExitStatus {
+        let pid = self.child().id().to_string();
         let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(sent.success());
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
+            if let Some(status) = self.child().try_wait().unwrap() {
                 return status;
             }
             assert!(
@@ -134,8 +151,9 @@ impl PluginProcess {
 
 impl Drop for PluginProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let mut child = self.child();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 

@@ -1,0 +1,563 @@
+//! The crash test: the real `tessera-kubelet-plugin` process, driven by the kubelet simulator
+//! through 200 prepare/unprepare cycles, is SIGKILLed at random points — inside calls (the
+//! kill lands at a random delay into the call), between them, and during the recovery of the
+//! previous kill — and restarted each time. The claims mix whole GPUs (no intent record), MPS,
+//! time slicing and dynamic MIG (intent records, simulated side effects under the state
+//! directory), so every crash point of the driver's table is hit.
+//!
+//! After every restart and at the end: the checkpoint loads and was never quarantined; every
+//! CDI spec, MPS daemon, time slice and MIG instance belongs to a claim recorded as prepared,
+//! and every recorded claim has all of them, exactly once; the kubelet's retry of the
+//! interrupted call succeeds, with the same CDI ids every time a claim is prepared.
+//!
+//! The random choices come from one seed, printed at the start and in every failure:
+//! `TESSERA_CRASH_SEED=<seed> cargo test -p tessera-node --test crash_cycles` replays a run
+//! (the kill delays are wall-clock offsets, so a replay hits similar, not identical, points).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tessera_api::checkpoint::{self, ClaimState, DeviceTarget, MigLifecycle};
+use tessera_api::config::{SharingStrategy, TimeSliceInterval};
+use tessera_fake_apiserver::FakeApiServer;
+use tessera_kubelet::simulator::KubeletSimulator;
+use tessera_kubelet::{ClaimRef, PreparedDevice};
+use tessera_node::checkpoint::quarantined_files;
+use tessera_node::mig::SimulatedMig;
+use tessera_node::sharing::SimulatedGpuControl;
+use tessera_topology::{DeviceSource, Inventory, MockSource};
+
+use support::harness::{allocated_claim, claim_config, uid_of};
+use support::process::{PluginDirs, PluginProcess, register, seed_node};
+
+const TOPOLOGY: &str = "hgx-a100-mig";
+const BACKEND: &[&str] = &["--topology", TOPOLOGY, "--dynamic-mig"];
+const CYCLES: usize = 200;
+/// Chance that a call is interrupted by a kill (at a random delay into it).
+const KILL_CHANCE: f64 = 0.2;
+/// Chance that a restarted plugin is killed again while it recovers.
+const KILL_DURING_RECOVERY_CHANCE: f64 = 0.1;
+
+/// SplitMix64: small, seedable, good enough to pick batches and delays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+
+    /// A random non-empty subset of `items` of at most `max` elements.
+    fn subset<T: Clone>(&mut self, items: &[T], max: usize) -> Vec<T> {
+        let mut pool = items.to_vec();
+        let count = 1 + self.below(max.min(pool.len()) as u64) as usize;
+        (0..count)
+            .map(|_| pool.remove(self.below(pool.len() as u64) as usize))
+            .collect()
+    }
+}
+
+/// A claim of the run: name, allocation results (request, device), claim configs.
+type ClaimSpec = (
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    Vec<serde_json::Value>,
+);
+
+/// The claims of the run: whole GPUs, MPS, time slicing, dynamic MIG, and mixes.
+fn claims() -> Vec<ClaimSpec> {
+    let mps = |requests: &[&str], kind| claim_config(requests, kind, json!({"strategy": "MPS"}));
+    vec![
+        ("whole-4", vec![("gpu", "gpu-4")], vec![]),
+        ("whole-5", vec![("gpu", "gpu-5")], vec![]),
+        ("mps-6", vec![("gpu", "gpu-6")], vec![mps(&[], "GpuConfig")]),
+        (
+            "sliced-7",
+            vec![("gpu", "gpu-7")],
+            vec![claim_config(
+                &[],
+                "GpuConfig",
+                json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}),
+            )],
+        ),
+        ("mig-a", vec![("mig", "gpu-0-mig-1g-10gb-0")], vec![]),
+        (
+            "mig-mps",
+            vec![
+                ("mig", "gpu-0-mig-1g-10gb-1"),
+                ("mig", "gpu-0-mig-1g-10gb-2"),
+            ],
+            vec![mps(&["mig"], "MigDeviceConfig")],
+        ),
+        ("mig-b", vec![("mig", "gpu-1-mig-2g-20gb-4")], vec![]),
+        (
+            "mig-and-whole",
+            vec![("mig", "gpu-2-mig-3g-40gb-0"), ("gpu", "gpu-3")],
+            vec![],
+        ),
+    ]
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Call {
+    Prepare,
+    Unprepare,
+}
+
+/// The test's side: the plugin process, its kubelet, what the kubelet believes.
+struct Run {
+    seed: u64,
+    rng: Rng,
+    kubeconfig: std::path::PathBuf,
+    dirs: PluginDirs,
+    inventory: Inventory,
+    plugin: PluginProcess,
+    kubelet: KubeletSimulator,
+    /// Claims the kubelet was told are prepared.
+    prepared: BTreeSet<String>,
+    /// The devices (with CDI ids) each claim got the first time it was prepared.
+    first_devices: BTreeMap<String, Vec<PreparedDevice>>,
+    /// Recent durations of calls and starts, to aim kills inside them.
+    recent: BTreeMap<&'static str, Vec<Duration>>,
+    /// Time spent restarting (kill to registration).
+    restarting: Duration,
+    restarts: usize,
+    kills_in_calls: usize,
+    kills_in_recovery: usize,
+    interrupted_calls: usize,
+}
+
+impl Run {
+    fn context(&self) -> String {
+        format!(
+            "seed {} (replay: TESSERA_CRASH_SEED={} cargo test -p tessera-node --test crash_cycles)",
+            self.seed, self.seed
+        )
+    }
+
+    fn fail(&self, message: String) -> ! {
+        panic!(
+            "{message}\n{}\n--- the last plugin logs\n{}",
+            self.context(),
+            last_logs(&self.dirs, 3)
+        )
+    }
+
+    fn observe(&mut self, what: &'static str, took: Duration) {
+        let recent = self.recent.entry(what).or_default();
+        if recent.len() == 32 {
+            recent.remove(0);
+        }
+        recent.push(took);
+    }
+
+    /// A random delay within a recently observed duration of `what`: a kill after it lands
+    /// inside such a call (or start) unless this one is quicker.
+    fn delay_into(&mut self, what: &'static str) -> Duration {
+        let span = match self.recent.get(what) {
+            Some(recent) if !recent.is_empty() => {
+                recent[self.rng.below(recent.len() as u64) as usize]
+            }
+            _ => Duration::from_millis(20),
+        };
+        Duration::from_micros(self.rng.below(span.as_micros() as u64))
+    }
+
+    /// Sends SIGKILL to the plugin after `delay`, from another thread, so the kill lands while
+    /// this task awaits a call.
+    fn kill_after(&self, delay: Duration) -> std::thread::JoinHandle<()> {
+        let child = std::sync::Arc::clone(&self.plugin.child);
+        std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            let mut child = child.lock().unwrap_or_else(|e| e.into_inner());
+            child.kill().expect("SIGKILL the plugin");
+        })
+    }
+
+    /// Starts a new plugin process once the old one is gone; sometimes kills it again while it
+    /// recovers. Returns when a plugin has registered (recovery is over).
+    async fn restart(&mut self) {
+        let restarting = Instant::now();
+        let exited = self.plugin.kill();
+        if exited.code().is_some() {
+            self.fail(format!("the plugin exited by itself: {exited}"));
+        }
+        loop {
+            self.restarts += 1;
+            let started = Instant::now();
+            self.plugin = PluginProcess::start(&self.kubeconfig, &self.dirs, BACKEND, &[]);
+            if self.rng.chance(KILL_DURING_RECOVERY_CHANCE) {
+                let delay = self.delay_into("start");
+                self.kill_after(delay).join().expect("killer thread");
+                self.plugin.kill();
+                self.kills_in_recovery += 1;
+                continue;
+            }
+            self.kubelet = register(&self.dirs).await;
+            self.observe("start", started.elapsed());
+            self.restarting += restarting.elapsed();
+            return;
+        }
+    }
+
+    /// One call as the kubelet makes it; with [`KILL_CHANCE`] the plugin is killed at a random
+    /// point of it, restarted, checked, and the call retried until it succeeds.
+    async fn call(&mut self, call: Call, batch: &[ClaimRef]) {
+        let what = match call {
+            Call::Prepare => "prepare",
+            Call::Unprepare => "unprepare",
+        };
+        let killer = if self.rng.chance(KILL_CHANCE) {
+            let delay = self.delay_into(what);
+            Some(self.kill_after(delay))
+        } else {
+            None
+        };
+        let started = Instant::now();
+        let mut answered = self.send(call, batch).await;
+        let took = started.elapsed();
+        if let Some(killer) = killer {
+            killer.join().expect("killer thread");
+            self.kills_in_calls += 1;
+            self.restart().await;
+            let in_flight: BTreeSet<String> = batch.iter().map(|c| c.uid.to_string()).collect();
+            if answered.is_ok() {
+                // The call finished before the kill: its answer stands.
+                self.check(&BTreeSet::new());
+            } else {
+                self.interrupted_calls += 1;
+                self.check(&in_flight);
+                // The kubelet retries the interrupted call; it must succeed now.
+                answered = self.send(call, batch).await;
+            }
+        } else {
+            self.observe(what, took);
+        }
+        match answered {
+            Ok(()) => {}
+            Err(error) => self.fail(format!("{what} of {batch:?} failed: {error}")),
+        }
+        self.check(&BTreeSet::new());
+    }
+
+    /// Sends one call; per-claim errors fail the test (every claim is valid), transport errors
+    /// are returned (the plugin was killed).
+    async fn send(&mut self, call: Call, batch: &[ClaimRef]) -> Result<(), String> {
+        match call {
+            Call::Prepare => {
+                let answers = self
+                    .kubelet
+                    .prepare(batch)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for claim in batch {
+                    let devices = match answers.get(&claim.uid) {
+                        Some(Ok(devices)) => devices.clone(),
+                        other => self.fail(format!("prepare of {claim}: {other:?}")),
+                    };
+                    let uid = claim.uid.to_string();
+                    let first = self
+                        .first_devices
+                        .entry(uid.clone())
+                        .or_insert_with(|| devices.clone());
+                    if *first != devices {
+                        let first = first.clone();
+                        self.fail(format!(
+                            "{claim} got other devices than the first time: {devices:?} vs {first:?}"
+                        ));
+                    }
+                    self.prepared.insert(uid);
+                }
+            }
+            Call::Unprepare => {
+                let answers = self
+                    .kubelet
+                    .unprepare(batch)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for claim in batch {
+                    if !matches!(answers.get(&claim.uid), Some(Ok(()))) {
+                        self.fail(format!(
+                            "unprepare of {claim}: {:?}",
+                            answers.get(&claim.uid)
+                        ));
+                    }
+                    self.prepared.remove(claim.uid.as_str());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What is on disk agrees with the checkpoint, and the checkpoint with what the kubelet
+    /// was told — except for the claims of an interrupted call (`in_flight`), which must be
+    /// either wholly prepared or wholly gone.
+    fn check(&self, in_flight: &BTreeSet<String>) {
+        let state = self.dirs.path("state");
+        let bytes = std::fs::read(state.join("checkpoint.json")).unwrap_or_else(|e| {
+            self.fail(format!("the checkpoint cannot be read: {e}"));
+        });
+        let loaded = checkpoint::decode(&bytes).unwrap_or_else(|e| {
+            self.fail(format!("the checkpoint does not load: {e}"));
+        });
+        let quarantined = quarantined_files(&state);
+        if !quarantined.is_empty() {
+            self.fail(format!("a checkpoint was quarantined: {quarantined:?}"));
+        }
+        let recorded: BTreeSet<String> = loaded.claims.keys().cloned().collect();
+        for (uid, record) in &loaded.claims {
+            if record.state != ClaimState::PrepareCompleted {
+                self.fail(format!("{uid} is left {} between calls", record.state));
+            }
+        }
+        for uid in recorded.symmetric_difference(&self.prepared) {
+            if !in_flight.contains(uid) {
+                self.fail(format!(
+                    "checkpoint {recorded:?} vs prepared as the kubelet knows {:?}: {uid}",
+                    self.prepared
+                ));
+            }
+        }
+
+        let specs = spec_uids(&self.dirs.path("cdi"));
+        if specs != recorded {
+            self.fail(format!(
+                "CDI specs {specs:?} vs recorded claims {recorded:?}"
+            ));
+        }
+
+        let gpu = SimulatedGpuControl::new(state.join("simulated-gpu"));
+        let mut daemons: Vec<String> = gpu
+            .running_daemons()
+            .into_iter()
+            .map(|d| d.claim_uid)
+            .collect();
+        daemons.sort();
+        let mut wanted_daemons: Vec<String> = loaded
+            .claims
+            .iter()
+            .filter(|(_, r)| r.mps.is_some())
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        wanted_daemons.sort();
+        if daemons != wanted_daemons {
+            self.fail(format!(
+                "MPS daemons for {daemons:?}, recorded MPS claims {wanted_daemons:?}"
+            ));
+        }
+
+        let sliced: BTreeSet<String> = loaded
+            .claims
+            .values()
+            .flat_map(|r| &r.devices)
+            .filter(|d| {
+                d.sharing
+                    .as_ref()
+                    .is_some_and(|s| s.strategy == SharingStrategy::TimeSlicing)
+            })
+            .map(|d| d.target.gpu_uuid().to_owned())
+            .collect();
+        for g in &self.inventory.gpus {
+            let set = gpu.time_slice(&g.uuid) != TimeSliceInterval::Default;
+            if set != sliced.contains(&g.uuid) {
+                self.fail(format!(
+                    "GPU {} time slice {:?}, recorded time-sliced GPUs {sliced:?}",
+                    g.uuid,
+                    gpu.time_slice(&g.uuid)
+                ));
+            }
+        }
+
+        let mig = SimulatedMig::persistent(&self.inventory, state.join("simulated-mig.json"));
+        let mut instances: Vec<String> = mig
+            .all_instances()
+            .into_values()
+            .flatten()
+            .map(|i| i.uuid)
+            .collect();
+        instances.sort();
+        let mut wanted_instances: Vec<String> = Vec::new();
+        for (uid, record) in &loaded.claims {
+            for device in &record.devices {
+                if let DeviceTarget::Mig {
+                    lifecycle: MigLifecycle::Dynamic,
+                    instance,
+                    ..
+                } = &device.target
+                {
+                    match instance {
+                        Some(instance) => wanted_instances.push(instance.uuid.clone()),
+                        None => self.fail(format!(
+                            "{uid}: {} is prepared without its MIG instance",
+                            device.device
+                        )),
+                    }
+                }
+            }
+        }
+        wanted_instances.sort();
+        if instances != wanted_instances {
+            self.fail(format!(
+                "MIG instances {instances:?}, recorded {wanted_instances:?}"
+            ));
+        }
+    }
+}
+
+/// The claim UIDs with a CDI spec (temporary files a kill left are not specs: the runtime
+/// reads only `*.json` and `*.yaml`, and they are removed at a start once stale).
+fn spec_uids(cdi: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(cdi)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix("gpu.tessera.dev-claim_")?
+                .strip_suffix(".json")
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// The `count` most recently written plugin logs (one per start).
+fn last_logs(dirs: &PluginDirs, count: usize) -> String {
+    let mut logs: Vec<(std::time::SystemTime, std::path::PathBuf)> =
+        std::fs::read_dir(dirs.root.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+            .collect();
+    logs.sort();
+    logs.iter()
+        .rev()
+        .take(count)
+        .rev()
+        .map(|(_, p)| {
+            format!(
+                "== {}\n{}",
+                p.display(),
+                std::fs::read_to_string(p).unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+fn seed() -> u64 {
+    std::env::var("TESSERA_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_kills_during_200_cycles_leave_every_claim_prepared_once_or_not_at_all() {
+    let seed = seed();
+    println!("crash test seed {seed} (replay: TESSERA_CRASH_SEED={seed})");
+    let server = FakeApiServer::new();
+    let http = server.serve_http().await.unwrap();
+    seed_node(&server);
+    let refs: Vec<ClaimRef> = claims()
+        .into_iter()
+        .map(|(name, results, configs)| {
+            server.seed(&allocated_claim(name, &results, configs));
+            ClaimRef::new("ml", name, uid_of(name))
+        })
+        .collect();
+    // A SIGKILL loses no page cache, so fsync plays no part in what this test checks: on tmpfs
+    // (as /var/run/cdi is on nodes) the run takes half the time it takes on ext4.
+    let shm = Path::new("/dev/shm");
+    let dirs = if shm.is_dir() {
+        PluginDirs::under(shm)
+    } else {
+        PluginDirs::new()
+    };
+    let kubeconfig = http.kubeconfig_path().to_owned();
+    let plugin = PluginProcess::start(&kubeconfig, &dirs, BACKEND, &[]);
+    let kubelet = register(&dirs).await;
+    let mut run = Run {
+        seed,
+        rng: Rng(seed),
+        kubeconfig,
+        inventory: MockSource::new(TOPOLOGY).unwrap().inventory().unwrap(),
+        dirs,
+        plugin,
+        kubelet,
+        prepared: BTreeSet::new(),
+        first_devices: BTreeMap::new(),
+        recent: BTreeMap::new(),
+        restarting: Duration::ZERO,
+        restarts: 0,
+        kills_in_calls: 0,
+        kills_in_recovery: 0,
+        interrupted_calls: 0,
+    };
+    run.check(&BTreeSet::new());
+
+    let started = Instant::now();
+    for _ in 0..CYCLES {
+        let batch = run.rng.subset(&refs, 4);
+        run.call(Call::Prepare, &batch).await;
+        let prepared: Vec<ClaimRef> = refs
+            .iter()
+            .filter(|c| run.prepared.contains(c.uid.as_str()))
+            .cloned()
+            .collect();
+        let batch = run.rng.subset(&prepared, 4);
+        run.call(Call::Unprepare, &batch).await;
+    }
+    // Everything still prepared goes; then one last kill and restart find nothing.
+    let rest: Vec<ClaimRef> = refs
+        .iter()
+        .filter(|c| run.prepared.contains(c.uid.as_str()))
+        .cloned()
+        .collect();
+    if !rest.is_empty() {
+        run.call(Call::Unprepare, &rest).await;
+    }
+    run.restart().await;
+    run.check(&BTreeSet::new());
+    assert!(spec_uids(&run.dirs.path("cdi")).is_empty());
+    assert_eq!(
+        run.first_devices.len(),
+        refs.len(),
+        "every claim was prepared at least once ({})",
+        run.context()
+    );
+    assert!(
+        run.interrupted_calls > 0 && run.kills_in_calls > 0,
+        "no call was interrupted ({})",
+        run.context()
+    );
+    println!(
+        "{CYCLES} cycles in {:.1} s ({:.1} s restarting): {} restarts, {} kills aimed at calls ({} interrupted a call), {} during recovery",
+        started.elapsed().as_secs_f64(),
+        run.restarting.as_secs_f64(),
+        run.restarts,
+        run.kills_in_calls,
+        run.interrupted_calls,
+        run.kills_in_recovery,
+    );
+}
