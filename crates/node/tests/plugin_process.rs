@@ -1,7 +1,9 @@
 //! `tessera-kubelet-plugin` as a process against the API-server fake over HTTP, with the
 //! kubelet simulator on its sockets: registration, the published pool, readiness, managed mode,
 //! a graceful restart that keeps the pool generation and removes stale slices, and — through
-//! fake-nvml — an injected XID reaching the slice taints and the kubelet health stream.
+//! fake-nvml — an injected XID reaching the slice taints and the kubelet health stream; a
+//! corrupt checkpoint (garbage, truncated, wrong checksum, unknown version) quarantined and
+//! state rebuilt without a crash loop.
 
 mod support;
 
@@ -315,5 +317,143 @@ async fn an_injected_xid_taints_the_device_and_reaches_the_kubelet() {
         metrics.contains(r#"tessera_node_health_events_total{kind="xid",action="taint"} 1"#),
         "{metrics}"
     );
+    assert!(plugin.terminate().success());
+}
+
+/// The damaged checkpoints a node may find: (what, damage, what the log must say).
+fn damaged_checkpoints(good: &[u8]) -> Vec<(&'static str, Vec<u8>, &'static str)> {
+    let mut envelope: serde_json::Value = serde_json::from_slice(good).unwrap();
+    envelope["checksum"] = serde_json::Value::from("0".repeat(64));
+    let wrong_checksum = serde_json::to_vec_pretty(&envelope).unwrap();
+    envelope = serde_json::from_slice(good).unwrap();
+    envelope["version"] = serde_json::Value::from(99);
+    let future_version = serde_json::to_vec_pretty(&envelope).unwrap();
+    vec![
+        (
+            "garbage",
+            b"\x00\x13not a checkpoint".to_vec(),
+            "cannot be parsed",
+        ),
+        (
+            "truncated",
+            good[..good.len() / 2].to_vec(),
+            "cannot be parsed",
+        ),
+        ("wrong checksum", wrong_checksum, "checksum does not match"),
+        ("unknown version", future_version, "has version 99"),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt_without_a_crash_loop() {
+    use support::harness::{allocated_claim, claim_config, uid_of};
+    use tessera_node::checkpoint::quarantined_files;
+
+    let server = FakeApiServer::new();
+    let http = server.serve_http().await.unwrap();
+    seed_node(&server);
+    let dirs = PluginDirs::new();
+    let backend = ["--topology", "dgx-h100"];
+    let mps = claim_config(&[], "GpuConfig", serde_json::json!({"strategy": "MPS"}));
+    let claims: Vec<ClaimRef> = [("whole", vec![]), ("shared", vec![mps]), ("later", vec![])]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, configs))| {
+            let device = format!("gpu-{i}");
+            server.seed(&allocated_claim(name, &[("gpu", &device)], configs));
+            ClaimRef::new("ml", name, uid_of(name))
+        })
+        .collect();
+    let (held, later) = (&claims[..2], &claims[2]);
+
+    let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &backend, &[]);
+    let kubelet = register(&dirs).await;
+    let prepared = kubelet.prepare(held).await.unwrap();
+    assert!(prepared.values().all(Result::is_ok), "{prepared:?}");
+    plugin.kill();
+    let state = dirs.path("state");
+    let checkpoint = state.join("checkpoint.json");
+    let good = std::fs::read(&checkpoint).unwrap();
+    let specs = || {
+        let mut names: Vec<String> = std::fs::read_dir(dirs.path("cdi"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let held_specs = specs();
+    assert_eq!(held_specs.len(), 2);
+
+    for (round, (what, damaged, complaint)) in damaged_checkpoints(&good).into_iter().enumerate() {
+        std::fs::write(&checkpoint, &damaged).unwrap();
+        let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &backend, &[]);
+        let kubelet = register(&dirs).await;
+        let context = || format!("{what}\n{}", plugin_logs(&dirs));
+
+        // Kept, renamed, never deleted: one more quarantined file per round, byte for byte.
+        let quarantined = quarantined_files(&state);
+        assert_eq!(quarantined.len(), round + 1, "{}", context());
+        let moved_to = quarantined
+            .iter()
+            .find(|p| std::fs::read(p).unwrap() == damaged)
+            .unwrap_or_else(|| panic!("the damaged file is kept: {}", context()));
+        // One clear log line: which file, what was wrong, where it went.
+        let log =
+            std::fs::read_to_string(dirs.path(&format!("plugin-{}.log", plugin.metrics_port)))
+                .unwrap();
+        let line = log
+            .lines()
+            .find(|l| l.contains("could not be trusted"))
+            .unwrap_or_else(|| panic!("no quarantine log line: {}", context()));
+        for part in [
+            checkpoint.display().to_string(),
+            complaint.to_owned(),
+            moved_to.display().to_string(),
+        ] {
+            assert!(line.contains(&part), "{part:?} not in {line}");
+        }
+
+        // Rebuilt from the CDI specs and the API server: the same claims, the same answers.
+        let rebuilt = tessera_api::checkpoint::decode(&std::fs::read(&checkpoint).unwrap())
+            .unwrap_or_else(|e| panic!("the rebuilt checkpoint loads: {e}: {}", context()));
+        let mut recorded: Vec<&String> = rebuilt.claims.keys().collect();
+        recorded.sort();
+        let mut wanted: Vec<String> = held.iter().map(|c| c.uid.to_string()).collect();
+        wanted.sort();
+        assert_eq!(recorded, wanted.iter().collect::<Vec<_>>(), "{}", context());
+        assert_eq!(specs(), held_specs, "{}", context());
+        assert_eq!(
+            kubelet.prepare(held).await.unwrap(),
+            prepared,
+            "{}",
+            context()
+        );
+        let (_, metrics) = eventually(&dirs, "the metrics endpoint", WAIT, async || {
+            plugin.http_get("/metrics").await
+        })
+        .await;
+        assert!(
+            metrics.contains("tessera_node_checkpoint_quarantines_total 1"),
+            "{metrics}"
+        );
+        // No crash loop: the process is still up after serving.
+        assert!(
+            plugin.child.lock().unwrap().try_wait().unwrap().is_none(),
+            "{}",
+            context()
+        );
+        plugin.kill();
+    }
+
+    // And the node keeps working: a new claim is prepared, everything is unprepared.
+    let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &backend, &[]);
+    let kubelet = register(&dirs).await;
+    let answer = kubelet.prepare(std::slice::from_ref(later)).await.unwrap();
+    assert!(answer[&later.uid].is_ok(), "{answer:?}");
+    let answers = kubelet.unprepare(&claims).await.unwrap();
+    assert!(answers.values().all(Result::is_ok), "{answers:?}");
+    assert!(specs().is_empty());
+    assert_eq!(quarantined_files(&state).len(), 4, "no new quarantine");
     assert!(plugin.terminate().success());
 }

@@ -93,8 +93,9 @@ pub(super) async fn start(
     if let LoadOutcome::Quarantined { moved_to, error } = &outcome {
         quarantines.fetch_add(1, Ordering::Relaxed);
         report.error(format!(
-            "the checkpoint could not be trusted ({error}); moved it to {} and rebuilding \
+            "the checkpoint {} could not be trusted ({error}); moved it to {} and rebuilding \
              state from the CDI specs and the API server",
+            store.path().display(),
             moved_to.display()
         ));
     }
