@@ -1,0 +1,306 @@
+//! NodePrepareResources latency through the real path: a simulated kubelet calls the node driver
+//! over unix sockets (gRPC `v1`), the driver reads the claims through kube from the in-process
+//! API-server fake, plans, records the checkpoint (fsync), writes CDI specs (fsync) and answers.
+//! A bench binary, not criterion: the result is the latency distribution (p50/p99) of many
+//! sequential calls. Each prepare is followed by an (also timed) unprepare of the same batch.
+//!
+//! ```text
+//! cargo bench -p tessera-node --bench prepare
+//! TESSERA_BENCH_STATE_DIR=/dev/shm/x cargo bench -p tessera-node --bench prepare   # state on tmpfs
+//! ```
+//!
+//! The state directory (checkpoint) defaults to a directory under Cargo's benchmark temporary
+//! directory (the target disk); the CDI root defaults to `/dev/shm` (tmpfs, as `/var/run/cdi` is
+//! on nodes). `TESSERA_BENCH_STATE_DIR`, `TESSERA_BENCH_CDI_ROOT` and
+//! `TESSERA_BENCH_ITERATIONS` override them. Prints a markdown table and writes
+//! `node-prepare.json` and `node-prepare.md` under Cargo's benchmark temporary directory.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use serde_json::{Value, json};
+use tessera_api::DRIVER_NAME;
+use tessera_fake_apiserver::FakeApiServer;
+use tessera_kubelet::simulator::KubeletSimulator;
+use tessera_kubelet::{ClaimRef, PluginConfig};
+use tessera_node::claims::KubeClaimSource;
+use tessera_node::mig::SimulatedMig;
+use tessera_node::plan::MigMode;
+use tessera_node::sharing::SimulatedGpuControl;
+use tessera_node::{DriverParts, NodeDriver, NodeDriverConfig};
+use tessera_topology::{DeviceSource, MockSource};
+
+const NODE: &str = "node-a";
+
+struct Scenario {
+    name: &'static str,
+    topology: &'static str,
+    mig_mode: MigMode,
+    /// (request, device) of each claim of the batch, one claim per entry.
+    devices: Vec<&'static str>,
+    config: Option<Value>,
+}
+
+fn scenarios() -> Vec<Scenario> {
+    let gpus = |n: usize| -> Vec<&'static str> {
+        [
+            "gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5", "gpu-6", "gpu-7",
+        ][..n]
+            .to_vec()
+    };
+    vec![
+        Scenario {
+            name: "1 claim, whole GPU",
+            topology: "dgx-h100",
+            mig_mode: MigMode::Static,
+            devices: gpus(1),
+            config: None,
+        },
+        Scenario {
+            name: "8 claims, whole GPUs",
+            topology: "dgx-h100",
+            mig_mode: MigMode::Static,
+            devices: gpus(8),
+            config: None,
+        },
+        Scenario {
+            name: "8 claims, whole GPUs, MPS (simulated)",
+            topology: "dgx-h100",
+            mig_mode: MigMode::Static,
+            devices: gpus(8),
+            config: Some(
+                json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "GpuConfig",
+                                "sharing": {"strategy": "MPS"}}),
+            ),
+        },
+        Scenario {
+            name: "8 claims, dynamic MIG (simulated)",
+            topology: "hgx-a100-mig",
+            mig_mode: MigMode::Dynamic,
+            devices: vec![
+                "gpu-0-mig-1g-10gb-0",
+                "gpu-0-mig-1g-10gb-1",
+                "gpu-1-mig-1g-10gb-0",
+                "gpu-1-mig-1g-10gb-1",
+                "gpu-2-mig-1g-10gb-0",
+                "gpu-2-mig-1g-10gb-1",
+                "gpu-3-mig-1g-10gb-0",
+                "gpu-3-mig-1g-10gb-1",
+            ],
+            config: None,
+        },
+    ]
+}
+
+fn claim(index: usize, device: &str, config: Option<&Value>) -> (ResourceClaim, ClaimRef) {
+    let name = format!("bench-{index}");
+    let uid = format!("be0c0000-0000-4000-8000-{index:012}");
+    let configs: Vec<Value> = config
+        .map(|parameters| {
+            vec![json!({"source": "FromClaim", "requests": [],
+                        "opaque": {"driver": DRIVER_NAME, "parameters": parameters}})]
+        })
+        .unwrap_or_default();
+    let object = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"namespace": "bench", "name": name, "uid": uid},
+        "spec": {"devices": {"requests": []}},
+        "status": {"allocation": {"devices": {
+            "results": [{"request": "gpu", "driver": DRIVER_NAME, "pool": NODE, "device": device}],
+            "config": configs}},
+          "reservedFor": [{"resource": "pods", "name": "p", "uid": "p"}]},
+    }))
+    .expect("a valid claim");
+    (object, ClaimRef::new("bench", name, uid))
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Distribution {
+    p50_micros: u64,
+    p90_micros: u64,
+    p99_micros: u64,
+    max_micros: u64,
+}
+
+fn distribution(mut samples: Vec<Duration>) -> Distribution {
+    samples.sort();
+    let at = |q: f64| {
+        let index = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
+        samples[index].as_micros() as u64
+    };
+    Distribution {
+        p50_micros: at(0.50),
+        p90_micros: at(0.90),
+        p99_micros: at(0.99),
+        max_micros: samples.last().map_or(0, |d| d.as_micros() as u64),
+    }
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Outcome {
+    scenario: &'static str,
+    claims_per_call: usize,
+    calls: usize,
+    prepare: Distribution,
+    unprepare: Distribution,
+}
+
+async fn run(scenario: &Scenario, state_dir: &Path, cdi_root: &Path, iterations: usize) -> Outcome {
+    let api = FakeApiServer::new();
+    let claims: Vec<ClaimRef> = scenario
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(i, device)| {
+            let (object, reference) = claim(i, device, scenario.config.as_ref());
+            api.seed(&object);
+            reference
+        })
+        .collect();
+    let source = MockSource::new(scenario.topology).expect("shipped topology");
+    let inventory = source.inventory().expect("inventory");
+    let boot_id = state_dir.join("boot_id");
+    std::fs::create_dir_all(state_dir).expect("state dir");
+    std::fs::write(&boot_id, "bench").expect("boot id");
+    let config = NodeDriverConfig::new(NODE, cdi_root, state_dir.join("state"))
+        .mig_mode(scenario.mig_mode)
+        .boot_id_path(boot_id);
+    let parts = DriverParts {
+        devices: Arc::new(source),
+        claims: Arc::new(KubeClaimSource::new(api.client())),
+        gpu: Arc::new(SimulatedGpuControl::new(state_dir.join("simulated-gpu"))),
+        mig: Arc::new(SimulatedMig::in_memory(&inventory)),
+    };
+    let (driver, _) = NodeDriver::start(config, parts)
+        .await
+        .expect("driver starts");
+    let kubelet_dir = tempfile::tempdir().expect("kubelet dir");
+    let plugin = PluginConfig::new(DRIVER_NAME)
+        .registrar_dir(kubelet_dir.path().join("registry"))
+        .plugins_dir(kubelet_dir.path().join("plugins"))
+        .bind(Arc::new(driver))
+        .expect("sockets");
+    let registration = plugin.socket_paths().registration.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(plugin.serve(async {
+        let _ = stopped.await;
+    }));
+    let kubelet = KubeletSimulator::register(&registration)
+        .await
+        .expect("registers");
+
+    let warmup = 20;
+    let mut prepares = Vec::with_capacity(iterations);
+    let mut unprepares = Vec::with_capacity(iterations);
+    for i in 0..warmup + iterations {
+        let start = Instant::now();
+        let prepared = kubelet.prepare(&claims).await.expect("prepare call");
+        let prepare = start.elapsed();
+        assert!(prepared.values().all(Result::is_ok), "{prepared:?}");
+        let start = Instant::now();
+        let unprepared = kubelet.unprepare(&claims).await.expect("unprepare call");
+        let unprepare = start.elapsed();
+        assert!(unprepared.values().all(Result::is_ok), "{unprepared:?}");
+        if i >= warmup {
+            prepares.push(prepare);
+            unprepares.push(unprepare);
+        }
+    }
+    let _ = stop.send(());
+    serving.await.expect("serve task").expect("serve");
+    Outcome {
+        scenario: scenario.name,
+        claims_per_call: claims.len(),
+        calls: iterations,
+        prepare: distribution(prepares),
+        unprepare: distribution(unprepares),
+    }
+}
+
+/// The file system type of `path` (longest mount point prefix in /proc/mounts).
+fn file_system(path: &Path) -> String {
+    let path = path.canonicalize().unwrap_or_else(|_| path.to_owned());
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (_, mount, kind) = (fields.next()?, fields.next()?, fields.next()?);
+            path.starts_with(mount)
+                .then(|| (mount.len(), kind.to_owned()))
+        })
+        .max()
+        .map_or_else(|| "unknown".to_owned(), |(_, kind)| kind)
+}
+
+fn directory(variable: &str, default_parent: &Path) -> (PathBuf, Option<tempfile::TempDir>) {
+    match std::env::var_os(variable) {
+        Some(dir) => (PathBuf::from(dir), None),
+        None => {
+            let temp = tempfile::tempdir_in(default_parent).expect("temporary directory");
+            (temp.path().to_owned(), Some(temp))
+        }
+    }
+}
+
+fn main() {
+    let target_tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let shm = Path::new("/dev/shm");
+    let (state_root, _state_guard) = directory("TESSERA_BENCH_STATE_DIR", target_tmp);
+    let (cdi_root, _cdi_guard) = directory(
+        "TESSERA_BENCH_CDI_ROOT",
+        if shm.is_dir() { shm } else { target_tmp },
+    );
+    let iterations: usize = std::env::var("TESSERA_BENCH_ITERATIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(300);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut outcomes = Vec::new();
+    for (n, scenario) in scenarios().iter().enumerate() {
+        let state_dir = state_root.join(format!("scenario-{n}"));
+        let cdi = cdi_root.join(format!("scenario-{n}"));
+        outcomes.push(runtime.block_on(run(scenario, &state_dir, &cdi, iterations)));
+        let _ = std::fs::remove_dir_all(&state_dir);
+        let _ = std::fs::remove_dir_all(&cdi);
+    }
+    let state_fs = file_system(&state_root);
+    let cdi_fs = file_system(&cdi_root);
+    let mut md = format!(
+        "State directory (checkpoint, fsync): {state_fs}; CDI root (fsync): {cdi_fs}; {iterations} calls per row after 20 warm-up calls.\n\n\
+         | scenario | claims per call | prepare p50 | prepare p99 | prepare max | unprepare p50 | unprepare p99 |\n\
+         |---|---|---|---|---|---|---|\n"
+    );
+    let ms = |micros: u64| format!("{:.2} ms", micros as f64 / 1000.0);
+    for o in &outcomes {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            o.scenario,
+            o.claims_per_call,
+            ms(o.prepare.p50_micros),
+            ms(o.prepare.p99_micros),
+            ms(o.prepare.max_micros),
+            ms(o.unprepare.p50_micros),
+            ms(o.unprepare.p99_micros),
+        ));
+    }
+    print!("{md}");
+    let json = json!({
+        "stateFileSystem": state_fs,
+        "cdiFileSystem": cdi_fs,
+        "iterations": iterations,
+        "results": outcomes,
+    });
+    std::fs::write(
+        target_tmp.join("node-prepare.json"),
+        serde_json::to_string_pretty(&json).expect("serializes"),
+    )
+    .expect("write json");
+    std::fs::write(target_tmp.join("node-prepare.md"), &md).expect("write markdown");
+    println!("wrote {}/node-prepare.{{json,md}}", target_tmp.display());
+}
