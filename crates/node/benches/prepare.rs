@@ -9,10 +9,10 @@
 //! TESSERA_BENCH_STATE_DIR=/dev/shm/x cargo bench -p tessera-node --bench prepare   # state on tmpfs
 //! ```
 //!
-//! The state directory (checkpoint) defaults to a directory under Cargo's benchmark temporary
-//! directory (the target disk); the CDI root defaults to `/dev/shm` (tmpfs, as `/var/run/cdi` is
-//! on nodes). `TESSERA_BENCH_STATE_DIR`, `TESSERA_BENCH_CDI_ROOT` and
-//! `TESSERA_BENCH_ITERATIONS` override them. Prints a markdown table and writes
+//! Two layouts are measured: the checkpoint on the target disk with the CDI specs on `/dev/shm`
+//! (tmpfs, as `/var/run/cdi` is on nodes), and both on the target disk (Cargo's benchmark
+//! temporary directory). `TESSERA_BENCH_STATE_DIR` / `TESSERA_BENCH_CDI_ROOT` measure one
+//! layout of your choice instead; `TESSERA_BENCH_ITERATIONS` sets the calls per row. Prints a markdown table and writes
 //! `node-prepare.json` and `node-prepare.md` under Cargo's benchmark temporary directory.
 
 use std::path::{Path, PathBuf};
@@ -235,24 +235,58 @@ fn file_system(path: &Path) -> String {
         .map_or_else(|| "unknown".to_owned(), |(_, kind)| kind)
 }
 
-fn directory(variable: &str, default_parent: &Path) -> (PathBuf, Option<tempfile::TempDir>) {
-    match std::env::var_os(variable) {
-        Some(dir) => (PathBuf::from(dir), None),
-        None => {
-            let temp = tempfile::tempdir_in(default_parent).expect("temporary directory");
-            (temp.path().to_owned(), Some(temp))
-        }
+/// Where the checkpoint (state directory) and the CDI specs go.
+struct Layout {
+    state_root: PathBuf,
+    cdi_root: PathBuf,
+}
+
+impl Layout {
+    fn describe(&self) -> String {
+        format!(
+            "checkpoint on {}, CDI specs on {}",
+            file_system(&self.state_root),
+            file_system(&self.cdi_root)
+        )
     }
+}
+
+/// The layouts to measure: those the environment names, or the node's (checkpoint on disk,
+/// CDI specs on tmpfs as /var/run/cdi is) and everything on the disk.
+fn layouts(target_tmp: &Path, guards: &mut Vec<tempfile::TempDir>) -> Vec<Layout> {
+    let mut temp = |parent: &Path| {
+        let dir = tempfile::tempdir_in(parent).expect("temporary directory");
+        let path = dir.path().to_owned();
+        guards.push(dir);
+        path
+    };
+    let state = std::env::var_os("TESSERA_BENCH_STATE_DIR").map(PathBuf::from);
+    let cdi = std::env::var_os("TESSERA_BENCH_CDI_ROOT").map(PathBuf::from);
+    if state.is_some() || cdi.is_some() {
+        return vec![Layout {
+            state_root: state.unwrap_or_else(|| temp(target_tmp)),
+            cdi_root: cdi.unwrap_or_else(|| temp(target_tmp)),
+        }];
+    }
+    let shm = Path::new("/dev/shm");
+    let mut layouts = Vec::new();
+    if shm.is_dir() {
+        layouts.push(Layout {
+            state_root: temp(target_tmp),
+            cdi_root: temp(shm),
+        });
+    }
+    layouts.push(Layout {
+        state_root: temp(target_tmp),
+        cdi_root: temp(target_tmp),
+    });
+    layouts
 }
 
 fn main() {
     let target_tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let shm = Path::new("/dev/shm");
-    let (state_root, _state_guard) = directory("TESSERA_BENCH_STATE_DIR", target_tmp);
-    let (cdi_root, _cdi_guard) = directory(
-        "TESSERA_BENCH_CDI_ROOT",
-        if shm.is_dir() { shm } else { target_tmp },
-    );
+    let mut guards = Vec::new();
+    let layouts = layouts(target_tmp, &mut guards);
     let iterations: usize = std::env::var("TESSERA_BENCH_ITERATIONS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -261,41 +295,38 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let mut outcomes = Vec::new();
-    for (n, scenario) in scenarios().iter().enumerate() {
-        let state_dir = state_root.join(format!("scenario-{n}"));
-        let cdi = cdi_root.join(format!("scenario-{n}"));
-        outcomes.push(runtime.block_on(run(scenario, &state_dir, &cdi, iterations)));
-        let _ = std::fs::remove_dir_all(&state_dir);
-        let _ = std::fs::remove_dir_all(&cdi);
-    }
-    let state_fs = file_system(&state_root);
-    let cdi_fs = file_system(&cdi_root);
     let mut md = format!(
-        "State directory (checkpoint, fsync): {state_fs}; CDI root (fsync): {cdi_fs}; {iterations} calls per row after 20 warm-up calls.\n\n\
-         | scenario | claims per call | prepare p50 | prepare p99 | prepare max | unprepare p50 | unprepare p99 |\n\
-         |---|---|---|---|---|---|---|\n"
+        "{iterations} sequential calls per row after 20 warm-up calls; every file write is fsynced \
+         (file and directory).\n\n\
+         | layout | scenario | claims per call | prepare p50 | prepare p99 | prepare max | unprepare p50 | unprepare p99 |\n\
+         |---|---|---|---|---|---|---|---|\n"
     );
     let ms = |micros: u64| format!("{:.2} ms", micros as f64 / 1000.0);
-    for o in &outcomes {
-        md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} |\n",
-            o.scenario,
-            o.claims_per_call,
-            ms(o.prepare.p50_micros),
-            ms(o.prepare.p99_micros),
-            ms(o.prepare.max_micros),
-            ms(o.unprepare.p50_micros),
-            ms(o.unprepare.p99_micros),
-        ));
+    let mut results = Vec::new();
+    for layout in &layouts {
+        let described = layout.describe();
+        for (n, scenario) in scenarios().iter().enumerate() {
+            let state_dir = layout.state_root.join(format!("scenario-{n}"));
+            let cdi = layout.cdi_root.join(format!("scenario-{n}"));
+            let o = runtime.block_on(run(scenario, &state_dir, &cdi, iterations));
+            let _ = std::fs::remove_dir_all(&state_dir);
+            let _ = std::fs::remove_dir_all(&cdi);
+            md.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                described,
+                o.scenario,
+                o.claims_per_call,
+                ms(o.prepare.p50_micros),
+                ms(o.prepare.p99_micros),
+                ms(o.prepare.max_micros),
+                ms(o.unprepare.p50_micros),
+                ms(o.unprepare.p99_micros),
+            ));
+            results.push(json!({"layout": described, "outcome": o}));
+        }
     }
     print!("{md}");
-    let json = json!({
-        "stateFileSystem": state_fs,
-        "cdiFileSystem": cdi_fs,
-        "iterations": iterations,
-        "results": outcomes,
-    });
+    let json = json!({"iterations": iterations, "results": results});
     std::fs::write(
         target_tmp.join("node-prepare.json"),
         serde_json::to_string_pretty(&json).expect("serializes"),
