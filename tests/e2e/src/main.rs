@@ -4,6 +4,7 @@
 
 mod cdi_view;
 mod claims;
+mod compare;
 mod context;
 mod devices;
 mod dump;

@@ -16,6 +16,7 @@ use tessera_api::names::TOPOLOGY_MANAGED_TAINT;
 use super::Outcome;
 use super::examples::run_example;
 use super::slices::is_dgx_h100;
+use crate::compare::{Side, side_by_side};
 use crate::context::Ctx;
 use crate::devices::{Published, PublishedDevice};
 use crate::objects::{Placement, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
@@ -170,22 +171,26 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<Outcome> {
     let published = ctx.published().await?;
     let placed_claim = placed.first().context("no claim")?;
     let fitted_claim = fitted.first().context("no claim")?;
-    ctx.say(format!(
-        "Tessera controller (managed node):\n{}",
-        placed_claim.describe(&published)
-    ));
-    ctx.say(format!(
-        "default scheduler, first fit (unmanaged node):\n{}",
-        fitted_claim.describe(&published)
-    ));
     let placed_devices = placed_claim.devices(&published)?;
     let fitted_devices = fitted_claim.devices(&published)?;
     ctx.say(format!(
-        "controller: {} on NUMA {:?}; first fit: {} on NUMA {:?}",
-        placed_claim.allocation.device_names().join(","),
-        numa_nodes(&placed_devices),
-        fitted_claim.allocation.device_names().join(","),
-        numa_nodes(&fitted_devices),
+        "the same 4-GPU claim, gpu-0 and gpu-1 held on both nodes:\n{}",
+        side_by_side(
+            &Side {
+                title: format!(
+                    "Tessera controller, {} (managed)",
+                    placed_claim.node().unwrap_or("<no node>")
+                ),
+                devices: placed_devices.clone(),
+            },
+            &Side {
+                title: format!(
+                    "default scheduler, first fit, {} (unmanaged)",
+                    fitted_claim.node().unwrap_or("<no node>")
+                ),
+                devices: fitted_devices.clone(),
+            },
+        )
     ));
 
     ensure!(
@@ -220,10 +225,6 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<Outcome> {
     ctx.delete_namespace(NAMESPACE).await?;
     check_unprepared(ctx, &all_claims).await?;
     Ok(Outcome::Passed)
-}
-
-fn numa_nodes(devices: &[&PublishedDevice]) -> BTreeSet<i64> {
-    devices.iter().filter_map(|d| d.numa_node()).collect()
 }
 
 fn ensure_ungated(pod: &Pod) -> anyhow::Result<()> {
