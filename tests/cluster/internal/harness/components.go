@@ -10,7 +10,15 @@ func loopbackURL(scheme string, port int, path string) string {
 }
 
 // buildComponents fills plan.Components: etcd, then the API server, then the
-// fake runtimes, then controller-manager, scheduler and kubelets together.
+// fake runtimes, then controller-manager and scheduler with the first kubelet,
+// then the other kubelets one at a time.
+//
+// The kubelets start one after the other because they share one directory no
+// flag moves: the device plugin manager's /var/lib/kubelet/device-plugins/.
+// At start a kubelet empties it and listens on kubelet.sock there; two doing it
+// at once fail with "address already in use" and the loser exits ("Failed to
+// start ContainerManager"). A kubelet reports its node Ready only after that
+// step, so each waits for the previous one's node to be Ready.
 func buildComponents(plan *Plan, layout Layout, pki *PKI) {
 	gates := FeatureGateFlag(plan.FeatureGates)
 	ports := plan.Ports
@@ -146,7 +154,7 @@ func buildComponents(plan *Plan, layout Layout, pki *PKI) {
 		node := layout.Node(i)
 		add(Component{
 			Name:  node.KubeletComponent(),
-			Stage: 3,
+			Stage: 3 + i - 1,
 			Args: []string{
 				plan.bin("kubelet"),
 				"--config=" + node.KubeletConfig(),
@@ -159,7 +167,7 @@ func buildComponents(plan *Plan, layout Layout, pki *PKI) {
 				// Log the DRA plugin manager's ResourceSlice wipes; `up` waits for the start-up one.
 				"--vmodule=dra_plugin_manager=3",
 			},
-			Probe:        Probe{Kind: "http", URL: loopbackURL("http", ports.Kubelets[i-1].Healthz, "/healthz")},
+			Probe:        Probe{Kind: "node-ready", URL: plan.APIServerURL() + "/api/v1/nodes/" + node.Name},
 			StopTimeoutS: 20,
 		})
 	}

@@ -82,6 +82,8 @@ func TestComponentsStartInDependencyOrder(t *testing.T) {
 		{"kube-apiserver", "tessera-node-1-fake-cri"},
 		{"tessera-node-2-fake-cri", "tessera-node-2-kubelet"},
 		{"kube-apiserver", "kube-scheduler"},
+		// Kubelets share /var/lib/kubelet/device-plugins: one at a time.
+		{"tessera-node-1-kubelet", "tessera-node-2-kubelet"},
 	}
 	for _, o := range order {
 		if stage[o[0]] >= stage[o[1]] {
@@ -153,5 +155,34 @@ func TestEnvFileCanBeSourcedAndParsed(t *testing.T) {
 func TestUnescapeMountPath(t *testing.T) {
 	if got := unescapeMountPath(`/tmp/a\040b/c\134d`); got != `/tmp/a b/c\d` {
 		t.Errorf("got %q", got)
+	}
+}
+
+func TestKubeletsWaitForTheirNodeToBeReady(t *testing.T) {
+	plan, _ := testPlan(t, 2)
+	for _, c := range plan.Components {
+		if strings.HasSuffix(c.Name, "-kubelet") && c.Probe.Kind != "node-ready" {
+			t.Errorf("%s probe %q, want node-ready", c.Name, c.Probe.Kind)
+		}
+	}
+}
+
+func TestNodeReadyProbe(t *testing.T) {
+	cases := []struct {
+		body, wantErr string
+	}{
+		{`{"metadata":{"name":"n"},"status":{"conditions":[{"type":"MemoryPressure","status":"False"},{"type":"Ready","status":"True"}]}}`, ""},
+		{`{"metadata":{"name":"n"},"status":{"conditions":[{"type":"Ready","status":"False","reason":"KubeletNotReady","message":"runtime down"}]}}`, "node n is not Ready: KubeletNotReady (runtime down)"},
+		{`{"metadata":{"name":"n"},"status":{}}`, "node n has no Ready condition yet"},
+		{`not json`, "decode Node"},
+	}
+	for _, c := range cases {
+		err := nodeReadyJSON([]byte(c.body))
+		switch {
+		case c.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", c.body, err)
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("%s: error %v, want %q", c.body, err, c.wantErr)
+		}
 	}
 }

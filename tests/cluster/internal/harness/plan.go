@@ -13,8 +13,9 @@ import (
 type Probe struct {
 	// Kind is "http" (plain GET, 200 wanted), "https-insecure" (GET over TLS
 	// without verifying the serving certificate), "https-client" (GET with the
-	// admin client certificate, verifying against the cluster CA) or "unix"
-	// (the socket at Path accepts connections).
+	// admin client certificate, verifying against the cluster CA), "node-ready"
+	// (GET the Node object at URL like https-client; its Ready condition must be
+	// True) or "unix" (the socket at Path accepts connections).
 	Kind string `json:"kind"`
 	URL  string `json:"url,omitempty"`
 	Path string `json:"path,omitempty"`

@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // prober checks component probes. The admin credentials are loaded lazily:
@@ -40,6 +43,16 @@ func (p *prober) check(ctx context.Context, probe Probe) error {
 			return err
 		}
 		return httpGet(ctx, &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}}, probe.URL)
+	case "node-ready":
+		tlsConfig, err := p.adminTLS()
+		if err != nil {
+			return err
+		}
+		body, err := httpGetBody(ctx, &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}}, probe.URL)
+		if err != nil {
+			return err
+		}
+		return nodeReadyJSON(body)
 	default:
 		return fmt.Errorf("unknown probe kind %q", probe.Kind)
 	}
@@ -62,18 +75,42 @@ func (p *prober) adminTLS() (*tls.Config, error) {
 }
 
 func httpGet(ctx context.Context, client *http.Client, url string) error {
+	_, err := httpGetBody(ctx, client, url)
+	return err
+}
+
+// httpGetBody GETs url and returns the body of a 200 answer (at most 1 MiB).
+func httpGetBody(ctx context.Context, client *http.Client, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+		return nil, fmt.Errorf("GET %s: %s: %.2048s", url, resp.Status, body)
 	}
-	return nil
+	return body, nil
+}
+
+// nodeReadyJSON says whether a Node object (JSON) has the condition Ready=True,
+// and if not, why.
+func nodeReadyJSON(body []byte) error {
+	var node corev1.Node
+	if err := json.Unmarshal(body, &node); err != nil {
+		return fmt.Errorf("decode Node: %w", err)
+	}
+	if nodeReady(&node) {
+		return nil
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return fmt.Errorf("node %s is not Ready: %s (%s)", node.Name, c.Reason, c.Message)
+		}
+	}
+	return fmt.Errorf("node %s has no Ready condition yet", node.Name)
 }
