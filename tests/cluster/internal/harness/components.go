@@ -26,7 +26,9 @@ func buildComponents(plan *Plan, layout Layout, pki *PKI) {
 	add := func(c Component) {
 		c.LogFile = layout.LogFile(c.Name)
 		c.PIDFile = layout.PIDDir() + "/" + c.Name + ".pid"
-		c.WorkingDirPath = layout.StateDir
+		if c.WorkingDirPath == "" {
+			c.WorkingDirPath = layout.StateDir
+		}
 		if c.StartTimeoutS == 0 {
 			c.StartTimeoutS = 90
 		}
@@ -167,8 +169,9 @@ func buildComponents(plan *Plan, layout Layout, pki *PKI) {
 				// Log the DRA plugin manager's ResourceSlice wipes; `up` waits for the start-up one.
 				"--vmodule=dra_plugin_manager=3",
 			},
-			Probe:        Probe{Kind: "node-ready", URL: plan.APIServerURL() + "/api/v1/nodes/" + node.Name},
-			StopTimeoutS: 20,
+			Probe:          Probe{Kind: "node-ready", URL: plan.APIServerURL() + "/api/v1/nodes/" + node.Name},
+			WorkingDirPath: node.KubeletWorkDir(),
+			StopTimeoutS:   20,
 		})
 	}
 	plan.Components = cs

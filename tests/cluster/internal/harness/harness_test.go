@@ -158,11 +158,18 @@ func TestUnescapeMountPath(t *testing.T) {
 	}
 }
 
-func TestKubeletsWaitForTheirNodeToBeReady(t *testing.T) {
+func TestKubeletsWaitForTheirNodeAndRunInAnEmptyDirectory(t *testing.T) {
 	plan, _ := testPlan(t, 2)
 	for _, c := range plan.Components {
-		if strings.HasSuffix(c.Name, "-kubelet") && c.Probe.Kind != "node-ready" {
+		if !strings.HasSuffix(c.Name, "-kubelet") {
+			continue
+		}
+		if c.Probe.Kind != "node-ready" {
 			t.Errorf("%s probe %q, want node-ready", c.Name, c.Probe.Kind)
+		}
+		// Its container GC deletes relative paths in its working directory.
+		if !strings.HasSuffix(c.WorkingDirPath, "/kubelet-cwd") {
+			t.Errorf("%s runs in %s, want its own empty kubelet-cwd", c.Name, c.WorkingDirPath)
 		}
 	}
 }

@@ -73,12 +73,19 @@ func (l Layout) Node(i int) Node {
 	}
 }
 
-func (n Node) RegistrarDir() string     { return filepath.Join(n.KubeletRoot, "plugins_registry") }
-func (n Node) PluginsDir() string       { return filepath.Join(n.KubeletRoot, "plugins") }
-func (n Node) CRISocket() string        { return filepath.Join(n.Dir, "cri.sock") }
-func (n Node) CDIRecordDir() string     { return filepath.Join(n.Dir, "cdi-records") }
-func (n Node) CDISpecDir() string       { return filepath.Join(n.Dir, "cdi") }
-func (n Node) KubeletConfig() string    { return filepath.Join(n.Dir, "kubelet.yaml") }
-func (n Node) PodLogsDir() string       { return filepath.Join(n.Dir, "pod-logs") }
+func (n Node) RegistrarDir() string  { return filepath.Join(n.KubeletRoot, "plugins_registry") }
+func (n Node) PluginsDir() string    { return filepath.Join(n.KubeletRoot, "plugins") }
+func (n Node) CRISocket() string     { return filepath.Join(n.Dir, "cri.sock") }
+func (n Node) CDIRecordDir() string  { return filepath.Join(n.Dir, "cdi-records") }
+func (n Node) CDISpecDir() string    { return filepath.Join(n.Dir, "cdi") }
+func (n Node) KubeletConfig() string { return filepath.Join(n.Dir, "kubelet.yaml") }
+func (n Node) PodLogsDir() string    { return filepath.Join(n.Dir, "pod-logs") }
+
+// KubeletWorkDir is the kubelet's working directory, kept empty on purpose:
+// when container GC removes a container, the kubelet's log manager deletes
+// every match of Glob(status.logPath + "*"); the fake runtime reports an empty
+// log path, so that is every entry of the working directory (with the state
+// dir as working directory it deleted the .tessera-cluster marker).
+func (n Node) KubeletWorkDir() string   { return filepath.Join(n.Dir, "kubelet-cwd") }
 func (n Node) KubeletComponent() string { return n.Name + "-kubelet" }
 func (n Node) CRIComponent() string     { return n.Name + "-fake-cri" }

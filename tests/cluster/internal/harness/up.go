@@ -152,7 +152,7 @@ func prepare(layout Layout, opts UpOptions, gates map[string]bool) (*Plan, error
 	}
 	for i := 1; i <= opts.Nodes; i++ {
 		node := layout.Node(i)
-		for _, dir := range []string{node.Dir, node.KubeletRoot, node.CDIRecordDir(), node.CDISpecDir(), node.PodLogsDir()} {
+		for _, dir := range []string{node.Dir, node.KubeletRoot, node.CDIRecordDir(), node.CDISpecDir(), node.PodLogsDir(), node.KubeletWorkDir()} {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return nil, fmt.Errorf("create %s: %w", dir, err)
 			}
