@@ -19,6 +19,16 @@ use crate::protocol::{CONTROLLER_NAME, PLACEMENT_CONDITION, object_key};
 /// Longest a single write may take.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Parameters of the controller's merge patches: they name Tessera's field manager, so a
+/// claim's `status.allocation` and a pod's removed gate are attributed to Tessera in
+/// `managedFields` (without one, the API server records the manager "unknown").
+pub fn merge_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    }
+}
+
 /// A write that did not happen (or whose outcome is unknown).
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -134,7 +144,7 @@ impl ApiWriter {
     ) -> Result<ResourceClaim, WriteError> {
         let api = self.claims(claim);
         let name = claim.metadata.name.clone().unwrap_or_default();
-        let params = PatchParams::default();
+        let params = merge_params();
         let patch = Patch::Merge(body);
         let object = format!("ResourceClaim {}", object_key(&claim.metadata));
         if status {
@@ -185,7 +195,7 @@ impl ApiWriter {
         self.send(
             action,
             object,
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(body)),
+            api.patch(&name, &merge_params(), &Patch::Merge(body)),
         )
         .await
     }

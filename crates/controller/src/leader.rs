@@ -196,6 +196,14 @@ pub struct LeaderElector {
     seen: Option<(Option<String>, Option<MicroTime>, Instant)>,
 }
 
+/// Parameters of the Lease writes: Tessera's field manager, so `managedFields` says who holds it.
+fn lease_write_params() -> PostParams {
+    PostParams {
+        field_manager: Some(tessera_api::names::FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    }
+}
+
 fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
@@ -273,7 +281,7 @@ impl LeaderElector {
                 },
                 spec: Some(self.record(None, true)),
             };
-            return match self.api.create(&PostParams::default(), &lease).await {
+            return match self.api.create(&lease_write_params(), &lease).await {
                 Ok(_) => Ok(true),
                 Err(e) if is_conflict(&e) => Ok(false),
                 Err(e) => Err(self.write_error(e)),
@@ -293,7 +301,7 @@ impl LeaderElector {
         lease.spec = Some(record);
         match self
             .api
-            .replace(&self.config.name, &PostParams::default(), &lease)
+            .replace(&self.config.name, &lease_write_params(), &lease)
             .await
         {
             Ok(_) => Ok(true),
@@ -355,7 +363,7 @@ impl LeaderElector {
         lease.spec = Some(spec);
         match self
             .api
-            .replace(&self.config.name, &PostParams::default(), &lease)
+            .replace(&self.config.name, &lease_write_params(), &lease)
             .await
         {
             Ok(_) => Ok(()),

@@ -132,6 +132,74 @@ async fn two_claims_of_a_pod_are_placed_together() {
     controller.stop().await;
 }
 
+/// `(manager, subresource)` of every `managedFields` entry of a stored object.
+fn managers(object: &serde_json::Value) -> Vec<(String, String)> {
+    object["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            (
+                e["manager"].as_str().unwrap_or_default().to_owned(),
+                e["subresource"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controllers_writes_name_tessera_as_their_field_manager() {
+    let api = cluster(1, 0);
+    api.seed(&gpu_claim("a", 4));
+    api.seed(&gated_pod("trainer", &[("gpus", Source::Claim("a"))]));
+    let mut config =
+        tessera_controller::ControllerConfig::new(tessera_api::names::TOPOLOGY_AWARE_GATE);
+    config.lease = Some(test_lease("only"));
+    let controller = start_with(&api, config);
+    released(&api, "trainer").await;
+    allocated_claim(&api, "a").await;
+    let claim = api
+        .get_json("resourceclaims", Some(NS), "a")
+        .expect("claim a");
+    let pod = api.get_json("pods", Some(NS), "trainer").expect("pod");
+    let lease = api
+        .list_json("leases", None)
+        .into_iter()
+        .next()
+        .expect("the controller's lease");
+    controller.stop().await;
+    let tessera = |subresource: &str| ("tessera".to_owned(), subresource.to_owned());
+    // The allocation (status) and the mark and finalizer (metadata) on the claim, the removed
+    // gate on the pod, the lease: all Tessera's, none left to the user agent's "unknown".
+    assert!(
+        managers(&claim).contains(&tessera("status")),
+        "{:?}",
+        managers(&claim)
+    );
+    assert!(
+        managers(&claim).contains(&tessera("")),
+        "{:?}",
+        managers(&claim)
+    );
+    assert!(
+        managers(&pod).contains(&tessera("")),
+        "{:?}",
+        managers(&pod)
+    );
+    assert!(
+        managers(&lease).contains(&tessera("")),
+        "{:?}",
+        managers(&lease)
+    );
+    for object in [&claim, &pod, &lease] {
+        assert!(
+            managers(object).iter().all(|(m, _)| m != "unknown"),
+            "{:?}",
+            managers(object)
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_fits_nowhere_is_told_why_and_placed_when_room_appears() {
     let api = cluster(1, 1);
