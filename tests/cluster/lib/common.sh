@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers for the tests/cluster scripts. Source it; do not run it.
 
 log() { echo "tests/cluster: $*" >&2; }
