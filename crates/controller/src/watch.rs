@@ -195,7 +195,29 @@ fn on_claim(
     {
         signals.enqueue(format!("{namespace}/{}", owner.name));
     }
+    // A claim that pods name directly (created with them, its watch event arriving after theirs):
+    // such pods may be waiting for it, and without this they would wait out their backoff.
+    if old.is_none()
+        && matches!(event, Event::Apply(_))
+        && let Some(name) = claim.metadata.name.as_deref()
+    {
+        for waiting in pods.state().iter().filter(|p| {
+            p.metadata.namespace.as_deref() == Some(namespace.as_str())
+                && names_claim(p, name)
+                && is_candidate(p, &signals.gate)
+        }) {
+            signals.enqueue(key(&waiting.metadata));
+        }
+    }
     signals.cluster_changed();
+}
+
+/// Whether the pod names the claim `claim` directly (`resourceClaimName`).
+fn names_claim(pod: &Pod, claim: &str) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.resource_claims.iter().flatten())
+        .any(|c| c.resource_claim_name.as_deref() == Some(claim))
 }
 
 fn on_inventory_input<K>(signals: &Signals, event: &Event<K>) {
@@ -343,4 +365,78 @@ pub fn start(client: &Client, signals: &Arc<Signals>) -> (Stores, Vec<WatchTask>
         Box::pin(template_watch),
     ];
     (stores, tasks)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use tessera_api::names::TOPOLOGY_AWARE_GATE;
+
+    use super::*;
+    use crate::queue::Outcome;
+
+    fn meta(name: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ml".into()),
+            uid: Some(format!("uid-{name}")),
+            resource_version: Some("1".into()),
+            ..Default::default()
+        }
+    }
+
+    fn gated_pod(name: &str, claim: &str) -> Pod {
+        Pod {
+            metadata: meta(name),
+            spec: Some(PodSpec {
+                scheduling_gates: Some(vec![PodSchedulingGate {
+                    name: TOPOLOGY_AWARE_GATE.into(),
+                }]),
+                resource_claims: Some(vec![PodResourceClaim {
+                    name: "gpus".into(),
+                    resource_claim_name: Some(claim.into()),
+                    resource_claim_template_name: None,
+                }]),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn a_new_claim_wakes_the_parked_pods_naming_it_at_once() {
+        let signals = Signals::new(TOPOLOGY_AWARE_GATE);
+        let (pods, mut writer) = reflector::store::<Pod>();
+        writer.apply_watcher_event(&Event::Apply(gated_pod("waiting", "its-claim")));
+        writer.apply_watcher_event(&Event::Apply(gated_pod("other", "other-claim")));
+        let now = Instant::now();
+        // Both pods were processed before their claims were seen, and parked.
+        for key in ["ml/waiting", "ml/other"] {
+            signals.queue().add(key);
+        }
+        for _ in 0..2 {
+            let key = signals.queue().pop(now).expect("queued");
+            signals.queue().done(&key, Outcome::Park, now);
+        }
+        let claim = ResourceClaim {
+            metadata: meta("its-claim"),
+            ..Default::default()
+        };
+        on_claim(&signals, &Event::Apply(claim.clone()), None, &pods);
+        // Due now, not after the park's backoff; the pod naming another claim stays parked.
+        assert_eq!(signals.queue().pop(now).as_deref(), Some("ml/waiting"));
+        assert_eq!(signals.queue().pop(now), None);
+        // An update of a claim already seen wakes nobody at once.
+        signals.queue().done("ml/waiting", Outcome::Park, now);
+        on_claim(
+            &signals,
+            &Event::Apply(claim.clone()),
+            Some(Arc::new(claim)),
+            &pods,
+        );
+        assert_eq!(signals.queue().pop(now), None);
+    }
 }
