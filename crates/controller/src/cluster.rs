@@ -151,6 +151,14 @@ impl InventorySnapshot {
             classes.clone(),
             nodes.iter().map(|n| n.info.clone()).collect(),
         );
+        // Evaluate every class on every device now (the verdicts and the devices' CEL contexts
+        // are cached in the inventory), not in the first decision that needs them. A class whose
+        // selectors fail is reported by the decisions that use it.
+        for class in &classes {
+            if let Some(name) = class.metadata.name.as_deref() {
+                let _ = managed.devices_selected_by_class(name);
+            }
+        }
         InventorySnapshot {
             generation,
             managed: Arc::new(managed),
@@ -205,6 +213,9 @@ impl Cluster {
             return s.clone();
         }
         rebuilt();
+        // Free the outdated inventory before building the new one: a large cluster's inventory
+        // is the controller's biggest object, and two of them would double the peak.
+        *snapshot = None;
         let built = Arc::new(InventorySnapshot::build(generation, &self.stores));
         *snapshot = Some(built.clone());
         built

@@ -222,6 +222,14 @@ impl Controller {
                     self.finish(&key, outcome);
                 }
                 None => {
+                    if self.signals.is_synced() {
+                        // Idle: build the inventory of the newest slices, classes and nodes
+                        // now rather than in the next pod's decision (a large cluster's takes
+                        // a few hundred milliseconds). Standbys do too, to take over at once.
+                        worker.cluster.inventory(|| {
+                            worker.metrics.inventory_rebuilds.inc();
+                        });
+                    }
                     let due = self.queue().next_due();
                     let wait = due
                         .map(|d| d.saturating_duration_since(Instant::now()))
