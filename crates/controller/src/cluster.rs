@@ -7,9 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
-};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tessera_allocator::{AllocatedState, DeviceId, Inventory};
@@ -18,13 +16,15 @@ use crate::inventory::{managed_slices, unmanaged_slices};
 use crate::nodes::NodeFacts;
 use crate::protocol::{PodPlacement, is_bound, is_gated, is_terminal};
 use crate::resources::{NodeUsage, Requests, pod_requests};
+use crate::slices::{EncodedSlice, SliceCache, decode};
 
 /// The watch caches.
 #[derive(Clone)]
 pub struct Stores {
     pub pods: Store<Pod>,
     pub claims: Store<ResourceClaim>,
-    pub slices: Store<ResourceSlice>,
+    /// Encoded (see [`crate::slices`]).
+    pub slices: Arc<SliceCache>,
     pub classes: Store<DeviceClass>,
     pub nodes: Store<Node>,
     pub templates: Store<ResourceClaimTemplate>,
@@ -126,13 +126,13 @@ pub struct InventorySnapshot {
     /// Every node, parsed for the filters.
     pub nodes: Vec<NodeFacts>,
     unmanaged: OnceLock<Arc<Inventory>>,
-    slices: Vec<Arc<ResourceSlice>>,
+    slices: Vec<EncodedSlice>,
     classes: Vec<DeviceClass>,
 }
 
 impl InventorySnapshot {
     fn build(generation: u64, stores: &Stores) -> InventorySnapshot {
-        let slices = stores.slices.state();
+        let slices = stores.slices.encoded();
         let classes: Vec<DeviceClass> = stores
             .classes
             .state()
@@ -145,7 +145,7 @@ impl InventorySnapshot {
             .iter()
             .map(|n| NodeFacts::from(&**n))
             .collect();
-        let (managed, managed_nodes) = managed_slices(&slices);
+        let (managed, managed_nodes) = managed_slices(decode(&slices));
         let managed = Inventory::new(
             managed,
             classes.clone(),
@@ -175,7 +175,7 @@ impl InventorySnapshot {
         self.unmanaged
             .get_or_init(|| {
                 Arc::new(Inventory::new(
-                    unmanaged_slices(&self.slices),
+                    unmanaged_slices(decode(&self.slices)),
                     self.classes.clone(),
                     self.nodes.iter().map(|n| n.info.clone()).collect(),
                 ))

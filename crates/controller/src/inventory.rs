@@ -3,7 +3,6 @@
 //! Pure functions from ResourceSlices to the slices each allocator inventory is built from.
 
 use std::collections::{BTreeSet, HashSet};
-use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 use tessera_api::names::{DRIVER_NAME, TOPOLOGY_MANAGED_TAINT};
@@ -17,24 +16,18 @@ pub fn is_managed(device: &Device) -> bool {
         .any(|t| t.key == TOPOLOGY_MANAGED_TAINT)
 }
 
-fn with_devices(slice: &ResourceSlice, keep: impl Fn(&Device) -> bool) -> ResourceSlice {
-    let mut copy = ResourceSlice {
-        metadata: slice.metadata.clone(),
-        spec: slice.spec.clone(),
-    };
-    copy.spec.devices = slice
-        .spec
-        .devices
-        .as_ref()
-        .map(|d| d.iter().filter(|d| keep(d)).cloned().collect());
-    copy
+fn keep_devices(mut slice: ResourceSlice, keep: impl Fn(&Device) -> bool) -> ResourceSlice {
+    if let Some(devices) = slice.spec.devices.as_mut() {
+        devices.retain(|d| keep(d));
+    }
+    slice
 }
 
 /// The slices of the controller's inventory: every slice of each Tessera pool that publishes at
 /// least one managed device (counter-only slices included, so pools stay complete and counters
 /// resolve), with the unmanaged devices left out. Also the nodes those devices are on.
-pub fn managed_slices(slices: &[Arc<ResourceSlice>]) -> (Vec<ResourceSlice>, HashSet<String>) {
-    let mut pools: BTreeSet<&str> = BTreeSet::new();
+pub fn managed_slices(slices: Vec<ResourceSlice>) -> (Vec<ResourceSlice>, HashSet<String>) {
+    let mut pools: BTreeSet<String> = BTreeSet::new();
     let mut nodes = HashSet::new();
     for slice in slices.iter().filter(|s| s.spec.driver == DRIVER_NAME) {
         for device in slice
@@ -44,7 +37,7 @@ pub fn managed_slices(slices: &[Arc<ResourceSlice>]) -> (Vec<ResourceSlice>, Has
             .flatten()
             .filter(|d| is_managed(d))
         {
-            pools.insert(slice.spec.pool.name.as_str());
+            pools.insert(slice.spec.pool.name.clone());
             if let Some(node) = device
                 .node_name
                 .as_ref()
@@ -56,19 +49,19 @@ pub fn managed_slices(slices: &[Arc<ResourceSlice>]) -> (Vec<ResourceSlice>, Has
         }
     }
     let managed = slices
-        .iter()
-        .filter(|s| s.spec.driver == DRIVER_NAME && pools.contains(s.spec.pool.name.as_str()))
-        .map(|s| with_devices(s, is_managed))
+        .into_iter()
+        .filter(|s| s.spec.driver == DRIVER_NAME && pools.contains(&s.spec.pool.name))
+        .map(|s| keep_devices(s, is_managed))
         .collect();
     (managed, nodes)
 }
 
 /// The slices of the devices the scheduler may allocate: every device without the managed taint,
 /// of any driver.
-pub fn unmanaged_slices(slices: &[Arc<ResourceSlice>]) -> Vec<ResourceSlice> {
+pub fn unmanaged_slices(slices: Vec<ResourceSlice>) -> Vec<ResourceSlice> {
     slices
-        .iter()
-        .map(|s| with_devices(s, |d| !is_managed(d)))
+        .into_iter()
+        .map(|s| keep_devices(s, |d| !is_managed(d)))
         .collect()
 }
 
@@ -95,8 +88,8 @@ mod tests {
         }
     }
 
-    fn slice(name: &str, driver: &str, node: &str, devices: Vec<Device>) -> Arc<ResourceSlice> {
-        Arc::new(ResourceSlice {
+    fn slice(name: &str, driver: &str, node: &str, devices: Vec<Device>) -> ResourceSlice {
+        ResourceSlice {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 ..Default::default()
@@ -112,7 +105,7 @@ mod tests {
                 devices: Some(devices),
                 ..Default::default()
             },
-        })
+        }
     }
 
     fn names(slice: &ResourceSlice) -> Vec<&str> {
@@ -127,7 +120,7 @@ mod tests {
 
     #[test]
     fn only_managed_devices_of_managed_pools() {
-        let mut counters = (*slice("dgx-1-counters", DRIVER_NAME, "dgx-1", vec![])).clone();
+        let mut counters = slice("dgx-1-counters", DRIVER_NAME, "dgx-1", vec![]);
         counters.spec.devices = None;
         counters.spec.shared_counters = Some(vec![CounterSet {
             name: "gpu-0-counters".into(),
@@ -140,7 +133,7 @@ mod tests {
                 "dgx-1",
                 vec![device("gpu-0", true), device("gpu-1", false)],
             ),
-            Arc::new(counters),
+            counters,
             slice(
                 "plain-gpus",
                 DRIVER_NAME,
@@ -154,7 +147,7 @@ mod tests {
                 vec![device("eth0", true)],
             ),
         ];
-        let (managed, nodes) = managed_slices(&slices);
+        let (managed, nodes) = managed_slices(slices.clone());
         let kept: Vec<(&str, Vec<&str>)> = managed
             .iter()
             .map(|s| (s.metadata.name.as_deref().unwrap(), names(s)))
@@ -166,7 +159,7 @@ mod tests {
         );
         assert_eq!(nodes, HashSet::from(["dgx-1".to_owned()]));
 
-        let unmanaged = unmanaged_slices(&slices);
+        let unmanaged = unmanaged_slices(slices);
         let kept: Vec<Vec<&str>> = unmanaged.iter().map(names).collect();
         assert_eq!(kept, [vec!["gpu-1"], vec![], vec!["gpu-0"], vec![]]);
     }

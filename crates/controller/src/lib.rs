@@ -13,7 +13,7 @@
 //! - pure: [`resolve`] (a pod's claims), [`nodes`] and [`resources`] (node filters),
 //!   [`inventory`] (managed devices), [`claims`], [`planner`] (the decision), [`message`],
 //!   [`writes`] (patch bodies, the undo plan), [`queue`], [`protocol`] (the marks it leaves),
-//!   [`trim`];
+//!   [`trim`], [`slices`] (the encoded slice cache);
 //! - IO: [`watch`], [`cluster`], [`api`], [`worker`], [`leader`], [`http`], [`controller`].
 
 pub mod api;
@@ -31,6 +31,7 @@ pub mod protocol;
 pub mod queue;
 pub mod resolve;
 pub mod resources;
+pub mod slices;
 pub mod trim;
 pub mod watch;
 pub mod worker;

@@ -48,13 +48,12 @@ impl World {
     }
 
     fn decide(&self, pod: &Pod, gated: bool) -> Decision {
-        let slices: Vec<Arc<ResourceSlice>> = self.slices.iter().cloned().map(Arc::new).collect();
         let facts: Vec<NodeFacts> = self.nodes.iter().map(NodeFacts::from).collect();
         let infos = || facts.iter().map(|n| n.info.clone()).collect();
-        let (managed, managed_nodes) = managed_slices(&slices);
+        let (managed, managed_nodes) = managed_slices(self.slices.clone());
         let managed = Inventory::new(managed, self.classes.clone(), infos());
         let unmanaged = Arc::new(Inventory::new(
-            unmanaged_slices(&slices),
+            unmanaged_slices(self.slices.clone()),
             self.classes.clone(),
             infos(),
         ));
