@@ -5,19 +5,23 @@
 //! which the runtime ignores: it loads only `*.json` and `*.yaml`), is fsynced, renamed over
 //! the final name, and the directory is fsynced. A reader therefore sees the old spec or the
 //! new one, never a partial one, and a crash leaves at most a temporary file behind
-//! ([`SpecDir::remove_stale_temp_files`] clears those).
+//! ([`SpecDir::remove_stale_temp_files`] clears those). [`SpecDir::write_all`] and
+//! [`SpecDir::remove_all`] change several specs with one directory fsync.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+mod batch;
+
+use std::fs::{self, File};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 
 use crate::names::{Kind, NameError};
 use crate::spec::{Spec, SpecError};
+
+pub use batch::{BatchOperation, SpecBatchError};
 
 /// Mode of spec files: the runtime (root) reads them; they hold no secrets.
 pub const SPEC_FILE_MODE: u32 = 0o644;
@@ -47,6 +51,12 @@ pub enum SpecDirError {
         expected: Kind,
         /// The spec's kind.
         found: Kind,
+    },
+    /// A batch names the same transient id twice.
+    #[error("the CDI spec batch names {transient_id:?} twice; write each spec once")]
+    DuplicateInBatch {
+        /// The repeated transient id.
+        transient_id: String,
     },
     /// The spec could not be serialized.
     #[error("cannot serialize the CDI spec for {path}: {source}")]
@@ -124,32 +134,10 @@ impl SpecDir {
     /// Validates `spec` and writes it atomically as transient spec `transient_id`, replacing
     /// any previous version. Creates the directory (mode 0755) if needed. Returns the path.
     pub fn write(&self, transient_id: &str, spec: &Spec) -> Result<PathBuf, SpecDirError> {
-        if spec.kind != self.kind {
-            return Err(SpecDirError::WrongKind {
-                transient_id: transient_id.to_owned(),
-                expected: self.kind.clone(),
-                found: spec.kind.clone(),
-            });
-        }
-        spec.validate()
-            .map_err(|source| SpecDirError::InvalidSpec {
-                transient_id: transient_id.to_owned(),
-                source,
-            })?;
-        let path = self.path_of(transient_id)?;
-        let mut json =
-            serde_json::to_vec_pretty(spec).map_err(|source| SpecDirError::Serialize {
-                path: path.clone(),
-                source,
-            })?;
-        json.push(b'\n');
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(SPEC_DIR_MODE)
-            .create(&self.root)
-            .map_err(io_error("create CDI spec directory", &self.root))?;
-        write_atomically(&path, &json)?;
-        Ok(path)
+        let mut paths = self
+            .write_all(&[(transient_id, spec)])
+            .map_err(|e| *e.source)?;
+        Ok(paths.remove(0))
     }
 
     /// Reads transient spec `transient_id`; `None` if there is none.
@@ -167,15 +155,9 @@ impl SpecDir {
 
     /// Removes transient spec `transient_id` durably; returns whether it existed.
     pub fn remove(&self, transient_id: &str) -> Result<bool, SpecDirError> {
-        let path = self.path_of(transient_id)?;
-        match fs::remove_file(&path) {
-            Ok(()) => {
-                sync_dir(&self.root)?;
-                Ok(true)
-            }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(error) => Err(io_error("remove CDI spec", &path)(error)),
-        }
+        self.remove_all(&[transient_id])
+            .map(|removed| !removed.is_empty())
+            .map_err(|e| *e.source)
     }
 
     /// The transient ids of this kind's specs in the directory, sorted; empty if the
@@ -264,47 +246,6 @@ impl SpecDir {
         }
         Ok(removed)
     }
-}
-
-/// Writes `bytes` to `path` via a temporary file in the same directory: create, write, fsync,
-/// rename, fsync the directory. The temporary file is removed on every failure.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SpecDirError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let file_name = path
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = dir.join(format!(
-        ".{file_name}.tmp-{}-{}",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(SPEC_FILE_MODE)
-        .open(&temp)
-        .map_err(io_error("create temporary CDI spec", &temp))?;
-    if let Err(error) = fill_and_rename(file, &temp, path, bytes) {
-        let _ = fs::remove_file(&temp);
-        return Err(error);
-    }
-    sync_dir(dir)
-}
-
-/// Writes and fsyncs the temporary file, closes it and renames it to `path`.
-fn fill_and_rename(
-    mut file: File,
-    temp: &Path,
-    path: &Path,
-    bytes: &[u8],
-) -> Result<(), SpecDirError> {
-    file.write_all(bytes)
-        .map_err(io_error("write temporary CDI spec", temp))?;
-    file.sync_all()
-        .map_err(io_error("fsync temporary CDI spec", temp))?;
-    drop(file);
-    fs::rename(temp, path).map_err(io_error("rename temporary CDI spec into", path))
 }
 
 fn sync_dir(dir: &Path) -> Result<(), SpecDirError> {

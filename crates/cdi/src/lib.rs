@@ -39,7 +39,9 @@ mod dir;
 mod names;
 mod spec;
 
-pub use dir::{SPEC_DIR_MODE, SPEC_FILE_MODE, SpecDir, SpecDirError};
+pub use dir::{
+    BatchOperation, SPEC_DIR_MODE, SPEC_FILE_MODE, SpecBatchError, SpecDir, SpecDirError,
+};
 pub use names::{Kind, NameError, QualifiedDevice, validate_device_name};
 pub use spec::{
     CdiVersion, ContainerEdits, Device, DeviceNode, DeviceNodeType, Hook, HookName, Mount, Spec,
