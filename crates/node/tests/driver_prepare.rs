@@ -424,3 +424,91 @@ async fn a_plain_claim_whose_unprepare_is_not_recorded_keeps_its_spec() {
     assert!(h.spec_uids().is_empty());
     assert!(h.read_checkpoint().claims.is_empty());
 }
+
+#[tokio::test]
+async fn a_spec_that_cannot_be_written_or_removed_fails_only_its_claim() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let (driver, _) = h.start().await;
+    let plain = h.claim("plain", &[("gpu", "gpu-0")], vec![]);
+    let sliced = h.claim(
+        "sliced",
+        &[("gpu", "gpu-1")],
+        vec![claim_config(
+            &["gpu"],
+            "GpuConfig",
+            json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}),
+        )],
+    );
+    let mps = h.claim(
+        "mps",
+        &[("gpu", "gpu-2")],
+        vec![claim_config(
+            &["gpu"],
+            "GpuConfig",
+            json!({"strategy": "MPS"}),
+        )],
+    );
+    let batch = vec![plain.clone(), sliced.clone(), mps.clone()];
+
+    // A directory where the time-sliced claim's spec goes: that claim fails, naming the file;
+    // the other claims of the batch are prepared.
+    let blocker = driver.cdi_spec_path(sliced.uid.as_str()).unwrap();
+    std::fs::create_dir_all(&blocker).unwrap();
+    let results = driver.prepare(batch.clone()).await;
+    assert!(results[&plain.uid].is_ok(), "{results:?}");
+    assert!(results[&mps.uid].is_ok(), "{results:?}");
+    let err = results[&sliced.uid].clone().unwrap_err();
+    assert!(
+        err.contains(&format!("CDI spec {}", blocker.display())),
+        "{err}"
+    );
+    assert!(
+        h.gpu.non_default_time_slices().is_empty(),
+        "the failed claim's time slice is reset"
+    );
+    assert_eq!(h.gpu.running_daemons().len(), 1);
+    // Its undo could not remove the "spec" either, so its intent stays for the retry.
+    let states: Vec<(String, ClaimState)> = h
+        .read_checkpoint()
+        .claims
+        .into_iter()
+        .map(|(uid, record)| (uid, record.state))
+        .collect();
+    let mut expected = vec![
+        (plain.uid.to_string(), ClaimState::PrepareCompleted),
+        (sliced.uid.to_string(), ClaimState::PrepareStarted),
+        (mps.uid.to_string(), ClaimState::PrepareCompleted),
+    ];
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(states, expected);
+    std::fs::remove_dir(&blocker).unwrap();
+    let mut with_specs = vec![plain.uid.to_string(), mps.uid.to_string()];
+    with_specs.sort();
+    assert_eq!(h.spec_uids(), with_specs);
+
+    // The kubelet's retry prepares it; the others are answered from the checkpoint.
+    let retried = driver.prepare(batch.clone()).await;
+    assert!(retried.values().all(Result::is_ok), "{retried:?}");
+    assert_eq!(h.spec_uids().len(), 3);
+
+    // The MPS claim's spec cannot be unlinked: the batch remove fails, and the claim-by-claim
+    // fallback fails only that claim's unprepare; it stays recorded for the retry.
+    let mps_spec = driver.cdi_spec_path(mps.uid.as_str()).unwrap();
+    std::fs::remove_file(&mps_spec).unwrap();
+    std::fs::create_dir(&mps_spec).unwrap();
+    let results = driver.unprepare(batch.clone()).await;
+    assert_eq!(results[&plain.uid], Ok(()));
+    assert_eq!(results[&sliced.uid], Ok(()));
+    let err = results[&mps.uid].clone().unwrap_err();
+    assert!(
+        err.contains(&format!("cannot remove CDI spec {}", mps_spec.display())),
+        "{err}"
+    );
+    let recorded: Vec<String> = h.read_checkpoint().claims.into_keys().collect();
+    assert_eq!(recorded, vec![mps.uid.to_string()]);
+    std::fs::remove_dir(&mps_spec).unwrap();
+    assert_eq!(driver.unprepare(batch).await[&mps.uid], Ok(()));
+    assert!(h.spec_uids().is_empty());
+    assert!(h.read_checkpoint().claims.is_empty());
+    assert!(h.gpu.running_daemons().is_empty());
+}

@@ -2,13 +2,18 @@
 //! [`Core::establish`] (MIG instances, then sharing, then the CDI spec) and [`Core::undo`]
 //! (CDI spec, then sharing, then MIG instances). Both are idempotent: running either again
 //! after a crash at any point between their steps finishes the job.
+//!
+//! A batch splits them so that its CDI specs cost one directory fsync: every claim's node-local
+//! effects ([`Core::establish_node_local`]), then all specs at once ([`Core::write_specs`]);
+//! and in reverse, all specs at once ([`Core::remove_specs`]), then each claim's node-local
+//! effects ([`Core::undo_node_local`]).
 
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 
 use tessera_api::checkpoint::{ClaimRecord, DeviceTarget, MigLifecycle};
-use tessera_cdi::SpecDirError;
+use tessera_cdi::{Spec, SpecDirError};
 use tessera_topology::ResolvedDevice;
 
 use super::Core;
@@ -106,11 +111,25 @@ impl Core {
         Ok(())
     }
 
-    /// Brings a claim's side effects into being, or back after a restart: creates (or adopts)
-    /// dynamic MIG instances and records them in `record`, re-reads static ones, applies
-    /// sharing, and writes the CDI spec if it differs from what is on disk. On error, `record`
-    /// holds what was created so far, for [`Core::undo`].
+    /// Brings a claim's side effects into being, or back after a restart: its node-local
+    /// effects ([`Core::establish_node_local`]), then the CDI spec if it differs from what is
+    /// on disk. On error, `record` holds what was created so far, for [`Core::undo`].
     pub(super) fn establish(&self, uid: &str, record: &mut ClaimRecord) -> Result<(), EffectError> {
+        self.establish_node_local(uid, record)?;
+        if let Some(spec) = self.spec_to_write(uid, record)? {
+            self.specs.write(uid, &spec)?;
+        }
+        Ok(())
+    }
+
+    /// A claim's side effects except its CDI spec: creates (or adopts) dynamic MIG instances
+    /// and records them in `record`, re-reads static ones, creates the MPS directories and
+    /// applies sharing. On error, `record` holds what was created so far, for [`Core::undo`].
+    pub(super) fn establish_node_local(
+        &self,
+        uid: &str,
+        record: &mut ClaimRecord,
+    ) -> Result<(), EffectError> {
         for device in &mut record.devices {
             let DeviceTarget::Mig {
                 parent_uuid,
@@ -154,11 +173,76 @@ impl Core {
             }
         }
         sharing::apply(&*self.gpu, uid, record)?;
-        let spec = cdi_spec::claim_spec(uid, record, &self.caps)?;
-        if self.specs.read(uid)?.as_ref() != Some(&spec) {
-            self.specs.write(uid, &spec)?;
-        }
         Ok(())
+    }
+
+    /// The claim's CDI spec, or `None` when the one on disk is already it.
+    fn spec_to_write(&self, uid: &str, record: &ClaimRecord) -> Result<Option<Spec>, EffectError> {
+        let spec = cdi_spec::claim_spec(uid, record, &self.caps)?;
+        let current = self.specs.read(uid)?;
+        Ok((current.as_ref() != Some(&spec)).then_some(spec))
+    }
+
+    /// Writes the CDI specs of claims whose node-local effects are established, as one batch
+    /// (one directory fsync). If the batch fails, falls back to one write per claim, so a bad
+    /// spec or file fails only its own claim. Returns each claim's outcome.
+    pub(super) fn write_specs(
+        &self,
+        claims: &BTreeMap<String, ClaimRecord>,
+    ) -> BTreeMap<String, Result<(), EffectError>> {
+        let mut results = BTreeMap::new();
+        let mut to_write: Vec<(&str, Spec)> = Vec::new();
+        for (uid, record) in claims {
+            match self.spec_to_write(uid, record) {
+                Ok(Some(spec)) => to_write.push((uid, spec)),
+                Ok(None) => {
+                    results.insert(uid.clone(), Ok(()));
+                }
+                Err(e) => {
+                    results.insert(uid.clone(), Err(e));
+                }
+            }
+        }
+        let batch: Vec<(&str, &Spec)> = to_write.iter().map(|(uid, spec)| (*uid, spec)).collect();
+        let batch_failed = match self.specs.write_all(&batch) {
+            Ok(_) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, "writing the batch's CDI specs failed; writing them one by one");
+                true
+            }
+        };
+        for (uid, spec) in &to_write {
+            let result = if batch_failed {
+                self.specs
+                    .write(uid, spec)
+                    .map(drop)
+                    .map_err(EffectError::from)
+            } else {
+                Ok(())
+            };
+            results.insert((*uid).to_owned(), result);
+        }
+        results
+    }
+
+    /// Removes the CDI specs of `uids` as one batch (one directory fsync); if the batch fails,
+    /// falls back to one removal per claim. Returns each claim's outcome.
+    pub(super) fn remove_specs<'a>(
+        &self,
+        uids: &[&'a str],
+    ) -> BTreeMap<&'a str, Result<(), EffectError>> {
+        match self.specs.remove_all(uids) {
+            Ok(_) => uids.iter().map(|uid| (*uid, Ok(()))).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "removing the batch's CDI specs failed; removing them one by one");
+                uids.iter()
+                    .map(|uid| {
+                        let removed = self.specs.remove(uid).map(drop).map_err(EffectError::from);
+                        (*uid, removed)
+                    })
+                    .collect()
+            }
+        }
     }
 
     /// Undoes a claim's side effects, newest first: removes the CDI spec (no container can
@@ -172,6 +256,20 @@ impl Core {
         record: &ClaimRecord,
         others: &BTreeMap<String, ClaimRecord>,
     ) -> Result<(), EffectError> {
+        let spec_removed = self.specs.remove(uid).map(drop).map_err(EffectError::from);
+        self.undo_node_local(uid, record, others, spec_removed)
+    }
+
+    /// [`Core::undo`] after the caller removed the claim's CDI spec (`spec_removed` says how
+    /// that went): stops sharing, removes the MPS directory, destroys dynamic MIG instances.
+    /// Every step is attempted; the first error, the spec's included, is returned.
+    pub(super) fn undo_node_local(
+        &self,
+        uid: &str,
+        record: &ClaimRecord,
+        others: &BTreeMap<String, ClaimRecord>,
+        spec_removed: Result<(), EffectError>,
+    ) -> Result<(), EffectError> {
         let mut first_error: Option<EffectError> = None;
         let mut keep = |result: Result<(), EffectError>| {
             if let Err(e) = result {
@@ -179,7 +277,7 @@ impl Core {
                 first_error.get_or_insert(e);
             }
         };
-        keep(self.specs.remove(uid).map(drop).map_err(EffectError::from));
+        keep(spec_removed);
         keep(sharing::reset(&*self.gpu, record).map_err(EffectError::from));
         keep(self.remove_mps_directory(uid));
         for device in &record.devices {

@@ -13,14 +13,17 @@
 //!    (a dynamic MIG device, a time slice, an MPS daemon) as `PrepareStarted`, with its plan.
 //!    A claim whose only side effect is its CDI spec skips this: an orphan spec is removed at
 //!    start, so there is nothing a record would have to undo (and the write is an fsync).
-//! 4. Per claim, the side effects ([`Core::establish`]): dynamic MIG instances, sharing (time
-//!    slice, MPS daemon), then the CDI spec. A failure undoes that claim ([`Core::undo`]).
+//! 4. Per claim, the node-local side effects ([`Core::establish_node_local`]): dynamic MIG
+//!    instances, sharing (time slice, MPS daemon). Then the CDI specs of every claim that got
+//!    that far, as one batch ([`Core::write_specs`]: each spec fsynced to a temporary file and
+//!    renamed, then one directory fsync for the batch). A failure undoes that claim
+//!    ([`Core::undo`]).
 //! 5. **One checkpoint write** records the finished claims as `PrepareCompleted` (with the MIG
 //!    instances created) and drops the failed ones. Only then are CDI ids returned.
 //!
 //! Unprepare: record `UnprepareStarted` for claims with node-local side effects (one write),
-//! undo each claim's side effects (CDI spec first, so no new container gets the devices; then
-//! sharing; then MIG), drop the records (one write). A claim without a record succeeds at once.
+//! remove every claim's CDI spec (one batch, one directory fsync; first, so no new container
+//! gets the devices), then undo each claim's sharing and MIG, drop the records (one write). A claim without a record succeeds at once.
 //! If that last write fails, a claim recorded only as `PrepareCompleted` gets its CDI spec
 //! back, so a prepare call never hands out ids of a spec that is gone.
 //!
@@ -31,6 +34,7 @@
 //! | before step 3 | nothing of the claim | nothing | the kubelet retries prepare |
 //! | during step 4 | `PrepareStarted` + some of MIG/MPS/time slice/spec | undo all, drop the record | undo is idempotent and finds a MIG instance by placement when its ids were not recorded yet |
 //! | during step 4, claim without node-local effects | maybe its CDI spec, no record | remove the orphan spec | the kubelet retries prepare |
+//! | inside step 4's spec batch | some specs renamed into place, maybe hidden temporary files | as the two rows above, claim by claim; temporary files are removed once stale | each spec is renamed whole; which of them a crash kept does not matter, since no claim of the batch is `PrepareCompleted` yet |
 //! | after step 5 | `PrepareCompleted` + all effects | re-establish (MIG, sharing, spec) | establish is idempotent; the kubelet's retry gets the recorded ids |
 //! | during unprepare | `UnprepareStarted` + some effects | finish the undo, drop the record | undo is idempotent; the kubelet's retry finds no record and succeeds |
 //! | during unprepare, claim without node-local effects | `PrepareCompleted`, spec maybe gone | re-establish (rewrite the spec) | the kubelet's retry unprepares it again |

@@ -129,6 +129,20 @@ impl Core {
         Ok(Admitted::Planned(record))
     }
 
+    /// Undoes a claim whose step 4 failed. Keeps the (partial) record if the undo did not
+    /// finish: the next call or start retries it.
+    fn undo_failed(
+        &self,
+        uid: &str,
+        record: ClaimRecord,
+        error: EffectError,
+    ) -> (EffectError, Option<ClaimRecord>) {
+        let mut others = self.store.records();
+        others.remove(uid);
+        let leftover = self.undo(uid, &record, &others).err().map(|_| record);
+        (error, leftover)
+    }
+
     pub(super) fn prepare_batch(
         &self,
         work: Vec<(ClaimRef, Fetched)>,
@@ -177,22 +191,31 @@ impl Core {
             return results;
         }
 
-        // Step 4: side effects, claim by claim; a failure undoes that claim.
-        let mut outcome: BTreeMap<String, Result<ClaimRecord, (EffectError, Option<ClaimRecord>)>> =
-            BTreeMap::new();
+        // Step 4: node-local side effects claim by claim, then the CDI specs of the claims
+        // that got that far as one batch (one directory fsync). A failure undoes that claim.
+        let mut outcome: BTreeMap<String, Outcome> = BTreeMap::new();
+        let mut established = BTreeMap::new();
         for (uid, mut record) in planned {
-            match self.establish(&uid, &mut record) {
+            match self.establish_node_local(&uid, &mut record) {
+                Ok(()) => {
+                    established.insert(uid, record);
+                }
+                Err(e) => {
+                    let failure = self.undo_failed(&uid, record, e);
+                    outcome.insert(uid, Err(failure));
+                }
+            }
+        }
+        let mut written = self.write_specs(&established);
+        for (uid, mut record) in established {
+            match written.remove(&uid).unwrap_or(Ok(())) {
                 Ok(()) => {
                     record.state = ClaimState::PrepareCompleted;
                     outcome.insert(uid, Ok(record));
                 }
                 Err(e) => {
-                    let mut others = self.store.records();
-                    others.remove(&uid);
-                    // Keep the (partial) record if the undo did not finish: the next call or
-                    // start retries it.
-                    let leftover = self.undo(&uid, &record, &others).err().map(|_| record);
-                    outcome.insert(uid, Err((e, leftover)));
+                    let failure = self.undo_failed(&uid, record, e);
+                    outcome.insert(uid, Err(failure));
                 }
             }
         }
@@ -273,13 +296,21 @@ impl Core {
             }
             return results;
         }
+        // CDI specs first, all in one batch (one directory fsync), so no new container gets
+        // the devices; then each claim's node-local effects.
+        let uids: Vec<&str> = undoing
+            .iter()
+            .map(|(claim, _)| claim.uid.as_str())
+            .collect();
+        let mut removed = self.remove_specs(&uids);
         let mut done = Vec::new();
         for entry in &undoing {
             let (claim, record) = entry;
             let uid = claim.uid.as_str();
             let mut others = self.store.records();
             others.remove(uid);
-            match self.undo(uid, record, &others) {
+            let spec_removed = removed.remove(uid).unwrap_or(Ok(()));
+            match self.undo_node_local(uid, record, &others, spec_removed) {
                 Ok(()) => done.push(entry),
                 Err(e) => {
                     results.insert(claim.uid.clone(), failed(claim, "unpreparing", e));
@@ -314,6 +345,10 @@ impl Core {
         results
     }
 }
+
+/// How step 4 went for a claim: its completed record, or the error and the record to keep
+/// when the undo did not finish ([`Core::undo_failed`]).
+type Outcome = Result<ClaimRecord, (EffectError, Option<ClaimRecord>)>;
 
 /// What step 1–2 decided for a claim.
 enum Admitted {
