@@ -18,7 +18,11 @@ import (
 //     does not need to be a webhook authorizer for the kubelet;
 //   - eviction thresholds and image GC effectively off, so a nearly full CI
 //     disk never taints the node;
-//   - everything listens on 127.0.0.1.
+//   - everything listens on 127.0.0.1;
+//   - syncFrequency 10s: a pod whose DRA prepare failed (say, the plugin was
+//     restarting) is retried only at its next periodic sync — the kubelet
+//     returns from that sync without an error, so no 10 s error back-off
+//     applies — which by default comes 60 to 90 s later.
 func kubeletConfig(node Node, ports NodePorts, criSocket, caFile string, gates map[string]bool) map[string]any {
 	endpoint := "unix://" + criSocket
 	return map[string]any{
@@ -58,6 +62,7 @@ func kubeletConfig(node Node, ports NodePorts, criSocket, caFile string, gates m
 		"clusterDNS":                  []string{"10.0.0.10"},
 		"registerNode":                true,
 		"nodeStatusReportFrequency":   "10s",
+		"syncFrequency":               "10s",
 	}
 }
 
