@@ -45,9 +45,11 @@ pub struct InventoryArgs {
     )]
     pub sysfs_root: PathBuf,
 
-    /// Node name: the pool name, spec.nodeName and the prefix of slice names.
-    #[arg(long, env = "NODE_NAME", default_value = "node")]
-    pub node_name: String,
+    /// Node name: the pool name, spec.nodeName and the prefix of slice names (default `node`).
+    /// With a topology, also the node the GPU and MIG UUIDs are derived for, as the node plugin
+    /// does; without it the topology file's UUIDs are shown.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
 
     /// Output format.
     #[arg(
@@ -73,6 +75,9 @@ pub struct InventoryArgs {
     pub topology_managed: bool,
 }
 
+/// The pool name when no `--node-name` is given.
+const DEFAULT_NODE_NAME: &str = "node";
+
 fn topology_help() -> String {
     format!(
         "A shipped topology name ({}) or the path of a topology file",
@@ -90,7 +95,7 @@ pub fn run(args: &InventoryArgs, out: &mut impl Write) -> anyhow::Result<()> {
         server_version: args.server_version,
         dynamic_mig: args.dynamic_mig,
         topology_managed: args.topology_managed,
-        ..RenderOptions::new(args.node_name.clone())
+        ..RenderOptions::new(args.node_name.as_deref().unwrap_or(DEFAULT_NODE_NAME))
     };
     let slices = render_slices(&inventory, &options)
         .with_context(|| format!("rendering the ResourceSlices of {}", source.describe()))?;
@@ -119,7 +124,11 @@ fn device_source(args: &InventoryArgs) -> anyhow::Result<Box<dyn DeviceSource>> 
         .topology
         .as_deref()
         .context("either --topology or --nvml is required")?;
-    Ok(Box::new(MockSource::new(topology)?))
+    let source = MockSource::new(topology)?;
+    Ok(Box::new(match &args.node_name {
+        Some(node_name) => source.for_node(node_name.clone()),
+        None => source,
+    }))
 }
 
 /// One row per device: name, type, MIG profile, memory, NVLink island, NUMA node, PCIe root.
@@ -219,7 +228,7 @@ mod tests {
             nvml: false,
             nvml_lib: None,
             sysfs_root: "/sys".into(),
-            node_name: "node-1".to_owned(),
+            node_name: Some("node-1".to_owned()),
             output,
             server_version: ServerVersion::V1_34,
             dynamic_mig: false,

@@ -108,6 +108,7 @@ fn dgx_h100_json_shows_eight_gpus_in_one_island_on_two_numa_nodes() {
 fn hgx_a100_mig_json_shows_mig_devices_and_no_mig_mode_gpu_whole() {
     let inventory = MockSource::new("hgx-a100-mig")
         .unwrap()
+        .for_node("hgx-1")
         .inventory()
         .unwrap();
     let slices = inventory_json("hgx-a100-mig", &["--node-name", "hgx-1"]);
@@ -275,4 +276,47 @@ fn a_missing_nvml_library_is_a_clear_error() {
     );
     assert!(stderr.contains("NVIDIA driver"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// The `uuid` attributes of `tessera inventory --topology dgx-h100 [extra]`, NODE_NAME unset.
+fn dgx_h100_uuids(extra: &[&str]) -> BTreeSet<String> {
+    let mut args = vec!["inventory", "--topology", "dgx-h100", "-o", "json"];
+    args.extend_from_slice(extra);
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(&args)
+        .env_remove("NODE_NAME")
+        .output()
+        .expect("the tessera binary runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let slices: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    devices(slices.as_array().unwrap())
+        .iter()
+        .map(|d| attribute(d, "uuid")["string"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn node_name_gives_the_node_its_own_uuids() {
+    let file: BTreeSet<String> = MockSource::new("dgx-h100")
+        .unwrap()
+        .inventory()
+        .unwrap()
+        .gpus
+        .into_iter()
+        .map(|g| g.uuid)
+        .collect();
+    assert_eq!(
+        dgx_h100_uuids(&[]),
+        file,
+        "no --node-name: the file's UUIDs"
+    );
+    let a = dgx_h100_uuids(&["--node-name", "node-a"]);
+    let b = dgx_h100_uuids(&["--node-name", "node-b"]);
+    assert_eq!((a.len(), b.len()), (8, 8));
+    assert!(a.is_disjoint(&b) && a.is_disjoint(&file), "{a:?} {b:?}");
+    assert_eq!(dgx_h100_uuids(&["--node-name", "node-a"]), a, "stable");
 }

@@ -72,7 +72,8 @@ pub struct Args {
 #[group(required = true, multiple = false)]
 pub struct DeviceBackend {
     /// Mock backend: a shipped topology (dgx-h100, hgx-a100-mig, pcie-l40s,
-    /// pcie-a100-nvlink-pairs, gb200-tray) or a topology file.
+    /// pcie-a100-nvlink-pairs, gb200-tray) or a topology file. GPU and MIG UUIDs are derived
+    /// from the node name, so nodes sharing a topology do not share UUIDs.
     #[arg(long, env = "TOPOLOGY")]
     pub topology: Option<String>,
 

@@ -85,7 +85,10 @@ struct Devices {
 
 fn open_devices(args: &Args) -> anyhow::Result<Devices> {
     if let Some(topology) = &args.devices.topology {
-        let source = MockSource::new(topology).context("--topology")?;
+        // Each node gets its own GPU and MIG UUIDs, as real nodes do.
+        let source = MockSource::new(topology)
+            .context("--topology")?
+            .for_node(args.node_name.clone());
         let inventory = source.inventory().context("--topology")?;
         tracing::info!(
             source = %source.describe(),

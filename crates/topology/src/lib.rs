@@ -4,6 +4,7 @@
 //!   are the YAML topology file format (docs/topology-format.md).
 //! - [`DeviceSource`]: where inventories come from — [`MockSource`] (a topology file, shipped ones
 //!   included) or [`nvml::NvmlSource`] (the driver, the crate's only FFI edge).
+//! - [`node_identity`]: per-node GPU and MIG UUIDs for mock topologies shared by many nodes.
 //! - [`islands`]: NVLink islands derived from the links, with stable ids.
 //! - [`device_name`]: published device names and their resolution back to hardware.
 //! - [`render`]: inventory → the node's ResourceSlices, and [`check_slice`], the API limits.
@@ -14,6 +15,7 @@ pub mod device_name;
 pub mod islands;
 pub mod mock;
 pub mod model;
+pub mod node_identity;
 pub mod nvml;
 pub mod pci;
 pub mod render;

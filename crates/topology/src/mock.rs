@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::model::Inventory;
+use crate::node_identity;
 use crate::source::{DeviceSource, SourceError};
 
 /// The topologies shipped with Tessera: (name, YAML text).
@@ -85,9 +86,14 @@ enum Origin {
 
 /// The mock backend: answers with the inventory of a topology file, re-read on every call so a
 /// test can change the file under a running node plugin.
+///
+/// Without a node name the UUIDs are the file's; with one ([`MockSource::for_node`]) they are
+/// derived from the node name and the file's UUIDs ([`crate::node_identity`]), so nodes sharing a
+/// topology do not share GPU identities.
 #[derive(Debug, Clone)]
 pub struct MockSource {
     origin: Origin,
+    node_name: Option<String>,
 }
 
 impl MockSource {
@@ -97,6 +103,7 @@ impl MockSource {
         if let Some((name, text)) = SHIPPED_TOPOLOGIES.iter().find(|(n, _)| *n == name_or_path) {
             return Ok(MockSource {
                 origin: Origin::Shipped(name, text),
+                node_name: None,
             });
         }
         let path = Path::new(name_or_path);
@@ -113,12 +120,18 @@ impl MockSource {
     pub fn from_file(path: impl Into<PathBuf>) -> MockSource {
         MockSource {
             origin: Origin::File(path.into()),
+            node_name: None,
         }
     }
-}
 
-impl DeviceSource for MockSource {
-    fn inventory(&self) -> Result<Inventory, SourceError> {
+    /// The same topology as seen on node `node_name`: every GPU and MIG-device UUID is replaced by
+    /// a stable one derived from the node name ([`crate::node_identity::for_node`]).
+    pub fn for_node(mut self, node_name: impl Into<String>) -> MockSource {
+        self.node_name = Some(node_name.into());
+        self
+    }
+
+    fn read_file_inventory(&self) -> Result<Inventory, SourceError> {
         match &self.origin {
             Origin::Shipped(name, text) => {
                 parse_topology(&format!("<shipped topology {name}>"), text)
@@ -133,11 +146,25 @@ impl DeviceSource for MockSource {
             }
         }
     }
+}
+
+impl DeviceSource for MockSource {
+    fn inventory(&self) -> Result<Inventory, SourceError> {
+        let inventory = self.read_file_inventory()?;
+        Ok(match &self.node_name {
+            Some(node_name) => node_identity::for_node(inventory, node_name),
+            None => inventory,
+        })
+    }
 
     fn describe(&self) -> String {
-        match &self.origin {
+        let topology = match &self.origin {
             Origin::Shipped(name, _) => format!("mock topology {name}"),
             Origin::File(path) => format!("mock topology file {}", path.display()),
+        };
+        match &self.node_name {
+            Some(node_name) => format!("{topology} (UUIDs of node {node_name})"),
+            None => topology,
         }
     }
 }

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
+use tessera_topology::node_identity::name_based_uuid;
 use tessera_topology::{Inventory, MigInstance, MigProfile};
 
 use super::{MigControl, MigError};
@@ -171,10 +172,9 @@ impl MigControl for SimulatedMig {
             .find(|id| gpu.instances.iter().all(|i| i.gpu_instance_id != *id))
             .unwrap_or(1);
         let instance = MigInstance {
-            uuid: format!(
-                "MIG-5e0a1a7e-{:04x}-4000-8000-{serial:012x}",
-                gpu_instance_id
-            ),
+            // Derived from the parent GPU's UUID (itself per node with the mock backend), so
+            // two nodes never create MIG devices with the same UUID.
+            uuid: name_based_uuid("MIG", &[gpu_uuid, &serial.to_string()]),
             profile: profile.name.clone(),
             gpu_instance_id,
             compute_instance_id: 0,
@@ -249,6 +249,34 @@ mod tests {
         let disabled = inventory.gpu_by_minor(6).unwrap().uuid.clone();
         let err = mig.create(&disabled, "1g.10gb", 0).unwrap_err().to_string();
         assert!(err.contains("MIG mode is disabled"), "{err}");
+    }
+
+    #[test]
+    fn created_uuids_differ_between_nodes_and_between_creations() {
+        let created_on = |node: &str| {
+            let inventory = MockSource::new("hgx-a100-mig")
+                .unwrap()
+                .for_node(node)
+                .inventory()
+                .unwrap();
+            let gpu = inventory.gpu_by_minor(1).unwrap().uuid.clone();
+            let mig = SimulatedMig::in_memory(&inventory);
+            let first = mig.create(&gpu, "1g.10gb", 3).unwrap();
+            mig.destroy(&gpu, &first).unwrap();
+            let second = mig.create(&gpu, "1g.10gb", 3).unwrap();
+            (first.uuid, second.uuid)
+        };
+        let (a1, a2) = created_on("node-a");
+        let (b1, b2) = created_on("node-b");
+        assert!(
+            a1.starts_with("MIG-") && a1.len() == "MIG-".len() + 36,
+            "{a1}"
+        );
+        assert_ne!(a1, a2, "a re-created instance is a new device");
+        assert!(
+            [&a1, &a2].iter().all(|u| *u != &b1 && *u != &b2),
+            "{a1} {a2} {b1} {b2}"
+        );
     }
 
     #[test]

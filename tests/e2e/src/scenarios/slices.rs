@@ -75,7 +75,40 @@ pub async fn slices(ctx: &Ctx) -> anyhow::Result<Outcome> {
         }
         check_mig_parents(node, &devices)?;
     }
+    check_identities_are_per_node(&published, &nodes)?;
+    ctx.say(format!(
+        "{} nodes: no GPU/MIG UUID or NVLink island id is published by two nodes",
+        nodes.len()
+    ));
     Ok(Outcome::Passed)
+}
+
+/// Real GPUs never share UUIDs across nodes, and islands are per node; the mock backend derives
+/// both from the node name, so nodes running the same topology must not collide either.
+fn check_identities_are_per_node(published: &Published, nodes: &[String]) -> anyhow::Result<()> {
+    let mut uuid_owner: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut island_owner: BTreeMap<&str, &str> = BTreeMap::new();
+    for node in nodes {
+        let mut islands = BTreeSet::new();
+        for device in published.on_node(node) {
+            if let Some(uuid) = device.uuid() {
+                if let Some(other) = uuid_owner.insert(uuid, node) {
+                    ensure!(
+                        other == node.as_str(),
+                        "uuid {uuid} is published by both {other} and {node}/{}",
+                        device.name
+                    );
+                }
+            }
+            islands.extend(device.island());
+        }
+        for island in islands {
+            if let Some(other) = island_owner.insert(island, node) {
+                anyhow::bail!("nvlinkIsland {island} is published by both {other} and {node}");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Eight whole H100s: the dgx-h100 topology (or a real DGX H100).
