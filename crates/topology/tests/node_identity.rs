@@ -180,15 +180,15 @@ fn mig_devices_name_their_parent_on_the_same_node() {
             match inventory.resolve_device(&device.name) {
                 Some(ResolvedDevice::Mig { gpu, instance, .. }) => {
                     assert_eq!(gpu.uuid, parent, "{}", device.name);
-                    if let Some(instance) = instance {
-                        if !dynamic_mig {
-                            assert_eq!(
-                                string_attribute(&device, attr::UUID).as_deref(),
-                                Some(instance.uuid.as_str()),
-                                "{}",
-                                device.name
-                            );
-                        }
+                    if let Some(instance) = instance
+                        && !dynamic_mig
+                    {
+                        assert_eq!(
+                            string_attribute(&device, attr::UUID).as_deref(),
+                            Some(instance.uuid.as_str()),
+                            "{}",
+                            device.name
+                        );
                     }
                 }
                 other => panic!("{}: {other:?}", device.name),

@@ -91,14 +91,15 @@ fn check_identities_are_per_node(published: &Published, nodes: &[String]) -> any
     for node in nodes {
         let mut islands = BTreeSet::new();
         for device in published.on_node(node) {
-            if let Some(uuid) = device.uuid() {
-                if let Some(other) = uuid_owner.insert(uuid, node) {
-                    ensure!(
-                        other == node.as_str(),
-                        "uuid {uuid} is published by both {other} and {node}/{}",
-                        device.name
-                    );
-                }
+            // Duplicates within one node are check_common_attributes' to report.
+            if let Some(uuid) = device.uuid()
+                && let Some(other) = uuid_owner.insert(uuid, node)
+            {
+                ensure!(
+                    other == node.as_str(),
+                    "uuid {uuid} is published by both {other} and {node}/{}",
+                    device.name
+                );
             }
             islands.extend(device.island());
         }
