@@ -186,6 +186,8 @@ fn check_links(problems: &mut Problems, at: &str, gpu: &Gpu, inventory: &Invento
             continue;
         }
         match inventory.gpu_by_pci_bus_id(&link.remote_pci_bus_id) {
+            // The peer may be a lost GPU, whose PCI bus id cannot be read.
+            None if !inventory.lost_gpus.is_empty() => {}
             None => problems.add(
                 format!("{field}.remotePciBusId"),
                 format!(

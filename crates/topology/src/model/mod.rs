@@ -26,6 +26,12 @@ pub struct Inventory {
     pub cuda_driver_version: MajorMinor,
     /// The GPUs, in NVML index order after [`Inventory::normalize`].
     pub gpus: Vec<Gpu>,
+    /// UUIDs of GPUs the backend enumerates but cannot query: NVML answers
+    /// `NVML_ERROR_GPU_IS_LOST` (the GPU fell off the bus). They are not in [`Self::gpus`]: their
+    /// facts cannot be read. A runtime observation of the NVML backend, not a topology fact, so
+    /// not part of the topology file format. Sorted by [`Inventory::normalize`].
+    #[serde(skip)]
+    pub lost_gpus: Vec<String>,
 }
 
 /// One physical GPU.
@@ -276,6 +282,8 @@ impl Inventory {
     /// (placement, GPU-instance id), so that backends enumerating in different orders agree.
     pub fn normalize(&mut self) {
         self.gpus.sort_by_key(|g| g.index);
+        self.lost_gpus.sort_unstable();
+        self.lost_gpus.dedup();
         for gpu in &mut self.gpus {
             gpu.nvlinks.sort_by_key(|l| l.link);
             if let Some(mig) = &mut gpu.mig {

@@ -22,7 +22,9 @@ use crate::units::MajorMinor;
 
 const MIB: u64 = 1 << 20;
 
-/// Reads the whole inventory: system versions, then every GPU in NVML index order.
+/// Reads the whole inventory: system versions, then every GPU in NVML index order. A GPU that
+/// answers `NVML_ERROR_GPU_IS_LOST` once its UUID is known is listed in
+/// [`Inventory::lost_gpus`]; any other failure fails the read.
 pub(crate) fn inventory(nvml: &Nvml, sysfs: &Sysfs) -> Result<Inventory, NvmlError> {
     let system = |query| {
         move |e: WrapperError| NvmlError::SystemQuery {
@@ -45,16 +47,39 @@ pub(crate) fn inventory(nvml: &Nvml, sysfs: &Sysfs) -> Result<Inventory, NvmlErr
     let count = nvml
         .device_count()
         .map_err(system("nvmlDeviceGetCount_v2"))?;
-    let gpus = (0..count)
-        .map(|index| gpu(nvml, sysfs, index))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut gpus = Vec::with_capacity(count as usize);
+    let mut lost_gpus = Vec::new();
+    for index in 0..count {
+        match gpu(nvml, sysfs, index) {
+            Ok(found) => gpus.push(found),
+            Err(error) => match lost_gpu_uuid(&error) {
+                Some(uuid) => lost_gpus.push(uuid.to_owned()),
+                None => return Err(error),
+            },
+        }
+    }
     let mut inventory = Inventory {
         driver_version,
         cuda_driver_version,
         gpus,
+        lost_gpus,
     };
     inventory.normalize();
     Ok(inventory)
+}
+
+/// The UUID of the GPU a failed read was about, when the failure says that GPU is lost
+/// (`NVML_ERROR_GPU_IS_LOST` on a query after its UUID was read): such a GPU is reported in
+/// [`Inventory::lost_gpus`] instead of failing the whole read. A GPU lost before NVML gave its
+/// UUID, and every other failure, still fails the read.
+fn lost_gpu_uuid(error: &NvmlError) -> Option<&str> {
+    let (gpu, source) = match error {
+        NvmlError::DeviceQuery { gpu, source, .. } => (gpu, source),
+        NvmlError::MigDeviceQuery { gpu, source, .. } => (gpu, source),
+        _ => return None,
+    };
+    (source.code() == Some(NvmlCode::GPU_IS_LOST) && gpu.starts_with("GPU-"))
+        .then_some(gpu.as_str())
 }
 
 /// Attaches the GPU and the query name to a failed call.
@@ -471,6 +496,33 @@ pub(super) fn mig_instance(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn query_failing(gpu: &str, code: NvmlCode) -> NvmlError {
+        NvmlError::DeviceQuery {
+            gpu: gpu.to_owned(),
+            query: "nvmlDeviceGetName",
+            source: CallError::Status(code),
+        }
+    }
+
+    #[test]
+    fn only_gpu_is_lost_on_a_known_gpu_marks_it_lost() {
+        let uuid = "GPU-41a89231-70e2-5ba4-b5a0-3ebf0c2cf235";
+        assert_eq!(
+            lost_gpu_uuid(&query_failing(uuid, NvmlCode::GPU_IS_LOST)),
+            Some(uuid)
+        );
+        assert_eq!(
+            lost_gpu_uuid(&query_failing(uuid, NvmlCode::UNKNOWN)),
+            None,
+            "other failures still fail the read"
+        );
+        assert_eq!(
+            lost_gpu_uuid(&query_failing("with index 3", NvmlCode::GPU_IS_LOST)),
+            None,
+            "a GPU lost before its UUID was read cannot be named"
+        );
+    }
 
     #[test]
     fn cores_per_multiprocessor_by_capability() {
