@@ -1,6 +1,6 @@
 //! The publisher against the API-server fake: what it writes, the generation across restarts and
 //! inventory changes, stale slices, managed mode and its refusal, health taints, failures, and
-//! the publish loop reacting to the Node, the inventory and a wiped pool.
+//! the publish loop reacting to the Node, the inventory, a wiped pool and lost GPUs.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -295,17 +295,20 @@ struct RunningLoop {
     published: watch::Receiver<bool>,
     registration: watch::Sender<RegistrationState>,
     findings: SharedFindings,
+    /// Holds the loop's metrics.
+    registry: Registry,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
 
-fn start_loop(server: &FakeApiServer, topology: &std::path::Path) -> RunningLoop {
+fn start_loop(server: &FakeApiServer, source: Arc<dyn DeviceSource>) -> RunningLoop {
     let (node, _node_task) = watch_node(server.client(), NODE);
     let (kubelet_health_tx, kubelet_health) = watch::channel(Vec::new());
     let (published_tx, published) = watch::channel(false);
     let (registration, registration_rx) = watch::channel(RegistrationState::Pending);
     let findings = SharedFindings::default();
-    let metrics = NodeMetrics::new(&mut Registry::default());
+    let mut registry = Registry::default();
+    let metrics = NodeMetrics::new(&mut registry);
     let publish_loop = PublishLoop {
         publisher: Publisher::new(
             server.client(),
@@ -316,7 +319,7 @@ fn start_loop(server: &FakeApiServer, topology: &std::path::Path) -> RunningLoop
             },
             metrics.clone(),
         ),
-        source: Arc::new(MockSource::from_file(topology)),
+        source,
         findings: findings.clone(),
         node,
         registration: registration_rx,
@@ -336,6 +339,7 @@ fn start_loop(server: &FakeApiServer, topology: &std::path::Path) -> RunningLoop
         published,
         registration,
         findings,
+        registry,
         stop,
         task,
     }
@@ -366,7 +370,7 @@ async fn the_loop_follows_the_node_the_inventory_health_and_a_wiped_pool() {
     let topology = directory.path().join("topology.yaml");
     let full = inventory("pcie-l40s");
     std::fs::write(&topology, serde_yaml::to_string(&full).unwrap()).unwrap();
-    let mut running = start_loop(&server, &topology);
+    let mut running = start_loop(&server, Arc::new(MockSource::from_file(&topology)));
 
     // Without the Node nothing is published, but the kubelet already gets its device list.
     running
@@ -453,4 +457,126 @@ async fn the_loop_follows_the_node_the_inventory_health_and_a_wiped_pool() {
     running.stop.send(()).unwrap();
     running.task.await.unwrap();
     assert_eq!(own_slices(&server).len(), 1, "stopping leaves the slices");
+}
+
+/// A source answering with whatever inventory the test sets, as the NVML backend reads it
+/// (GPUs in `lost_gpus` are not in `gpus`).
+struct ScriptedSource(std::sync::Mutex<Inventory>);
+
+impl ScriptedSource {
+    fn set(&self, inventory: Inventory) {
+        *self.0.lock().unwrap() = inventory;
+    }
+}
+
+impl DeviceSource for ScriptedSource {
+    fn inventory(&self) -> Result<Inventory, tessera_topology::SourceError> {
+        Ok(self.0.lock().unwrap().clone())
+    }
+
+    fn describe(&self) -> String {
+        "scripted".into()
+    }
+}
+
+/// `full` as NVML reads it with the GPU `uuid` lost.
+fn lost_read(full: &Inventory, uuid: &str) -> Inventory {
+    let mut read = full.clone();
+    read.gpus.retain(|g| g.uuid != uuid);
+    read.lost_gpus = vec![uuid.to_owned()];
+    read
+}
+
+fn unreachable_devices(slices: &[ResourceSlice]) -> Vec<(String, String)> {
+    slices
+        .iter()
+        .flat_map(|s| s.spec.devices.iter().flatten())
+        .flat_map(|d| {
+            d.taints
+                .iter()
+                .flatten()
+                .filter(|t| t.key == "gpu.tessera.dev/unreachable")
+                .map(|t| (d.name.clone(), t.effect.clone()))
+        })
+        .collect()
+}
+
+fn unhealthy_devices_metric(registry: &Registry) -> String {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    text.lines()
+        .find(|l| l.starts_with("tessera_node_unhealthy_devices "))
+        .unwrap_or_else(|| panic!("no unhealthy_devices gauge in:\n{text}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_lost_gpu_stays_published_tainted_unreachable_until_it_answers() {
+    let server = FakeApiServer::new();
+    server.seed(&node(false));
+    let full = inventory("pcie-l40s");
+    let never_seen = full.gpus[3].uuid.clone();
+    let source = Arc::new(ScriptedSource(std::sync::Mutex::new(lost_read(
+        &full,
+        &never_seen,
+    ))));
+    let mut running = start_loop(&server, source.clone());
+
+    // Lost at start: nothing is known about it, so it is not published.
+    running.published.wait_for(|p| *p).await.unwrap();
+    let slices = wait_for_slices(&server, |s| device_count(s) == 3).await;
+    assert!(unreachable_devices(&slices).is_empty());
+    assert_eq!(running.kubelet_health.borrow().len(), 3);
+
+    source.set(full.clone());
+    wait_for_slices(&server, |s| device_count(s) == 4).await;
+
+    // Lost after it was seen: published with its last facts, tainted, UNHEALTHY.
+    let lost = &full.gpus[1];
+    let lost_device = format!("gpu-{}", lost.minor);
+    source.set(lost_read(&full, &lost.uuid));
+    let slices = wait_for_slices(&server, |s| !unreachable_devices(s).is_empty()).await;
+    assert_eq!(device_count(&slices), 4, "the lost GPU stays published");
+    assert_eq!(
+        unreachable_devices(&slices),
+        [(lost_device.clone(), "NoExecute".to_owned())]
+    );
+    let health = running
+        .kubelet_health
+        .wait_for(|h| h.iter().any(|d| d.status == HealthStatus::Unhealthy))
+        .await
+        .unwrap()
+        .clone();
+    let sick: Vec<_> = health
+        .iter()
+        .filter(|d| d.status == HealthStatus::Unhealthy)
+        .collect();
+    assert_eq!(sick.len(), 1);
+    assert_eq!(sick[0].device_name, lost_device);
+    assert!(
+        sick[0].message.contains("GPU_IS_LOST"),
+        "{}",
+        sick[0].message
+    );
+    assert_eq!(
+        unhealthy_devices_metric(&running.registry),
+        "tessera_node_unhealthy_devices 1"
+    );
+
+    // It answers again: the taint goes at the next rescan.
+    source.set(full.clone());
+    let slices = wait_for_slices(&server, |s| unreachable_devices(s).is_empty()).await;
+    assert_eq!(device_count(&slices), 4);
+    running
+        .kubelet_health
+        .wait_for(|h| h.len() == 4 && h.iter().all(|d| d.status == HealthStatus::Healthy))
+        .await
+        .unwrap();
+    assert_eq!(
+        unhealthy_devices_metric(&running.registry),
+        "tessera_node_unhealthy_devices 0"
+    );
+
+    running.stop.send(()).unwrap();
+    running.task.await.unwrap();
 }

@@ -85,6 +85,19 @@ impl HealthFindings {
         }
     }
 
+    /// Records that the GPU `gpu_uuid` is unreachable since `since` ([`super::unreachable`]):
+    /// a whole-GPU finding, so it reaches the GPU's MIG devices too. Not kept by the monitor's
+    /// shared findings: the publisher adds it to each snapshot while rescans find the GPU lost.
+    pub fn record_unreachable(&mut self, gpu_uuid: &str, since: SystemTime) {
+        let finding = super::unreachable();
+        self.findings
+            .entry(HealthScope::Gpu {
+                uuid: gpu_uuid.to_owned(),
+            })
+            .or_default()
+            .insert(finding.key, DatedFinding { finding, since });
+    }
+
     /// Whether nothing has been found.
     pub fn is_empty(&self) -> bool {
         self.findings.is_empty()

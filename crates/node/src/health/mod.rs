@@ -1,5 +1,5 @@
-//! Device health: NVML XID and ECC events become device taints on the published slices and
-//! `UNHEALTHY` entries on the kubelet's health stream.
+//! Device health: NVML XID and ECC events, and GPUs a rescan finds lost, become device taints on
+//! the published slices and `UNHEALTHY` entries on the kubelet's health stream.
 //!
 //! - [`policy`]: which events taint a device, with which key, value and effect (the table).
 //! - [`findings`]: what has been found, and what it means per published device.
@@ -17,4 +17,4 @@ pub mod policy;
 pub use findings::{HealthFindings, HealthScope};
 pub use kubelet::WithDeviceHealth;
 pub use monitor::{HealthEventSource, HealthMonitor, SharedFindings};
-pub use policy::{Finding, TaintEffect, classify};
+pub use policy::{Finding, TaintEffect, classify, unreachable};

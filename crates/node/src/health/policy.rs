@@ -15,11 +15,13 @@
 //! | double-bit ECC event | `gpu.tessera.dev/ecc=double-bit` | NoExecute | uncorrectable memory error |
 //! | single-bit ECC event | — | — | corrected by the hardware; counted in metrics only |
 //! | any other XID (13, 31, 43, 45, 68, …) | — | — | caused by the application (illegal address, page fault, stopped channel); the GPU is fine |
+//! | rescan finds the GPU lost (`NVML_ERROR_GPU_IS_LOST`) | `gpu.tessera.dev/unreachable=gpu-is-lost` | NoExecute | the GPU does not answer: running work is lost |
 //!
 //! NoSchedule keeps new claims off the device; NoExecute also evicts the pods using it (with
-//! DRADeviceTaints). A device keeps its taint until the plugin restarts (after the GPU reset or
-//! node reboot that such errors need). The kubelet health stream reports every tainted device
-//! `UNHEALTHY`, with the finding as message.
+//! DRADeviceTaints). A device keeps an event's taint until the plugin restarts (after the GPU
+//! reset or node reboot that such errors need); the unreachable taint is not an event but the
+//! state of the last rescan, and goes at the first rescan the GPU answers again. The kubelet
+//! health stream reports every tainted device `UNHEALTHY`, with the finding as message.
 
 use tessera_api::names::taints;
 use tessera_topology::nvml::HealthEventKind;
@@ -107,6 +109,19 @@ pub fn classify(kind: HealthEventKind) -> Option<Finding> {
             message: "uncorrectable (double-bit) ECC error".to_owned(),
         }),
         HealthEventKind::SingleBitEcc => None,
+    }
+}
+
+/// The finding for a GPU that a rescan found lost: it stays published with its last known
+/// facts, and this taints it (and its MIG devices).
+pub fn unreachable() -> Finding {
+    Finding {
+        key: taints::UNREACHABLE,
+        value: "gpu-is-lost".to_owned(),
+        effect: TaintEffect::NoExecute,
+        message: "the GPU is unreachable: NVML answers NVML_ERROR_GPU_IS_LOST (it fell off the \
+                  bus); published with its last known facts"
+            .to_owned(),
     }
 }
 

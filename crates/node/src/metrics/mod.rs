@@ -14,7 +14,7 @@
 //! | `tessera_node_pool_generation` | gauge | | generation of the published pool |
 //! | `tessera_node_inventory_scans_total` | counter | `result` | reads of the GPU inventory |
 //! | `tessera_node_health_events_total` | counter | `kind` (xid, ecc-single, ecc-double), `action` (taint, ignore) | NVML health events |
-//! | `tessera_node_unhealthy_devices` | gauge | | devices currently tainted by health monitoring |
+//! | `tessera_node_unhealthy_devices` | gauge | | devices currently tainted by health monitoring (XID/ECC findings, lost GPUs) |
 
 pub mod endpoints;
 pub mod instrumented;
@@ -201,7 +201,7 @@ impl NodeMetrics {
         );
         node.register(
             "unhealthy_devices",
-            "Devices currently tainted by health monitoring",
+            "Devices currently tainted by health monitoring (XID/ECC findings, lost GPUs)",
             metrics.unhealthy_devices.clone(),
         );
         metrics

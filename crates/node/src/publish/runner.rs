@@ -1,8 +1,10 @@
 //! The publish loop: rescans the inventory periodically and republishes when anything that
 //! shapes the pool changes — the inventory, the Node (its uid, its topology-managed label), the
-//! health findings — or when the API server no longer holds what was published (the kubelet
-//! wipes a plugin's slices when it restarts, so a new registration also triggers a check).
-//! Failures are retried with exponential backoff. It also keeps the kubelet health list current.
+//! health findings, GPUs found lost — or when the API server no longer holds what was published
+//! (the kubelet wipes a plugin's slices when it restarts, so a new registration also triggers a
+//! check). Failures are retried with exponential backoff. It also keeps the kubelet health list
+//! current. A GPU a rescan finds lost stays published with its last known facts, tainted
+//! unreachable ([`super::lost`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use tessera_topology::{DeviceSource, Inventory};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::lost::LostGpus;
 use super::{NodeFacts, PublishInput, Publisher};
 use crate::health::{HealthFindings, SharedFindings};
 use crate::metrics::liveness::Heartbeat;
@@ -78,6 +81,7 @@ impl PublishLoop {
         rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut findings_changed = self.findings.subscribe();
         let mut inventory: Option<Inventory> = None;
+        let mut lost = LostGpus::default();
         let mut last: Option<PublishedFrom> = None;
         let mut failures = 0u32;
         let mut retry_at: Option<Instant> = None;
@@ -100,12 +104,13 @@ impl PublishLoop {
                 return;
             }
             if matches!(wake, Wake::Rescan) || inventory.is_none() {
-                inventory = self.rescan(inventory).await;
+                inventory = self.rescan(inventory, &mut lost).await;
             }
             let Some(current) = inventory.as_ref() else {
                 continue;
             };
-            let findings = self.findings.snapshot();
+            let mut findings = self.findings.snapshot();
+            lost.add_findings(&mut findings);
             self.update_kubelet_health(current, &findings, started);
             let node = self.node.borrow().clone();
             let Some(node) = node else {
@@ -165,11 +170,13 @@ impl PublishLoop {
     }
 
     /// Reads the inventory on a blocking thread; keeps the previous one when the read fails.
-    async fn rescan(&self, previous: Option<Inventory>) -> Option<Inventory> {
+    /// GPUs the read reports lost keep their facts from `previous` ([`LostGpus::merge`]).
+    async fn rescan(&self, previous: Option<Inventory>, lost: &mut LostGpus) -> Option<Inventory> {
         let source = Arc::clone(&self.source);
         let read = tokio::task::spawn_blocking(move || source.inventory()).await;
         match read {
-            Ok(Ok(inventory)) => {
+            Ok(Ok(read)) => {
+                let inventory = lost.merge(read, previous.as_ref(), SystemTime::now());
                 self.metrics.inventory_scan(Outcome::Success);
                 let changed = previous.as_ref().is_none_or(|p| *p != inventory);
                 if changed && previous.is_some() {
