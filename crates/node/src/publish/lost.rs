@@ -130,7 +130,7 @@ mod tests {
             merged.gpus, full.gpus,
             "published with its last known facts"
         );
-        assert_eq!(merged.lost_gpus, [gpu.uuid.clone()]);
+        assert_eq!(merged.lost_gpus, [gpu.uuid.as_str()]);
         // A second rescan still finding it lost keeps the first date.
         let merged = lost.merge(read_without(&full, &gpu.uuid), Some(&merged), at(5));
         assert_eq!(merged.gpus, full.gpus);
