@@ -344,6 +344,23 @@ fn links_must_name_a_gpu_of_the_node() {
 }
 
 #[test]
+fn a_link_to_a_lost_peer_is_accepted_while_a_gpu_is_lost() {
+    let mut inventory = shipped("pcie-a100-nvlink-pairs");
+    let first = &inventory.gpus[0];
+    let peer = match inventory.link_peer(&first.nvlinks[0]) {
+        tessera_topology::LinkPeer::Gpu(peer) => peer.uuid.clone(),
+        other => panic!("the first GPU's link 0 goes to a GPU, not {other:?}"),
+    };
+    inventory.gpus.retain(|g| g.uuid != peer);
+    assert!(
+        inventory.validate().is_err(),
+        "without a lost GPU the dangling link is a problem"
+    );
+    inventory.lost_gpus = vec![peer];
+    inventory.validate().unwrap();
+}
+
+#[test]
 fn unknown_topology_lists_the_shipped_ones() {
     let err = MockSource::new("dgx-h200").unwrap_err().to_string();
     assert_eq!(
