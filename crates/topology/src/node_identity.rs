@@ -52,17 +52,10 @@ pub fn name_based_uuid(prefix: &str, names: &[&str]) -> String {
     let digest = hasher.finalize();
     let mut bytes = [0u8; 16];
     bytes.copy_from_slice(&digest[..16]);
-    bytes[6] = (bytes[6] & 0x0f) | 0x80; // version 8: custom (here name-based, SHA-256)
-    bytes[8] = (bytes[8] & 0x3f) | 0x80; // variant: RFC 9562
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let body = format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    );
+    // Version 8 ("custom", here name-based with SHA-256) and the RFC 9562 variant.
+    let body = uuid::Builder::from_custom_bytes(bytes)
+        .into_uuid()
+        .to_string();
     if prefix.is_empty() {
         body
     } else {

@@ -51,15 +51,7 @@ pub(crate) fn string_from_buffer(buffer: &[c_char]) -> Result<String, CallError>
 
 /// NVML's 16-byte UUIDs (e.g. a fabric's cluster UUID) in the canonical 8-4-4-4-12 form.
 pub(crate) fn format_uuid(bytes: &[u8; 16]) -> String {
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    uuid::Uuid::from_bytes(*bytes).to_string()
 }
 
 #[cfg(test)]
