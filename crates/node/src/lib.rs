@@ -37,6 +37,7 @@
 pub mod cdi_spec;
 pub mod checkpoint;
 pub mod claims;
+pub mod crash;
 pub mod driver;
 pub mod health;
 pub mod metrics;

@@ -21,17 +21,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tessera_api::checkpoint::{self, ClaimState, DeviceTarget, MigLifecycle};
-use tessera_api::config::{SharingStrategy, TimeSliceInterval};
 use tessera_fake_apiserver::FakeApiServer;
 use tessera_kubelet::simulator::KubeletSimulator;
 use tessera_kubelet::{ClaimRef, PreparedDevice};
-use tessera_node::checkpoint::quarantined_files;
-use tessera_node::mig::SimulatedMig;
-use tessera_node::sharing::SimulatedGpuControl;
 use tessera_topology::{DeviceSource, Inventory, MockSource};
 
 use support::harness::{allocated_claim, claim_config, uid_of};
+use support::node_state::{check_node_state, spec_uids};
 use support::process::{PluginDirs, PluginProcess, register, seed_node};
 
 const TOPOLOGY: &str = "hgx-a100-mig";
@@ -308,131 +304,16 @@ impl Run {
     /// was told — except for the claims of an interrupted call (`in_flight`), which must be
     /// either wholly prepared or wholly gone.
     fn check(&self, in_flight: &BTreeSet<String>) {
-        let state = self.dirs.path("state");
-        let bytes = std::fs::read(state.join("checkpoint.json")).unwrap_or_else(|e| {
-            self.fail(format!("the checkpoint cannot be read: {e}"));
-        });
-        let loaded = checkpoint::decode(&bytes).unwrap_or_else(|e| {
-            self.fail(format!("the checkpoint does not load: {e}"));
-        });
-        let quarantined = quarantined_files(&state);
-        if !quarantined.is_empty() {
-            self.fail(format!("a checkpoint was quarantined: {quarantined:?}"));
-        }
-        let recorded: BTreeSet<String> = loaded.claims.keys().cloned().collect();
-        for (uid, record) in &loaded.claims {
-            if record.state != ClaimState::PrepareCompleted {
-                self.fail(format!("{uid} is left {} between calls", record.state));
-            }
-        }
-        for uid in recorded.symmetric_difference(&self.prepared) {
-            if !in_flight.contains(uid) {
-                self.fail(format!(
-                    "checkpoint {recorded:?} vs prepared as the kubelet knows {:?}: {uid}",
-                    self.prepared
-                ));
-            }
-        }
-
-        let specs = spec_uids(&self.dirs.path("cdi"));
-        if specs != recorded {
-            self.fail(format!(
-                "CDI specs {specs:?} vs recorded claims {recorded:?}"
-            ));
-        }
-
-        let gpu = SimulatedGpuControl::new(state.join("simulated-gpu"));
-        let mut daemons: Vec<String> = gpu
-            .running_daemons()
-            .into_iter()
-            .map(|d| d.claim_uid)
-            .collect();
-        daemons.sort();
-        let mut wanted_daemons: Vec<String> = loaded
-            .claims
-            .iter()
-            .filter(|(_, r)| r.mps.is_some())
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        wanted_daemons.sort();
-        if daemons != wanted_daemons {
-            self.fail(format!(
-                "MPS daemons for {daemons:?}, recorded MPS claims {wanted_daemons:?}"
-            ));
-        }
-
-        let sliced: BTreeSet<String> = loaded
-            .claims
-            .values()
-            .flat_map(|r| &r.devices)
-            .filter(|d| {
-                d.sharing
-                    .as_ref()
-                    .is_some_and(|s| s.strategy == SharingStrategy::TimeSlicing)
-            })
-            .map(|d| d.target.gpu_uuid().to_owned())
-            .collect();
-        for g in &self.inventory.gpus {
-            let set = gpu.time_slice(&g.uuid) != TimeSliceInterval::Default;
-            if set != sliced.contains(&g.uuid) {
-                self.fail(format!(
-                    "GPU {} time slice {:?}, recorded time-sliced GPUs {sliced:?}",
-                    g.uuid,
-                    gpu.time_slice(&g.uuid)
-                ));
-            }
-        }
-
-        let mig = SimulatedMig::persistent(&self.inventory, state.join("simulated-mig.json"));
-        let mut instances: Vec<String> = mig
-            .all_instances()
-            .into_values()
-            .flatten()
-            .map(|i| i.uuid)
-            .collect();
-        instances.sort();
-        let mut wanted_instances: Vec<String> = Vec::new();
-        for (uid, record) in &loaded.claims {
-            for device in &record.devices {
-                if let DeviceTarget::Mig {
-                    lifecycle: MigLifecycle::Dynamic,
-                    instance,
-                    ..
-                } = &device.target
-                {
-                    match instance {
-                        Some(instance) => wanted_instances.push(instance.uuid.clone()),
-                        None => self.fail(format!(
-                            "{uid}: {} is prepared without its MIG instance",
-                            device.device
-                        )),
-                    }
-                }
-            }
-        }
-        wanted_instances.sort();
-        if instances != wanted_instances {
-            self.fail(format!(
-                "MIG instances {instances:?}, recorded {wanted_instances:?}"
-            ));
+        if let Err(problem) = check_node_state(
+            &self.dirs.path("state"),
+            &self.dirs.path("cdi"),
+            &self.inventory,
+            &self.prepared,
+            in_flight,
+        ) {
+            self.fail(problem);
         }
     }
-}
-
-/// The claim UIDs with a CDI spec (temporary files a kill left are not specs: the runtime
-/// reads only `*.json` and `*.yaml`, and they are removed at a start once stale).
-fn spec_uids(cdi: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(cdi)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.strip_prefix("gpu.tessera.dev-claim_")?
-                .strip_suffix(".json")
-                .map(str::to_owned)
-        })
-        .collect()
 }
 
 /// The `count` most recently written plugin logs (one per start).

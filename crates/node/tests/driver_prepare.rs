@@ -339,6 +339,14 @@ async fn a_failed_undo_is_retried_by_the_next_call() {
         h.read_checkpoint().claims[claim.uid.as_str()].state,
         ClaimState::UnprepareStarted
     );
+    // The daemon's pipe directory stays: it is how the retry reaches the daemon to stop it.
+    let pipe = h
+        .config
+        .state_dir
+        .join("mps")
+        .join(claim.uid.as_str())
+        .join("pipe");
+    assert!(pipe.is_dir(), "{} was removed", pipe.display());
     driver.unprepare(vec![claim.clone()]).await[&claim.uid]
         .clone()
         .unwrap();

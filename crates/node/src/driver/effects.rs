@@ -166,11 +166,13 @@ impl Core {
                 }
             }
         }
+        crate::crash::point("establish:mig-ready");
         if let Some(directories) = sharing::mps_directories(record) {
             for path in [directories.pipe, directories.log] {
                 std::fs::create_dir_all(&path)
                     .map_err(|source| EffectError::MpsDirectory { path, source })?;
             }
+            crate::crash::point("establish:mps-directories-created");
         }
         sharing::apply(&*self.gpu, uid, record)?;
         Ok(())
@@ -262,7 +264,9 @@ impl Core {
 
     /// [`Core::undo`] after the caller removed the claim's CDI spec (`spec_removed` says how
     /// that went): stops sharing, removes the MPS directory, destroys dynamic MIG instances.
-    /// Every step is attempted; the first error, the spec's included, is returned.
+    /// Every step is attempted, except that the MPS directory stays while its daemon could not
+    /// be stopped (the pipe directory is the only way to reach the daemon on a retry); the
+    /// first error, the spec's included, is returned.
     pub(super) fn undo_node_local(
         &self,
         uid: &str,
@@ -278,8 +282,14 @@ impl Core {
             }
         };
         keep(spec_removed);
-        keep(sharing::reset(&*self.gpu, record).map_err(EffectError::from));
-        keep(self.remove_mps_directory(uid));
+        let reset = sharing::reset(&*self.gpu, record);
+        let daemon_running = matches!(reset, Err(SharingError::StopMps { .. }));
+        keep(reset.map_err(EffectError::from));
+        crate::crash::point("undo:sharing-reset");
+        if !daemon_running {
+            keep(self.remove_mps_directory(uid));
+            crate::crash::point("undo:mps-directory-removed");
+        }
         for device in &record.devices {
             let DeviceTarget::Mig {
                 parent_uuid,

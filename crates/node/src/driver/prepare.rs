@@ -190,6 +190,7 @@ impl Core {
             }
             return results;
         }
+        crate::crash::point("prepare:started-recorded");
 
         // Step 4: node-local side effects claim by claim, then the CDI specs of the claims
         // that got that far as one batch (one directory fsync). A failure undoes that claim.
@@ -198,6 +199,7 @@ impl Core {
         for (uid, mut record) in planned {
             match self.establish_node_local(&uid, &mut record) {
                 Ok(()) => {
+                    crate::crash::point("prepare:node-local-established");
                     established.insert(uid, record);
                 }
                 Err(e) => {
@@ -207,6 +209,7 @@ impl Core {
             }
         }
         let mut written = self.write_specs(&established);
+        crate::crash::point("prepare:specs-written");
         for (uid, mut record) in established {
             match written.remove(&uid).unwrap_or(Ok(())) {
                 Ok(()) => {
@@ -233,6 +236,7 @@ impl Core {
                 }
             }
         });
+        crate::crash::point("prepare:completed-recorded");
         for (uid, result) in outcome {
             let claim = &claims[&uid];
             let answer = match (result, &committed) {
@@ -296,6 +300,7 @@ impl Core {
             }
             return results;
         }
+        crate::crash::point("unprepare:started-recorded");
         // CDI specs first, all in one batch (one directory fsync), so no new container gets
         // the devices; then each claim's node-local effects.
         let uids: Vec<&str> = undoing
@@ -303,6 +308,7 @@ impl Core {
             .map(|(claim, _)| claim.uid.as_str())
             .collect();
         let mut removed = self.remove_specs(&uids);
+        crate::crash::point("unprepare:specs-removed");
         let mut done = Vec::new();
         for entry in &undoing {
             let (claim, record) = entry;
@@ -311,7 +317,10 @@ impl Core {
             others.remove(uid);
             let spec_removed = removed.remove(uid).unwrap_or(Ok(()));
             match self.undo_node_local(uid, record, &others, spec_removed) {
-                Ok(()) => done.push(entry),
+                Ok(()) => {
+                    crate::crash::point("unprepare:node-local-undone");
+                    done.push(entry);
+                }
                 Err(e) => {
                     results.insert(claim.uid.clone(), failed(claim, "unpreparing", e));
                 }
@@ -322,6 +331,7 @@ impl Core {
                 records.remove(claim.uid.as_str());
             }
         });
+        crate::crash::point("unprepare:records-dropped");
         for (claim, record) in done {
             let answer = match &committed {
                 Ok(()) => Ok(()),

@@ -177,8 +177,10 @@ impl Core {
         if let Some(claims) = rebuild_from {
             self.rebuild(&claims, &mut kept, report)?;
         }
+        crate::crash::point("recovery:converged");
         // Record the outcome (and this boot's id) before removing anything unowned.
         self.store.update(|records| *records = kept.clone())?;
+        crate::crash::point("recovery:recorded");
         self.collect_garbage(&kept, report)?;
         Ok(())
     }

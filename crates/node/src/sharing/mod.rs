@@ -177,7 +177,8 @@ pub(crate) fn apply(
 }
 
 /// Undoes a claim's sharing: stops its MPS daemon and puts its GPUs back to the default time
-/// slice. Every step is attempted; the first error is returned.
+/// slice. Every step is attempted; the first error is returned (the daemon's, if it could not
+/// be stopped).
 pub(crate) fn reset(control: &dyn GpuControl, record: &ClaimRecord) -> Result<(), SharingError> {
     let mut first_error = None;
     if let Some(directories) = mps_directories(record)

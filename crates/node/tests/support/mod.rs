@@ -2,4 +2,5 @@
 #![allow(dead_code)]
 
 pub mod harness;
+pub mod node_state;
 pub mod process;
