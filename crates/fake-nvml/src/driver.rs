@@ -3,12 +3,14 @@
 //! the NVML ABI. Every method answers with an NVML status on failure, chosen as real NVML does.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 
 use tessera_topology::model::{Gpu, Inventory, MigEngines, MigInstance, MigProfile};
 
 use crate::handles::Handle;
 use crate::status::{
-    GPU_IS_LOST, IN_USE, INSUFFICIENT_RESOURCES, INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, Status,
+    GPU_IS_LOST, IN_USE, INSUFFICIENT_RESOURCES, INVALID_ARGUMENT, NO_PERMISSION, NOT_FOUND,
+    NOT_SUPPORTED, Status,
 };
 
 /// Compute slices of each `NVML_COMPUTE_INSTANCE_PROFILE_*` index; the fake reports a
@@ -46,6 +48,12 @@ pub struct Driver {
     created: u64,
     /// GPUs (by NVML index) that "fell off the bus".
     lost: BTreeSet<u32>,
+    /// Compute time slices set through the private call `nvidia-smi` uses, by GPU UUID, when no
+    /// state directory keeps them.
+    time_slices: BTreeMap<String, u32>,
+    /// Where settings that outlive a process (time slices) are kept, as the real driver keeps
+    /// them in the kernel; `None` keeps them in the process.
+    state_dir: Option<PathBuf>,
 }
 
 /// A device handle resolved against the state.
@@ -79,6 +87,8 @@ impl Driver {
             gpu_instances,
             created: 0,
             lost: BTreeSet::new(),
+            time_slices: BTreeMap::new(),
+            state_dir: None,
         })
     }
 
@@ -93,6 +103,61 @@ impl Driver {
             self.lost.insert(gpu.index);
         }
         Ok(())
+    }
+
+    /// Keeps settings that outlive the process (time slices) in files under `dir`.
+    pub fn set_state_dir(&mut self, dir: Option<PathBuf>) {
+        self.state_dir = dir;
+    }
+
+    fn time_slice_file(&self, uuid: &str) -> Option<PathBuf> {
+        self.state_dir
+            .as_ref()
+            .map(|dir| dir.join("time-slice").join(uuid))
+    }
+
+    /// Sets the compute time slice (`0..=3`, as `nvidia-smi compute-policy --set-timeslice`)
+    /// of the whole GPU `gpu`.
+    pub fn set_time_slice(&mut self, gpu: u32, value: u32) -> Result<(), Status> {
+        if value > 3 {
+            return Err(INVALID_ARGUMENT);
+        }
+        let uuid = self.gpu_by_index(gpu)?.uuid.clone();
+        match self.time_slice_file(&uuid) {
+            Some(path) => {
+                let write = || -> std::io::Result<()> {
+                    if let Some(dir) = path.parent() {
+                        std::fs::create_dir_all(dir)?;
+                    }
+                    let temp = path.with_extension(format!("tmp-{}", std::process::id()));
+                    std::fs::write(&temp, value.to_string())?;
+                    std::fs::rename(&temp, &path)
+                };
+                write().map_err(|e| {
+                    eprintln!(
+                        "fake-nvml: cannot keep the time slice in {}: {e}",
+                        path.display()
+                    );
+                    NO_PERMISSION
+                })?;
+            }
+            None => {
+                self.time_slices.insert(uuid, value);
+            }
+        }
+        Ok(())
+    }
+
+    /// The compute time slice of the whole GPU `gpu` (0, the default, when never set).
+    pub fn time_slice(&self, gpu: u32) -> Result<u32, Status> {
+        let uuid = &self.gpu_by_index(gpu)?.uuid;
+        Ok(match self.time_slice_file(uuid) {
+            Some(path) => std::fs::read_to_string(path)
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+                .unwrap_or(0),
+            None => self.time_slices.get(uuid).copied().unwrap_or(0),
+        })
     }
 
     pub fn inventory(&self) -> &Inventory {

@@ -12,11 +12,15 @@
 //!   "fell off the bus": every query on them except `nvmlDeviceGetUUID` answers
 //!   `NVML_ERROR_GPU_IS_LOST`.
 //!
+//! - Embedded driver data ([`embedded`]): a copy of the library patched by the fake driver root
+//!   tool answers from the node's topology it carries, for the GPUs whose device nodes it sees.
+//!
 //! State (including MIG instances created and destroyed through the API) lives for the process,
 //! like the hardware's; `nvmlShutdown` ends a session but does not reset it. See README.md for
 //! the exported symbols.
 
 mod driver;
+pub mod embedded;
 pub mod events;
 mod exports;
 mod handles;
@@ -27,6 +31,10 @@ pub mod sysfs;
 pub const TOPOLOGY_ENV: &str = "TESSERA_FAKE_NVML_TOPOLOGY";
 /// Environment variable naming the event injection file.
 pub const EVENTS_ENV: &str = "TESSERA_FAKE_NVML_EVENTS";
+/// Environment variable naming a directory that keeps settings across processes (time slices),
+/// as the kernel driver would; without it they last for the process. (With embedded driver data
+/// they are kept under the stand-in device root.)
+pub const STATE_DIR_ENV: &str = "TESSERA_FAKE_NVML_STATE_DIR";
 /// Environment variable listing GPUs (UUIDs, comma-separated) whose queries fail as lost.
 pub const LOST_GPUS_ENV: &str = "TESSERA_FAKE_NVML_LOST_GPUS";
 /// File name of the built library (in the target directory next to `deps/`).

@@ -7,6 +7,7 @@ pub type Status = nvml::nvmlReturn_t;
 pub const SUCCESS: Status = nvml::nvmlReturn_enum_NVML_SUCCESS;
 pub const UNINITIALIZED: Status = nvml::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
 pub const INVALID_ARGUMENT: Status = nvml::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+pub const NO_PERMISSION: Status = nvml::nvmlReturn_enum_NVML_ERROR_NO_PERMISSION;
 pub const NOT_SUPPORTED: Status = nvml::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
 pub const NOT_FOUND: Status = nvml::nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
 pub const INSUFFICIENT_SIZE: Status = nvml::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;

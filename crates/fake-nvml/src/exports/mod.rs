@@ -15,6 +15,7 @@ mod device;
 mod events;
 mod mig;
 mod nvlink;
+mod private;
 mod system;
 
 use std::ffi::{c_char, c_uint};

@@ -4,34 +4,53 @@ use std::ffi::{CStr, c_char, c_int, c_uint};
 use std::path::PathBuf;
 
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t};
-use tessera_topology::{DeviceSource, MockSource, pci::normalize_bus_id};
+use tessera_topology::{DeviceSource, MockSource, parse_topology, pci::normalize_bus_id};
 
 use super::{Process, guarded, lock, put, put_str, session};
 use crate::driver::Driver;
+use crate::embedded;
 use crate::events::EventSets;
 use crate::handles::Handle;
 use crate::status::{DRIVER_NOT_LOADED, INVALID_ARGUMENT, NOT_FOUND, Status, UNINITIALIZED};
-use crate::{EVENTS_ENV, LOST_GPUS_ENV, TOPOLOGY_ENV};
+use crate::{EVENTS_ENV, LOST_GPUS_ENV, STATE_DIR_ENV, TOPOLOGY_ENV};
 
-/// Loads the driver state from the topology named by `TESSERA_FAKE_NVML_TOPOLOGY` (a file path,
-/// or a shipped topology name). Problems are explained on stderr, since NVML can only return a
-/// code: `NVML_ERROR_DRIVER_NOT_LOADED`.
+/// Loads the driver state: from the topology named by `TESSERA_FAKE_NVML_TOPOLOGY` (a file path,
+/// or a shipped topology name) when it is set, else from the driver data embedded in this copy
+/// of the library (a fake driver root's, see [`crate::embedded`]). Problems are explained on
+/// stderr, since NVML can only return a code: `NVML_ERROR_DRIVER_NOT_LOADED`.
 fn load_driver() -> Result<Driver, Status> {
     let fail = |message: String| {
         eprintln!("fake-nvml: {message}");
         DRIVER_NOT_LOADED
     };
-    let topology = std::env::var(TOPOLOGY_ENV).map_err(|_| {
-        fail(format!(
-            "{TOPOLOGY_ENV} is not set; set it to a topology file (or shipped topology name) \
-             for the fake NVML to answer from"
-        ))
-    })?;
-    let inventory = MockSource::new(&topology)
-        .and_then(|source| source.inventory())
-        .map_err(|e| fail(format!("{TOPOLOGY_ENV}={topology}: {e}")))?;
-    let mut driver =
-        Driver::new(inventory).map_err(|e| fail(format!("{TOPOLOGY_ENV}={topology}: {e}")))?;
+    let (origin, inventory, state_dir) = match std::env::var(TOPOLOGY_ENV) {
+        Ok(topology) => {
+            let inventory = MockSource::new(&topology)
+                .and_then(|source| source.inventory())
+                .map_err(|e| fail(format!("{TOPOLOGY_ENV}={topology}: {e}")))?;
+            let state_dir = std::env::var_os(STATE_DIR_ENV).map(PathBuf::from);
+            (format!("{TOPOLOGY_ENV}={topology}"), inventory, state_dir)
+        }
+        Err(_) => match embedded::read().map_err(&fail)? {
+            Some(data) => {
+                let origin = "the driver data embedded in this library".to_owned();
+                let inventory = parse_topology(&origin, &data.topology)
+                    .map_err(|e| fail(format!("{origin}: {e}")))?;
+                let visible = embedded::visible_inventory(inventory, data.dev_root.as_deref());
+                let state_dir = data.dev_root.as_deref().map(embedded::state_dir);
+                (origin, visible, state_dir)
+            }
+            None => {
+                return Err(fail(format!(
+                    "{TOPOLOGY_ENV} is not set and this library carries no driver data; set it \
+                     to a topology file (or shipped topology name) for the fake NVML to answer \
+                     from, or use the copy in a fake driver root (tessera-fake-driver-root)"
+                )));
+            }
+        },
+    };
+    let mut driver = Driver::new(inventory).map_err(|e| fail(format!("{origin}: {e}")))?;
+    driver.set_state_dir(state_dir);
     if let Ok(lost) = std::env::var(LOST_GPUS_ENV) {
         let uuids: Vec<&str> = lost
             .split(',')
