@@ -101,6 +101,15 @@ pub struct DeviceRecord {
     pub sharing: Option<Sharing>,
 }
 
+impl DeviceRecord {
+    /// Whether the device is shared with MPS (served by the claim's MPS daemon).
+    pub fn uses_mps(&self) -> bool {
+        self.sharing
+            .as_ref()
+            .is_some_and(|s| s.strategy == crate::config::SharingStrategy::Mps)
+    }
+}
+
 /// What a device name stands for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "type", deny_unknown_fields)]

@@ -17,6 +17,8 @@ use tessera_kubelet::{
 struct InstantDriver;
 
 impl DraDriver for InstantDriver {
+    type Error = String;
+
     async fn prepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, PrepareResult> {
         claims
             .into_iter()

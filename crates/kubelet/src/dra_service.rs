@@ -15,6 +15,30 @@ use crate::driver::{
 use crate::proto::{dra_v1, dra_v1beta1};
 use crate::server::StopSignal;
 
+/// The longest per-claim error text sent to the kubelet. The kubelet copies it into pod events
+/// (whose message holds 1 KiB) and refuses replies over 4 MiB, so an error that echoes a user's
+/// value must not grow with it. Longer texts are cut at a character boundary and say so.
+pub const MAX_CLAIM_ERROR_BYTES: usize = 1024;
+
+/// `text` cut to at most `max` bytes (at a character boundary), ending in a note of how much
+/// was cut: for messages that echo values a user controls.
+pub fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let note = format!("… ({} bytes cut)", text.len());
+    let mut end = max.saturating_sub(note.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{note}", &text[..end])
+}
+
+/// A driver error as the kubelet gets it.
+fn wire_error(error: impl std::fmt::Display) -> String {
+    bounded(&error.to_string(), MAX_CLAIM_ERROR_BYTES)
+}
+
 /// A claim as it arrived on the wire, before it is checked.
 #[derive(Debug)]
 struct WireClaim {
@@ -103,6 +127,16 @@ fn check_batch(method: &str, claims: Vec<WireClaim>) -> Result<CheckedBatch, Sta
     Ok(batch)
 }
 
+/// The driver's answers with each error as the text the kubelet gets.
+fn to_wire<T, E: std::fmt::Display>(
+    results: BTreeMap<ClaimUid, Result<T, E>>,
+) -> BTreeMap<ClaimUid, Result<T, String>> {
+    results
+        .into_iter()
+        .map(|(uid, result)| (uid, result.map_err(wire_error)))
+        .collect()
+}
+
 /// Completes the driver's answer: one entry per accepted claim (an error where the driver gave
 /// none), nothing for claims not asked for, plus the claims rejected by [`check_batch`].
 fn complete_results<T>(
@@ -113,7 +147,7 @@ fn complete_results<T>(
 ) -> BTreeMap<ClaimUid, Result<T, String>> {
     let mut results: BTreeMap<_, _> = rejected
         .into_iter()
-        .map(|(uid, message)| (uid, Err(message)))
+        .map(|(uid, message)| (uid, Err(wire_error(message))))
         .collect();
     for claim in accepted {
         let result = from_driver.remove(&claim.uid).unwrap_or_else(|| {
@@ -175,7 +209,7 @@ impl<D: DraDriver> ClaimCalls<D> {
         } else {
             let driver = Arc::clone(&self.driver);
             let claims = batch.accepted.clone();
-            self.run(method, async move { driver.prepare(claims).await })
+            self.run(method, async move { to_wire(driver.prepare(claims).await) })
                 .await?
         };
         let mut results = complete_results(method, &batch.accepted, batch.rejected, from_driver);
@@ -199,8 +233,11 @@ impl<D: DraDriver> ClaimCalls<D> {
         } else {
             let driver = Arc::clone(&self.driver);
             let claims = batch.accepted.clone();
-            self.run(method, async move { driver.unprepare(claims).await })
-                .await?
+            self.run(
+                method,
+                async move { to_wire(driver.unprepare(claims).await) },
+            )
+            .await?
         };
         Ok(complete_results(
             method,

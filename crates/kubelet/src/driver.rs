@@ -95,12 +95,13 @@ pub struct PreparedDevice {
     pub share_id: Option<String>,
 }
 
-/// The outcome of preparing one claim: its devices, or an error message naming the claim and
-/// the problem (the kubelet shows it in pod events).
-pub type PrepareResult = Result<Vec<PreparedDevice>, String>;
+/// The outcome of preparing one claim: its devices, or an error naming the claim and the
+/// problem (the kubelet shows its text in pod events). `E` is the driver's error type
+/// ([`DraDriver::Error`]); the gRPC layer turns it into text.
+pub type PrepareResult<E = String> = Result<Vec<PreparedDevice>, E>;
 
-/// The outcome of unpreparing one claim: success or an error message naming the claim.
-pub type UnprepareResult = Result<(), String>;
+/// The outcome of unpreparing one claim: success or an error naming the claim.
+pub type UnprepareResult<E = String> = Result<(), E>;
 
 /// Health of one device as the driver last determined it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -149,19 +150,23 @@ pub struct DeviceHealth {
 /// - A panic inside a call is caught and reported to the kubelet as an `INTERNAL` status for
 ///   the whole batch; it does not take the plugin down.
 pub trait DraDriver: Send + Sync + 'static {
+    /// Why one claim failed. Kept typed up to the gRPC layer, which sends its text to the
+    /// kubelet, cut to [`crate::MAX_CLAIM_ERROR_BYTES`].
+    type Error: fmt::Display + Send + 'static;
+
     /// Prepares a batch of claims for containers on this node and returns, per claim UID,
     /// the devices (with their CDI ids) or an error.
     fn prepare(
         &self,
         claims: Vec<ClaimRef>,
-    ) -> impl Future<Output = BTreeMap<ClaimUid, PrepareResult>> + Send;
+    ) -> impl Future<Output = BTreeMap<ClaimUid, PrepareResult<Self::Error>>> + Send;
 
     /// Undoes [`DraDriver::prepare`] for a batch of claims. Unpreparing a claim this driver
     /// never prepared (or already unprepared) succeeds.
     fn unprepare(
         &self,
         claims: Vec<ClaimRef>,
-    ) -> impl Future<Output = BTreeMap<ClaimUid, UnprepareResult>> + Send;
+    ) -> impl Future<Output = BTreeMap<ClaimUid, UnprepareResult<Self::Error>>> + Send;
 
     /// The driver's device health: a watch channel holding the complete list of the driver's
     /// devices on this node, replaced whenever a status changes. Called once, when the plugin

@@ -12,6 +12,7 @@
 //! struct Driver;
 //!
 //! impl DraDriver for Driver {
+//!     type Error = String;
 //!     async fn prepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, PrepareResult> {
 //!         claims.into_iter().map(|claim| (claim.uid, Ok(Vec::new()))).collect()
 //!     }
@@ -39,6 +40,7 @@ mod server;
 pub mod simulator;
 mod socket;
 
+pub use dra_service::{MAX_CLAIM_ERROR_BYTES, bounded};
 pub use driver::{
     ClaimRef, ClaimUid, DeviceHealth, DraDriver, HealthStatus, PrepareResult, PreparedDevice,
     UnprepareResult,

@@ -26,6 +26,7 @@ use tessera_fake_apiserver::FakeApiServer;
 use tessera_kubelet::simulator::KubeletSimulator;
 use tessera_kubelet::{ClaimRef, PluginConfig};
 use tessera_node::claims::KubeClaimSource;
+use tessera_node::inventory::NodeInventory;
 use tessera_node::mig::SimulatedMig;
 use tessera_node::plan::MigMode;
 use tessera_node::sharing::SimulatedGpuControl;
@@ -168,7 +169,7 @@ async fn run(scenario: &Scenario, state_dir: &Path, cdi_root: &Path, iterations:
         .mig_mode(scenario.mig_mode)
         .boot_id_path(boot_id);
     let parts = DriverParts {
-        devices: Arc::new(source),
+        inventory: Arc::new(NodeInventory::read(Arc::new(source)).expect("inventory")),
         claims: Arc::new(KubeClaimSource::new(api.client())),
         gpu: Arc::new(SimulatedGpuControl::new(state_dir.join("simulated-gpu"))),
         mig: Arc::new(SimulatedMig::in_memory(&inventory)),

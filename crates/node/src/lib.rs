@@ -12,6 +12,7 @@
 //! # use tessera_node::{DriverParts, NodeDriver, NodeDriverConfig};
 //! # use tessera_node::{claims::KubeClaimSource, mig::SimulatedMig, plan::MigMode};
 //! # use tessera_node::sharing::{SimulatedGpuControl, SystemGpuControl};
+//! # use tessera_node::inventory::NodeInventory;
 //! # use tessera_topology::{DeviceSource, MockSource, nvml::NvmlSource};
 //! # async fn wire(client: kube::Client, dynamic_mig: bool) -> Result<(), Box<dyn std::error::Error>> {
 //! let state_dir = std::path::PathBuf::from("/var/lib/tessera");
@@ -20,13 +21,15 @@
 //! let claims = Arc::new(KubeClaimSource::new(client));
 //! // NVML backend: real sharing tools, NVML for MIG.
 //! let nvml = Arc::new(NvmlSource::open(None)?);
-//! let parts = DriverParts { devices: nvml.clone(), claims: claims.clone(),
+//! // The node's inventory is shared with the slice publisher (`publish::runner::PublishLoop`).
+//! let parts = DriverParts { inventory: Arc::new(NodeInventory::read(nvml.clone())?),
+//!     claims: claims.clone(),
 //!     gpu: Arc::new(SystemGpuControl::default()), mig: nvml };
 //! // Mock backend (--topology): no GPUs, so sharing and MIG are simulated in files under the
 //! // state directory (they outlive the process like the real state; crash tests read them).
 //! let mock = MockSource::new("hgx-a100-mig")?;
 //! let inventory = mock.inventory()?;
-//! let parts = DriverParts { devices: Arc::new(mock), claims,
+//! let parts = DriverParts { inventory: Arc::new(NodeInventory::read(Arc::new(mock))?), claims,
 //!     gpu: Arc::new(SimulatedGpuControl::new(state_dir.join("simulated-gpu"))),
 //!     mig: Arc::new(SimulatedMig::persistent(&inventory, state_dir.join("simulated-mig.json"))) };
 //! let (driver, report) = NodeDriver::start(config, parts).await?;
@@ -40,6 +43,7 @@ pub mod claims;
 pub mod crash;
 pub mod driver;
 pub mod health;
+pub mod inventory;
 pub mod metrics;
 pub mod mig;
 pub mod plan;
@@ -47,5 +51,6 @@ pub mod publish;
 pub mod sharing;
 
 pub use driver::{
-    DriverParts, DriverStats, NodeDriver, NodeDriverConfig, StartError, StartupReport,
+    ClaimError, ClaimFailure, DriverParts, DriverStats, NodeDriver, NodeDriverConfig, StartError,
+    StartupReport,
 };

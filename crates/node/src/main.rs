@@ -24,9 +24,10 @@ use tessera_kubelet::PluginConfig;
 use tessera_node::claims::KubeClaimSource;
 use tessera_node::health::monitor::{HealthMonitor, MAX_SILENCE};
 use tessera_node::health::{SharedFindings, WithDeviceHealth};
+use tessera_node::inventory::NodeInventory;
 use tessera_node::metrics::NodeMetrics;
 use tessera_node::metrics::endpoints::{self, EndpointState, Readiness};
-use tessera_node::metrics::instrumented::{DriverGauges, InstrumentedDriver};
+use tessera_node::metrics::instrumented::InstrumentedDriver;
 use tessera_node::metrics::liveness::{Heartbeat, Liveness};
 use tessera_node::mig::SimulatedMig;
 use tessera_node::plan::MigMode;
@@ -77,7 +78,7 @@ fn init_tracing(format: LogFormat) {
 /// The GPUs: where the inventory comes from, how sharing and MIG are applied, and NVML's
 /// health events when there is NVML.
 struct Devices {
-    source: Arc<dyn DeviceSource>,
+    inventory: Arc<NodeInventory>,
     gpu: Arc<dyn tessera_node::sharing::GpuControl>,
     mig: Arc<dyn tessera_node::mig::MigControl>,
     health_events: Option<HealthEvents>,
@@ -95,7 +96,7 @@ fn open_devices(args: &Args) -> anyhow::Result<Devices> {
             "GPU backend (mock: sharing and MIG simulated under the state directory, no health events)"
         );
         return Ok(Devices {
-            source: Arc::new(source),
+            inventory: Arc::new(NodeInventory::read(Arc::new(source)).context("--topology")?),
             gpu: Arc::new(SimulatedGpuControl::new(
                 args.state_dir.join("simulated-gpu"),
             )),
@@ -130,7 +131,9 @@ fn open_devices(args: &Args) -> anyhow::Result<Devices> {
         }
     };
     Ok(Devices {
-        source: nvml.clone(),
+        inventory: Arc::new(
+            NodeInventory::read(nvml.clone()).context("cannot read the GPUs through NVML")?,
+        ),
         gpu: Arc::new(SystemGpuControl::default()),
         mig: nvml,
         health_events,
@@ -167,7 +170,7 @@ async fn start_driver(
     let config =
         NodeDriverConfig::new(&args.node_name, &args.cdi_root, &args.state_dir).mig_mode(mig_mode);
     let parts = DriverParts {
-        devices: Arc::clone(&devices.source),
+        inventory: Arc::clone(&devices.inventory),
         claims: Arc::new(KubeClaimSource::new(client.clone())),
         gpu: Arc::clone(&devices.gpu),
         mig: Arc::clone(&devices.mig),
@@ -182,14 +185,6 @@ async fn start_driver(
     Ok(driver)
 }
 
-fn driver_gauges(driver: &NodeDriver) -> DriverGauges {
-    let stats = driver.stats();
-    DriverGauges {
-        prepared_devices: stats.prepared_devices,
-        checkpoint_quarantines: stats.checkpoint_quarantines,
-    }
-}
-
 async fn run(args: Args) -> anyhow::Result<()> {
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let devices = open_devices(&args)?;
@@ -199,13 +194,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (kubelet_health, kubelet_health_feed) = watch::channel(Vec::new());
 
     let driver = start_driver(&args, &client, &devices).await?;
-    let inventory_observer = {
-        let driver = driver.clone();
-        Box::new(move |inventory: &tessera_topology::Inventory| {
-            driver.update_inventory(inventory.clone())
-        })
-    };
-    let driver = InstrumentedDriver::new(driver, metrics.clone(), Some(driver_gauges));
+    let driver = InstrumentedDriver::new(driver, metrics.clone(), Some(NodeDriver::stats));
     let plugin = PluginConfig::new(DRIVER_NAME)
         .registrar_dir(&args.kubelet_registrar_directory_path)
         .plugins_dir(&args.kubelet_plugins_directory_path)
@@ -236,7 +225,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             },
             metrics.clone(),
         ),
-        source: Arc::clone(&devices.source),
+        inventory: Arc::clone(&devices.inventory),
         findings: findings.clone(),
         node,
         registration: plugin.registration_state(),
@@ -245,7 +234,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         heartbeat: publisher_heartbeat,
         rescan_interval: args.rescan_interval,
-        inventory_observer: Some(inventory_observer),
     };
     let publishing = tokio::spawn(publish_loop.run(until_stopped()));
 

@@ -54,17 +54,29 @@ async fn whole_gpus_are_prepared_once_and_unprepared() {
     // Prepared claims are answered from the checkpoint: the API server is not even asked.
     h.claims.remove("ml", "train");
     let again = driver.prepare(vec![claim.clone()]).await;
-    assert_eq!(again[&uid], Ok(devices));
+    assert_eq!(again[&uid].clone().map_err(|e| e.to_string()), Ok(devices));
 
-    assert_eq!(driver.unprepare(vec![claim.clone()]).await[&uid], Ok(()));
+    assert_eq!(
+        driver.unprepare(vec![claim.clone()]).await[&uid]
+            .clone()
+            .map_err(|e| e.to_string()),
+        Ok(())
+    );
     assert!(h.spec_uids().is_empty());
     assert!(h.read_checkpoint().claims.is_empty());
     assert_eq!(driver.stats().prepared_claims, 0);
     // Unprepare is idempotent, and an unknown claim succeeds.
-    assert_eq!(driver.unprepare(vec![claim.clone()]).await[&uid], Ok(()));
+    assert_eq!(
+        driver.unprepare(vec![claim.clone()]).await[&uid]
+            .clone()
+            .map_err(|e| e.to_string()),
+        Ok(())
+    );
     let stranger = tessera_kubelet::ClaimRef::new("ml", "never", uid_of("never"));
     assert_eq!(
-        driver.unprepare(vec![stranger.clone()]).await[&stranger.uid],
+        driver.unprepare(vec![stranger.clone()]).await[&stranger.uid]
+            .clone()
+            .map_err(|e| e.to_string()),
         Ok(())
     );
 }
@@ -113,7 +125,7 @@ async fn bad_claims_fail_alone_with_a_message_naming_them() {
         (&wrong_uid, "not 00000000-0000-4000-8000-00000000beef"),
         (&missing, "does not exist"),
     ] {
-        let err = results[&claim.uid].clone().unwrap_err();
+        let err = results[&claim.uid].clone().unwrap_err().to_string();
         assert!(err.contains(&format!("claim {claim}")), "{err}");
         assert!(err.contains(want), "{err} lacks {want}");
     }
@@ -128,6 +140,7 @@ async fn bad_claims_fail_alone_with_a_message_naming_them() {
         results[&unknown.uid]
             .clone()
             .unwrap_err()
+            .to_string()
             .contains("unavailable")
     );
 }
@@ -260,13 +273,15 @@ async fn dynamic_mig_creates_on_prepare_and_destroys_on_unprepare() {
     let overlap = h.claim("overlap", &[("mig", "gpu-1-mig-2g-20gb-2")], vec![]);
     let err = driver.prepare(vec![overlap.clone()]).await[&overlap.uid]
         .clone()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("overlaps"), "{err}");
     // And one naming the very same placement is told to wait, not handed the instance.
     let same = h.claim("same", &[("mig", "gpu-1-mig-1g-10gb-3")], vec![]);
     let err = driver.prepare(vec![same.clone()]).await[&same.uid]
         .clone()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("still held by claim ml/slice"), "{err}");
     assert_eq!(h.spec_uids(), vec![uid.clone()]);
 
@@ -299,7 +314,8 @@ async fn a_failing_side_effect_undoes_the_claim() {
     h.gpu.fail_next(GpuOperation::StartMps);
     let err = driver.prepare(vec![claim.clone()]).await[&claim.uid]
         .clone()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("cannot start the MPS daemon"), "{err}");
     assert!(h.spec_uids().is_empty());
     assert!(h.read_checkpoint().claims.is_empty());
@@ -333,7 +349,8 @@ async fn a_failed_undo_is_retried_by_the_next_call() {
     h.gpu.fail_next(GpuOperation::StopMps);
     let err = driver.unprepare(vec![claim.clone()]).await[&claim.uid]
         .clone()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("cannot stop the MPS daemon"), "{err}");
     assert_eq!(
         h.read_checkpoint().claims[claim.uid.as_str()].state,
@@ -415,12 +432,15 @@ async fn a_plain_claim_whose_unprepare_is_not_recorded_keeps_its_spec() {
     std::fs::create_dir_all(checkpoint.join("in-the-way")).unwrap();
     let err = driver.unprepare(vec![claim.clone()]).await[&claim.uid]
         .clone()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("cannot write the checkpoint"), "{err}");
     // Still recorded as prepared, so its spec is back: a prepare call hands out ids that work.
     assert_eq!(h.spec_uids(), vec![claim.uid.to_string()]);
     assert_eq!(
-        driver.prepare(vec![claim.clone()]).await[&claim.uid],
+        driver.prepare(vec![claim.clone()]).await[&claim.uid]
+            .clone()
+            .map_err(|e| e.to_string()),
         Ok(devices)
     );
 
@@ -465,7 +485,7 @@ async fn a_spec_that_cannot_be_written_or_removed_fails_only_its_claim() {
     let results = driver.prepare(batch.clone()).await;
     assert!(results[&plain.uid].is_ok(), "{results:?}");
     assert!(results[&mps.uid].is_ok(), "{results:?}");
-    let err = results[&sliced.uid].clone().unwrap_err();
+    let err = results[&sliced.uid].clone().unwrap_err().to_string();
     assert!(
         err.contains(&format!("CDI spec {}", blocker.display())),
         "{err}"
@@ -505,9 +525,15 @@ async fn a_spec_that_cannot_be_written_or_removed_fails_only_its_claim() {
     std::fs::remove_file(&mps_spec).unwrap();
     std::fs::create_dir(&mps_spec).unwrap();
     let results = driver.unprepare(batch.clone()).await;
-    assert_eq!(results[&plain.uid], Ok(()));
-    assert_eq!(results[&sliced.uid], Ok(()));
-    let err = results[&mps.uid].clone().unwrap_err();
+    assert_eq!(
+        results[&plain.uid].clone().map_err(|e| e.to_string()),
+        Ok(())
+    );
+    assert_eq!(
+        results[&sliced.uid].clone().map_err(|e| e.to_string()),
+        Ok(())
+    );
+    let err = results[&mps.uid].clone().unwrap_err().to_string();
     assert!(
         err.contains(&format!("cannot remove CDI spec {}", mps_spec.display())),
         "{err}"
@@ -515,7 +541,12 @@ async fn a_spec_that_cannot_be_written_or_removed_fails_only_its_claim() {
     let recorded: Vec<String> = h.read_checkpoint().claims.into_keys().collect();
     assert_eq!(recorded, vec![mps.uid.to_string()]);
     std::fs::remove_dir(&mps_spec).unwrap();
-    assert_eq!(driver.unprepare(batch).await[&mps.uid], Ok(()));
+    assert_eq!(
+        driver.unprepare(batch).await[&mps.uid]
+            .clone()
+            .map_err(|e| e.to_string()),
+        Ok(())
+    );
     assert!(h.spec_uids().is_empty());
     assert!(h.read_checkpoint().claims.is_empty());
     assert!(h.gpu.running_daemons().is_empty());

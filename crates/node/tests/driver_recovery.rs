@@ -134,7 +134,9 @@ async fn an_interrupted_unprepare_is_finished() {
     assert_eq!(report.finished_unprepare.len(), 1, "{report:?}");
     assert_nothing_left(&h);
     assert_eq!(
-        driver.unprepare(vec![claim.clone()]).await[&claim.uid],
+        driver.unprepare(vec![claim.clone()]).await[&claim.uid]
+            .clone()
+            .map_err(|e| e.to_string()),
         Ok(())
     );
 }
@@ -160,7 +162,9 @@ async fn a_prepared_claim_survives_a_restart_unchanged() {
     assert_eq!(h.spec(claim.uid.as_str()), spec_before);
     assert_eq!(h.mig.all_instances(), instances_before);
     assert_eq!(
-        driver.prepare(vec![claim.clone()]).await[&claim.uid],
+        driver.prepare(vec![claim.clone()]).await[&claim.uid]
+            .clone()
+            .map_err(|e| e.to_string()),
         Ok(devices)
     );
 }
@@ -198,7 +202,9 @@ async fn after_a_reboot_mig_devices_and_daemons_are_recreated() {
     assert_eq!(checkpoint.boot_id, "boot-2");
     // Same CDI ids: the kubelet, which may not ask again, still has the right ones.
     assert_eq!(
-        driver.prepare(vec![claim.clone()]).await[&claim.uid],
+        driver.prepare(vec![claim.clone()]).await[&claim.uid]
+            .clone()
+            .map_err(|e| e.to_string()),
         Ok(devices)
     );
 }
@@ -333,7 +339,9 @@ async fn claims_without_node_local_effects_converge_without_intent_records() {
     assert_eq!(report.reestablished.len(), 1, "{report:?}");
     assert_eq!(std::fs::read(&spec_path).unwrap(), spec, "the spec is back");
     assert_eq!(
-        driver.unprepare(vec![plain.clone()]).await[&plain.uid],
+        driver.unprepare(vec![plain.clone()]).await[&plain.uid]
+            .clone()
+            .map_err(|e| e.to_string()),
         Ok(())
     );
     drop(driver);

@@ -96,7 +96,7 @@ async fn child() {
     ));
     let claim = ClaimRef::new("ml", "dynamic", uid_of("dynamic"));
     let parts = DriverParts {
-        devices: nvml.clone(),
+        inventory: Arc::new(tessera_node::inventory::NodeInventory::read(nvml.clone()).unwrap()),
         claims: Arc::new(KubeClaimSource::new(api.client())),
         gpu: h.gpu.clone(),
         mig: nvml.clone(),

@@ -195,7 +195,7 @@ async fn kubelet_prepares_and_unprepares_claims_served_by_the_api_server() {
             "field `sharing.mps.pinned`: unknown field `pinned`",
         ),
     ] {
-        let err = results[&claim.uid].clone().unwrap_err();
+        let err = results[&claim.uid].clone().unwrap_err().to_string();
         assert!(err.contains(&format!("claim {claim}")), "{err}");
         assert!(err.contains(want), "{err} lacks {want}");
     }

@@ -14,6 +14,7 @@ use prometheus_client::registry::Registry;
 use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
 use tessera_kubelet::{HealthStatus, RegistrationState};
 use tessera_node::health::{HealthFindings, SharedFindings};
+use tessera_node::inventory::NodeInventory;
 use tessera_node::metrics::NodeMetrics;
 use tessera_node::metrics::liveness::Heartbeat;
 use tessera_node::publish::runner::PublishLoop;
@@ -319,7 +320,7 @@ fn start_loop(server: &FakeApiServer, source: Arc<dyn DeviceSource>) -> RunningL
             },
             metrics.clone(),
         ),
-        source,
+        inventory: Arc::new(NodeInventory::read(source).unwrap()),
         findings: findings.clone(),
         node,
         registration: registration_rx,
@@ -328,7 +329,6 @@ fn start_loop(server: &FakeApiServer, source: Arc<dyn DeviceSource>) -> RunningL
         metrics,
         heartbeat: Heartbeat::new("publisher", Duration::from_secs(60)),
         rescan_interval: Duration::from_millis(100),
-        inventory_observer: None,
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(publish_loop.run(async {

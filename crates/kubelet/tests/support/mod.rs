@@ -68,6 +68,8 @@ pub fn cdi_id(claim: &ClaimRef) -> String {
 }
 
 impl DraDriver for RecordingDriver {
+    type Error = String;
+
     async fn prepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, PrepareResult> {
         self.calls
             .lock()

@@ -18,7 +18,6 @@ use tessera_api::checkpoint::{ClaimRecord, DeviceRecord, DeviceTarget};
 use tessera_cdi::{ContainerEdits, Device, DeviceNode, Kind, Mount, NameError, Spec};
 
 use crate::mig::MigCapMinors;
-use crate::plan::uses_mps;
 use crate::sharing::{MPS_LOG_DIRECTORY_IN_CONTAINER, MPS_PIPE_DIRECTORY_IN_CONTAINER};
 
 /// The CDI class of Tessera's per-claim specs.
@@ -154,7 +153,7 @@ pub fn claim_spec(
             device_nodes: device_nodes(device, caps)?,
             ..ContainerEdits::default()
         };
-        if let Some(mps) = record.mps.as_ref().filter(|_| uses_mps(device)) {
+        if let Some(mps) = record.mps.as_ref().filter(|_| device.uses_mps()) {
             edits.env.push(format!(
                 "CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE_DIRECTORY_IN_CONTAINER}"
             ));

@@ -11,12 +11,14 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tessera_api::checkpoint::{ClaimRecord, DeviceTarget, MigLifecycle};
 use tessera_cdi::{Spec, SpecDirError};
 use tessera_topology::ResolvedDevice;
 
 use super::Core;
+use super::placements::HeldPlacements;
 use crate::cdi_spec::{self, CdiSpecError};
 use crate::checkpoint::CheckpointStoreError;
 use crate::mig::{self, MigError};
@@ -34,7 +36,7 @@ pub enum EffectError {
     #[error("cannot write or remove the claim's CDI spec: {0}")]
     SpecDir(#[from] SpecDirError),
     #[error("{0}; the claim's side effects were undone or will be at the next start")]
-    Checkpoint(#[from] CheckpointStoreError),
+    Checkpoint(Arc<CheckpointStoreError>),
     /// Dynamic MIG: another claim still holds the placement (it is being unprepared).
     #[error(
         "MIG device `{device}` is still held by claim {holder}, which the kubelet has not \
@@ -47,6 +49,19 @@ pub enum EffectError {
     /// The claim's MPS directory could not be created or removed.
     #[error("cannot create or remove the MPS directory {}: {source}", path.display())]
     MpsDirectory { path: PathBuf, source: io::Error },
+}
+
+impl From<CheckpointStoreError> for EffectError {
+    fn from(error: CheckpointStoreError) -> Self {
+        Self::Checkpoint(Arc::new(error))
+    }
+}
+
+impl EffectError {
+    /// A failed checkpoint write, for each claim of the batch it failed.
+    pub(super) fn checkpoint(error: &Arc<CheckpointStoreError>) -> Self {
+        Self::Checkpoint(Arc::clone(error))
+    }
 }
 
 /// Whether a claim changes anything on the node besides its CDI spec: a dynamic MIG device,
@@ -65,24 +80,13 @@ pub(super) fn has_node_local_effects(record: &ClaimRecord) -> bool {
         })
 }
 
-/// Whether two MIG targets name the same placement of the same GPU.
-fn same_placement(a: &DeviceTarget, b: &DeviceTarget) -> bool {
-    matches!(
-        (a, b),
-        (
-            DeviceTarget::Mig { parent_uuid: g1, profile: p1, placement_start: s1, .. },
-            DeviceTarget::Mig { parent_uuid: g2, profile: p2, placement_start: s2, .. },
-        ) if g1 == g2 && p1 == p2 && s1 == s2
-    )
-}
-
 impl Core {
     /// Refuses a dynamic MIG device whose placement another claim's record still holds.
     pub(super) fn check_placements_free(
         &self,
         uid: &str,
         record: &ClaimRecord,
-        others: &BTreeMap<String, ClaimRecord>,
+        held: &HeldPlacements,
     ) -> Result<(), EffectError> {
         for device in &record.devices {
             if !matches!(
@@ -94,17 +98,10 @@ impl Core {
             ) {
                 continue;
             }
-            let holder = others.iter().find(|(other_uid, other)| {
-                *other_uid != uid
-                    && other
-                        .devices
-                        .iter()
-                        .any(|d| same_placement(&d.target, &device.target))
-            });
-            if let Some((holder_uid, holder)) = holder {
+            if let Some(holder) = held.held_by_other(uid, &device.target) {
                 return Err(EffectError::PlacementBusy {
                     device: device.device.clone(),
-                    holder: format!("{} ({holder_uid})", holder.display_name()),
+                    holder,
                 });
             }
         }
@@ -250,16 +247,16 @@ impl Core {
     /// Undoes a claim's side effects, newest first: removes the CDI spec (no container can
     /// get the devices any more), stops sharing, removes the MPS directory, destroys dynamic
     /// MIG instances. Every step is attempted even if an earlier one failed; the first error is
-    /// returned. `others` are the other claims' records: an instance at a placement another
-    /// claim holds is never destroyed on a guess.
+    /// returned. An instance not recorded yet at a placement another claim holds (`held`) is
+    /// never destroyed on a guess.
     pub(super) fn undo(
         &self,
         uid: &str,
         record: &ClaimRecord,
-        others: &BTreeMap<String, ClaimRecord>,
+        held: &HeldPlacements,
     ) -> Result<(), EffectError> {
         let spec_removed = self.specs.remove(uid).map(drop).map_err(EffectError::from);
-        self.undo_node_local(uid, record, others, spec_removed)
+        self.undo_node_local(uid, record, held, spec_removed)
     }
 
     /// [`Core::undo`] after the caller removed the claim's CDI spec (`spec_removed` says how
@@ -271,7 +268,7 @@ impl Core {
         &self,
         uid: &str,
         record: &ClaimRecord,
-        others: &BTreeMap<String, ClaimRecord>,
+        held: &HeldPlacements,
         spec_removed: Result<(), EffectError>,
     ) -> Result<(), EffectError> {
         let mut first_error: Option<EffectError> = None;
@@ -302,14 +299,8 @@ impl Core {
             else {
                 continue;
             };
-            let held_by_other = instance.is_none()
-                && others.iter().any(|(other_uid, other)| {
-                    other_uid != uid
-                        && other
-                            .devices
-                            .iter()
-                            .any(|d| same_placement(&d.target, &device.target))
-                });
+            let held_by_other =
+                instance.is_none() && held.held_by_other(uid, &device.target).is_some();
             if held_by_other {
                 continue;
             }

@@ -55,24 +55,28 @@
 //! (new MIG UUIDs; the CDI ids, named after devices, stay the same).
 
 mod effects;
+mod error;
 mod locks;
+mod placements;
 mod prepare;
 mod recovery;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 
 use tessera_cdi::{SpecDir, SpecDirError};
 use tessera_kubelet::{ClaimRef, ClaimUid, DraDriver, PrepareResult, UnprepareResult};
-use tessera_topology::{DeviceSource, Inventory, SourceError};
+use tessera_topology::{Inventory, SourceError};
 
 pub use effects::EffectError;
+pub use error::{ClaimError, ClaimFailure};
 pub use recovery::StartupReport;
 
 use crate::checkpoint::{CheckpointStore, CheckpointStoreError, DEFAULT_BOOT_ID_PATH};
 use crate::claims::{ClaimSource, ClaimSourceError};
+use crate::inventory::NodeInventory;
 use crate::mig::{DEFAULT_MIG_MINORS_PATH, MigCapMinors, MigControl};
 use crate::plan::MigMode;
 use crate::sharing::GpuControl;
@@ -135,8 +139,8 @@ impl NodeDriverConfig {
 /// The driver's collaborators.
 #[derive(Clone)]
 pub struct DriverParts {
-    /// The node's GPUs.
-    pub devices: Arc<dyn DeviceSource>,
+    /// The node's GPUs, shared with the slice publisher (read again at start).
+    pub inventory: Arc<NodeInventory>,
     /// Where claims are read.
     pub claims: Arc<dyn ClaimSource>,
     /// Sharing.
@@ -163,7 +167,8 @@ pub enum StartError {
     Recovery(String),
 }
 
-/// Counters the runtime exports as metrics.
+/// The driver's counters, which the runtime exports as metrics
+/// ([`crate::metrics::instrumented::InstrumentedDriver`] reads them after every call).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DriverStats {
     /// Corrupt checkpoints moved aside (at most one per start).
@@ -182,8 +187,7 @@ pub(crate) struct Core {
     mig_mode: MigMode,
     mps_root: PathBuf,
     caps: MigCapMinors,
-    inventory: RwLock<Arc<Inventory>>,
-    devices: Arc<dyn DeviceSource>,
+    inventory: Arc<NodeInventory>,
     claims: Arc<dyn ClaimSource>,
     gpu: Arc<dyn GpuControl>,
     mig: Arc<dyn MigControl>,
@@ -196,14 +200,12 @@ pub(crate) struct Core {
 
 impl Core {
     pub(crate) fn inventory(&self) -> Arc<Inventory> {
-        Arc::clone(&self.inventory.read().unwrap_or_else(|e| e.into_inner()))
+        self.inventory.current()
     }
 
     /// Re-reads the inventory (a stale one names fewer devices or old MIG instances).
     fn refresh_inventory(&self) -> Result<Arc<Inventory>, SourceError> {
-        let fresh = Arc::new(self.devices.inventory()?);
-        *self.inventory.write().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&fresh);
-        Ok(fresh)
+        self.inventory.rescan()
     }
 }
 
@@ -253,15 +255,6 @@ impl NodeDriver {
         self.core.store.path()
     }
 
-    /// Replaces the inventory used to resolve device names (e.g. after the runtime rescanned).
-    pub fn update_inventory(&self, inventory: Inventory) {
-        *self
-            .core
-            .inventory
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = Arc::new(inventory);
-    }
-
     /// The CDI spec file of claim `claim_uid` (whether or not it exists).
     pub fn cdi_spec_path(&self, claim_uid: &str) -> Option<PathBuf> {
         self.core.specs.path_of(claim_uid).ok()
@@ -271,26 +264,27 @@ impl NodeDriver {
 /// Runs blocking driver work off the async runtime; a panic becomes a per-claim error.
 async fn blocking<T: Send + 'static>(
     claims: &[ClaimRef],
-    work: impl FnOnce() -> BTreeMap<ClaimUid, Result<T, String>> + Send + 'static,
-) -> BTreeMap<ClaimUid, Result<T, String>> {
+    work: impl FnOnce() -> BTreeMap<ClaimUid, Result<T, ClaimError>> + Send + 'static,
+) -> BTreeMap<ClaimUid, Result<T, ClaimError>> {
     match tokio::task::spawn_blocking(work).await {
         Ok(results) => results,
         Err(e) => claims
             .iter()
             .map(|claim| {
-                (
-                    claim.uid.clone(),
-                    Err(format!(
-                        "claim {claim}: internal error in the node plugin: {e}"
-                    )),
-                )
+                let failure = ClaimFailure::Internal(e.to_string());
+                (claim.uid.clone(), Err(ClaimError::new(claim, failure)))
             })
             .collect(),
     }
 }
 
 impl DraDriver for NodeDriver {
-    async fn prepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, PrepareResult> {
+    type Error = ClaimError;
+
+    async fn prepare(
+        &self,
+        claims: Vec<ClaimRef>,
+    ) -> BTreeMap<ClaimUid, PrepareResult<ClaimError>> {
         let mut results = BTreeMap::new();
         let mut to_read = Vec::new();
         for claim in claims {
@@ -316,7 +310,10 @@ impl DraDriver for NodeDriver {
         results
     }
 
-    async fn unprepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, UnprepareResult> {
+    async fn unprepare(
+        &self,
+        claims: Vec<ClaimRef>,
+    ) -> BTreeMap<ClaimUid, UnprepareResult<ClaimError>> {
         let core = Arc::clone(&self.core);
         let batch = claims.clone();
         blocking(&claims, move || core.unprepare_batch(batch)).await

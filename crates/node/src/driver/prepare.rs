@@ -2,6 +2,7 @@
 //! [`crate::driver`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tessera_api::checkpoint::{ClaimRecord, ClaimState};
@@ -9,6 +10,8 @@ use tessera_kubelet::{ClaimRef, ClaimUid, PrepareResult, PreparedDevice, Unprepa
 
 use super::Core;
 use super::effects::{EffectError, has_node_local_effects};
+use super::error::{ClaimError, ClaimFailure, logged};
+use super::placements::HeldPlacements;
 use crate::claims::ClaimSourceError;
 use crate::plan::{ClaimIdentity, PlanContext, PlanError, plan_claim};
 
@@ -33,13 +36,19 @@ pub(super) fn prepared_devices(record: &ClaimRecord) -> Vec<PreparedDevice> {
 fn failed<T>(
     claim: &ClaimRef,
     operation: &str,
-    error: impl std::fmt::Display,
-) -> Result<T, String> {
-    tracing::warn!(claim = %claim, %error, "{operation} failed");
-    Err(format!("claim {claim}: {error}"))
+    failure: impl Into<ClaimFailure>,
+) -> Result<T, ClaimError> {
+    let error = ClaimError::new(claim, failure);
+    tracing::warn!(claim = %logged(&claim), error = %logged(&error.failure), "{operation} failed");
+    Err(error)
 }
 
 impl Core {
+    /// The MIG placements the recorded claims hold.
+    fn held_placements(&self) -> HeldPlacements {
+        HeldPlacements::of(&self.store.records())
+    }
+
     /// The devices of `uid` if it is prepared.
     pub(super) fn completed_devices(&self, uid: &str) -> Option<Vec<PreparedDevice>> {
         self.store
@@ -78,9 +87,7 @@ impl Core {
 
     /// Undoes a record an earlier call left unfinished, then drops it.
     fn clean_up_unfinished(&self, uid: &str, record: &ClaimRecord) -> Result<(), EffectError> {
-        let mut others = self.store.records();
-        others.remove(uid);
-        self.undo(uid, record, &others)?;
+        self.undo(uid, record, &self.held_placements())?;
         self.store.update(|claims| {
             claims.remove(uid);
         })?;
@@ -93,7 +100,7 @@ impl Core {
         claim: &ClaimRef,
         fetched: Fetched,
         planned: &BTreeMap<String, ClaimRecord>,
-    ) -> Result<Admitted, String> {
+    ) -> Result<Admitted, ClaimError> {
         let uid = claim.uid.as_str();
         match self.store.get(uid) {
             Some(record) if record.state == ClaimState::PrepareCompleted => {
@@ -108,22 +115,16 @@ impl Core {
         }
         let object = match fetched {
             Ok(Some(object)) => object,
-            Ok(None) => {
-                return failed(
-                    claim,
-                    "reading the claim",
-                    "the claim does not exist in the API server",
-                );
-            }
+            Ok(None) => return failed(claim, "reading the claim", ClaimFailure::NotFound),
             Err(e) => return failed(claim, "reading the claim", e),
         };
         let record = match self.plan(claim, &object) {
             Ok(record) => record,
             Err(e) => return failed(claim, "planning", e),
         };
-        let mut others = self.store.records();
-        others.extend(planned.iter().map(|(u, r)| (u.clone(), r.clone())));
-        if let Err(e) = self.check_placements_free(uid, &record, &others) {
+        let records = self.store.records();
+        let held = HeldPlacements::of(records.iter().chain(planned));
+        if let Err(e) = self.check_placements_free(uid, &record, &held) {
             return failed(claim, "planning", e);
         }
         Ok(Admitted::Planned(record))
@@ -137,16 +138,17 @@ impl Core {
         record: ClaimRecord,
         error: EffectError,
     ) -> (EffectError, Option<ClaimRecord>) {
-        let mut others = self.store.records();
-        others.remove(uid);
-        let leftover = self.undo(uid, &record, &others).err().map(|_| record);
+        let leftover = self
+            .undo(uid, &record, &self.held_placements())
+            .err()
+            .map(|_| record);
         (error, leftover)
     }
 
     pub(super) fn prepare_batch(
         &self,
         work: Vec<(ClaimRef, Fetched)>,
-    ) -> BTreeMap<ClaimUid, PrepareResult> {
+    ) -> BTreeMap<ClaimUid, PrepareResult<ClaimError>> {
         let uids: Vec<String> = work.iter().map(|(c, _)| c.uid.to_string()).collect();
         let _held = self.locks.lock(&uids);
         let mut results = BTreeMap::new();
@@ -178,14 +180,21 @@ impl Core {
             .filter(|(_, record)| has_node_local_effects(record))
             .collect();
         if !intents.is_empty()
-            && let Err(e) = self.store.update(|records| {
-                records.extend(intents.iter().map(|(u, r)| ((*u).clone(), (*r).clone())));
-            })
+            && let Err(e) = self
+                .store
+                .update(|records| {
+                    records.extend(intents.iter().map(|(u, r)| ((*u).clone(), (*r).clone())));
+                })
+                .map_err(Arc::new)
         {
             for claim in claims.values() {
                 results.insert(
                     claim.uid.clone(),
-                    failed(claim, "recording PrepareStarted", &e),
+                    failed(
+                        claim,
+                        "recording PrepareStarted",
+                        EffectError::checkpoint(&e),
+                    ),
                 );
             }
             return results;
@@ -224,18 +233,21 @@ impl Core {
         }
 
         // Step 5: one write records the finished claims and drops the undone ones.
-        let committed = self.store.update(|records| {
-            for (uid, result) in &outcome {
-                match result {
-                    Ok(record) | Err((_, Some(record))) => {
-                        records.insert(uid.clone(), record.clone());
-                    }
-                    Err((_, None)) => {
-                        records.remove(uid);
+        let committed = self
+            .store
+            .update(|records| {
+                for (uid, result) in &outcome {
+                    match result {
+                        Ok(record) | Err((_, Some(record))) => {
+                            records.insert(uid.clone(), record.clone());
+                        }
+                        Err((_, None)) => {
+                            records.remove(uid);
+                        }
                     }
                 }
-            }
-        });
+            })
+            .map_err(Arc::new);
         crate::crash::point("prepare:completed-recorded");
         for (uid, result) in outcome {
             let claim = &claims[&uid];
@@ -244,10 +256,12 @@ impl Core {
                 (Ok(record), Err(e)) => {
                     // Not recorded as completed: the checkpoint still says PrepareStarted.
                     // Undo now rather than leave a claim the kubelet was not told about.
-                    let mut others = self.store.records();
-                    others.remove(&uid);
-                    let _ = self.undo(&uid, &record, &others);
-                    failed(claim, "recording PrepareCompleted", e)
+                    let _ = self.undo(&uid, &record, &self.held_placements());
+                    failed(
+                        claim,
+                        "recording PrepareCompleted",
+                        EffectError::checkpoint(e),
+                    )
                 }
                 (Err((e, _)), _) => failed(claim, "preparing", e),
             };
@@ -259,7 +273,7 @@ impl Core {
     pub(super) fn unprepare_batch(
         &self,
         claims: Vec<ClaimRef>,
-    ) -> BTreeMap<ClaimUid, UnprepareResult> {
+    ) -> BTreeMap<ClaimUid, UnprepareResult<ClaimError>> {
         let uids: Vec<String> = claims.iter().map(|c| c.uid.to_string()).collect();
         let _held = self.locks.lock(&uids);
         let mut results = BTreeMap::new();
@@ -284,18 +298,25 @@ impl Core {
             .filter(|(_, record)| has_node_local_effects(record))
             .collect();
         if !intents.is_empty()
-            && let Err(e) = self.store.update(|records| {
-                for (claim, record) in &intents {
-                    let mut started = record.clone();
-                    started.state = ClaimState::UnprepareStarted;
-                    records.insert(claim.uid.to_string(), started);
-                }
-            })
+            && let Err(e) = self
+                .store
+                .update(|records| {
+                    for (claim, record) in &intents {
+                        let mut started = record.clone();
+                        started.state = ClaimState::UnprepareStarted;
+                        records.insert(claim.uid.to_string(), started);
+                    }
+                })
+                .map_err(Arc::new)
         {
             for (claim, _) in &undoing {
                 results.insert(
                     claim.uid.clone(),
-                    failed(claim, "recording UnprepareStarted", &e),
+                    failed(
+                        claim,
+                        "recording UnprepareStarted",
+                        EffectError::checkpoint(&e),
+                    ),
                 );
             }
             return results;
@@ -313,10 +334,8 @@ impl Core {
         for entry in &undoing {
             let (claim, record) = entry;
             let uid = claim.uid.as_str();
-            let mut others = self.store.records();
-            others.remove(uid);
             let spec_removed = removed.remove(uid).unwrap_or(Ok(()));
-            match self.undo_node_local(uid, record, &others, spec_removed) {
+            match self.undo_node_local(uid, record, &self.held_placements(), spec_removed) {
                 Ok(()) => {
                     crate::crash::point("unprepare:node-local-undone");
                     done.push(entry);
@@ -326,11 +345,14 @@ impl Core {
                 }
             }
         }
-        let committed = self.store.update(|records| {
-            for (claim, _) in &done {
-                records.remove(claim.uid.as_str());
-            }
-        });
+        let committed = self
+            .store
+            .update(|records| {
+                for (claim, _) in &done {
+                    records.remove(claim.uid.as_str());
+                }
+            })
+            .map_err(Arc::new);
         crate::crash::point("unprepare:records-dropped");
         for (claim, record) in done {
             let answer = match &committed {
@@ -347,7 +369,7 @@ impl Core {
                                 "restoring the CDI spec after a failed unprepare failed");
                         }
                     }
-                    failed(claim, "recording the unprepare", e)
+                    failed(claim, "recording the unprepare", EffectError::checkpoint(e))
                 }
             };
             results.insert(claim.uid.clone(), answer);

@@ -3,8 +3,8 @@
 //! owns (see the crash-point table in [`crate::driver`]).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -12,6 +12,7 @@ use tessera_api::checkpoint::{ClaimRecord, ClaimState, DeviceTarget};
 use tessera_cdi::SpecDir;
 
 use super::locks::ClaimLocks;
+use super::placements::HeldPlacements;
 use super::{Core, DriverParts, NodeDriver, NodeDriverConfig, StartError};
 use crate::cdi_spec;
 use crate::checkpoint::{CheckpointStore, LoadOutcome, read_boot_id};
@@ -82,7 +83,6 @@ pub(super) async fn start(
     parts: DriverParts,
 ) -> Result<(NodeDriver, StartupReport), StartError> {
     let boot_id = read_boot_id(&config.boot_id_path)?;
-    let inventory = parts.devices.inventory()?;
     let (store, loaded, outcome) = CheckpointStore::open(&config.state_dir, &boot_id)?;
     let specs = SpecDir::new(&config.cdi_root, cdi_spec::kind());
     specs.remove_stale_temp_files(STALE_TEMP_FILE_AGE)?;
@@ -121,8 +121,7 @@ pub(super) async fn start(
         mig_mode: config.mig_mode,
         mps_root: config.state_dir.join("mps"),
         caps: MigCapMinors::load(&config.mig_minors_path),
-        inventory: RwLock::new(Arc::new(inventory)),
-        devices: parts.devices,
+        inventory: parts.inventory,
         claims: parts.claims,
         gpu: parts.gpu,
         mig: parts.mig,
@@ -192,13 +191,12 @@ impl Core {
         report: &mut StartupReport,
     ) -> BTreeMap<String, ClaimRecord> {
         let mut kept = BTreeMap::new();
+        let held = HeldPlacements::of(loaded);
         for (uid, record) in loaded
             .iter()
             .filter(|(_, r)| r.state != ClaimState::PrepareCompleted)
         {
-            let mut others = loaded.clone();
-            others.remove(uid);
-            match self.undo(uid, record, &others) {
+            match self.undo(uid, record, &held) {
                 Ok(()) if record.state == ClaimState::PrepareStarted => {
                     report.rolled_back.push(describe(uid, record));
                 }
@@ -285,7 +283,7 @@ impl Core {
                 }
                 Err(e) => {
                     report.error(format!("claim {name}: rebuilding failed: {e}"));
-                    let _ = self.undo(&uid, &record, kept);
+                    let _ = self.undo(&uid, &record, &HeldPlacements::of(&*kept));
                 }
             }
         }

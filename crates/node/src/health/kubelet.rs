@@ -29,11 +29,16 @@ impl<D> WithDeviceHealth<D> {
 }
 
 impl<D: DraDriver> DraDriver for WithDeviceHealth<D> {
-    async fn prepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, PrepareResult> {
+    type Error = D::Error;
+
+    async fn prepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, PrepareResult<D::Error>> {
         self.driver.prepare(claims).await
     }
 
-    async fn unprepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, UnprepareResult> {
+    async fn unprepare(
+        &self,
+        claims: Vec<ClaimRef>,
+    ) -> BTreeMap<ClaimUid, UnprepareResult<D::Error>> {
         self.driver.unprepare(claims).await
     }
 

@@ -1,7 +1,7 @@
 //! [`InstrumentedDriver`]: counts and times the kubelet's calls on any [`DraDriver`], so that
-//! the claim-preparation driver stays free of metrics code. The driver's own counters (devices
-//! held by prepared claims, checkpoint quarantines) come in through a [`DriverGauges`] reader
-//! called after every call.
+//! the claim-preparation driver stays free of metrics code. The driver's own counters
+//! ([`DriverStats`]: devices held by prepared claims, checkpoint quarantines) are read after
+//! every call.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,21 +13,13 @@ use tessera_kubelet::{
 use tokio::sync::watch;
 
 use super::{ClaimOperation, NodeMetrics, Outcome};
-
-/// The driver's own counters, as totals.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DriverGauges {
-    /// Devices held by prepared claims now.
-    pub prepared_devices: u64,
-    /// Corrupt checkpoints quarantined since the driver started.
-    pub checkpoint_quarantines: u64,
-}
+use crate::DriverStats;
 
 /// A driver whose calls are counted and timed in [`NodeMetrics`].
 pub struct InstrumentedDriver<D> {
     driver: D,
     metrics: NodeMetrics,
-    gauges: Option<fn(&D) -> DriverGauges>,
+    gauges: Option<fn(&D) -> DriverStats>,
     quarantines_counted: AtomicU64,
 }
 
@@ -39,8 +31,8 @@ impl<D> std::fmt::Debug for InstrumentedDriver<D> {
 
 impl<D> InstrumentedDriver<D> {
     /// Wraps `driver`; `gauges` (if any) reads the driver's counters after each call and once
-    /// now.
-    pub fn new(driver: D, metrics: NodeMetrics, gauges: Option<fn(&D) -> DriverGauges>) -> Self {
+    /// now (for the node driver: [`crate::NodeDriver::stats`]).
+    pub fn new(driver: D, metrics: NodeMetrics, gauges: Option<fn(&D) -> DriverStats>) -> Self {
         let instrumented = Self {
             driver,
             metrics,
@@ -71,10 +63,10 @@ impl<D> InstrumentedDriver<D> {
         }
     }
 
-    fn count<T>(
+    fn count<T, E>(
         &self,
         operation: ClaimOperation,
-        results: &BTreeMap<ClaimUid, Result<T, String>>,
+        results: &BTreeMap<ClaimUid, Result<T, E>>,
         started: Instant,
     ) {
         for result in results.values() {
@@ -86,14 +78,19 @@ impl<D> InstrumentedDriver<D> {
 }
 
 impl<D: DraDriver> DraDriver for InstrumentedDriver<D> {
-    async fn prepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, PrepareResult> {
+    type Error = D::Error;
+
+    async fn prepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, PrepareResult<D::Error>> {
         let started = Instant::now();
         let results = self.driver.prepare(claims).await;
         self.count(ClaimOperation::Prepare, &results, started);
         results
     }
 
-    async fn unprepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, UnprepareResult> {
+    async fn unprepare(
+        &self,
+        claims: Vec<ClaimRef>,
+    ) -> BTreeMap<ClaimUid, UnprepareResult<D::Error>> {
         let started = Instant::now();
         let results = self.driver.unprepare(claims).await;
         self.count(ClaimOperation::Unprepare, &results, started);
@@ -120,6 +117,8 @@ mod tests {
     }
 
     impl DraDriver for Scripted {
+        type Error = String;
+
         async fn prepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, PrepareResult> {
             claims
                 .into_iter()
@@ -149,9 +148,10 @@ mod tests {
                 prepared: AtomicU64::new(0),
             },
             metrics,
-            Some(|d: &Scripted| DriverGauges {
+            Some(|d: &Scripted| DriverStats {
                 prepared_devices: d.prepared.load(Ordering::Relaxed) * 2,
                 checkpoint_quarantines: 1,
+                ..DriverStats::default()
             }),
         );
         let results = driver

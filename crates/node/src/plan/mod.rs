@@ -383,13 +383,5 @@ fn mps_record(
     }))
 }
 
-/// Whether a device is shared with MPS.
-pub(crate) fn uses_mps(device: &DeviceRecord) -> bool {
-    device
-        .sharing
-        .as_ref()
-        .is_some_and(|s| s.strategy == SharingStrategy::Mps)
-}
-
 #[cfg(test)]
 mod tests;

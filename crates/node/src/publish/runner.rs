@@ -4,20 +4,20 @@
 //! (the kubelet wipes a plugin's slices when it restarts, so a new registration also triggers a
 //! check). Failures are retried with exponential backoff. It also keeps the kubelet health list
 //! current. A GPU a rescan finds lost stays published with its last known facts, tainted
-//! unreachable ([`super::lost`]).
+//! unreachable ([`crate::inventory::lost`]).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tessera_kubelet::{DeviceHealth, RegistrationState};
-use tessera_topology::{DeviceSource, Inventory};
+use tessera_topology::Inventory;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::lost::LostGpus;
 use super::{NodeFacts, PublishInput, Publisher};
 use crate::health::{HealthFindings, SharedFindings};
+use crate::inventory::NodeInventory;
 use crate::metrics::liveness::Heartbeat;
 use crate::metrics::{NodeMetrics, Outcome};
 
@@ -33,14 +33,11 @@ pub fn max_silence(interval: Duration) -> Duration {
     interval.saturating_mul(2) + SLOW_API_ALLOWANCE
 }
 
-/// Told about every new inventory (e.g. the claim-preparation driver, which resolves device
-/// names with it).
-pub type InventoryObserver = Box<dyn Fn(&Inventory) + Send + Sync>;
-
 /// Everything the loop reads and writes.
 pub struct PublishLoop {
     pub publisher: Publisher,
-    pub source: Arc<dyn DeviceSource>,
+    /// The node's GPUs, shared with claim preparation; the loop rescans them.
+    pub inventory: Arc<NodeInventory>,
     pub findings: SharedFindings,
     pub node: watch::Receiver<Option<NodeFacts>>,
     pub registration: watch::Receiver<RegistrationState>,
@@ -51,14 +48,12 @@ pub struct PublishLoop {
     pub metrics: NodeMetrics,
     pub heartbeat: Heartbeat,
     pub rescan_interval: Duration,
-    /// Called with the inventory whenever a rescan finds it changed (and after the first read).
-    pub inventory_observer: Option<InventoryObserver>,
 }
 
 /// What the last successful publish was made from.
 #[derive(PartialEq)]
 struct PublishedFrom {
-    inventory: Inventory,
+    inventory: Arc<Inventory>,
     node: NodeFacts,
     findings: HealthFindings,
 }
@@ -80,8 +75,7 @@ impl PublishLoop {
         let mut rescan = tokio::time::interval(self.rescan_interval);
         rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut findings_changed = self.findings.subscribe();
-        let mut inventory: Option<Inventory> = None;
-        let mut lost = LostGpus::default();
+        let mut inventory: Option<Arc<Inventory>> = None;
         let mut last: Option<PublishedFrom> = None;
         let mut failures = 0u32;
         let mut retry_at: Option<Instant> = None;
@@ -104,13 +98,13 @@ impl PublishLoop {
                 return;
             }
             if matches!(wake, Wake::Rescan) || inventory.is_none() {
-                inventory = self.rescan(inventory, &mut lost).await;
+                inventory = self.rescan(inventory).await;
             }
             let Some(current) = inventory.as_ref() else {
                 continue;
             };
             let mut findings = self.findings.snapshot();
-            lost.add_findings(&mut findings);
+            self.inventory.add_lost_findings(&mut findings);
             self.update_kubelet_health(current, &findings, started);
             let node = self.node.borrow().clone();
             let Some(node) = node else {
@@ -121,7 +115,7 @@ impl PublishLoop {
                 continue;
             };
             let input_changed = last.as_ref().is_none_or(|last| {
-                last.inventory != *current || last.node != node || last.findings != findings
+                *last.inventory != **current || last.node != node || last.findings != findings
             });
             let mut needed = input_changed || retry_at.is_some();
             if !needed && matches!(wake, Wake::Rescan | Wake::Registered) {
@@ -154,7 +148,7 @@ impl PublishLoop {
                     retry_at = None;
                     self.published.send_replace(true);
                     last = Some(PublishedFrom {
-                        inventory: current.clone(),
+                        inventory: Arc::clone(current),
                         node,
                         findings,
                     });
@@ -169,28 +163,24 @@ impl PublishLoop {
         }
     }
 
-    /// Reads the inventory on a blocking thread; keeps the previous one when the read fails.
-    /// GPUs the read reports lost keep their facts from `previous` ([`LostGpus::merge`]).
-    async fn rescan(&self, previous: Option<Inventory>, lost: &mut LostGpus) -> Option<Inventory> {
-        let source = Arc::clone(&self.source);
-        let read = tokio::task::spawn_blocking(move || source.inventory()).await;
+    /// Rescans the inventory on a blocking thread; keeps `previous` (what the loop last worked
+    /// with) when the read fails.
+    async fn rescan(&self, previous: Option<Arc<Inventory>>) -> Option<Arc<Inventory>> {
+        let shared = Arc::clone(&self.inventory);
+        let read = tokio::task::spawn_blocking(move || shared.rescan()).await;
         match read {
-            Ok(Ok(read)) => {
-                let inventory = lost.merge(read, previous.as_ref(), SystemTime::now());
+            Ok(Ok(inventory)) => {
                 self.metrics.inventory_scan(Outcome::Success);
-                let changed = previous.as_ref().is_none_or(|p| *p != inventory);
+                let changed = previous.as_ref().is_none_or(|p| **p != *inventory);
                 if changed && previous.is_some() {
                     tracing::info!("the GPU inventory changed");
                 }
-                if changed && let Some(observer) = &self.inventory_observer {
-                    observer(&inventory);
-                }
-                warn_missing_pci_facts(&inventory, previous.as_ref());
+                warn_missing_pci_facts(&inventory, previous.as_deref());
                 Some(inventory)
             }
             Ok(Err(error)) => {
                 self.metrics.inventory_scan(Outcome::Error);
-                tracing::error!(source = %self.source.describe(), %error, "cannot read the GPU inventory; keeping the last one");
+                tracing::error!(source = %self.inventory.source().describe(), %error, "cannot read the GPU inventory; keeping the last one");
                 previous
             }
             Err(panic) => {

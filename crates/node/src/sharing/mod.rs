@@ -140,7 +140,7 @@ pub fn mps_daemon(claim_uid: &str, record: &ClaimRecord) -> Option<MpsDaemon> {
     let devices = record
         .devices
         .iter()
-        .filter(|d| crate::plan::uses_mps(d))
+        .filter(|d| d.uses_mps())
         .filter_map(|device| {
             let mps = device.sharing.as_ref().and_then(|s| s.mps.as_ref());
             if let Some(pct) = mps.and_then(|m| m.default_active_thread_percentage) {

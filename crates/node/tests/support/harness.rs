@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use tessera_api::checkpoint::{self, Checkpoint};
 use tessera_kubelet::ClaimRef;
 use tessera_node::claims::{ClaimSource, InMemoryClaims};
+use tessera_node::inventory::NodeInventory;
 use tessera_node::mig::SimulatedMig;
 use tessera_node::plan::MigMode;
 use tessera_node::sharing::RecordingGpuControl;
@@ -55,7 +56,9 @@ impl Harness {
     /// The parts, reading claims from `claims` instead of the in-memory store.
     pub fn parts_with(&self, claims: Arc<dyn ClaimSource>) -> DriverParts {
         DriverParts {
-            devices: Arc::new(MockSource::new(self.topology).unwrap()),
+            inventory: Arc::new(
+                NodeInventory::read(Arc::new(MockSource::new(self.topology).unwrap())).unwrap(),
+            ),
             claims,
             gpu: self.gpu.clone(),
             mig: self.mig.clone(),

@@ -14,7 +14,7 @@ use tessera_topology::Inventory;
 
 use crate::health::HealthFindings;
 
-/// What the publish loop remembers about lost GPUs across rescans.
+/// What the node inventory remembers about lost GPUs across rescans.
 #[derive(Debug, Default)]
 pub struct LostGpus {
     /// Lost GPUs published with their last known facts: UUID → first rescan that found it lost.
