@@ -259,6 +259,95 @@ fn mps_clients_see_the_daemon_and_its_limits() {
     );
 }
 
+/// The libraries `binary` needs, as `ldd` resolves them on this machine.
+fn needed_libraries(binary: &Path) -> Vec<PathBuf> {
+    let output = Command::new("ldd").arg(binary).output().unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| {
+            let path = line
+                .split("=>")
+                .nth(1)
+                .unwrap_or(line)
+                .split_whitespace()
+                .next()?;
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+fn copy_into(rootfs: &Path, host: &Path, at: &str) {
+    let target = rootfs.join(at.trim_start_matches('/'));
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    std::fs::copy(host, &target).unwrap();
+}
+
+/// The real loader in a root filesystem like a container's (GKE-style: the driver in
+/// /usr/local/nvidia/lib64, which no distribution's loader searches): libcuda.so.1 is found only
+/// once the CDI hook has written its loader cache entries.
+fn the_loader_finds_the_driver_through_the_hooks_cache() {
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Uid:")
+                .map(|u| u.split_whitespace().next().unwrap_or("").to_owned())
+        })
+        .unwrap_or_default();
+    if uid != "0" {
+        println!("(skipped: chroot needs root; CI runs as root)");
+        return;
+    }
+    let node = FakeNode::new("dgx-h100", &[]);
+    let gpu = &node.inventory.gpus[2];
+    let rootfs = node.dir.join("rootfs");
+    copy_into(&rootfs, Path::new(CHECKER), "/usr/bin/tessera-gpu-check");
+    let mut libraries = vec![];
+    for name in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+        let at = format!("/usr/local/nvidia/lib64/{name}");
+        copy_into(&rootfs, &node.lib.join(name), &at);
+        libraries.push(tessera_driver_root::ldcache::Entry::native(name, at));
+    }
+    for binary in [
+        Path::new(CHECKER),
+        &node.lib.join("libcuda.so.1"),
+        &node.lib.join("libnvidia-ml.so.1"),
+    ] {
+        for library in needed_libraries(binary) {
+            copy_into(&rootfs, &library, &library.display().to_string());
+        }
+    }
+    std::fs::create_dir_all(rootfs.join("dev")).unwrap();
+    std::fs::write(rootfs.join(format!("dev/nvidia{}", gpu.minor)), b"").unwrap();
+    let run = || {
+        let chroot = ["/usr/sbin/chroot", "/sbin/chroot", "/usr/bin/chroot"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("chroot (coreutils)");
+        let output = Command::new(chroot)
+            .arg(&rootfs)
+            .arg("/usr/bin/tessera-gpu-check")
+            .env_clear()
+            .env("PATH", "/usr/bin")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+    };
+    let before = run();
+    assert_eq!(before["cuda"]["loaded"], false, "{before}");
+    tessera_driver_root::hook::update_ldcache(&rootfs, libraries).unwrap();
+    let after = run();
+    assert_eq!(after["cuda"]["loaded"], true, "{after}");
+    // (No /proc in this bare chroot, so the checker cannot tell which file it mapped.)
+    assert_eq!(after["cuda"]["path"], Value::Null);
+    assert_eq!(
+        strings(&after, "/cuda/devices", "uuid"),
+        vec![gpu.uuid.clone()]
+    );
+    assert_eq!(after["nvml"]["loaded"], true);
+}
+
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     let name = Path::new(&argv[0])
@@ -269,7 +358,7 @@ fn main() -> ExitCode {
     if layout::BINARIES.contains(&name.as_str()) {
         return tessera_fake_driver::tool::main(argv);
     }
-    let tests: [(&str, fn()); 5] = [
+    let tests: [(&str, fn()); 6] = [
         (
             "a_claimed_gpu_is_the_only_one_cuda_nvml_and_nvidia_smi_see",
             a_claimed_gpu_is_the_only_one_cuda_nvml_and_nvidia_smi_see,
@@ -289,6 +378,10 @@ fn main() -> ExitCode {
         (
             "mps_clients_see_the_daemon_and_its_limits",
             mps_clients_see_the_daemon_and_its_limits,
+        ),
+        (
+            "the_loader_finds_the_driver_through_the_hooks_cache",
+            the_loader_finds_the_driver_through_the_hooks_cache,
         ),
     ];
     let filter = argv.iter().skip(1).find(|a| !a.starts_with('-'));
