@@ -40,6 +40,30 @@ pub struct Args {
     #[command(flatten)]
     pub devices: DeviceBackend,
 
+    /// Host directory of the NVIDIA driver's files: `/` for a host install, `/run/nvidia/driver`
+    /// for the GPU operator's driver container, `/home/kubernetes/bin/nvidia` on GKE, a fake
+    /// driver root on mock nodes. Claim specs then inject its libraries, binaries and firmware,
+    /// and time-slicing and MPS run its nvidia-smi and nvidia-cuda-mps-control. Without it, specs
+    /// carry device nodes and environment only.
+    #[arg(long, env = "NVIDIA_DRIVER_ROOT")]
+    pub driver_root: Option<PathBuf>,
+
+    /// Where this process sees the driver root (the chart mounts it at /driver-root); defaults
+    /// to --driver-root.
+    #[arg(long, env = "CONTAINER_DRIVER_ROOT", requires = "driver_root")]
+    pub container_driver_root: Option<PathBuf>,
+
+    /// The CDI hook (`tessera-cdi-hook`) already installed on the host at this path. By default
+    /// the plugin copies the one next to its own program into its directory under
+    /// --kubelet-plugins-directory-path.
+    #[arg(long, env = "CDI_HOOK_PATH", requires = "driver_root")]
+    pub cdi_hook_path: Option<PathBuf>,
+
+    /// Host directory the driver's device nodes are under (`<dir>/dev/nvidia0`): `/` on real
+    /// nodes, the stand-in device root on mock nodes. This process must see it at the same path.
+    #[arg(long, env = "NVIDIA_DEV_ROOT", default_value = "/")]
+    pub dev_root: PathBuf,
+
     /// Root of the sysfs tree the NVML backend reads PCIe roots and NUMA nodes from.
     #[arg(long, env = "SYSFS_ROOT", default_value = "/sys")]
     pub sysfs_root: PathBuf,
@@ -158,6 +182,21 @@ mod tests {
             OptionalAddress(Some("0.0.0.0:8080".parse().unwrap()))
         );
         assert_eq!(args.cdi_root, PathBuf::from("/var/run/cdi"));
+        assert_eq!(args.driver_root, None);
+        assert_eq!(args.dev_root, PathBuf::from("/"));
+        assert!(
+            Args::try_parse_from([
+                "p",
+                "--node-name",
+                "n",
+                "--topology",
+                "x",
+                "--container-driver-root",
+                "/driver-root"
+            ])
+            .is_err(),
+            "a container view of no driver root is a mistake"
+        );
         assert_eq!(args.rescan_interval, Duration::from_secs(30));
         let none = Args::try_parse_from([
             "p",

@@ -43,6 +43,7 @@ pub mod claims;
 pub mod crash;
 pub mod driver;
 pub mod health;
+pub mod injection;
 pub mod inventory;
 pub mod metrics;
 pub mod mig;

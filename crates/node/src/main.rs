@@ -20,10 +20,12 @@ use anyhow::Context;
 use clap::Parser;
 use prometheus_client::registry::Registry;
 use tessera_api::DRIVER_NAME;
+use tessera_driver_root::edits::HOOK_BINARY;
 use tessera_kubelet::PluginConfig;
 use tessera_node::claims::KubeClaimSource;
 use tessera_node::health::monitor::{HealthMonitor, MAX_SILENCE};
 use tessera_node::health::{SharedFindings, WithDeviceHealth};
+use tessera_node::injection::{self, DriverInjection, DriverRootConfig, DriverTools, HookInstall};
 use tessera_node::inventory::NodeInventory;
 use tessera_node::metrics::NodeMetrics;
 use tessera_node::metrics::endpoints::{self, EndpointState, Readiness};
@@ -84,7 +86,70 @@ struct Devices {
     health_events: Option<HealthEvents>,
 }
 
-fn open_devices(args: &Args) -> anyhow::Result<Devices> {
+/// The NVIDIA driver: what claim specs inject, and its tools for sharing (with a driver root).
+fn load_driver_root(args: &Args) -> anyhow::Result<(DriverInjection, Option<DriverTools>)> {
+    let Some(driver_root) = &args.driver_root else {
+        if args.devices.nvml_lib.is_some() {
+            tracing::warn!(
+                "no --driver-root: claim specs give containers device nodes and environment but                  none of the driver's libraries or binaries (set kubeletPlugin.driverRoot)"
+            );
+        }
+        return Ok((DriverInjection::devices_only(&args.dev_root), None));
+    };
+    let exe = std::env::current_exe().context("cannot find this program's own path")?;
+    let config = DriverRootConfig {
+        driver_root: driver_root.clone(),
+        container_driver_root: args
+            .container_driver_root
+            .clone()
+            .unwrap_or_else(|| driver_root.clone()),
+        dev_root: args.dev_root.clone(),
+        hook: match &args.cdi_hook_path {
+            Some(path) => HookInstall::Installed(path.clone()),
+            None => HookInstall::Copy {
+                source: exe.with_file_name(HOOK_BINARY),
+                target: injection::default_hook_install(
+                    &args.kubelet_plugins_directory_path,
+                    DRIVER_NAME,
+                ),
+            },
+        },
+    };
+    let (injection, tools, summary) = injection::load(&config)
+        .with_context(|| format!("--driver-root {}", driver_root.display()))?;
+    tracing::info!(
+        driver_root = %driver_root.display(),
+        version = %summary.version,
+        libraries = summary.libraries,
+        library_dirs = ?summary.library_dirs,
+        binaries = ?summary.binaries,
+        firmware = summary.firmware,
+        ipc_sockets = ?summary.ipc_sockets,
+        hook = %summary.hook.display(),
+        "NVIDIA driver found; claim specs inject its files"
+    );
+    for missing in &summary.missing_control_nodes {
+        tracing::warn!(node = %missing, "driver device node missing; containers will not get it");
+    }
+    Ok((injection, Some(tools)))
+}
+
+/// The driver's own tools, from the driver root.
+fn driver_gpu_control(tools: &DriverTools) -> SystemGpuControl {
+    let tool = |path: &Option<std::path::PathBuf>, name: &str| {
+        path.clone().unwrap_or_else(|| {
+            tracing::warn!("the driver root has no {name}; sharing that needs it will fail");
+            std::path::PathBuf::from(name)
+        })
+    };
+    SystemGpuControl::with_programs(
+        tool(&tools.nvidia_smi, "nvidia-smi"),
+        tool(&tools.mps_control, "nvidia-cuda-mps-control"),
+    )
+    .with_library_path(&tools.library_path)
+}
+
+fn open_devices(args: &Args, tools: Option<&DriverTools>) -> anyhow::Result<Devices> {
     if let Some(topology) = &args.devices.topology {
         // Each node gets its own GPU and MIG UUIDs, as real nodes do.
         let source = MockSource::new(topology)
@@ -93,13 +158,19 @@ fn open_devices(args: &Args) -> anyhow::Result<Devices> {
         let inventory = source.inventory().context("--topology")?;
         tracing::info!(
             source = %source.describe(),
-            "GPU backend (mock: sharing and MIG simulated under the state directory, no health events)"
+            fake_driver = tools.is_some(),
+            "GPU backend (mock: MIG simulated under the state directory, no health events; \
+             sharing through the fake driver root's tools, or simulated without one)"
         );
-        return Ok(Devices {
-            inventory: Arc::new(NodeInventory::read(Arc::new(source)).context("--topology")?),
-            gpu: Arc::new(SimulatedGpuControl::new(
+        let gpu: Arc<dyn tessera_node::sharing::GpuControl> = match tools {
+            Some(tools) => Arc::new(driver_gpu_control(tools)),
+            None => Arc::new(SimulatedGpuControl::new(
                 args.state_dir.join("simulated-gpu"),
             )),
+        };
+        return Ok(Devices {
+            inventory: Arc::new(NodeInventory::read(Arc::new(source)).context("--topology")?),
+            gpu,
             mig: Arc::new(SimulatedMig::persistent(
                 &inventory,
                 args.state_dir.join("simulated-mig.json"),
@@ -134,7 +205,10 @@ fn open_devices(args: &Args) -> anyhow::Result<Devices> {
         inventory: Arc::new(
             NodeInventory::read(nvml.clone()).context("cannot read the GPUs through NVML")?,
         ),
-        gpu: Arc::new(SystemGpuControl::default()),
+        gpu: match tools {
+            Some(tools) => Arc::new(driver_gpu_control(tools)),
+            None => Arc::new(SystemGpuControl::default()),
+        },
         mig: nvml,
         health_events,
     })
@@ -161,14 +235,16 @@ async fn start_driver(
     args: &Args,
     client: &kube::Client,
     devices: &Devices,
+    injection: DriverInjection,
 ) -> anyhow::Result<NodeDriver> {
     let mig_mode = if args.dynamic_mig {
         MigMode::Dynamic
     } else {
         MigMode::Static
     };
-    let config =
-        NodeDriverConfig::new(&args.node_name, &args.cdi_root, &args.state_dir).mig_mode(mig_mode);
+    let config = NodeDriverConfig::new(&args.node_name, &args.cdi_root, &args.state_dir)
+        .mig_mode(mig_mode)
+        .injection(injection);
     let parts = DriverParts {
         inventory: Arc::clone(&devices.inventory),
         claims: Arc::new(KubeClaimSource::new(client.clone())),
@@ -187,13 +263,14 @@ async fn start_driver(
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let client = kube_client(args.kubeconfig.as_deref()).await?;
-    let devices = open_devices(&args)?;
+    let (injection, tools) = load_driver_root(&args)?;
+    let devices = open_devices(&args, tools.as_ref())?;
     let mut registry = Registry::default();
     let metrics = NodeMetrics::new(&mut registry);
     let findings = SharedFindings::default();
     let (kubelet_health, kubelet_health_feed) = watch::channel(Vec::new());
 
-    let driver = start_driver(&args, &client, &devices).await?;
+    let driver = start_driver(&args, &client, &devices, injection).await?;
     let driver = InstrumentedDriver::new(driver, metrics.clone(), Some(NodeDriver::stats));
     let plugin = PluginConfig::new(DRIVER_NAME)
         .registrar_dir(&args.kubelet_registrar_directory_path)

@@ -2,9 +2,13 @@
 //! `claim`, one CDI device per allocated device named `<claim uid>-<device name>`.
 //!
 //! - Spec-level edits (applied once when a container gets any device of the claim): the
-//!   driver's control nodes `/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools`.
+//!   driver's control nodes `/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools`, and —
+//!   with a driver root — the driver's files and the loader-cache hook
+//!   ([`crate::injection::DriverInjection`]). A container that gets devices of two claims gets
+//!   these twice; the runtime keeps one mount per container path and the hook is idempotent.
 //! - Per device: `/dev/nvidia<minor>` of the (parent) GPU; for a MIG device also its GPU- and
-//!   compute-instance capability nodes `/dev/nvidia-caps/nvidia-cap<N>`;
+//!   compute-instance capability nodes `/dev/nvidia-caps/nvidia-cap<N>` (host paths under the
+//!   device root when it is not `/`);
 //!   `NVIDIA_VISIBLE_DEVICES` and `CUDA_VISIBLE_DEVICES` listing, by UUID (MIG device UUIDs for
 //!   MIG), the devices of the same request. The kubelet hands a container either every device
 //!   of the claim or those of one request; runtimes apply env entries in order, last one wins, so
@@ -16,16 +20,14 @@
 use tessera_api::DRIVER_NAME;
 use tessera_api::checkpoint::{ClaimRecord, DeviceRecord, DeviceTarget};
 use tessera_cdi::{ContainerEdits, Device, DeviceNode, Kind, Mount, NameError, Spec};
+use tessera_driver_root::devices::{cap_node, gpu_node};
 
+use crate::injection::DriverInjection;
 use crate::mig::MigCapMinors;
 use crate::sharing::{MPS_LOG_DIRECTORY_IN_CONTAINER, MPS_PIPE_DIRECTORY_IN_CONTAINER};
 
 /// The CDI class of Tessera's per-claim specs.
 pub const CDI_CLASS: &str = "claim";
-
-/// Driver-wide device nodes every container with a GPU needs.
-pub const CONTROL_DEVICE_NODES: [&str; 3] =
-    ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"];
 
 /// The CDI kind of Tessera's claim specs (`gpu.tessera.dev/claim`).
 pub fn kind() -> Kind {
@@ -71,13 +73,6 @@ pub enum CdiSpecError {
     Name { device: String, source: NameError },
 }
 
-fn node(path: String) -> DeviceNode {
-    DeviceNode {
-        path,
-        ..DeviceNode::default()
-    }
-}
-
 fn bind_mount(host: &str, container: &str) -> Mount {
     Mount {
         host_path: host.to_owned(),
@@ -108,9 +103,10 @@ fn visible_uuid(device: &DeviceRecord) -> Result<&str, CdiSpecError> {
 fn device_nodes(
     device: &DeviceRecord,
     caps: &MigCapMinors,
+    injection: &DriverInjection,
 ) -> Result<Vec<DeviceNode>, CdiSpecError> {
     let minor = device.target.gpu_minor();
-    let mut nodes = vec![node(format!("/dev/nvidia{minor}"))];
+    let mut nodes = vec![injection.device_node(&gpu_node(minor))];
     if let DeviceTarget::Mig { instance, .. } = &device.target {
         let instance = instance
             .as_ref()
@@ -130,7 +126,7 @@ fn device_nodes(
             .compute_instance(minor, gi, ci)
             .ok_or_else(|| missing(Some(ci)))?;
         for cap in [gi_cap, ci_cap] {
-            nodes.push(node(format!("/dev/nvidia-caps/nvidia-cap{cap}")));
+            nodes.push(injection.device_node(&cap_node(cap)));
         }
     }
     Ok(nodes)
@@ -141,6 +137,7 @@ pub fn claim_spec(
     claim_uid: &str,
     record: &ClaimRecord,
     caps: &MigCapMinors,
+    injection: &DriverInjection,
 ) -> Result<Spec, CdiSpecError> {
     let mut devices = Vec::with_capacity(record.devices.len());
     for device in &record.devices {
@@ -150,7 +147,7 @@ pub fn claim_spec(
                 format!("NVIDIA_VISIBLE_DEVICES={uuids}"),
                 format!("CUDA_VISIBLE_DEVICES={uuids}"),
             ],
-            device_nodes: device_nodes(device, caps)?,
+            device_nodes: device_nodes(device, caps, injection)?,
             ..ContainerEdits::default()
         };
         if let Some(mps) = record.mps.as_ref().filter(|_| device.uses_mps()) {
@@ -180,10 +177,10 @@ pub fn claim_spec(
         });
     }
     let mut spec = Spec::new(kind(), devices);
-    spec.container_edits.device_nodes = CONTROL_DEVICE_NODES
-        .iter()
-        .map(|path| node((*path).to_owned()))
-        .collect();
+    spec.container_edits = ContainerEdits {
+        device_nodes: injection.control_nodes.clone(),
+        ..injection.edits.clone()
+    };
     spec.set_minimum_version();
     Ok(spec)
 }

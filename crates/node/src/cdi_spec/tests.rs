@@ -6,6 +6,7 @@ use tessera_api::checkpoint::{ClaimRecord, DeviceTarget, MigInstanceRecord};
 use tessera_topology::{DeviceSource, MockSource};
 
 use super::*;
+use crate::injection::DriverInjection;
 use crate::plan::{ClaimIdentity, MigMode, PlanContext, plan_claim};
 
 const UID: &str = "4f7c2a10-0000-4000-8000-00000000000a";
@@ -94,7 +95,13 @@ fn whole_gpus_mig_and_mps() {
             "parameters": {"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "GpuConfig",
                            "sharing": {"strategy": "MPS"}}}}]),
     ));
-    let spec = claim_spec(UID, &record, &MigCapMinors::standard()).unwrap();
+    let spec = claim_spec(
+        UID,
+        &record,
+        &MigCapMinors::standard(),
+        &DriverInjection::none(),
+    )
+    .unwrap();
     spec.validate().unwrap();
     insta::assert_json_snapshot!(spec);
 }
@@ -108,7 +115,7 @@ fn static_mig_uses_the_listed_capabilities() {
         json!([]),
     );
     let caps = MigCapMinors::parse("gpu3/gi9/access 300\ngpu3/gi9/ci0/access 301\n");
-    let spec = claim_spec(UID, &record, &caps).unwrap();
+    let spec = claim_spec(UID, &record, &caps, &DriverInjection::none()).unwrap();
     let device = &spec.devices[0];
     let paths: Vec<&str> = device
         .container_edits
@@ -130,7 +137,13 @@ fn static_mig_uses_the_listed_capabilities() {
             .env
             .contains(&"CUDA_VISIBLE_DEVICES=MIG-389f749c-615a-52bd-a919-5f5c1dc31183".to_owned())
     );
-    let err = claim_spec(UID, &record, &MigCapMinors::parse("")).unwrap_err();
+    let err = claim_spec(
+        UID,
+        &record,
+        &MigCapMinors::parse(""),
+        &DriverInjection::none(),
+    )
+    .unwrap_err();
     assert!(
         err.to_string()
             .contains("no nvidia-caps device for GPU instance 9"),
@@ -141,6 +154,12 @@ fn static_mig_uses_the_listed_capabilities() {
 #[test]
 fn an_uncreated_mig_device_has_no_spec() {
     let record = planned(json!([result("mig", "gpu-1-mig-1g-10gb-3")]), json!([]));
-    let err = claim_spec(UID, &record, &MigCapMinors::standard()).unwrap_err();
+    let err = claim_spec(
+        UID,
+        &record,
+        &MigCapMinors::standard(),
+        &DriverInjection::none(),
+    )
+    .unwrap_err();
     assert!(matches!(err, CdiSpecError::NoMigInstance { .. }), "{err}");
 }

@@ -177,7 +177,7 @@ impl Core {
 
     /// The claim's CDI spec, or `None` when the one on disk is already it.
     fn spec_to_write(&self, uid: &str, record: &ClaimRecord) -> Result<Option<Spec>, EffectError> {
-        let spec = cdi_spec::claim_spec(uid, record, &self.caps)?;
+        let spec = cdi_spec::claim_spec(uid, record, &self.caps, &self.injection)?;
         let current = self.specs.read(uid)?;
         Ok((current.as_ref() != Some(&spec)).then_some(spec))
     }

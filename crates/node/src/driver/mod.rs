@@ -76,6 +76,7 @@ pub use recovery::StartupReport;
 
 use crate::checkpoint::{CheckpointStore, CheckpointStoreError, DEFAULT_BOOT_ID_PATH};
 use crate::claims::{ClaimSource, ClaimSourceError};
+use crate::injection::DriverInjection;
 use crate::inventory::NodeInventory;
 use crate::mig::{DEFAULT_MIG_MINORS_PATH, MigCapMinors, MigControl};
 use crate::plan::MigMode;
@@ -98,6 +99,8 @@ pub struct NodeDriverConfig {
     pub boot_id_path: PathBuf,
     /// Where the driver lists MIG capability minors.
     pub mig_minors_path: PathBuf,
+    /// What claim specs inject of the NVIDIA driver (none without a driver root).
+    pub injection: DriverInjection,
 }
 
 impl NodeDriverConfig {
@@ -114,7 +117,14 @@ impl NodeDriverConfig {
             mig_mode: MigMode::Static,
             boot_id_path: PathBuf::from(DEFAULT_BOOT_ID_PATH),
             mig_minors_path: PathBuf::from(DEFAULT_MIG_MINORS_PATH),
+            injection: DriverInjection::none(),
         }
+    }
+
+    /// Injects the driver's files and device nodes as `injection` says.
+    pub fn injection(mut self, injection: DriverInjection) -> Self {
+        self.injection = injection;
+        self
     }
 
     /// Sets the MIG mode.
@@ -188,6 +198,7 @@ pub(crate) struct Core {
     mps_root: PathBuf,
     caps: MigCapMinors,
     inventory: Arc<NodeInventory>,
+    injection: DriverInjection,
     claims: Arc<dyn ClaimSource>,
     gpu: Arc<dyn GpuControl>,
     mig: Arc<dyn MigControl>,

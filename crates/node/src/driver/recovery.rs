@@ -121,6 +121,7 @@ pub(super) async fn start(
         mig_mode: config.mig_mode,
         mps_root: config.state_dir.join("mps"),
         caps: MigCapMinors::load(&config.mig_minors_path),
+        injection: config.injection,
         inventory: parts.inventory,
         claims: parts.claims,
         gpu: parts.gpu,

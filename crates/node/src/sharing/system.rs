@@ -19,11 +19,14 @@ use tessera_api::config::TimeSliceInterval;
 
 use super::{GpuControl, MpsDaemon, MpsDirectories, SharingError};
 
-/// NVIDIA's tools, found on `PATH` unless configured.
+/// NVIDIA's tools, found on `PATH` unless configured (the plugin configures the driver root's).
 #[derive(Debug, Clone)]
 pub struct SystemGpuControl {
     nvidia_smi: PathBuf,
     mps_control: PathBuf,
+    /// Set for every tool run (`LD_LIBRARY_PATH` of a driver root that is not on the loader's
+    /// path).
+    env: BTreeMap<String, String>,
 }
 
 impl Default for SystemGpuControl {
@@ -31,6 +34,7 @@ impl Default for SystemGpuControl {
         Self {
             nvidia_smi: PathBuf::from("nvidia-smi"),
             mps_control: PathBuf::from("nvidia-cuda-mps-control"),
+            env: BTreeMap::new(),
         }
     }
 }
@@ -39,12 +43,14 @@ impl Default for SystemGpuControl {
 fn run(
     program: &Path,
     args: &[&str],
+    base_env: &BTreeMap<String, String>,
     env: &BTreeMap<&str, String>,
     stdin: Option<&str>,
 ) -> Result<(), String> {
     let describe = || format!("`{} {}`", program.display(), args.join(" "));
     let mut child = Command::new(program)
         .args(args)
+        .envs(base_env)
         .envs(env)
         .stdin(if stdin.is_some() {
             Stdio::piped()
@@ -82,7 +88,16 @@ impl SystemGpuControl {
         Self {
             nvidia_smi: nvidia_smi.into(),
             mps_control: mps_control.into(),
+            env: BTreeMap::new(),
         }
+    }
+
+    /// Runs the tools with `LD_LIBRARY_PATH=<library_path>` (the driver root's library
+    /// directories, which are not on this process's loader path unless the root is `/`).
+    pub fn with_library_path(mut self, library_path: impl Into<String>) -> Self {
+        self.env
+            .insert("LD_LIBRARY_PATH".to_owned(), library_path.into());
+        self
     }
 
     fn mps_env(directories: &MpsDirectories) -> BTreeMap<&'static str, String> {
@@ -103,6 +118,7 @@ impl SystemGpuControl {
         run(
             &self.mps_control,
             &[],
+            &self.env,
             &Self::mps_env(directories),
             Some(&format!("{command}\n")),
         )
@@ -142,6 +158,7 @@ impl GpuControl for SystemGpuControl {
         run(
             &self.nvidia_smi,
             &["compute-policy", "-i", gpu_uuid, &value],
+            &self.env,
             &BTreeMap::new(),
             None,
         )
@@ -166,7 +183,7 @@ impl GpuControl for SystemGpuControl {
             let mut env = Self::mps_env(&daemon.directories);
             let uuids: Vec<&str> = daemon.devices.iter().map(|d| d.uuid.as_str()).collect();
             env.insert("CUDA_VISIBLE_DEVICES", uuids.join(","));
-            run(&self.mps_control, &["-d"], &env, None).map_err(failed)?;
+            run(&self.mps_control, &["-d"], &self.env, &env, None).map_err(failed)?;
         }
         self.configure(daemon).map_err(failed)
     }

@@ -1,0 +1,372 @@
+//! `tessera-kubelet-plugin` with a driver root — a fake one (crates/fake-driver), laid out like a
+//! real install — as a process against the API-server fake and the kubelet simulator:
+//!
+//! - a prepared claim's CDI spec injects the driver's libraries under every name, its binaries
+//!   and firmware, the loader-cache hook, and the device nodes from the device root; the spec is
+//!   one the runtime accepts;
+//! - time-slicing runs the driver root's own `nvidia-smi`, which keeps the setting where the
+//!   fake driver keeps it, and unprepare puts it back.
+//!
+//! This executable also plays the fake driver root's binaries (`nvidia-smi`, the MPS control
+//! daemon): run under their names it acts as them. So it has its own `main`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use kube::ResourceExt;
+use serde_json::{Value, json};
+use support::harness::{allocated_claim, claim_config};
+use support::process::*;
+use tessera_fake_apiserver::FakeApiServer;
+use tessera_fake_driver::layout::{self, Artifacts, Layout, NodeKind};
+use tessera_kubelet::ClaimRef;
+use tessera_topology::{DeviceSource, Inventory, MockSource};
+
+const TOPOLOGY: &str = "dgx-h100";
+
+/// A fake driver root and device root for the plugin's node.
+struct FakeDriver {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    dev_root: PathBuf,
+    hook: PathBuf,
+    inventory: Inventory,
+}
+
+impl FakeDriver {
+    fn new() -> FakeDriver {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("driver");
+        let dev_root = dir.path().join("dev-root");
+        let inventory = MockSource::new(TOPOLOGY)
+            .unwrap()
+            .for_node(NODE)
+            .inventory()
+            .unwrap();
+        layout::write_dev_root(&dev_root, &inventory, NodeKind::RegularFile).unwrap();
+        let target = std::env::current_exe()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let artifacts = Artifacts::in_dir(target).with_tool(std::env::current_exe().unwrap());
+        layout::write_driver_root(&root, Layout::Host, NODE, &inventory, &dev_root, &artifacts)
+            .unwrap();
+        // The hook as the chart installs it; these tests read specs, they do not run containers.
+        let hook = dir.path().join("tessera-cdi-hook");
+        std::fs::write(&hook, b"").unwrap();
+        FakeDriver {
+            root,
+            dev_root,
+            hook,
+            inventory,
+            _dir: dir,
+        }
+    }
+
+    fn flags(&self) -> Vec<String> {
+        vec![
+            "--topology".into(),
+            TOPOLOGY.into(),
+            "--driver-root".into(),
+            self.root.display().to_string(),
+            "--dev-root".into(),
+            self.dev_root.display().to_string(),
+            "--cdi-hook-path".into(),
+            self.hook.display().to_string(),
+        ]
+    }
+
+    fn lib_dir(&self) -> PathBuf {
+        self.root.join("usr/lib").join(layout::multiarch_triplet())
+    }
+
+    /// `nvidia-smi <args>` of the driver root, as the node plugin runs it.
+    fn nvidia_smi(&self, args: &[&str]) -> String {
+        let output = Command::new(self.root.join("usr/bin/nvidia-smi"))
+            .args(args)
+            .env("LD_LIBRARY_PATH", self.lib_dir())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    fn gpu(&self, device: &str) -> &tessera_topology::Gpu {
+        let minor: u32 = device.trim_start_matches("gpu-").parse().unwrap();
+        self.inventory
+            .gpus
+            .iter()
+            .find(|g| g.minor == minor)
+            .unwrap()
+    }
+}
+
+fn spec_of(dirs: &PluginDirs) -> Value {
+    let entry = std::fs::read_dir(dirs.path("cdi"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .expect("a CDI spec");
+    serde_json::from_slice(&std::fs::read(entry.path()).unwrap()).unwrap()
+}
+
+fn mount_to<'a>(spec: &'a Value, container_path: &str) -> &'a Value {
+    spec["containerEdits"]["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["containerPath"] == container_path)
+        .unwrap_or_else(|| panic!("no mount to {container_path} in {spec:#}"))
+}
+
+async fn the_spec_injects_the_drivers_files_and_device_nodes() {
+    let fake = FakeDriver::new();
+    let server = FakeApiServer::new();
+    let http = server.serve_http().await.unwrap();
+    seed_node(&server);
+    let dirs = PluginDirs::new();
+    let flags = fake.flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &flags, &[]);
+    let kubelet = register(&dirs).await;
+
+    let claim = server.seed(&allocated_claim("one", &[("gpu", "gpu-3")], Vec::new()));
+    let reference = ClaimRef::new("ml", "one", claim.uid().unwrap());
+    let prepared = kubelet
+        .prepare(std::slice::from_ref(&reference))
+        .await
+        .unwrap();
+    assert!(
+        prepared[&reference.uid].is_ok(),
+        "{prepared:?}\n{}",
+        plugin_logs(&dirs)
+    );
+
+    let spec = spec_of(&dirs);
+    let parsed: tessera_cdi::Spec = serde_json::from_value(spec.clone()).unwrap();
+    parsed.validate().unwrap();
+    let lib = format!("/usr/lib/{}", layout::multiarch_triplet());
+    let cuda = mount_to(&spec, &format!("{lib}/libcuda.so.1"));
+    assert_eq!(
+        cuda["hostPath"],
+        fake.root
+            .join(&lib[1..])
+            .join("libcuda.so.550.54.15")
+            .display()
+            .to_string()
+            .as_str()
+    );
+    assert_eq!(
+        cuda["options"],
+        json!(["ro", "nosuid", "nodev", "rbind", "rprivate"])
+    );
+    mount_to(&spec, &format!("{lib}/libcuda.so.550.54.15"));
+    mount_to(&spec, &format!("{lib}/libcuda.so"));
+    mount_to(&spec, &format!("{lib}/libnvidia-ml.so.1"));
+    mount_to(&spec, &format!("{lib}/vdpau/libvdpau_nvidia.so.1"));
+    let smi = mount_to(&spec, "/usr/bin/nvidia-smi");
+    assert_eq!(
+        smi["hostPath"],
+        fake.root
+            .join("usr/bin/nvidia-smi")
+            .display()
+            .to_string()
+            .as_str()
+    );
+    mount_to(&spec, "/usr/bin/nvidia-cuda-mps-control");
+    mount_to(&spec, "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin");
+
+    let hook = &spec["containerEdits"]["hooks"][0];
+    assert_eq!(hook["hookName"], "createContainer");
+    assert_eq!(hook["path"], fake.hook.display().to_string().as_str());
+    let args: Vec<&str> = hook["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(&args[..2], ["tessera-cdi-hook", "update-ldcache"]);
+    assert!(
+        args.contains(&format!("libcuda.so.1={lib}/libcuda.so.1").as_str()),
+        "{args:?}"
+    );
+
+    let control: Vec<(&str, &str)> = spec["containerEdits"]["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["path"].as_str().unwrap(), n["hostPath"].as_str().unwrap()))
+        .collect();
+    let under = |p: &str| fake.dev_root.join(&p[1..]).display().to_string();
+    assert_eq!(
+        control,
+        vec![
+            ("/dev/nvidiactl", under("/dev/nvidiactl").as_str()),
+            ("/dev/nvidia-uvm", under("/dev/nvidia-uvm").as_str()),
+            (
+                "/dev/nvidia-uvm-tools",
+                under("/dev/nvidia-uvm-tools").as_str()
+            ),
+        ]
+    );
+    let gpu = fake.gpu("gpu-3");
+    let node = &spec["devices"][0]["containerEdits"]["deviceNodes"][0];
+    assert_eq!(node["path"], format!("/dev/nvidia{}", gpu.minor).as_str());
+    assert_eq!(
+        node["hostPath"],
+        under(&format!("/dev/nvidia{}", gpu.minor)).as_str()
+    );
+    assert!(
+        spec["devices"][0]["containerEdits"]["env"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(format!("CUDA_VISIBLE_DEVICES={}", gpu.uuid))),
+        "the published UUIDs are the fake driver's"
+    );
+
+    let unprepared = kubelet
+        .unprepare(std::slice::from_ref(&reference))
+        .await
+        .unwrap();
+    assert!(unprepared[&reference.uid].is_ok());
+    assert_eq!(std::fs::read_dir(dirs.path("cdi")).unwrap().count(), 0);
+}
+
+async fn time_slicing_runs_the_drivers_nvidia_smi() {
+    let fake = FakeDriver::new();
+    let server = FakeApiServer::new();
+    let http = server.serve_http().await.unwrap();
+    seed_node(&server);
+    let dirs = PluginDirs::new();
+    let flags = fake.flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &flags, &[]);
+    let kubelet = register(&dirs).await;
+
+    let gpu = fake.gpu("gpu-5").uuid.clone();
+    let listed = || fake.nvidia_smi(&["compute-policy", "-l", "-i", &gpu]);
+    assert!(listed().ends_with("timeslice 0\n"));
+    let claim = server.seed(&allocated_claim(
+        "shared",
+        &[("gpu", "gpu-5")],
+        vec![claim_config(
+            &["gpu"],
+            "GpuConfig",
+            json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}),
+        )],
+    ));
+    let reference = ClaimRef::new("ml", "shared", claim.uid().unwrap());
+    let prepared = kubelet
+        .prepare(std::slice::from_ref(&reference))
+        .await
+        .unwrap();
+    assert!(
+        prepared[&reference.uid].is_ok(),
+        "{prepared:?}\n{}",
+        plugin_logs(&dirs)
+    );
+    assert!(listed().ends_with("timeslice 3\n"), "{}", listed());
+    let unprepared = kubelet
+        .unprepare(std::slice::from_ref(&reference))
+        .await
+        .unwrap();
+    assert!(unprepared[&reference.uid].is_ok());
+    assert!(listed().ends_with("timeslice 0\n"), "{}", listed());
+}
+
+async fn a_root_without_a_driver_stops_the_plugin_with_the_reason() {
+    let empty = tempfile::tempdir().unwrap();
+    let server = FakeApiServer::new();
+    let http = server.serve_http().await.unwrap();
+    seed_node(&server);
+    let dirs = PluginDirs::new();
+    let root = empty.path().display().to_string();
+    let plugin = PluginProcess::start(
+        http.kubeconfig_path(),
+        &dirs,
+        &[
+            "--topology",
+            TOPOLOGY,
+            "--driver-root",
+            &root,
+            "--cdi-hook-path",
+            &root,
+        ],
+        &[],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = plugin.child.lock().unwrap().try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the plugin kept running"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    let logs = plugin_logs(&dirs);
+    assert!(
+        logs.contains("no NVIDIA driver under") && logs.contains(&root),
+        "{logs}"
+    );
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    let name = Path::new(&argv[0])
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    if layout::BINARIES.contains(&name.as_str()) {
+        return tessera_fake_driver::tool::main(argv);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    type Test = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+    let tests: [(&str, Test); 3] = [
+        (
+            "the_spec_injects_the_drivers_files_and_device_nodes",
+            || Box::pin(the_spec_injects_the_drivers_files_and_device_nodes()),
+        ),
+        ("time_slicing_runs_the_drivers_nvidia_smi", || {
+            Box::pin(time_slicing_runs_the_drivers_nvidia_smi())
+        }),
+        (
+            "a_root_without_a_driver_stops_the_plugin_with_the_reason",
+            || Box::pin(a_root_without_a_driver_stops_the_plugin_with_the_reason()),
+        ),
+    ];
+    let filter = argv.iter().skip(1).find(|a| !a.starts_with('-'));
+    let mut failed = 0;
+    for (name, test) in tests {
+        if filter.is_some_and(|f| !name.contains(f.as_str())) {
+            continue;
+        }
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(test())));
+        match outcome {
+            Ok(()) => println!("test {name} ... ok"),
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed += 1;
+            }
+        }
+    }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
