@@ -163,3 +163,76 @@ fn an_uncreated_mig_device_has_no_spec() {
     .unwrap_err();
     assert!(matches!(err, CdiSpecError::NoMigInstance { .. }), "{err}");
 }
+
+#[test]
+fn a_driver_root_adds_its_files_and_takes_device_nodes_from_the_device_root() {
+    use tessera_driver_root::discover::{DriverFiles, Library};
+    use tessera_driver_root::edits::{Injection, driver_edits};
+    let files = DriverFiles {
+        version: "580.159.04".into(),
+        version_from: "/lib64/libcuda.so.580.159.04".into(),
+        libraries: vec![Library {
+            path: "/lib64/libcuda.so.580.159.04".into(),
+            aliases: vec!["libcuda.so.1".into(), "libcuda.so".into()],
+        }],
+        from_loader_cache: false,
+        binaries: Vec::new(),
+        firmware: Vec::new(),
+        ipc_sockets: Vec::new(),
+    };
+    let dev_root = std::path::PathBuf::from("/var/lib/mock/dev-root");
+    let injection = DriverInjection {
+        edits: driver_edits(
+            &files,
+            &Injection {
+                driver_root: "/home/kubernetes/bin/nvidia".into(),
+                dev_root: dev_root.clone(),
+                hook: Some("/var/lib/kubelet/plugins/gpu.tessera.dev/tessera-cdi-hook".into()),
+            },
+        ),
+        control_nodes: vec![tessera_driver_root::edits::device_node(
+            "/dev/nvidiactl",
+            &dev_root,
+        )],
+        dev_root,
+    };
+    let record = planned_in(
+        MigMode::Static,
+        json!([result("mig", "gpu-3-mig-1g-10gb-2")]),
+        json!([]),
+    );
+    let caps = MigCapMinors::parse("gpu3/gi9/access 300\ngpu3/gi9/ci0/access 301\n");
+    let spec = claim_spec(UID, &record, &caps, &injection).unwrap();
+    spec.validate().unwrap();
+    assert_eq!(spec.cdi_version.as_str(), "0.5.0");
+    assert_eq!(
+        spec.container_edits.mounts.len(),
+        3,
+        "the file under its three names"
+    );
+    assert_eq!(spec.container_edits.hooks.len(), 1);
+    assert_eq!(
+        spec.container_edits.device_nodes[0].host_path.as_deref(),
+        Some("/var/lib/mock/dev-root/dev/nvidiactl")
+    );
+    let nodes: Vec<(&str, Option<&str>)> = spec.devices[0]
+        .container_edits
+        .device_nodes
+        .iter()
+        .map(|n| (n.path.as_str(), n.host_path.as_deref()))
+        .collect();
+    assert_eq!(
+        nodes,
+        vec![
+            ("/dev/nvidia3", Some("/var/lib/mock/dev-root/dev/nvidia3")),
+            (
+                "/dev/nvidia-caps/nvidia-cap300",
+                Some("/var/lib/mock/dev-root/dev/nvidia-caps/nvidia-cap300")
+            ),
+            (
+                "/dev/nvidia-caps/nvidia-cap301",
+                Some("/var/lib/mock/dev-root/dev/nvidia-caps/nvidia-cap301")
+            ),
+        ]
+    );
+}

@@ -63,10 +63,10 @@ each group with name (the DaemonSet name), nodeSelector and topology.
 {{- $groups := list }}
 {{- if $plugin.nodeGroups }}
 {{- range $plugin.nodeGroups }}
-{{- $groups = append $groups (dict "name" (printf "%s-%s" $base .name | trunc 63 | trimSuffix "-") "nodeSelector" .nodeSelector "topology" (default $plugin.mock.topology .topology)) }}
+{{- $groups = append $groups (dict "name" (printf "%s-%s" $base .name | trunc 63 | trimSuffix "-") "nodeSelector" .nodeSelector "topology" (default $plugin.mock.topology .topology) "driverRoot" (default $plugin.driverRoot .driverRoot) "devRoot" (default $plugin.devRoot .devRoot)) }}
 {{- end }}
 {{- else }}
-{{- $groups = append $groups (dict "name" $base "nodeSelector" $plugin.nodeSelector "topology" $plugin.mock.topology) }}
+{{- $groups = append $groups (dict "name" $base "nodeSelector" $plugin.nodeSelector "topology" $plugin.mock.topology "driverRoot" $plugin.driverRoot "devRoot" $plugin.devRoot) }}
 {{- end }}
 {{- toYaml (dict "groups" $groups) }}
 {{- end }}
