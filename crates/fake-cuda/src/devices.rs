@@ -10,6 +10,12 @@
 //!   first entry that names nothing ends the list, and a device named twice is taken once;
 //!   an empty value hides every device.
 //!
+//! - `cuDeviceTotalMem` of a whole GPU is its memory less what the driver reserves for itself:
+//!   a real H100 80GB (driver 580) reports 85,017,493,504 B where NVML reports 85,520,809,984 B,
+//!   the 480 MiB `nvidia-smi -q` lists as "Reserved". The fake takes 480 MiB off every whole GPU
+//!   (the reserve of other models and of MIG devices was not measured; MIG devices report their
+//!   NVML memory).
+//!
 //! `NVIDIA_VISIBLE_DEVICES` is not read: it is the container toolkit's variable, which a real
 //! libcuda ignores too.
 
@@ -33,6 +39,10 @@ pub struct CudaDevice {
     /// Minor number of the (parent) GPU's `/dev/nvidia<minor>`.
     pub gpu_minor: u32,
 }
+
+/// What the driver keeps of a whole GPU's memory, which `cuDeviceTotalMem` does not report
+/// (measured on an H100 80GB, driver 580).
+pub const DRIVER_RESERVED_BYTES: u64 = 480 << 20;
 
 /// The devices before `CUDA_VISIBLE_DEVICES`: every non-MIG GPU, and the MIG devices of MIG
 /// GPUs, in NVML order.
@@ -60,7 +70,7 @@ pub fn physical(inventory: &Inventory) -> Vec<CudaDevice> {
             None => devices.push(CudaDevice {
                 uuid: gpu.uuid.clone(),
                 name: gpu.product_name.clone(),
-                memory_bytes: gpu.memory_bytes,
+                memory_bytes: gpu.memory_bytes.saturating_sub(DRIVER_RESERVED_BYTES),
                 compute_capability: cc,
                 multiprocessors: gpu.multiprocessors,
                 pci_bus_id: gpu.pci_bus_id.clone(),
@@ -124,7 +134,10 @@ mod tests {
         let all = physical(&inventory);
         assert_eq!(all.len(), 8);
         assert_eq!(all[0].name, inventory.gpus[0].product_name);
-        assert_eq!(all[0].memory_bytes, inventory.gpus[0].memory_bytes);
+        assert_eq!(
+            all[0].memory_bytes,
+            inventory.gpus[0].memory_bytes - DRIVER_RESERVED_BYTES
+        );
         let g = |i: usize| inventory.gpus[i].uuid.as_str();
 
         assert_eq!(uuids(&visible(all.clone(), None)).len(), 8);

@@ -15,6 +15,11 @@
 //!   `get_default_device_pinned_mem_limit <device>`,
 //!   `set_default_device_pinned_mem_limit <device> <value>[K|M|G|T]` (device = index into the
 //!   daemon's `CUDA_VISIBLE_DEVICES`), `quit`.
+//! - Output formats as a real H100 node printed them (driver 580): a percentage with one decimal
+//!   (`100.0` by default; `set_default_active_thread_percentage 25` prints `25.0`), a pinned
+//!   memory limit in the largest whole unit (`1024M` set, `1G` read back; `1025M` stays `1025M`),
+//!   `set_default_device_pinned_mem_limit` prints nothing, `get_server_list` prints nothing until
+//!   a client has connected, then the server's pid.
 //!
 //! When a CUDA client (the fake libcuda) attaches, the daemon checks that every device of its
 //! `CUDA_VISIBLE_DEVICES` is a GPU or MIG device `libnvidia-ml.so.1` knows (a real MPS server
@@ -117,7 +122,7 @@ impl DaemonState {
             },
             ["get_default_device_pinned_mem_limit", device] => match self.device_index(device) {
                 Ok(index) => ok(match self.pinned_mem_limits_mib.get(&index) {
-                    Some(mib) => format!("{mib}M\n"),
+                    Some(mib) => format!("{}\n", limit_text(*mib)),
                     None => "0\n".to_owned(),
                 }),
                 Err(e) => refuse(e),
@@ -164,6 +169,16 @@ impl DaemonState {
             ),
             _ => refuse(format!("unknown command `{}`", line.trim())),
         }
+    }
+}
+
+/// A limit as the real daemon prints it: in the largest unit that divides it (`1G`, `1025M`).
+fn limit_text(mib: u64) -> String {
+    match mib {
+        0 => "0".to_owned(),
+        m if m % (1 << 20) == 0 => format!("{}T", m >> 20),
+        m if m % (1 << 10) == 0 => format!("{}G", m >> 10),
+        m => format!("{m}M"),
     }
 }
 
@@ -528,6 +543,26 @@ mod tests {
                 .ok
         );
         assert_eq!(daemon.pinned_mem_limits_mib.get(&0), Some(&2048));
+        assert_eq!(
+            daemon
+                .execute("get_default_device_pinned_mem_limit 0")
+                .0
+                .text,
+            "2G\n"
+        );
+        assert!(
+            daemon
+                .execute("set_default_device_pinned_mem_limit 0 1024M")
+                .0
+                .ok
+        );
+        assert_eq!(
+            daemon
+                .execute("get_default_device_pinned_mem_limit 0")
+                .0
+                .text,
+            "1G\n"
+        );
         let out_of_range = daemon.execute("set_default_device_pinned_mem_limit 2 1G").0;
         assert!(
             !out_of_range.ok && out_of_range.text.contains("serves 2 device(s)"),

@@ -114,7 +114,8 @@ fn a_claimed_gpu_is_the_only_one_cuda_nvml_and_nvidia_smi_see() {
     );
     let device = &report["cuda"]["devices"][0];
     assert_eq!(device["name"], gpu.product_name.as_str());
-    assert_eq!(device["memoryBytes"], gpu.memory_bytes);
+    // CUDA reports the memory less the driver's reserve, as a real H100 does (480 MiB).
+    assert_eq!(device["memoryBytes"], gpu.memory_bytes - (480 << 20));
     assert_eq!(device["computeCapability"], "9.0");
     assert_eq!(device["mpsEnabled"], false);
     assert_eq!(

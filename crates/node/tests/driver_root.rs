@@ -5,7 +5,10 @@
 //!   and firmware, the loader-cache hook, and the device nodes from the device root; the spec is
 //!   one the runtime accepts;
 //! - time-slicing runs the driver root's own `nvidia-smi`, which keeps the setting where the
-//!   fake driver keeps it, and unprepare puts it back.
+//!   fake driver keeps it, and unprepare puts it back;
+//! - MPS starts the driver root's `nvidia-cuda-mps-control -d` with the claim's settings; the
+//!   daemon outlives a SIGKILL of the plugin, the restarted plugin finds it again (same process,
+//!   same settings) and unprepare stops it.
 //!
 //! This executable also plays the fake driver root's binaries (`nvidia-smi`, the MPS control
 //! daemon): run under their names it acts as them. So it has its own `main`.
@@ -104,6 +107,43 @@ impl FakeDriver {
             .iter()
             .find(|g| g.minor == minor)
             .unwrap()
+    }
+}
+
+/// Asks the driver root's MPS control client `command` about the daemon on `pipe`: its output,
+/// or `None` when no daemon answers.
+fn mps_ask(fake: &FakeDriver, pipe: &Path, command: &str) -> Option<String> {
+    use std::io::Write;
+    let mut child = Command::new(fake.root.join("usr/bin/nvidia-cuda-mps-control"))
+        .env("LD_LIBRARY_PATH", fake.lib_dir())
+        .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
+        .env("CUDA_MPS_LOG_DIRECTORY", pipe.with_file_name("log"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{command}\n").as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8(output.stdout).unwrap())
+}
+
+/// Stops a daemon the test left running (a failed assertion before unprepare).
+struct QuitOnDrop<'a>(&'a FakeDriver, PathBuf);
+
+impl Drop for QuitOnDrop<'_> {
+    fn drop(&mut self) {
+        if tessera_fake_driver::mps::daemon_pid(&self.1).is_some() {
+            let _ = mps_ask(self.0, &self.1, "quit");
+        }
     }
 }
 
@@ -280,6 +320,99 @@ async fn time_slicing_runs_the_drivers_nvidia_smi() {
     assert!(listed().ends_with("timeslice 0\n"), "{}", listed());
 }
 
+async fn an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare() {
+    let fake = FakeDriver::new();
+    let server = FakeApiServer::new();
+    let http = server.serve_http().await.unwrap();
+    seed_node(&server);
+    let dirs = PluginDirs::new();
+    let flags = fake.flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &flags, &[]);
+    let kubelet = register(&dirs).await;
+
+    let claim = server.seed(&allocated_claim(
+        "mps",
+        &[("gpu", "gpu-2")],
+        vec![claim_config(
+            &["gpu"],
+            "GpuConfig",
+            json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 25}}),
+        )],
+    ));
+    let reference = ClaimRef::new("ml", "mps", claim.uid().unwrap());
+    let claims = std::slice::from_ref(&reference);
+    let prepared = kubelet.prepare(claims).await.unwrap();
+    assert!(
+        prepared[&reference.uid].is_ok(),
+        "{prepared:?}\n{}",
+        plugin_logs(&dirs)
+    );
+    let pipe = dirs
+        .path("state")
+        .join("mps")
+        .join(reference.uid.to_string())
+        .join("pipe");
+    let _cleanup = QuitOnDrop(&fake, pipe.clone());
+    let pid = tessera_fake_driver::mps::daemon_pid(&pipe)
+        .unwrap_or_else(|| panic!("no daemon in {}\n{}", pipe.display(), plugin_logs(&dirs)));
+    // Running (a zombie waiting for a reaper counts as stopped).
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, s)| s.starts_with('Z'))
+        })
+    };
+    assert_eq!(
+        mps_ask(&fake, &pipe, "get_default_active_thread_percentage").as_deref(),
+        Some("25.0\n")
+    );
+    // The daemon serves the claim's GPU, and the spec points the containers at its pipe.
+    let log = std::fs::read_to_string(tessera_fake_driver::mps::control_log(
+        &pipe.with_file_name("log"),
+    ))
+    .unwrap();
+    assert!(log.contains(&fake.gpu("gpu-2").uuid), "{log}");
+    assert!(
+        spec_of(&dirs)
+            .to_string()
+            .contains(&pipe.display().to_string()),
+        "{:#}",
+        spec_of(&dirs)
+    );
+
+    plugin.kill();
+    drop(kubelet);
+    assert!(alive(pid), "the daemon died with the plugin");
+    let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &flags, &[]);
+    let kubelet = register(&dirs).await;
+    // The kubelet prepares again after a restart: the same daemon, with its settings.
+    let again = kubelet.prepare(claims).await.unwrap();
+    assert_eq!(again, prepared, "{}", plugin_logs(&dirs));
+    assert_eq!(tessera_fake_driver::mps::daemon_pid(&pipe), Some(pid));
+    assert_eq!(
+        mps_ask(&fake, &pipe, "get_default_active_thread_percentage").as_deref(),
+        Some("25.0\n")
+    );
+
+    let unprepared = kubelet.unprepare(claims).await.unwrap();
+    assert!(
+        unprepared[&reference.uid].is_ok(),
+        "{unprepared:?}\n{}",
+        plugin_logs(&dirs)
+    );
+    eventually(
+        &dirs,
+        "the daemon to stop",
+        Duration::from_secs(10),
+        async || (!alive(pid)).then_some(()),
+    )
+    .await;
+    assert_eq!(mps_ask(&fake, &pipe, "get_server_list"), None);
+    drop(plugin);
+}
+
 async fn a_root_without_a_driver_stops_the_plugin_with_the_reason() {
     let empty = tempfile::tempdir().unwrap();
     let server = FakeApiServer::new();
@@ -335,7 +468,7 @@ fn main() -> ExitCode {
         .build()
         .unwrap();
     type Test = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
-    let tests: [(&str, Test); 3] = [
+    let tests: [(&str, Test); 4] = [
         (
             "the_spec_injects_the_drivers_files_and_device_nodes",
             || Box::pin(the_spec_injects_the_drivers_files_and_device_nodes()),
@@ -343,6 +476,10 @@ fn main() -> ExitCode {
         ("time_slicing_runs_the_drivers_nvidia_smi", || {
             Box::pin(time_slicing_runs_the_drivers_nvidia_smi())
         }),
+        (
+            "an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare",
+            || Box::pin(an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare()),
+        ),
         (
             "a_root_without_a_driver_stops_the_plugin_with_the_reason",
             || Box::pin(a_root_without_a_driver_stops_the_plugin_with_the_reason()),
