@@ -14,7 +14,7 @@ use cel::common::ast::{
 };
 
 use crate::check::calls_qualified_function;
-use crate::library::internal::{COST, SIZE};
+use crate::library::internal::{COST, EQUALS, IN_SET, NOT_EQUALS, SIZE};
 use crate::path;
 use crate::references::DeviceMap;
 
@@ -173,6 +173,8 @@ fn compares(name: &str) -> bool {
         name,
         operators::EQUALS
             | operators::NOT_EQUALS
+            | EQUALS
+            | NOT_EQUALS
             | operators::LESS
             | operators::LESS_EQUALS
             | operators::GREATER
@@ -224,6 +226,15 @@ fn wrap_cost(expr: &mut IdedExpr, weight: u64, id: &mut u64) {
 }
 
 fn rewrite(expr: &mut IdedExpr, id: &mut u64) {
+    // `x in []`: cel-go folds it to `false` without evaluating `x`.
+    if let Expr::Call(c) = &expr.expr
+        && c.func_name == operators::IN
+        && c.target.is_none()
+        && matches!(c.args.get(1).map(|a| &a.expr), Some(Expr::List(l)) if l.elements.is_empty())
+    {
+        expr.expr = Expr::Literal(LiteralValue::Boolean(false.into()));
+        return;
+    }
     let mut charge_result = false;
     match &mut expr.expr {
         Expr::Call(c) => {
@@ -231,6 +242,7 @@ fn rewrite(expr: &mut IdedExpr, id: &mut u64) {
                 rewrite(target, id);
             }
             c.args.iter_mut().for_each(|a| rewrite(a, id));
+            strict_operator(c);
             let name = c.func_name.clone();
             if let Some(target) = c.target.as_deref()
                 && calls_qualified_function(target, &name)
@@ -293,6 +305,56 @@ fn rewrite(expr: &mut IdedExpr, id: &mut u64) {
     }
     if charge_result {
         wrap_size(expr, id);
+    }
+}
+
+/// Replaces `==`, `!=` and `in` by the functions that evaluate them as cel-go does where the
+/// `cel` crate's operators would answer differently (see `library::internal`): equality whose
+/// left operand may be a semver, a quantity, a list or a map at run time, and membership in a
+/// list of literals.
+fn strict_operator(c: &mut CallExpr) {
+    if c.target.is_some() || c.args.len() != 2 {
+        return;
+    }
+    let name = c.func_name.as_str();
+    if (name == operators::EQUALS || name == operators::NOT_EQUALS) && !primitive(&c.args[0]) {
+        c.func_name = if name == operators::EQUALS {
+            EQUALS
+        } else {
+            NOT_EQUALS
+        }
+        .to_owned();
+    } else if name == operators::IN
+        && let Expr::List(list) = &c.args[1].expr
+        && !list.elements.is_empty()
+        && list.elements.iter().all(|e| {
+            matches!(
+                &e.expr,
+                Expr::Literal(
+                    LiteralValue::Boolean(_)
+                        | LiteralValue::Int(_)
+                        | LiteralValue::UInt(_)
+                        | LiteralValue::Double(_)
+                        | LiteralValue::String(_)
+                )
+            )
+        })
+    {
+        c.func_name = IN_SET.to_owned();
+    }
+}
+
+/// An operand whose value is known to be a bool, number, string, bytes or null: a literal, or a
+/// device field that is one.
+fn primitive(expr: &IdedExpr) -> bool {
+    match &expr.expr {
+        Expr::Literal(_) => true,
+        Expr::Select(select) => {
+            !select.test
+                && matches!(&select.operand.expr, Expr::Ident(name) if name == "device")
+                && matches!(select.field.as_str(), "driver" | "allowMultipleAllocations")
+        }
+        _ => false,
     }
 }
 

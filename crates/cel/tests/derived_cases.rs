@@ -453,3 +453,25 @@ fn compile_and_runtime_errors() {
         ),
     ]);
 }
+
+/// Equality and membership as cel-go evaluates them (checked against upstream by
+/// `tessera-parity cel`): the left operand's type decides, and `in` a list of literals looks the
+/// value up in a hash set.
+#[test]
+fn equality_and_membership_like_cel_go() {
+    run(&[
+        Case::new(on("$D.v == 1"), EvalError("no such overload")).version_attr("v", "1.0.0"),
+        Case::new(on(r#"$D.v == "1.0.0""#), EvalError("no such overload"))
+            .version_attr("v", "1.0.0"),
+        Case::new(on("1 == $D.v"), Match(false)).version_attr("v", "1.0.0"),
+        Case::new(on(r#"$D.v != "x""#), Match(true)).version_attr("v", "1.0.0"),
+        Case::new(on("$D.v == null"), Match(false)).version_attr("v", "1.0.0"),
+        Case::new(on(r#"$D.v == semver("1.0.0")"#), Match(true)).version_attr("v", "1.0.0"),
+        Case::new(on("$D.v in [1, 2]"), EvalError("unhashable")).version_attr("v", "1.0.0"),
+        Case::new(on(r#"$D.v in [semver("1.0.0")]"#), Match(true)).version_attr("v", "1.0.0"),
+        Case::new(on("$D.v in [1, 2].map(x, x)"), Match(false)).version_attr("v", "1.0.0"),
+        Case::new(on("$D.n in [0, 1]"), Match(true)).int_attr("n", 1),
+        Case::new(on("$D.missing in []"), Match(false)),
+        Case::new(on("[$D.v] == [1]"), Match(true)).version_attr("v", "1.0.0"),
+    ]);
+}
