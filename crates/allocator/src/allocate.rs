@@ -9,7 +9,7 @@ use crate::explain::{NodeExplanation, Unsatisfiable};
 use crate::inventory::Inventory;
 use crate::node::NodeInfo;
 use crate::pools::NodePools;
-use crate::request::{Plan, claim_name};
+use crate::request::{Plan, claim_name, prefilter};
 use crate::result::allocation_results;
 use crate::search::{NodeSearch, SearchMode, Solution};
 use crate::state::AllocatedState;
@@ -111,6 +111,12 @@ impl Inventory {
         node: Option<&str>,
         options: &AllocateOptions,
     ) -> Result<Outcome, AllocateError> {
+        if let Some(problem) = prefilter(self, claims)? {
+            return Ok(Outcome::Unsatisfiable(Unsatisfiable {
+                claim_problem: Some(problem),
+                nodes: Vec::new(),
+            }));
+        }
         let plan = Plan::new(self, claims)?;
         let positions: Vec<usize> = match node {
             Some(name) => {
@@ -137,6 +143,12 @@ impl Inventory {
         eligible: impl Fn(&NodeInfo) -> bool,
         options: &AllocateOptions,
     ) -> Result<Outcome, AllocateError> {
+        if let Some(problem) = prefilter(self, claims)? {
+            return Ok(Outcome::Unsatisfiable(Unsatisfiable {
+                claim_problem: Some(problem),
+                nodes: Vec::new(),
+            }));
+        }
         let plan = Plan::new(self, claims)?;
         let positions: Vec<usize> = (0..self.nodes().len())
             .filter(|&p| eligible(&self.nodes()[p]))
@@ -182,13 +194,16 @@ impl Inventory {
             });
         }
         Ok(Outcome::Unsatisfiable(Unsatisfiable {
+            claim_problem: None,
             nodes: explanations,
         }))
     }
 
-    /// Searches the nodes at `positions` in order: first fit stops at the first that fits,
-    /// topology-aware keeps the best score. With `skip_quickly`, nodes without enough free
-    /// devices are not searched.
+    /// Searches the nodes at `positions` in order. First fit does what kube-scheduler's Filter
+    /// does: it tries nodes until it has found as many that fit as the scheduler wants to find
+    /// ([`nodes_to_find`]: every node of a cluster with fewer than 100), keeps the first that
+    /// fits, and fails on an error from any node it tried. Topology-aware keeps the best score;
+    /// with `skip_quickly`, it does not search nodes without enough free devices.
     fn search_nodes(
         &self,
         plan: &Plan<'_>,
@@ -203,9 +218,13 @@ impl Inventory {
             steps: 0,
         };
         let min_devices = plan.min_devices();
+        let first_fit = options.mode == PlacementMode::FirstFit;
+        let to_find = nodes_to_find(self.nodes().len());
+        let mut found = 0usize;
+        let mut first_error: Option<AllocateError> = None;
         for &position in positions {
             let pools = self.pools_for(position);
-            if skip_quickly && !fits_at_all(self, pools, state, plan, min_devices) {
+            if !first_fit && skip_quickly && !fits_at_all(self, pools, state, plan, min_devices) {
                 out.failed.push(position);
                 continue;
             }
@@ -215,25 +234,38 @@ impl Inventory {
                     bound: out.best.as_ref().map(|(_, s, _)| s.score.comm_cost),
                 },
             };
-            let verdict =
-                NodeSearch::new(self, pools, state, plan, mode, options.step_budget)?.run()?;
+            let verdict = NodeSearch::new(self, pools, state, plan, mode, options.step_budget)
+                .and_then(NodeSearch::run);
+            let verdict = match verdict {
+                Ok(v) => v,
+                Err(e) if first_fit => {
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             out.steps += verdict.steps;
             let Some(solution) = verdict.solution else {
                 out.failed.push(position);
                 continue;
             };
-            if out
-                .best
-                .as_ref()
-                .is_none_or(|(_, b, _)| solution.score < b.score)
-            {
+            found += 1;
+            let better = match &out.best {
+                None => true,
+                Some(_) if first_fit => false,
+                Some((_, b, _)) => solution.score < b.score,
+            };
+            if better {
                 out.best = Some((position, solution, verdict.truncated));
             }
-            if options.mode == PlacementMode::FirstFit {
+            if first_fit && found >= to_find {
                 break;
             }
         }
-        Ok(out)
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
     }
 }
 
@@ -243,6 +275,18 @@ struct NodesSearched {
     best: Option<(usize, Solution, bool)>,
     failed: Vec<usize>,
     steps: u64,
+}
+
+/// How many fitting nodes kube-scheduler's Filter looks for before it stops trying nodes
+/// (`numFeasibleNodesToFind` with the default adaptive percentage): every node below 100 nodes,
+/// then 50 % minus a point per 125 nodes (at least 5 %), at least 100 nodes.
+pub(crate) fn nodes_to_find(nodes: usize) -> usize {
+    const MIN: usize = 100;
+    if nodes < MIN {
+        return nodes.max(1);
+    }
+    let percentage = 50usize.saturating_sub(nodes / 125).max(5);
+    (nodes * percentage / 100).max(MIN)
 }
 
 /// A quick necessary condition when choosing among many nodes: enough devices not in use for the

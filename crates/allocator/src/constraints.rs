@@ -15,7 +15,7 @@ use crate::device::DeviceEntry;
 use crate::request::{ConstraintKind, ConstraintSpec, Slot};
 
 /// An attribute value as a set of typed elements.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum AttrSet {
     Ints(BTreeSet<i64>),
     Bools(BTreeSet<bool>),
@@ -68,6 +68,22 @@ impl AttrSet {
         (!r.is_empty()).then_some(r)
     }
 
+    /// Each element on its own, as a set of one.
+    pub fn elements(&self) -> Vec<AttrSet> {
+        match self {
+            AttrSet::Ints(s) => s.iter().map(|x| AttrSet::Ints([*x].into())).collect(),
+            AttrSet::Bools(s) => s.iter().map(|x| AttrSet::Bools([*x].into())).collect(),
+            AttrSet::Strings(s) => s
+                .iter()
+                .map(|x| AttrSet::Strings([x.clone()].into()))
+                .collect(),
+            AttrSet::Versions(s) => s
+                .iter()
+                .map(|x| AttrSet::Versions([x.clone()].into()))
+                .collect(),
+        }
+    }
+
     fn is_empty(&self) -> bool {
         match self {
             AttrSet::Ints(s) => s.is_empty(),
@@ -113,24 +129,51 @@ impl ConstraintState {
         if !self.spec.applies_to(slot) {
             return true;
         }
-        let Some(set) = device.attribute(&self.spec.attribute).and_then(AttrSet::of) else {
-            return false;
-        };
-        let next = match (self.spec.kind, self.stack.last()) {
-            (_, None) => set,
-            (ConstraintKind::Match, Some(current)) => match current.intersection(&set) {
-                Some(i) => i,
-                None => return false,
-            },
-            (ConstraintKind::Distinct, Some(_)) => {
-                if self.stack.iter().any(|s| s.intersection(&set).is_some()) {
-                    return false;
-                }
-                set
+        match self.next(device) {
+            Some(next) => {
+                self.stack.push(next);
+                true
             }
-        };
-        self.stack.push(next);
-        true
+            None => false,
+        }
+    }
+
+    /// Whether [`Self::add`] would accept the device for `slot` now (without adding it).
+    pub fn accepts(&self, slot: &Slot, device: &DeviceEntry) -> bool {
+        !self.spec.applies_to(slot) || self.next(device).is_some()
+    }
+
+    /// What the stack gets if the device is added, or `None` when it breaks the constraint.
+    fn next(&self, device: &DeviceEntry) -> Option<AttrSet> {
+        let set = device
+            .attribute(&self.spec.attribute)
+            .and_then(AttrSet::of)?;
+        match (self.spec.kind, self.stack.last()) {
+            (_, None) => Some(set),
+            (ConstraintKind::Match, Some(current)) => current.intersection(&set),
+            (ConstraintKind::Distinct, Some(_)) => {
+                (!self.stack.iter().any(|s| s.intersection(&set).is_some())).then_some(set)
+            }
+        }
+    }
+
+    /// The constraint.
+    pub fn spec(&self) -> &ConstraintSpec {
+        &self.spec
+    }
+
+    /// Whether some device was added already.
+    pub fn started(&self) -> bool {
+        !self.stack.is_empty()
+    }
+
+    /// Feeds the state (the devices' values so far) into a hasher.
+    pub fn hash_state(&self, h: &mut impl std::hash::Hasher) {
+        use std::hash::Hash;
+        self.stack.len().hash(h);
+        for set in &self.stack {
+            set.hash(h);
+        }
     }
 
     /// Removes the device most recently added for `slot`.

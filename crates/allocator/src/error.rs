@@ -27,6 +27,12 @@ pub enum AllocateError {
         class: String,
     },
 
+    /// A request uses derived attributes (alpha in 1.37, off by default in the scheduler).
+    #[error(
+        "claim {claim}, request {request}: cannot handle a request with derived attributes (the DRADerivedAttributes feature is off in kube-scheduler); remove derivedAttributes"
+    )]
+    DerivedAttributes { claim: String, request: String },
+
     /// A selector has no `cel` field.
     #[error("{owner}, selector #{index}: CEL expression empty (unsupported selector type?)")]
     EmptySelector { owner: String, index: usize },
@@ -132,4 +138,31 @@ pub enum AllocateError {
         "node {node} is not known: it has no ResourceSlices and no Node object was given (known nodes: {known})"
     )]
     UnknownNode { node: String, known: String },
+}
+
+impl AllocateError {
+    /// The error of selector `index` of `owner` on `device`: a compile error (found when the
+    /// selector is first evaluated, as upstream compiles on first use) or a runtime error.
+    pub(crate) fn selector(
+        owner: String,
+        index: usize,
+        device: &crate::DeviceId,
+        message: String,
+        compile: bool,
+    ) -> AllocateError {
+        if compile {
+            AllocateError::CelCompile {
+                owner,
+                index,
+                message,
+            }
+        } else {
+            AllocateError::CelRuntime {
+                owner,
+                index,
+                device: device.to_string(),
+                message,
+            }
+        }
+    }
 }

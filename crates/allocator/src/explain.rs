@@ -27,12 +27,53 @@ const LISTED_DEVICES: usize = 8;
 /// Claims that fit on no node, with the reasons per node.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Unsatisfiable {
+    /// A problem with the claims themselves, found before any node is tried (what
+    /// kube-scheduler's PreFilter reports); then `nodes` is empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim_problem: Option<ClaimProblem>,
     /// Every node evaluated, in the order tried.
     pub nodes: Vec<NodeExplanation>,
 }
 
+/// What makes claims unschedulable on every node, before any device is looked at.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum ClaimProblem {
+    /// A request names a DeviceClass that does not exist (yet).
+    MissingClass {
+        claim: String,
+        request: String,
+        class: String,
+    },
+    /// A request has neither `exactly` nor `firstAvailable` (a request type this version does
+    /// not know).
+    UnknownRequestType { claim: String, request: String },
+}
+
+impl fmt::Display for ClaimProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClaimProblem::MissingClass {
+                claim,
+                request,
+                class,
+            } => write!(
+                f,
+                "claim {claim}, request {request}: DeviceClass {class} does not exist; create it or fix deviceClassName (the claims wait until it exists)"
+            ),
+            ClaimProblem::UnknownRequestType { claim, request } => write!(
+                f,
+                "claim {claim}, request {request}: unknown request type (neither exactly nor firstAvailable)"
+            ),
+        }
+    }
+}
+
 impl fmt::Display for Unsatisfiable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(problem) = &self.claim_problem {
+            return writeln!(f, "{problem}");
+        }
         if self.nodes.is_empty() {
             return writeln!(
                 f,

@@ -14,7 +14,6 @@ use crate::error::AllocateError;
 use crate::node::NodeInfo;
 use crate::pools::NodePools;
 use crate::quantity::Amount;
-use crate::request::compile_error;
 use crate::selection::{ClassEntry, SelectorCache, Verdict};
 
 /// A counter set published in a slice.
@@ -39,6 +38,17 @@ pub(crate) struct SliceEntry {
     pub per_device_node_selection: bool,
     pub devices: Range<usize>,
     pub counter_sets: Vec<CounterSetEntry>,
+    /// Some device consumes counters with compatibility groups (alpha in 1.37, off by default):
+    /// the scheduler ignores such a slice, which leaves its pool incomplete.
+    pub compatibility_groups: bool,
+}
+
+impl SliceEntry {
+    /// A slice publishing counter sets: only its counters count, not its devices (upstream, since
+    /// 1.35 a slice holds one or the other; a 1.34 slice holding both contributes its counters).
+    pub fn is_counter_slice(&self) -> bool {
+        !self.counter_sets.is_empty()
+    }
 }
 
 /// Everything the allocator knows about the cluster, indexed for allocation.
@@ -123,6 +133,13 @@ impl Inventory {
         let driver: Arc<str> = spec.driver.as_str().into();
         let pool: Arc<str> = spec.pool.name.as_str().into();
         let first_device = self.devices.len();
+        let compatibility_groups = spec.devices.iter().flatten().any(|d| {
+            d.consumes_counters.iter().flatten().any(|c| {
+                c.compatibility_groups
+                    .as_ref()
+                    .is_some_and(|g| !g.is_empty())
+            })
+        });
         for device in spec.devices.into_iter().flatten() {
             if let Some(n) = device.node_name.as_ref().filter(|n| !n.is_empty()) {
                 derived_nodes.insert(n.clone());
@@ -175,6 +192,7 @@ impl Inventory {
             per_device_node_selection: spec.per_device_node_selection.unwrap_or(false),
             devices: first_device..self.devices.len(),
             counter_sets,
+            compatibility_groups,
         });
     }
 
@@ -195,26 +213,28 @@ impl Inventory {
 
     /// How many devices of the inventory (any node, in use or not) a DeviceClass's own selectors
     /// select; `None` when there is no class of that name. A selector that does not compile or
-    /// fails on a device is an error, as it would be in allocation. Verdicts are cached, so a
+    /// fails on a device it is evaluated on is an error, as it would be in allocation. Verdicts are cached, so a
     /// later allocation on this inventory does not evaluate them again.
     pub fn devices_selected_by_class(&self, class: &str) -> Option<Result<usize, AllocateError>> {
         let entry = self.classes.get(class)?;
         let owner = || format!("class {class}");
-        if let Err(e) = entry.selectors(&self.selectors) {
-            return Some(Err(compile_error(owner(), e)));
-        }
         let mut selected = 0;
         for index in 0..self.devices.len() {
             match entry.verdict(&self.selectors, &self.devices, index) {
                 Verdict::Match => selected += 1,
                 Verdict::NoMatch(_) => {}
-                Verdict::Failed { selector, message } => {
-                    return Some(Err(AllocateError::CelRuntime {
-                        owner: owner(),
-                        index: selector,
-                        device: self.devices[index].id.to_string(),
+                Verdict::Failed {
+                    selector,
+                    message,
+                    compile,
+                } => {
+                    return Some(Err(AllocateError::selector(
+                        owner(),
+                        selector,
+                        &self.devices[index].id,
                         message,
-                    }));
+                        compile,
+                    )));
                 }
             }
         }

@@ -1,16 +1,21 @@
 //! Gathering the resource pools a node can allocate from, with upstream semantics:
 //!
 //! - a node sees its own slices (`nodeName`) plus shared slices whose `allNodes`, `nodeSelector` or
-//!   per-device node selection matches it; slices with none of these are skipped;
+//!   per-device node selection matches it; slices with none of these are skipped, and so are
+//!   slices whose devices use counter compatibility groups (an alpha feature the scheduler has
+//!   off: their pool counts as incomplete);
 //! - of a pool only the highest generation counts; a pool whose generation is obsolete (a newer
 //!   generation exists in slices the node does not see) is ignored;
 //! - a pool with fewer slices than `resourceSliceCount` is incomplete: nothing is allocated from it
 //!   and a request for `All` devices fails;
 //! - a pool with duplicate device names, duplicate counter-set names, a device consuming a counter
 //!   that does not exist, or a quantity that does not parse is invalid;
-//! - counters come from slices with `sharedCounters` — in the same slice as the devices (the 1.34
-//!   form) or in slices of their own (1.35+); devices of the pool that do not target the node still
-//!   consume counters;
+//! - a slice with `sharedCounters` is a counter slice: its counter sets count, its devices (the
+//!   1.34 form put both in one slice) do not; devices of the pool that do not target the node
+//!   still consume counters;
+//! - in a slice with per-device node selection, every device is a candidate and its own node
+//!   selection is checked after the selectors (as upstream does, so a selector failing on a device
+//!   of another node fails the allocation);
 //! - pools are ordered by driver and name, pools with binding conditions last; slices in a pool by
 //!   name; that order is the first-fit order.
 
@@ -66,6 +71,9 @@ pub(crate) struct NodePools {
     pub candidate_pool: Vec<usize>,
     /// Per candidate: counters it consumes, as indices into its pool's counters.
     pub candidate_consumes: Vec<CounterUse>,
+    /// Per candidate: whether its own node selection (per-device node selection) selects the
+    /// node; always true for devices of other slices.
+    pub candidate_on_node: Vec<bool>,
     pub topology: NodeTopology,
     /// Some candidate allows multiple allocations (so "in use" does not mean unavailable).
     pub has_multi_allocatable: bool,
@@ -90,6 +98,7 @@ impl NodePools {
             candidates: Vec::new(),
             candidate_pool: Vec::new(),
             candidate_consumes: Vec::new(),
+            candidate_on_node: Vec::new(),
             topology: NodeTopology::default(),
             has_multi_allocatable: false,
         };
@@ -114,25 +123,27 @@ impl NodePools {
             pool.consumers.iter().map(|(d, c)| (*d, c)).collect();
         for &s in slices {
             let slice = &inv.slices[s];
+            if slice.is_counter_slice() {
+                continue;
+            }
             for d in slice.devices.clone() {
                 let dev = &inv.devices[d].device;
-                let selected = !slice.per_device_node_selection
+                let on_node = !slice.per_device_node_selection
                     || node_matches(
                         &self.node,
                         dev.node_name.as_deref(),
                         dev.all_nodes.unwrap_or(false),
                         dev.node_selector.as_ref(),
                     );
-                if selected {
-                    self.candidates.push(d);
-                    self.candidate_pool.push(index);
-                    self.candidate_consumes.push(
-                        consumption
-                            .get(&d)
-                            .map(|c| (*c).clone())
-                            .unwrap_or_default(),
-                    );
-                }
+                self.candidates.push(d);
+                self.candidate_pool.push(index);
+                self.candidate_on_node.push(on_node);
+                self.candidate_consumes.push(
+                    consumption
+                        .get(&d)
+                        .map(|c| (*c).clone())
+                        .unwrap_or_default(),
+                );
             }
         }
     }
@@ -148,7 +159,7 @@ fn relevant_slices(inv: &Inventory, node: &NodeInfo) -> HashMap<(Arc<str>, Arc<s
         .unwrap_or_default();
     for &s in own.iter().chain(&inv.shared_slices) {
         let slice = &inv.slices[s];
-        if !slice_relevant(inv, slice, node) {
+        if slice.compatibility_groups || !slice_relevant(inv, slice, node) {
             continue;
         }
         let entry = by_pool
@@ -182,7 +193,9 @@ fn resolve_pool(
         let same_gen: Vec<usize> = all
             .iter()
             .copied()
-            .filter(|&s| inv.slices[s].generation == generation)
+            .filter(|&s| {
+                inv.slices[s].generation == generation && !inv.slices[s].compatibility_groups
+            })
             .collect();
         if usize::try_from(want).ok() != Some(same_gen.len()) {
             let status = PoolStatus::Incomplete {
@@ -250,6 +263,7 @@ impl Pool {
             Ok(counters) => Pool {
                 binding_conditions: targeting
                     .iter()
+                    .filter(|&&s| !inv.slices[s].is_counter_slice())
                     .flat_map(|&s| &inv.devices[inv.slices[s].devices.clone()])
                     .any(|d| d.has_binding_conditions()),
                 driver,
@@ -268,10 +282,22 @@ impl Pool {
         targeting: &[usize],
         others: &[usize],
     ) -> Result<PoolCounters, String> {
-        check_device_names(inv, targeting)?;
+        let devices = |slices: &[usize]| -> Vec<usize> {
+            slices
+                .iter()
+                .copied()
+                .filter(|&s| !inv.slices[s].is_counter_slice())
+                .collect()
+        };
+        check_device_names(inv, &devices(targeting))?;
         let all: Vec<usize> = targeting.iter().chain(others).copied().collect();
-        let counters = Counters::of(inv, &all)?;
-        let consumers = counters.consumers(inv, &all)?;
+        let counter_slices: Vec<usize> = all
+            .iter()
+            .copied()
+            .filter(|&s| inv.slices[s].is_counter_slice())
+            .collect();
+        let counters = Counters::of(inv, &counter_slices)?;
+        let consumers = counters.consumers(inv, &devices(&all))?;
         Ok(PoolCounters {
             names: counters.names,
             totals: counters.totals,

@@ -1,19 +1,16 @@
 //! The claims to allocate, validated and flattened: every request or subrequest becomes a
 //! [`Slot`] with its class, compiled selectors, count, tolerations and capacity requests.
 
-use std::sync::Arc;
-
+use crate::error::AllocateError;
+use crate::explain::ClaimProblem;
+use crate::inventory::Inventory;
+use crate::quantity::Amount;
+use crate::selection::{Compiled, EmptySelector};
 use k8s_openapi::api::resource::v1::{
     CapacityRequirements, DeviceConstraint, DeviceRequest, DeviceSelector, DeviceToleration,
     ResourceClaim,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use tessera_cel::Selector;
-
-use crate::error::AllocateError;
-use crate::inventory::Inventory;
-use crate::quantity::Amount;
-use crate::selection::CompileFailure;
 
 /// Most results one allocation may hold (`AllocationResultsMaxSize`).
 pub const MAX_RESULTS_PER_CLAIM: usize = 32;
@@ -34,7 +31,8 @@ pub(crate) struct Slot {
     /// The top-level request's name.
     pub request_name: String,
     pub class: String,
-    pub selectors: Vec<Arc<Selector>>,
+    /// Compiled request selectors (a selector that does not compile fails when evaluated).
+    pub selectors: Vec<Compiled>,
     pub wanted: Wanted,
     pub admin_access: bool,
     pub tolerations: Vec<DeviceToleration>,
@@ -124,6 +122,60 @@ pub fn claim_name(claim: &ResourceClaim) -> String {
     }
 }
 
+/// What kube-scheduler's PreFilter checks before any node: every request of every claim names a
+/// DeviceClass that exists and is of a known type. A missing class or an unknown request type
+/// makes the pod unschedulable (`Ok(Some(problem))`); an empty class name is an error.
+pub(crate) fn prefilter(
+    inv: &Inventory,
+    claims: &[ResourceClaim],
+) -> Result<Option<ClaimProblem>, AllocateError> {
+    for claim in claims {
+        let name = claim_name(claim);
+        let requests = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.devices.as_ref())
+            .and_then(|d| d.requests.as_deref())
+            .unwrap_or_default();
+        for request in requests {
+            let classes: Vec<(String, &str)> = match (&request.exactly, &request.first_available) {
+                (Some(e), _) => vec![(request.name.clone(), e.device_class_name.as_str())],
+                (None, Some(subs)) if !subs.is_empty() => subs
+                    .iter()
+                    .map(|s| {
+                        (
+                            format!("{}/{}", request.name, s.name),
+                            s.device_class_name.as_str(),
+                        )
+                    })
+                    .collect(),
+                _ => {
+                    return Ok(Some(ClaimProblem::UnknownRequestType {
+                        claim: name,
+                        request: request.name.clone(),
+                    }));
+                }
+            };
+            for (request, class) in classes {
+                if class.is_empty() {
+                    return Err(AllocateError::MissingClassName {
+                        claim: name,
+                        request,
+                    });
+                }
+                if !inv.classes.contains_key(class) {
+                    return Ok(Some(ClaimProblem::MissingClass {
+                        claim: name,
+                        request,
+                        class: class.to_owned(),
+                    }));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
 struct SlotSource<'a> {
     name: &'a str,
     class: &'a str,
@@ -133,6 +185,7 @@ struct SlotSource<'a> {
     admin_access: bool,
     tolerations: &'a [DeviceToleration],
     capacity: Option<&'a CapacityRequirements>,
+    derived_attributes: bool,
 }
 
 impl<'c> Plan<'c> {
@@ -220,6 +273,7 @@ fn slot_sources<'r>(
                 admin_access: e.admin_access.unwrap_or(false),
                 tolerations: e.tolerations.as_deref().unwrap_or_default(),
                 capacity: e.capacity.as_ref(),
+                derived_attributes: e.derived_attributes.as_ref().is_some_and(|d| !d.is_empty()),
             }],
             false,
         )),
@@ -234,6 +288,10 @@ fn slot_sources<'r>(
                     admin_access: false,
                     tolerations: s.tolerations.as_deref().unwrap_or_default(),
                     capacity: s.capacity.as_ref(),
+                    derived_attributes: s
+                        .derived_attributes
+                        .as_ref()
+                        .is_some_and(|d| !d.is_empty()),
                 })
                 .collect(),
             true,
@@ -260,6 +318,12 @@ impl Slot {
             request_name.to_owned()
         };
         let owner = || format!("claim {claim_name}, request {full_name}");
+        if s.derived_attributes {
+            return Err(AllocateError::DerivedAttributes {
+                claim: claim_name.to_owned(),
+                request: full_name,
+            });
+        }
         for (index, selector) in s.selectors.iter().enumerate() {
             if selector.cel.is_none() {
                 return Err(AllocateError::EmptySelector {
@@ -274,21 +338,20 @@ impl Slot {
                 request: full_name,
             });
         }
-        let class = inv
-            .classes
-            .get(s.class)
-            .ok_or_else(|| AllocateError::UnknownClass {
+        if !inv.classes.contains_key(s.class) {
+            return Err(AllocateError::UnknownClass {
                 claim: claim_name.to_owned(),
                 request: full_name.clone(),
                 class: s.class.to_owned(),
-            })?;
-        class
-            .selectors(&inv.selectors)
-            .map_err(|e| compile_error(format!("class {}", class.name()), e))?;
+            });
+        }
         let selectors = inv
             .selectors
             .compile(s.selectors)
-            .map_err(|e| compile_error(owner(), e))?;
+            .map_err(|EmptySelector { index }| AllocateError::EmptySelector {
+                owner: owner(),
+                index,
+            })?;
         let wanted = wanted(claim_name, &full_name, s.mode, s.count)?;
         let capacity = capacity_requests(claim_name, &full_name, s.capacity)?;
         Ok(Slot {
@@ -352,17 +415,6 @@ fn capacity_requests(
             Ok((cap.clone(), amount, q.clone()))
         })
         .collect()
-}
-
-pub(crate) fn compile_error(owner: String, e: CompileFailure) -> AllocateError {
-    match e {
-        CompileFailure::Empty { index } => AllocateError::EmptySelector { owner, index },
-        CompileFailure::Invalid { index, message } => AllocateError::CelCompile {
-            owner,
-            index,
-            message,
-        },
-    }
 }
 
 fn constraints(

@@ -3,6 +3,10 @@
 //! Expressions are compiled once per inventory; each device gets one CEL context, built on first
 //! use and reused by every selector; a class's verdict on a device is cached in the inventory (it
 //! cannot change while the inventory lives), a request's verdict per allocation run.
+//!
+//! A selector that does not compile fails only when it is evaluated, as upstream (which compiles
+//! on first use) fails: selectors are evaluated in order and stop at the first that is false, so
+//! a broken second selector fails only the devices the first one matches.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
@@ -18,21 +22,22 @@ pub(crate) enum Verdict {
     Match,
     /// The first selector that evaluated to false.
     NoMatch(usize),
-    /// A selector failed at runtime.
+    /// A selector failed: it does not compile (`compile`), or it failed at run time.
     Failed {
         selector: usize,
         message: String,
+        compile: bool,
     },
 }
 
-/// A selector list that could not be compiled.
+/// A selector list with a selector of an unknown type (no `cel` field): selector `index`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum CompileFailure {
-    /// Selector `index` has no `cel` field (some future selector type).
-    Empty { index: usize },
-    /// Selector `index` does not compile.
-    Invalid { index: usize, message: String },
+pub(crate) struct EmptySelector {
+    pub index: usize,
 }
+
+/// One compiled selector, or why it does not compile.
+pub(crate) type Compiled = Result<Arc<Selector>, String>;
 
 /// Compiled selectors, shared by all allocations on one inventory.
 #[derive(Default)]
@@ -66,18 +71,15 @@ impl SelectorCache {
         result
     }
 
-    /// Compiles a selector list (class or request).
-    pub fn compile(
-        &self,
-        selectors: &[DeviceSelector],
-    ) -> Result<Vec<Arc<Selector>>, CompileFailure> {
+    /// Compiles a selector list (class or request); a selector that does not compile is kept as
+    /// its error, to fail when evaluated.
+    pub fn compile(&self, selectors: &[DeviceSelector]) -> Result<Vec<Compiled>, EmptySelector> {
         selectors
             .iter()
             .enumerate()
             .map(|(index, s)| {
-                let cel = s.cel.as_ref().ok_or(CompileFailure::Empty { index })?;
-                self.compile_one(&cel.expression)
-                    .map_err(|message| CompileFailure::Invalid { index, message })
+                let cel = s.cel.as_ref().ok_or(EmptySelector { index })?;
+                Ok(self.compile_one(&cel.expression))
             })
             .collect()
     }
@@ -85,7 +87,7 @@ impl SelectorCache {
     /// Evaluates compiled selectors on a device; `index` is the device's inventory index.
     pub fn evaluate(
         &self,
-        selectors: &[Arc<Selector>],
+        selectors: &[Compiled],
         devices: &[DeviceEntry],
         index: usize,
     ) -> Verdict {
@@ -99,6 +101,16 @@ impl SelectorCache {
         let context =
             contexts[index].get_or_init(|| DeviceContext::new(entry.id.driver(), &entry.device));
         for (i, selector) in selectors.iter().enumerate() {
+            let selector = match selector {
+                Ok(s) => s,
+                Err(message) => {
+                    return Verdict::Failed {
+                        selector: i,
+                        message: message.clone(),
+                        compile: true,
+                    };
+                }
+            };
             match selector.evaluate(context) {
                 Ok(true) => {}
                 Ok(false) => return Verdict::NoMatch(i),
@@ -106,6 +118,7 @@ impl SelectorCache {
                     return Verdict::Failed {
                         selector: i,
                         message: e.to_string(),
+                        compile: false,
                     };
                 }
             }
@@ -117,7 +130,7 @@ impl SelectorCache {
 /// A DeviceClass with its compiled selectors and per-device verdicts.
 pub(crate) struct ClassEntry {
     pub class: DeviceClass,
-    compiled: OnceLock<Result<Vec<Arc<Selector>>, CompileFailure>>,
+    compiled: OnceLock<Result<Vec<Compiled>, EmptySelector>>,
     verdicts: Vec<OnceLock<Verdict>>,
 }
 
@@ -143,7 +156,7 @@ impl ClassEntry {
     }
 
     /// The compiled class selectors.
-    pub fn selectors(&self, cache: &SelectorCache) -> Result<&[Arc<Selector>], CompileFailure> {
+    pub fn selectors(&self, cache: &SelectorCache) -> Result<&[Compiled], EmptySelector> {
         self.compiled
             .get_or_init(|| {
                 cache.compile(
@@ -159,18 +172,17 @@ impl ClassEntry {
             .map_err(Clone::clone)
     }
 
-    /// The class's verdict on a device (cached). Call [`Self::selectors`] first: a compile failure
-    /// makes every verdict a failure of that selector.
+    /// The class's verdict on a device (cached). A selector of unknown type makes every verdict a
+    /// failure of that selector.
     pub fn verdict(&self, cache: &SelectorCache, devices: &[DeviceEntry], index: usize) -> Verdict {
         self.verdicts[index]
             .get_or_init(|| match self.selectors(cache) {
                 Ok(selectors) => cache.evaluate(selectors, devices, index),
-                Err(CompileFailure::Empty { index } | CompileFailure::Invalid { index, .. }) => {
-                    Verdict::Failed {
-                        selector: index,
-                        message: "does not compile".into(),
-                    }
-                }
+                Err(EmptySelector { index }) => Verdict::Failed {
+                    selector: index,
+                    message: "CEL expression empty (unsupported selector type?)".into(),
+                    compile: true,
+                },
             })
             .clone()
     }

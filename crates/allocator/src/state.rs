@@ -146,6 +146,20 @@ impl AllocatedState {
         }
     }
 
+    /// Records capacity consumed on a device by shared allocations whose share ids are not
+    /// known (upstream's `AggregatedCapacity` without `AllocatedSharedDeviceIDs`).
+    pub fn insert_consumed(
+        &mut self,
+        id: DeviceId,
+        consumed: impl IntoIterator<Item = (String, Amount)>,
+    ) {
+        let entry = self.shared.entry(id).or_default();
+        for (name, amount) in consumed {
+            let slot = entry.consumed.entry(name).or_default();
+            *slot = slot.saturating_add(amount);
+        }
+    }
+
     /// Whether a device is allocated exclusively.
     pub fn is_dedicated(&self, id: &DeviceId) -> bool {
         self.dedicated.contains(id)

@@ -89,7 +89,10 @@ fn allocate_among_no_node_is_unsatisfiable_with_no_nodes() {
         .unwrap();
     assert_eq!(
         outcome,
-        Outcome::Unsatisfiable(tessera_allocator::Unsatisfiable { nodes: vec![] })
+        Outcome::Unsatisfiable(tessera_allocator::Unsatisfiable {
+            claim_problem: None,
+            nodes: vec![]
+        })
     );
 }
 

@@ -109,17 +109,16 @@ fn build(inst: &Instance) -> (Inventory, Vec<ResourceClaim>, AllocatedState) {
             dev
         })
         .collect();
-    let mut slice = node_slice(SLICE1, NODE1, POOL1, DRIVER_A, devices);
+    let mut slices = vec![node_slice(SLICE1, NODE1, POOL1, DRIVER_A, devices)];
     if let Some(total) = inst.counter_total {
-        slice.spec.shared_counters = counter_slice(
-            SLICE1,
+        slices[0].spec.pool.resource_slice_count = 2;
+        slices.push(counter_slice(
+            SLICE2,
             On::Node(NODE1),
-            pool(POOL1, 1),
+            pool(POOL1, 2),
             DRIVER_A,
             &[(COUNTER_SET1, &[("units", &total.to_string())])],
-        )
-        .spec
-        .shared_counters;
+        ));
     }
     let claims = inst
         .claims
@@ -154,7 +153,7 @@ fn build(inst: &Instance) -> (Inventory, Vec<ResourceClaim>, AllocatedState) {
         }
     }
     let inv = Inventory::new(
-        vec![slice],
+        slices,
         vec![class(CLASS_A, DRIVER_A)],
         vec![node(NODE1, REGION1)],
     );

@@ -1,5 +1,6 @@
 //! Checks on one candidate device during the search, and taking / releasing it: availability,
-//! selectors, capacity, counters, taints and constraints (`allocateDevice` upstream).
+//! selectors, capacity, counters, taints and constraints (`isSelectable`, `CmpRequestOverCapacity`
+//! and `allocateDevice` upstream, in upstream's order).
 
 use crate::capacity::{self, CapacityRefusal, Consumption};
 use crate::error::AllocateError;
@@ -9,11 +10,11 @@ use crate::selection::Verdict;
 use crate::taints::untolerated_taint;
 use crate::topology::pair_cost;
 
-use super::{NodeSearch, Pick, Stop, Undo};
+use super::{NodeSearch, Pick, Selectable, Stop, Undo};
 
 impl<'a> NodeSearch<'a> {
-    /// In exclusive use: allocated before (exclusively, or shared while not multi-allocatable), or
-    /// taken by a claim in this run.
+    /// In exclusive use: allocated before (exclusively, or — a deliberate difference from
+    /// upstream, for safety — shared while not multi-allocatable), or taken by a claim in this run.
     pub(crate) fn in_use(&self, pos: usize) -> bool {
         let dev = self.device(pos);
         self.state.is_dedicated(&dev.id)
@@ -21,32 +22,72 @@ impl<'a> NodeSearch<'a> {
             || !self.taken_by[pos].is_empty()
     }
 
-    pub(crate) fn selectable(&mut self, slot: usize, pos: usize) -> Result<bool, AllocateError> {
-        match self.selectable_cache[slot][pos] {
-            1 => return Ok(true),
-            2 => return Ok(false),
-            _ => {}
+    /// Whether the device's capacity is shared by some allocation already (upstream's
+    /// `deviceCapacityInUse`): then a further share does not consume its counters again.
+    pub(crate) fn capacity_in_use(&self, pos: usize) -> bool {
+        self.state.shared(&self.device(pos).id).is_some() || self.run_shares[pos] > 0
+    }
+
+    /// Whether taking the device now consumes its counters: it consumes some, and it is not a
+    /// multi-allocatable device whose capacity is shared already.
+    pub(crate) fn charges_counters(&self, pos: usize) -> bool {
+        if self.np.candidate_consumes[pos].is_empty() {
+            return false;
         }
-        let verdict = self.verdict(slot, pos)?;
-        self.selectable_cache[slot][pos] = if verdict { 1 } else { 2 };
-        Ok(verdict)
+        let shared =
+            self.device(pos).parsed().allow_multiple_allocations && self.capacity_in_use(pos);
+        !shared
+    }
+
+    /// Whether the slot's class and request selectors select the device and, for per-device node
+    /// selection, the device is available on the node. A selector that fails is an error, raised
+    /// the first time the search asks about the pair.
+    pub(crate) fn selectable(&mut self, slot: usize, pos: usize) -> Result<bool, AllocateError> {
+        match self.evaluate_pair(slot, pos) {
+            Selectable::Yes => Ok(true),
+            Selectable::No => Ok(false),
+            _ => Err(self.failures[&(slot, pos)].clone()),
+        }
+    }
+
+    /// The cached verdict on a pair, evaluating it on first use without raising its error.
+    pub(super) fn evaluate_pair(&mut self, slot: usize, pos: usize) -> Selectable {
+        let cached = self.selectable_cache[slot][pos];
+        if cached != Selectable::Unknown {
+            return cached;
+        }
+        let verdict = match self.verdict(slot, pos) {
+            Ok(true) => Selectable::Yes,
+            Ok(false) => Selectable::No,
+            Err(e) => {
+                self.failures.insert((slot, pos), e);
+                Selectable::Fails
+            }
+        };
+        self.selectable_cache[slot][pos] = verdict;
+        verdict
     }
 
     pub(crate) fn verdict(&self, slot: usize, pos: usize) -> Result<bool, AllocateError> {
         let s = &self.plan.slots[slot];
         let index = self.np.candidates[pos];
         let class = &self.inv.classes[&s.class];
-        let device = || self.inv.devices[index].id.to_string();
+        let id = &self.inv.devices[index].id;
         match class.verdict(&self.inv.selectors, &self.inv.devices, index) {
             Verdict::Match => {}
             Verdict::NoMatch(_) => return Ok(false),
-            Verdict::Failed { selector, message } => {
-                return Err(AllocateError::CelRuntime {
-                    owner: format!("class {}", class.name()),
-                    index: selector,
-                    device: device(),
+            Verdict::Failed {
+                selector,
+                message,
+                compile,
+            } => {
+                return Err(AllocateError::selector(
+                    format!("class {}", class.name()),
+                    selector,
+                    id,
                     message,
-                });
+                    compile,
+                ));
             }
         }
         match self
@@ -54,18 +95,26 @@ impl<'a> NodeSearch<'a> {
             .selectors
             .evaluate(&s.selectors, &self.inv.devices, index)
         {
-            Verdict::Match => Ok(true),
-            Verdict::NoMatch(_) => Ok(false),
-            Verdict::Failed { selector, message } => Err(AllocateError::CelRuntime {
-                owner: format!(
-                    "claim {}, request {}",
-                    self.plan.claims[s.claim].name, s.full_name
-                ),
-                index: selector,
-                device: device(),
+            Verdict::Match => {}
+            Verdict::NoMatch(_) => return Ok(false),
+            Verdict::Failed {
+                selector,
                 message,
-            }),
+                compile,
+            } => {
+                return Err(AllocateError::selector(
+                    format!(
+                        "claim {}, request {}",
+                        self.plan.claims[s.claim].name, s.full_name
+                    ),
+                    selector,
+                    id,
+                    message,
+                    compile,
+                ));
+            }
         }
+        Ok(self.np.candidate_on_node[pos])
     }
 
     /// What the slot's capacity request would consume of the device now.
@@ -84,6 +133,17 @@ impl<'a> NodeSearch<'a> {
                 before.saturating_add(run.get(name).copied().unwrap_or_default())
             },
         )
+    }
+
+    /// Whether the slot's capacity request fits the device when nothing of it is consumed
+    /// (upstream's static check when it collects the devices of an `All` request).
+    pub(crate) fn static_capacity_fits(&self, slot: usize, pos: usize) -> bool {
+        capacity::consume(
+            &self.device(pos).parsed().capacities,
+            &self.plan.slots[slot].capacity,
+            &|_| Amount::ZERO,
+        )
+        .is_ok()
     }
 
     /// Whether the device's counters fit what is left in its pool.
@@ -118,8 +178,10 @@ impl<'a> NodeSearch<'a> {
         }
     }
 
-    /// `allocateDevice` upstream: availability, counters, taints, constraints; on success the
-    /// device is recorded for the claim.
+    /// `allocateDevice` upstream: availability, counters, taints, constraints, capacity; on
+    /// success the device is recorded for the claim. Counters are charged unless the device is
+    /// multi-allocatable and already shared — so admin access to a device in use charges them
+    /// again, as upstream does.
     pub(super) fn try_allocate(
         &mut self,
         claim: usize,
@@ -136,15 +198,7 @@ impl<'a> NodeSearch<'a> {
         if !s.admin_access && self.in_use(pos) {
             return Ok(None);
         }
-        let consumption = match self.capacity(slot, pos) {
-            Ok(c) => c,
-            Err(_) => return Ok(None),
-        };
-        let shared_already =
-            multi && (self.state.shared(&dev.id).is_some() || self.run_shares[pos] > 0);
-        let counted_already = self.state.is_in_use(&dev.id) || !self.taken_by[pos].is_empty();
-        let charged =
-            !shared_already && !counted_already && !self.np.candidate_consumes[pos].is_empty();
+        let charged = self.charges_counters(pos);
         if charged && !self.counters_fit(pos) {
             return Ok(None);
         }
@@ -154,18 +208,26 @@ impl<'a> NodeSearch<'a> {
         if !self.add_to_constraints(claim, slot, pos, must)? {
             return Ok(None);
         }
+        let consumption = match self.capacity(slot, pos) {
+            Ok(c) => c,
+            Err(_) => {
+                for c in &mut self.constraints[claim] {
+                    c.remove(s);
+                }
+                return Ok(None);
+            }
+        };
         if charged {
             self.charge(pos, true);
         }
-        let exclusive = !multi;
-        let comm_added = self.record(claim, slot, pos, (!exclusive).then_some(consumption));
+        let comm_added = self.record(claim, slot, pos, multi.then_some(consumption));
         Ok(Some(Undo {
             claim,
             slot,
             pos,
             charged,
-            exclusive,
-            shared: !exclusive,
+            exclusive: !multi,
+            shared: multi,
             comm_added,
         }))
     }
@@ -184,15 +246,15 @@ impl<'a> NodeSearch<'a> {
         let constraints = &mut self.constraints[claim];
         for i in 0..constraints.len() {
             if !constraints[i].add(s, dev) {
+                for c in &mut constraints[..i] {
+                    c.remove(s);
+                }
                 if must {
                     return Err(Stop::Error(AllocateError::ConstraintRejectsAll {
                         claim: self.plan.claims[claim].name.clone(),
                         request: s.full_name.clone(),
                         device: dev.id.to_string(),
                     }));
-                }
-                for c in &mut constraints[..i] {
-                    c.remove(s);
                 }
                 return Ok(false);
             }
@@ -230,6 +292,7 @@ impl<'a> NodeSearch<'a> {
     }
 
     pub(super) fn undo(&mut self, u: Undo) {
+        self.prune.backtracked = true;
         let s = &self.plan.slots[u.slot];
         for c in &mut self.constraints[u.claim] {
             c.remove(s);

@@ -1,21 +1,35 @@
 //! The depth-first search over claims → requests → devices on one node, with upstream semantics
-//! (`allocateOne` in k8s.io/dynamic-resource-allocation/structured).
+//! (`allocateOne` in k8s.io/dynamic-resource-allocation/structured, incubating variant).
 //!
-//! Candidates are tried in first-fit order (pool, slice, device); within one request only
-//! combinations are tried, never permutations; a `firstAvailable` request tries its subrequests in
-//! order and, for the devices already chosen for earlier requests, keeps the first subrequest that
-//! completes the allocation. Every checked candidate and every recursion is a step; past the step
-//! budget the search stops.
+//! The recursion is upstream's, call for call: candidates are tried in first-fit order (pool,
+//! slice, device); within one request only combinations are tried, never permutations; a
+//! `firstAvailable` request tries its subrequests in order; `All` requests take their devices,
+//! fixed when the search starts, in order; a claim whose results would pass the 32-result limit
+//! makes the search back off as upstream's `errAllocationResultMaxSizeExceeded` does. Each
+//! candidate is checked in upstream's order (in use, selectors and per-device node selection,
+//! capacity, then counters, taints and constraints), so the first solution is upstream's and so
+//! are the selector evaluations that fail on the way to it.
+//!
+//! What ends a search is not a step budget but pruning (module `prune`): once the search has had
+//! to backtrack, every call first asks whether what is left can still be satisfied by the
+//! remaining candidates (counts, per-device availability, counters, capacity, constraints) and
+//! whether the same situation already failed; a subtree that cannot hold a solution is skipped.
+//! Pruning only ever removes subtrees without a solution, and only on nodes where no skipped
+//! candidate could have raised an error, so first fit still returns exactly what upstream
+//! returns, usually after far fewer calls. A bound remains ([`crate::DEFAULT_STEP_BUDGET`] calls
+//! of `allocate_one`, counted as upstream counts `allocateOne`); it is set where upstream's own
+//! 10 s Filter timeout would have stopped it first.
 //!
 //! First fit stops at the first complete solution. Best-of search (topology-aware mode) goes on
 //! enumerating and keeps the solution with the lowest [`TopologyScore`]; it prunes a branch as soon
 //! as its communication cost (which only grows as devices are added) exceeds the best found, and it
-//! finds the first-fit solution first, so it is never worse than first fit. At the budget it keeps
+//! finds the first-fit solution first, so it is never worse than first fit. At the bound it keeps
 //! the best so far.
 
 mod candidate;
+mod prune;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::capacity::Consumption;
 use crate::constraints::ConstraintState;
@@ -62,7 +76,7 @@ pub(crate) struct Solution {
 pub(crate) struct NodeVerdict {
     pub solution: Option<Solution>,
     pub steps: u64,
-    /// Best-of search stopped at the budget with a solution in hand.
+    /// Best-of search stopped at the bound with a solution in hand.
     pub truncated: bool,
 }
 
@@ -76,7 +90,7 @@ enum Flow {
 
 enum Stop {
     Error(AllocateError),
-    /// Budget exhausted.
+    /// Bound reached.
     Budget,
 }
 
@@ -87,7 +101,7 @@ impl From<AllocateError> for Stop {
 }
 
 /// Where the search is: which device of which request (or subrequest) of which claim.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Position {
     claim: usize,
     request: usize,
@@ -108,6 +122,17 @@ struct Undo {
     comm_added: u64,
 }
 
+/// A (slot, candidate) pair's selector verdict, cached for the search.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Selectable {
+    Unknown,
+    Yes,
+    No,
+    /// Evaluating it fails; the error is in `NodeSearch::failures` and is raised when the search
+    /// reaches the pair.
+    Fails,
+}
+
 pub(crate) struct NodeSearch<'a> {
     pub inv: &'a Inventory,
     pub np: &'a NodePools,
@@ -120,8 +145,8 @@ pub(crate) struct NodeSearch<'a> {
     need: Vec<usize>,
     /// Per `All` slot: the candidate positions it must take.
     all_devices: Vec<Vec<usize>>,
-    /// Per slot, per candidate: 0 unknown, 1 selectable, 2 not.
-    selectable_cache: Vec<Vec<u8>>,
+    selectable_cache: Vec<Vec<Selectable>>,
+    failures: HashMap<(usize, usize), AllocateError>,
     /// Per candidate: free before this allocation (not in use at all).
     free_before: Vec<bool>,
     /// Per candidate: claims that take it exclusively in this run.
@@ -129,7 +154,8 @@ pub(crate) struct NodeSearch<'a> {
     /// Per candidate: shared allocations in this run and the capacity they consume.
     run_shares: Vec<u32>,
     run_capacity: Vec<BTreeMap<String, Amount>>,
-    /// Per pool: counters left after allocated devices; counters consumed in this run.
+    /// Per pool: counters left after allocated devices (may be negative); counters consumed in
+    /// this run.
     counters_left: Vec<Vec<Amount>>,
     counters_used: Vec<Vec<Amount>>,
     constraints: Vec<Vec<ConstraintState>>,
@@ -142,6 +168,7 @@ pub(crate) struct NodeSearch<'a> {
     pruned: u64,
     /// Best-of search: class of interchangeable candidates (see [`crate::symmetry`]).
     classes: Option<Vec<u8>>,
+    prune: prune::Pruning,
 }
 
 impl<'a> NodeSearch<'a> {
@@ -162,9 +189,10 @@ impl<'a> NodeSearch<'a> {
             mode,
             budget,
             steps: 0,
-            need: Vec::with_capacity(plan.slots.len()),
+            need: vec![0; plan.slots.len()],
             all_devices: vec![Vec::new(); plan.slots.len()],
-            selectable_cache: vec![vec![0; n]; plan.slots.len()],
+            selectable_cache: vec![vec![Selectable::Unknown; n]; plan.slots.len()],
+            failures: HashMap::new(),
             free_before: np
                 .candidates
                 .iter()
@@ -206,48 +234,64 @@ impl<'a> NodeSearch<'a> {
             solutions: 0,
             pruned: 0,
             classes: None,
+            prune: prune::Pruning::default(),
         };
         search.count_needs()?;
         Ok(search)
     }
 
-    /// How many devices each slot needs here (`All`: every matching device), and the 32-result
-    /// limit per claim with those numbers.
+    /// Upstream's checks before the search, in its order: claim by claim, request by request,
+    /// how many devices each (sub)request needs here (`All`: every matching device of complete,
+    /// valid pools, which evaluates the selectors on all of them), and that the smallest number
+    /// a claim can get by with stays within the 32-result limit.
     fn count_needs(&mut self) -> Result<(), AllocateError> {
-        for (si, slot) in self.plan.slots.iter().enumerate() {
-            let need = match slot.wanted {
-                Wanted::Count(c) => c,
-                Wanted::All => {
-                    self.collect_all(si)?;
-                    self.all_devices[si].len()
-                }
-            };
-            self.need.push(need);
-        }
         for claim in &self.plan.claims {
-            let min: usize = claim
-                .requests
-                .iter()
-                .map(|r| r.slots.iter().map(|&s| self.need[s]).min().unwrap_or(0))
-                .sum();
-            if min > MAX_RESULTS_PER_CLAIM {
-                return Err(AllocateError::TooManyDevices {
-                    claim: claim.name.clone(),
-                    count: min,
-                    limit: MAX_RESULTS_PER_CLAIM,
-                });
+            let mut min_claim = 0usize;
+            for request in &claim.requests {
+                let mut min_request = usize::MAX;
+                for &si in &request.slots {
+                    let need = match self.plan.slots[si].wanted {
+                        Wanted::Count(c) => c,
+                        Wanted::All => {
+                            self.collect_all(si)?;
+                            self.all_devices[si].len()
+                        }
+                    };
+                    self.need[si] = need;
+                    min_request = min_request.min(need);
+                }
+                if min_request > MAX_RESULTS_PER_CLAIM - min_claim {
+                    return Err(AllocateError::TooManyDevices {
+                        claim: claim.name.clone(),
+                        count: min_claim.saturating_add(min_request),
+                        limit: MAX_RESULTS_PER_CLAIM,
+                    });
+                }
+                min_claim += min_request;
             }
         }
         Ok(())
     }
 
-    /// The devices an `All` slot must take on this node: every selectable candidate whose capacity
-    /// fits, from pools that must all be complete and valid.
+    /// The devices an `All` slot must take on this node: every selectable candidate whose
+    /// capacity could hold the request on an idle device (what is already consumed is checked
+    /// when the device is taken, so a used-up device makes the request fail), from pools that
+    /// must all be complete and valid.
     fn collect_all(&mut self, si: usize) -> Result<(), AllocateError> {
         let slot = &self.plan.slots[si];
-        for pool in &self.np.pools {
+        for (pi, pool) in self.np.pools.iter().enumerate() {
             let why = match pool.status {
-                PoolStatus::Usable => continue,
+                PoolStatus::Usable => {
+                    for pos in 0..self.np.candidates.len() {
+                        if self.np.candidate_pool[pos] != pi {
+                            continue;
+                        }
+                        if self.selectable(si, pos)? && self.static_capacity_fits(si, pos) {
+                            self.all_devices[si].push(pos);
+                        }
+                    }
+                    continue;
+                }
                 PoolStatus::Incomplete { .. } => "being updated",
                 PoolStatus::Invalid(_) => "invalid",
             };
@@ -257,11 +301,6 @@ impl<'a> NodeSearch<'a> {
                 pool: pool.id(),
                 why,
             });
-        }
-        for pos in 0..self.np.candidates.len() {
-            if self.selectable(si, pos)? && self.capacity(si, pos).is_ok() {
-                self.all_devices[si].push(pos);
-            }
         }
         Ok(())
     }
@@ -307,14 +346,6 @@ impl<'a> NodeSearch<'a> {
         })
     }
 
-    fn tick(&mut self) -> Result<(), Stop> {
-        self.steps += 1;
-        if self.steps > self.budget {
-            return Err(Stop::Budget);
-        }
-        Ok(())
-    }
-
     pub(crate) fn device(&self, pos: usize) -> &'a DeviceEntry {
         &self.inv.devices[self.np.candidates[pos]]
     }
@@ -327,7 +358,10 @@ impl<'a> NodeSearch<'a> {
         device: usize,
         start: usize,
     ) -> Result<Flow, Stop> {
-        self.tick()?;
+        self.steps += 1;
+        if self.steps > self.budget {
+            return Err(Stop::Budget);
+        }
         if claim == self.plan.claims.len() {
             return Ok(self.complete());
         }
@@ -365,11 +399,19 @@ impl<'a> NodeSearch<'a> {
             in_slot,
             device,
         };
-        if is_all {
-            self.take_next_of_all(at)
+        let memo = match self.pruned_before(at, start)? {
+            prune::Check::Skip(flow) => return Ok(flow),
+            prune::Check::Search(memo) => memo,
+        };
+        let flow = if is_all {
+            self.take_next_of_all(at)?
         } else {
-            self.try_candidates(at, start)
+            self.try_candidates(at, start)?
+        };
+        if let Some(key) = memo {
+            self.remember(key, flow);
         }
+        Ok(flow)
     }
 
     /// `All`: the devices are known; take the next one or fail.
@@ -404,11 +446,11 @@ impl<'a> NodeSearch<'a> {
         let admin = self.plan.slots[slot].admin_access;
         let mut tried_classes = 0u64;
         for pos in start..n {
-            // Not enough candidates left for the rest of this request: no combination can work.
-            if n - pos < need - device {
+            // Not enough candidates left for the rest of this request: no combination can work
+            // (skipping them is only allowed where none of them could fail a selector).
+            if n - pos < need - device && self.may_prune() {
                 break;
             }
-            self.tick()?;
             if admin && self.taken_by[pos].contains(&claim) {
                 continue;
             }
@@ -416,6 +458,9 @@ impl<'a> NodeSearch<'a> {
                 continue;
             }
             if !self.selectable(slot, pos)? {
+                continue;
+            }
+            if self.capacity(slot, pos).is_err() {
                 continue;
             }
             if let Some(classes) = self.classes.as_ref().filter(|_| !admin) {
@@ -512,7 +557,8 @@ impl<'a> NodeSearch<'a> {
     }
 }
 
-/// A pool's counters minus what its allocated devices (on any node) consume.
+/// A pool's counters minus what its allocated devices (on any node) consume; negative when the
+/// allocated devices overdraw it (then no device consuming the pool's counters fits).
 fn counters_left(
     inv: &Inventory,
     state: &AllocatedState,

@@ -228,7 +228,9 @@ pub fn cases() -> Vec<Case> {
             name: "no-classes",
             claims: vec![simple_claim(CLAIM0, REQ0, CLASS_A)],
             slices: vec![one_device_slice(SLICE1, POOL1, DRIVER_A)],
-            expect: Expect::Error("could not retrieve device class class-a"),
+            // Upstream's allocator errors; kube-scheduler's PreFilter finds the missing class
+            // first and marks the pod unschedulable, which is what first fit promises.
+            expect: Expect::UnsatisfiableBecause("DeviceClass class-a does not exist"),
             ..Default::default()
         },
         Case {
@@ -236,7 +238,7 @@ pub fn cases() -> Vec<Case> {
             claims: vec![simple_claim(CLAIM0, REQ0, "unknown-class")],
             classes: vec![class(CLASS_A, DRIVER_A)],
             slices: vec![one_device_slice(SLICE1, POOL1, DRIVER_A)],
-            expect: Expect::Error("could not retrieve device class unknown-class"),
+            expect: Expect::UnsatisfiableBecause("DeviceClass unknown-class does not exist"),
             ..Default::default()
         },
         Case {
