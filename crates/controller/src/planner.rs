@@ -192,6 +192,13 @@ fn decide_action(input: &PlacementInput<'_>, sorted: &PodClaims, record: &PodPla
         .collect();
     match allocate(input.managed, &claims, &in_use, &nodes, &options) {
         Ok(Outcome::Allocated(a)) => Action::Place(placement(a, &targets, sorted.own.clone())),
+        // A missing DeviceClass or an unknown request type: the claims are wrong (or wait for
+        // their class), whatever node is tried.
+        Ok(Outcome::Unsatisfiable(u)) if u.claim_problem.is_some() => Action::CannotPlace {
+            failure: Failure::InvalidInput,
+            message: u.to_string().trim_end().to_string(),
+            undo: sorted.own.clone(),
+        },
         Ok(Outcome::Unsatisfiable(u)) => Action::CannotPlace {
             failure: Failure::Unsatisfiable,
             message: unsatisfiable_message(input.managed, &claims, &in_use, &nodes, &u, &options),

@@ -389,7 +389,7 @@ async fn an_unknown_class_is_reported_until_it_exists() {
     let (_, message) = condition(&api, "trainer", "InvalidInput").await;
     assert_eq!(
         message,
-        "claim ml/a, request gpus: could not retrieve device class big-gpus: not found; create it or fix deviceClassName"
+        "claim ml/a, request gpus: DeviceClass big-gpus does not exist; create it or fix deviceClassName (the claims wait until it exists)"
     );
     let mut big = shipped_classes().remove(0);
     big.metadata = ObjectMeta {

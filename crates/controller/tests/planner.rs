@@ -304,7 +304,7 @@ fn bad_input_is_named() {
     for (claim, expected) in [
         (
             "unknown",
-            "claim ml/unknown, request gpus: could not retrieve device class no-such-class: not found",
+            "claim ml/unknown, request gpus: DeviceClass no-such-class does not exist",
         ),
         (
             "cel",
