@@ -81,6 +81,12 @@ pub struct Args {
     #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0:8080", value_parser = parse_address)]
     pub metrics_address: OptionalAddress,
 
+    /// How long one API server request may take (claim reads, slice writes); keep it well
+    /// inside the kubelet's 45 s deadline for prepare, so a hung API server fails the claim in
+    /// time for the kubelet's retry.
+    #[arg(long, env = "API_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub api_timeout: Duration,
+
     /// How long in-flight prepare/unprepare calls may run after SIGTERM before they are cut
     /// off (keep below the pod's terminationGracePeriodSeconds).
     #[arg(long, env = "SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]

@@ -1,13 +1,38 @@
 //! Reading ResourceClaims: the [`ClaimSource`] trait, [`KubeClaimSource`] (the API server) and
 //! [`InMemoryClaims`] (tests, and processes without an API server).
+//!
+//! [`KubeClaimSource`] bounds every read by a timeout well inside the kubelet's 45 s deadline
+//! (a hung API server fails the claim in time for the kubelet's retry instead of holding the
+//! call), and how many reads run at once (a batch of thousands of claims reuses a few
+//! connections instead of opening one per claim). Names go into request paths percent-encoded.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{Api, ListParams};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use tokio::sync::Semaphore;
+
+/// How long one read of the API server may take by default.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many claim reads run at once by default (each holds one connection).
+pub const DEFAULT_CONCURRENT_READS: usize = 32;
+
+/// Characters left as they are in a path segment: RFC 3986 unreserved.
+const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `segment` escaped for one segment of a request path (kube puts names into URLs as given).
+pub fn path_segment(segment: &str) -> String {
+    utf8_percent_encode(segment, PATH_SEGMENT).to_string()
+}
 
 /// A boxed future, so that [`ClaimSource`] can be used as a trait object.
 pub type ClaimFuture<'a, T> =
@@ -26,6 +51,12 @@ pub enum ClaimSourceError {
     /// Listing claims failed.
     #[error("cannot list ResourceClaims from the API server: {reason}")]
     List { reason: String },
+    /// The API server did not answer in time.
+    #[error(
+        "the API server did not answer {what} within {}s; the kubelet retries",
+        timeout.as_secs_f64()
+    )]
+    Timeout { what: String, timeout: Duration },
 }
 
 /// Where the driver reads claims from.
@@ -41,24 +72,64 @@ pub trait ClaimSource: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct KubeClaimSource {
     client: kube::Client,
+    timeout: Duration,
+    reads: Arc<Semaphore>,
 }
 
 impl KubeClaimSource {
-    /// Reads claims with `client` (needs `get` and `list` on `resourceclaims`).
+    /// Reads claims with `client` (needs `get` and `list` on `resourceclaims`), each read
+    /// bounded by [`DEFAULT_READ_TIMEOUT`], at most [`DEFAULT_CONCURRENT_READS`] at once.
     pub fn new(client: kube::Client) -> Self {
-        Self { client }
+        Self {
+            client,
+            timeout: DEFAULT_READ_TIMEOUT,
+            reads: Arc::new(Semaphore::new(DEFAULT_CONCURRENT_READS)),
+        }
+    }
+
+    /// Bounds each read by `timeout` instead (waiting for a free read slot included).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Runs `read` in a read slot, within the timeout.
+    async fn bounded<T>(
+        &self,
+        what: impl FnOnce() -> String,
+        read: impl Future<Output = Result<T, ClaimSourceError>>,
+    ) -> Result<T, ClaimSourceError> {
+        let slot_and_read = async {
+            let _slot = self.reads.acquire().await;
+            read.await
+        };
+        tokio::time::timeout(self.timeout, slot_and_read)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ClaimSourceError::Timeout {
+                    what: what(),
+                    timeout: self.timeout,
+                })
+            })
     }
 }
 
 impl ClaimSource for KubeClaimSource {
     fn get(&self, namespace: String, name: String) -> ClaimFuture<'_, Option<ResourceClaim>> {
         Box::pin(async move {
-            let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &namespace);
-            api.get_opt(&name).await.map_err(|e| ClaimSourceError::Get {
-                namespace,
-                name,
-                reason: e.to_string(),
-            })
+            let api: Api<ResourceClaim> =
+                Api::namespaced(self.client.clone(), &path_segment(&namespace));
+            let read = async {
+                api.get_opt(&path_segment(&name))
+                    .await
+                    .map_err(|e| ClaimSourceError::Get {
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                        reason: e.to_string(),
+                    })
+            };
+            self.bounded(|| format!("GET ResourceClaim {namespace}/{name}"), read)
+                .await
         })
     }
 
@@ -68,12 +139,14 @@ impl ClaimSource for KubeClaimSource {
             let mut claims = Vec::new();
             let mut params = ListParams::default().limit(500);
             loop {
-                let page = api
-                    .list(&params)
-                    .await
-                    .map_err(|e| ClaimSourceError::List {
+                let read = async {
+                    api.list(&params).await.map_err(|e| ClaimSourceError::List {
                         reason: e.to_string(),
-                    })?;
+                    })
+                };
+                let page = self
+                    .bounded(|| "LIST ResourceClaims".to_owned(), read)
+                    .await?;
                 let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
                 claims.extend(page.items);
                 match next {
@@ -149,5 +222,41 @@ impl ClaimSource for InMemoryClaims {
             Ok(self.lock().values().cloned().collect())
         };
         Box::pin(std::future::ready(result))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+    use tessera_fake_apiserver::{FakeApiServer, Verb};
+
+    use super::*;
+
+    fn claim(namespace: &str, name: &str) -> ResourceClaim {
+        serde_json::from_value(json!({
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": {"devices": {"requests": []}},
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn names_are_escaped_in_request_paths() {
+        let server = FakeApiServer::new();
+        server.seed(&claim("ml", "a"));
+        let source = KubeClaimSource::new(server.client());
+        // Unescaped, this would read claim `a` (with a query), or watch it and never return.
+        for name in ["a?watch=true", "a/../a", "a#x", "a%2F"] {
+            let read =
+                tokio::time::timeout(Duration::from_secs(5), source.get("ml".into(), name.into()))
+                    .await
+                    .unwrap_or_else(|_| panic!("reading {name:?} hung"));
+            assert!(matches!(read, Ok(None)), "{name:?}: {read:?}");
+        }
+        assert_eq!(server.request_count(Verb::Watch, "resourceclaims"), 0);
+        assert!(source.get("ml".into(), "a".into()).await.unwrap().is_some());
+        assert_eq!(path_segment("a b/c?d"), "a%20b%2Fc%3Fd");
     }
 }

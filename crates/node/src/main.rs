@@ -68,9 +68,12 @@ fn main() -> ExitCode {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A log line that cannot be written (stderr on a full disk) is lost, and never stops the
+    // plugin: tracing-subscriber would otherwise report it with eprintln!, which panics.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -214,8 +217,16 @@ fn open_devices(args: &Args, tools: Option<&DriverTools>) -> anyhow::Result<Devi
     })
 }
 
-async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+/// The API server clients: `requests` bounds every call by `--api-timeout` (claims, slices,
+/// events); `watches` keeps kube's long read timeout, which the Node watch needs (the server
+/// holds a watch open for minutes).
+struct Clients {
+    requests: kube::Client,
+    watches: kube::Client,
+}
+
+async fn kube_clients(args: &Args) -> anyhow::Result<Clients> {
+    let config = match args.kubeconfig.as_deref() {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("--kubeconfig {}", path.display()))?;
@@ -226,7 +237,17 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kub
         None => kube::Config::incluster()
             .context("no --kubeconfig, and the in-cluster configuration is not available")?,
     };
-    kube::Client::try_from(config).context("cannot build the Kubernetes client")
+    // A backstop for calls without a deadline of their own; claim reads time out at
+    // `--api-timeout` with a message that says so.
+    let backstop = args.api_timeout + std::time::Duration::from_secs(2);
+    let mut bounded = config.clone();
+    bounded.connect_timeout = Some(args.api_timeout);
+    bounded.read_timeout = Some(backstop);
+    bounded.write_timeout = Some(backstop);
+    Ok(Clients {
+        requests: kube::Client::try_from(bounded).context("cannot build the Kubernetes client")?,
+        watches: kube::Client::try_from(config).context("cannot build the Kubernetes client")?,
+    })
 }
 
 /// Starts claim preparation: loads the checkpoint and recovers from whatever a previous run
@@ -247,7 +268,7 @@ async fn start_driver(
         .injection(injection);
     let parts = DriverParts {
         inventory: Arc::clone(&devices.inventory),
-        claims: Arc::new(KubeClaimSource::new(client.clone())),
+        claims: Arc::new(KubeClaimSource::new(client.clone()).timeout(args.api_timeout)),
         gpu: Arc::clone(&devices.gpu),
         mig: Arc::clone(&devices.mig),
     };
@@ -262,7 +283,8 @@ async fn start_driver(
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let clients = kube_clients(&args).await?;
+    let client = clients.requests.clone();
     let (injection, tools) = load_driver_root(&args)?;
     let devices = open_devices(&args, tools.as_ref())?;
     let mut registry = Registry::default();
@@ -271,11 +293,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (kubelet_health, kubelet_health_feed) = watch::channel(Vec::new());
 
     let driver = start_driver(&args, &client, &devices, injection).await?;
+    let recovery = driver.recovery();
     let driver = InstrumentedDriver::new(driver, metrics.clone(), Some(NodeDriver::stats));
     let plugin = PluginConfig::new(DRIVER_NAME)
         .registrar_dir(&args.kubelet_registrar_directory_path)
         .plugins_dir(&args.kubelet_plugins_directory_path)
         .shutdown_grace(args.shutdown_grace)
+        // The driver locks per claim: calls on other claims need not wait for each other.
+        .serialize_calls(false)
         .bind(Arc::new(WithDeviceHealth::new(driver, kubelet_health_feed)))
         .context("cannot set up the kubelet plugin sockets")?;
 
@@ -288,7 +313,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut liveness = Liveness::default();
 
-    let (node, node_watch) = watch_node(client.clone(), &args.node_name);
+    let (node, node_watch) = watch_node(clients.watches.clone(), &args.node_name);
     let (published, published_feed) = watch::channel(false);
     let publisher_heartbeat = Heartbeat::new("publish loop", max_silence(args.rescan_interval));
     liveness.watch(publisher_heartbeat.clone());
@@ -337,6 +362,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 readiness: Readiness {
                     registration: plugin.registration_state(),
                     published: published_feed,
+                    recovery,
                 },
             };
             Some(tokio::spawn(endpoints::serve(

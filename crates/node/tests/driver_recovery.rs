@@ -4,13 +4,15 @@
 
 mod support;
 
+use std::time::Duration;
+
 use serde_json::json;
 use tessera_api::checkpoint::{ClaimState, DeviceTarget};
 use tessera_kubelet::DraDriver;
+use tessera_node::NodeDriver;
 use tessera_node::checkpoint::{LoadOutcome, quarantined_files};
 use tessera_node::mig::MigControl;
 use tessera_node::plan::MigMode;
-use tessera_node::{NodeDriver, StartError};
 
 use support::harness::{Harness, claim_config, env_of};
 
@@ -292,31 +294,65 @@ async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lost_checkpoint_waits_for_the_api_server_without_losing_specs() {
+async fn a_lost_checkpoint_while_the_api_server_is_down_starts_degraded_and_recovers() {
     let h = Harness::new("dgx-h100", MigMode::Static);
-    let claim = h.claim("precious", &[("gpu", "gpu-2")], vec![]);
+    let precious = h.claim("precious", &[("gpu", "gpu-2")], vec![]);
+    let gone = h.claim(
+        "gone",
+        &[("gpu", "gpu-3")],
+        vec![claim_config(&[], "GpuConfig", json!({"strategy": "MPS"}))],
+    );
     let (driver, _) = h.start().await;
-    driver.prepare(vec![claim.clone()]).await[&claim.uid]
-        .clone()
-        .unwrap();
+    let devices = driver.prepare(vec![precious.clone(), gone.clone()]).await;
+    assert!(devices.values().all(Result::is_ok), "{devices:?}");
+    let devices = devices[&precious.uid].clone().unwrap();
     drop(driver);
     std::fs::write(h.checkpoint_path(), b"not json").unwrap();
     h.claims.set_unavailable(true);
 
-    let err = NodeDriver::start(h.config.clone(), h.parts())
+    // It starts anyway (no crash loop), says why it is not ready, and keeps the specs.
+    let (driver, report) = NodeDriver::start(h.config.clone(), h.parts())
         .await
-        .expect_err("cannot tell which claims are still allocated");
-    assert!(matches!(err, StartError::Rebuild(_)), "{err}");
-    assert!(err.to_string().contains("API server"), "{err}");
-    // The corrupt file is aside and the spec untouched: the next start rebuilds.
+        .expect("a lost checkpoint and an unreachable API server do not stop the start");
+    let mut recovery = driver.recovery();
+    let reason = recovery.borrow().clone().expect("recovery is pending");
+    assert!(reason.contains("API server"), "{reason}");
+    assert!(
+        report.errors.iter().any(|e| e.contains("retrying")),
+        "{report:?}"
+    );
     assert_eq!(quarantined_files(&h.config.state_dir).len(), 1);
-    assert_eq!(h.spec_uids(), vec![claim.uid.to_string()]);
+    assert_eq!(h.spec_uids().len(), 2);
+    // New prepares wait for recovery; unprepare of a claim known by its spec works.
+    let err = driver.prepare(vec![precious.clone()]).await[&precious.uid]
+        .clone()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("still recovering"), "{err}");
+    driver.unprepare(vec![gone.clone()]).await[&gone.uid]
+        .clone()
+        .unwrap();
+    assert_eq!(h.spec_uids(), vec![precious.uid.to_string()]);
+    assert!(
+        h.gpu.running_daemons().is_empty(),
+        "the MPS daemon is stopped"
+    );
 
+    // The API server comes back: recovery finishes by itself.
     h.claims.set_unavailable(false);
-    let (driver, report) = h.start().await;
-    assert!(matches!(report.checkpoint, LoadOutcome::Missing));
-    assert_eq!(report.rebuilt.len(), 1, "{report:?}");
-    assert!(driver.prepare(vec![claim.clone()]).await[&claim.uid].is_ok());
+    h.claims.remove("ml", "gone");
+    tokio::time::timeout(Duration::from_secs(120), recovery.wait_for(Option::is_none))
+        .await
+        .expect("recovery finishes once the API server answers")
+        .unwrap();
+    assert_eq!(
+        driver.prepare(vec![precious.clone()]).await[&precious.uid]
+            .clone()
+            .map_err(|e| e.to_string()),
+        Ok(devices)
+    );
+    let recorded: Vec<String> = h.read_checkpoint().claims.into_keys().collect();
+    assert_eq!(recorded, vec![precious.uid.to_string()]);
 }
 
 #[tokio::test]

@@ -319,6 +319,23 @@ impl Core {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Undoes what a claim without a record (a lost checkpoint not rebuilt yet) can be found to
+    /// have: its CDI spec, and its MPS daemon through the claim's MPS directory. Its dynamic
+    /// MIG devices, if any, are destroyed by the recovery that follows.
+    pub(super) fn undo_unrecorded(&self, uid: &str) -> Result<(), EffectError> {
+        self.specs.remove(uid)?;
+        let dir = self.mps_directory(uid);
+        if dir.is_dir() {
+            let directories = sharing::MpsDirectories {
+                pipe: dir.join("pipe"),
+                log: dir.join("log"),
+            };
+            self.gpu.stop_mps(&directories)?;
+            self.remove_mps_directory(uid)?;
+        }
+        Ok(())
+    }
+
     /// The host directory of a claim's MPS daemon.
     pub(super) fn mps_directory(&self, uid: &str) -> PathBuf {
         self.mps_root.join(uid)

@@ -35,6 +35,12 @@ pub enum ClaimFailure {
     /// A side effect (MIG, sharing, CDI spec, checkpoint) failed.
     #[error(transparent)]
     Effect(#[from] EffectError),
+    /// Start-up recovery has not finished: no new claim is prepared until it has.
+    #[error(
+        "the node plugin is still recovering its state and prepares no new claim until it has \
+         ({0}); the kubelet retries"
+    )]
+    Recovering(String),
     /// The driver's own work failed unexpectedly (a panic).
     #[error("internal error in the node plugin: {0}")]
     Internal(String),

@@ -2,11 +2,15 @@
 //!
 //! # How prepare is ordered, and why every crash point converges
 //!
-//! Prepare of a batch, after reading the claims from the API server (async, concurrently):
+//! Every call first takes the locks of its claims (per claim, not per call: calls on other
+//! claims run in parallel, so a claim whose API read hangs holds up nobody else). Prepare of a
+//! batch then answers claims already `PrepareCompleted` from the checkpoint (idempotence,
+//! without the API server), reads the others from the API server (concurrently, but at most a
+//! few reads at once, each bounded by a timeout well inside the kubelet's 45 s:
+//! [`crate::claims::KubeClaimSource`]), and:
 //!
-//! 1. Under the claims' locks, a claim already `PrepareCompleted` returns its recorded devices
-//!    (idempotence: nothing is redone). A record left `PrepareStarted`/`UnprepareStarted` by a
-//!    failed earlier call is undone first.
+//! 1. A record left `PrepareStarted`/`UnprepareStarted` by a failed earlier call is undone
+//!    first.
 //! 2. The plan ([`crate::plan`], pure) resolves devices and configs; bad input fails only
 //!    that claim.
 //! 3. **One checkpoint write** records every planned claim that has node-local side effects
@@ -75,7 +79,7 @@ pub use error::{ClaimError, ClaimFailure};
 pub use recovery::StartupReport;
 
 use crate::checkpoint::{CheckpointStore, CheckpointStoreError, DEFAULT_BOOT_ID_PATH};
-use crate::claims::{ClaimSource, ClaimSourceError};
+use crate::claims::ClaimSource;
 use crate::injection::DriverInjection;
 use crate::inventory::NodeInventory;
 use crate::mig::{DEFAULT_MIG_MINORS_PATH, MigCapMinors, MigControl};
@@ -164,17 +168,8 @@ pub struct DriverParts {
 pub enum StartError {
     #[error(transparent)]
     Checkpoint(#[from] CheckpointStoreError),
-    #[error("cannot read the node's GPUs: {0}")]
-    Inventory(#[from] SourceError),
     #[error("cannot list this driver's CDI specs: {0}")]
     Specs(#[from] SpecDirError),
-    #[error(
-        "the checkpoint was lost and CDI specs of prepared claims exist, but the API server \
-         cannot tell which claims are still allocated here: {0}"
-    )]
-    Rebuild(ClaimSourceError),
-    #[error("recovery stopped unexpectedly: {0}")]
-    Recovery(String),
 }
 
 /// The driver's counters, which the runtime exports as metrics
@@ -204,7 +199,11 @@ pub(crate) struct Core {
     mig: Arc<dyn MigControl>,
     store: CheckpointStore,
     specs: SpecDir,
-    locks: ClaimLocks,
+    locks: Arc<ClaimLocks>,
+    /// Held from admitting a batch's claims to recording their intents, so that two batches
+    /// never both plan the same MIG placement.
+    admission: std::sync::Mutex<()>,
+    recovery: recovery::RecoveryState,
     quarantines: AtomicU64,
     recovery_errors: AtomicU64,
 }
@@ -261,6 +260,12 @@ impl NodeDriver {
         }
     }
 
+    /// `None` once start-up recovery has finished; else why not yet (it is retried, and
+    /// meanwhile new prepares are refused). For readiness.
+    pub fn recovery(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.core.recovery.subscribe()
+    }
+
     /// The checkpoint file.
     pub fn checkpoint_path(&self) -> &Path {
         self.core.store.path()
@@ -270,6 +275,10 @@ impl NodeDriver {
     pub fn cdi_spec_path(&self, claim_uid: &str) -> Option<PathBuf> {
         self.core.specs.path_of(claim_uid).ok()
     }
+}
+
+fn uids_of(claims: &[ClaimRef]) -> Vec<String> {
+    claims.iter().map(|c| c.uid.to_string()).collect()
 }
 
 /// Runs blocking driver work off the async runtime; a panic becomes a per-claim error.
@@ -296,14 +305,23 @@ impl DraDriver for NodeDriver {
         &self,
         claims: Vec<ClaimRef>,
     ) -> BTreeMap<ClaimUid, PrepareResult<ClaimError>> {
+        let gate = self.core.recovery.gate.read().await;
+        // Held from before the reads until the answer: a claim is never read, prepared or
+        // unprepared by two calls at once; other claims' calls run in parallel.
+        let held = self.core.locks.lock(&uids_of(&claims)).await;
         let mut results = BTreeMap::new();
         let mut to_read = Vec::new();
+        let recovering = self.core.recovery.pending();
         for claim in claims {
-            match self.core.completed_devices(claim.uid.as_str()) {
-                Some(devices) => {
+            match (self.core.completed_devices(claim.uid.as_str()), &recovering) {
+                (Some(devices), _) => {
                     results.insert(claim.uid.clone(), Ok(devices));
                 }
-                None => to_read.push(claim),
+                (None, Some(reason)) => {
+                    let failure = ClaimFailure::Recovering(reason.clone());
+                    results.insert(claim.uid.clone(), Err(ClaimError::new(&claim, failure)));
+                }
+                (None, None) => to_read.push(claim),
             }
         }
         if to_read.is_empty() {
@@ -317,7 +335,12 @@ impl DraDriver for NodeDriver {
         let fetched = futures::future::join_all(reads).await;
         let work: Vec<_> = to_read.iter().cloned().zip(fetched).collect();
         let core = Arc::clone(&self.core);
-        results.extend(blocking(&to_read, move || core.prepare_batch(work)).await);
+        let prepared = blocking(&to_read, move || {
+            let _held = held;
+            core.prepare_batch(work)
+        });
+        results.extend(prepared.await);
+        drop(gate);
         results
     }
 
@@ -325,8 +348,14 @@ impl DraDriver for NodeDriver {
         &self,
         claims: Vec<ClaimRef>,
     ) -> BTreeMap<ClaimUid, UnprepareResult<ClaimError>> {
+        let _gate = self.core.recovery.gate.read().await;
+        let held = self.core.locks.lock(&uids_of(&claims)).await;
         let core = Arc::clone(&self.core);
         let batch = claims.clone();
-        blocking(&claims, move || core.unprepare_batch(batch)).await
+        blocking(&claims, move || {
+            let _held = held;
+            core.unprepare_batch(batch)
+        })
+        .await
     }
 }

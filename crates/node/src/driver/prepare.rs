@@ -149,8 +149,7 @@ impl Core {
         &self,
         work: Vec<(ClaimRef, Fetched)>,
     ) -> BTreeMap<ClaimUid, PrepareResult<ClaimError>> {
-        let uids: Vec<String> = work.iter().map(|(c, _)| c.uid.to_string()).collect();
-        let _held = self.locks.lock(&uids);
+        let admission = self.admission.lock().unwrap_or_else(|e| e.into_inner());
         let mut results = BTreeMap::new();
         let mut claims: BTreeMap<String, ClaimRef> = BTreeMap::new();
         let mut planned: BTreeMap<String, ClaimRecord> = BTreeMap::new();
@@ -199,6 +198,7 @@ impl Core {
             }
             return results;
         }
+        drop(admission);
         crate::crash::point("prepare:started-recorded");
 
         // Step 4: node-local side effects claim by claim, then the CDI specs of the claims
@@ -274,12 +274,17 @@ impl Core {
         &self,
         claims: Vec<ClaimRef>,
     ) -> BTreeMap<ClaimUid, UnprepareResult<ClaimError>> {
-        let uids: Vec<String> = claims.iter().map(|c| c.uid.to_string()).collect();
-        let _held = self.locks.lock(&uids);
         let mut results = BTreeMap::new();
         let mut undoing: Vec<(ClaimRef, ClaimRecord)> = Vec::new();
         for claim in claims {
             match self.store.get(claim.uid.as_str()) {
+                // The checkpoint was lost and not rebuilt yet: what the claim left that can be
+                // found without its record goes (its CDI spec, its MPS daemon).
+                None if self.recovery.rebuild_pending() => {
+                    let undone = self.undo_unrecorded(claim.uid.as_str());
+                    let answer = undone.or_else(|e| failed(&claim, "unpreparing", e));
+                    results.insert(claim.uid.clone(), answer);
+                }
                 // Never prepared, or already unprepared: nothing to do.
                 None => {
                     results.insert(claim.uid.clone(), Ok(()));

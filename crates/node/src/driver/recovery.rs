@@ -3,29 +3,27 @@
 //! owns (see the crash-point table in [`crate::driver`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tessera_api::checkpoint::{ClaimRecord, ClaimState, DeviceTarget};
-use tessera_cdi::SpecDir;
+use tessera_cdi::{SpecDir, SpecDirError};
+use tokio::sync::watch;
 
-use super::locks::ClaimLocks;
+use super::error::logged;
 use super::placements::HeldPlacements;
 use super::{Core, DriverParts, NodeDriver, NodeDriverConfig, StartError};
 use crate::cdi_spec;
-use crate::checkpoint::{CheckpointStore, LoadOutcome, read_boot_id};
-use crate::claims::{ClaimSource, ClaimSourceError};
+use crate::checkpoint::{CheckpointStore, CheckpointStoreError, LoadOutcome, read_boot_id};
+use crate::claims::ClaimSourceError;
 use crate::mig::MigCapMinors;
 use crate::plan::{ClaimIdentity, MigMode, PlanContext, plan_claim};
 use crate::sharing::MpsDirectories;
 
 /// Temporary spec files older than this at start belong to no live writer.
 const STALE_TEMP_FILE_AGE: Duration = Duration::from_secs(60);
-/// Attempts (and first delay, doubled each time) to list claims when rebuilding.
-const REBUILD_ATTEMPTS: u32 = 5;
-const REBUILD_FIRST_DELAY: Duration = Duration::from_millis(200);
 
 /// What start-up found and did. Claims are named `namespace/name (uid)`.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,6 +76,65 @@ fn describe(uid: &str, record: &ClaimRecord) -> String {
     format!("{} ({uid})", record.display_name())
 }
 
+/// Where start-up recovery stands. Until it has finished, the driver serves what it can
+/// (prepared claims from the checkpoint, unprepare) and refuses new prepares; a task retries
+/// it with backoff, and `/readyz` says why the node is not ready.
+pub(super) struct RecoveryState {
+    /// Calls hold it shared; a recovery attempt holds it exclusively.
+    pub(super) gate: tokio::sync::RwLock<()>,
+    /// `None` once recovered, else why not yet.
+    pending: watch::Sender<Option<String>>,
+    /// The checkpoint was lost and CDI specs of unknown claims exist: they are rebuilt from
+    /// the API server's claims.
+    needs_rebuild: AtomicBool,
+    /// The checkpoint file does not hold this boot's records yet (missing, quarantined, written
+    /// during another boot): the first successful attempt writes it. Otherwise an unchanged
+    /// checkpoint is not rewritten (a full state directory must not stop the plugin).
+    write_needed: AtomicBool,
+}
+
+impl RecoveryState {
+    fn new(needs_rebuild: bool, write_needed: bool) -> Self {
+        Self {
+            gate: tokio::sync::RwLock::new(()),
+            pending: watch::channel(Some("recovery has not run yet".to_owned())).0,
+            needs_rebuild: AtomicBool::new(needs_rebuild),
+            write_needed: AtomicBool::new(write_needed),
+        }
+    }
+
+    /// Why recovery has not finished, if it has not.
+    pub(super) fn pending(&self) -> Option<String> {
+        self.pending.borrow().clone()
+    }
+
+    /// Whether the lost checkpoint still has to be rebuilt.
+    pub(super) fn rebuild_pending(&self) -> bool {
+        self.needs_rebuild.load(Ordering::Relaxed)
+    }
+
+    /// Follows [`RecoveryState::pending`].
+    pub(super) fn subscribe(&self) -> watch::Receiver<Option<String>> {
+        self.pending.subscribe()
+    }
+}
+
+/// Why a recovery attempt did not finish.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RecoveryError {
+    #[error(
+        "the checkpoint was lost and CDI specs of prepared claims exist, but the API server \
+         cannot tell which claims are still allocated here: {0}"
+    )]
+    Rebuild(ClaimSourceError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointStoreError),
+    #[error("cannot list this driver's CDI specs: {0}")]
+    Specs(#[from] SpecDirError),
+    #[error("recovery stopped unexpectedly: {0}")]
+    Panicked(String),
+}
+
 pub(super) async fn start(
     config: NodeDriverConfig,
     parts: DriverParts,
@@ -107,15 +164,7 @@ pub(super) async fn start(
         .list()?
         .into_iter()
         .any(|uid| !loaded.claims.contains_key(&uid));
-    let rebuild_from = if lost && unknown_specs {
-        Some(
-            list_with_retries(&*parts.claims)
-                .await
-                .map_err(StartError::Rebuild)?,
-        )
-    } else {
-        None
-    };
+    let write_needed = !matches!(&outcome, LoadOutcome::Loaded { .. }) || rebooted;
     let core = Arc::new(Core {
         node_name: config.node_name,
         mig_mode: config.mig_mode,
@@ -128,58 +177,102 @@ pub(super) async fn start(
         mig: parts.mig,
         store,
         specs,
-        locks: ClaimLocks::default(),
+        locks: Arc::default(),
+        admission: std::sync::Mutex::new(()),
+        recovery: RecoveryState::new(lost && unknown_specs, write_needed),
         quarantines,
         recovery_errors: AtomicU64::new(0),
     });
-    let recovering = Arc::clone(&core);
-    let report = tokio::task::spawn_blocking(move || {
-        recovering.recover(loaded.claims, rebuild_from, &mut report)?;
-        let errors = report.errors.len() as u64;
-        recovering
-            .recovery_errors
-            .fetch_add(errors, Ordering::Relaxed);
-        Ok::<_, StartError>(report)
-    })
-    .await
-    .map_err(|e| StartError::Recovery(e.to_string()))??;
-    tracing::info!(?report, "node driver recovered");
+    match attempt(&core, report.clone()).await {
+        Ok(recovered) => {
+            report = recovered;
+            tracing::info!(?report, "node driver recovered");
+        }
+        Err(error) => {
+            report.error(format!(
+                "recovery could not finish ({error}); serving prepared claims and unprepare, \
+                 refusing new prepares, and retrying"
+            ));
+            core.recovery.pending.send_replace(Some(error.to_string()));
+            tokio::spawn(retry_recovery(Arc::downgrade(&core), report.clone()));
+        }
+    }
     Ok((NodeDriver { core }, report))
 }
 
-async fn list_with_retries(
-    claims: &dyn ClaimSource,
-) -> Result<Vec<ResourceClaim>, ClaimSourceError> {
-    let mut delay = REBUILD_FIRST_DELAY;
-    let mut attempt = 1;
+/// First delay between recovery attempts after a failed one; doubles up to the maximum.
+const RETRY_FIRST_DELAY: Duration = Duration::from_millis(500);
+const RETRY_MAX_DELAY: Duration = Duration::from_secs(30);
+
+/// Retries recovery until it finishes or the driver is gone.
+async fn retry_recovery(core: Weak<Core>, report: StartupReport) {
+    let mut delay = RETRY_FIRST_DELAY;
     loop {
-        match claims.list().await {
-            Ok(list) => return Ok(list),
-            Err(e) if attempt >= REBUILD_ATTEMPTS => return Err(e),
-            Err(e) => {
-                tracing::warn!(error = %e, attempt, "listing claims to rebuild the checkpoint failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-                attempt += 1;
+        tokio::time::sleep(delay).await;
+        let Some(core) = core.upgrade() else {
+            return;
+        };
+        match attempt(&core, report.clone()).await {
+            Ok(report) => {
+                core.recovery.pending.send_replace(None);
+                tracing::info!(?report, "node driver recovered after retrying");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(error = %logged(&error), retry_in = ?delay, "recovery could not finish yet");
+                core.recovery.pending.send_replace(Some(error.to_string()));
+                delay = (delay * 2).min(RETRY_MAX_DELAY);
             }
         }
     }
 }
 
+/// One recovery attempt, with every call held off: lists the claims when the checkpoint must
+/// be rebuilt, then converges (blocking work) from the records as they are now.
+async fn attempt(
+    core: &Arc<Core>,
+    mut report: StartupReport,
+) -> Result<StartupReport, RecoveryError> {
+    let _exclusive = core.recovery.gate.write().await;
+    let rebuild_from = if core.recovery.needs_rebuild.load(Ordering::Relaxed) {
+        Some(core.claims.list().await.map_err(RecoveryError::Rebuild)?)
+    } else {
+        None
+    };
+    let recovering = Arc::clone(core);
+    let report = tokio::task::spawn_blocking(move || {
+        recovering.recover(rebuild_from, &mut report)?;
+        let errors = report.errors.len() as u64;
+        recovering
+            .recovery_errors
+            .fetch_add(errors, Ordering::Relaxed);
+        Ok::<_, RecoveryError>(report)
+    })
+    .await
+    .map_err(|e| RecoveryError::Panicked(e.to_string()))??;
+    core.recovery.pending.send_replace(None);
+    Ok(report)
+}
+
 impl Core {
     fn recover(
         &self,
-        loaded: BTreeMap<String, ClaimRecord>,
         rebuild_from: Option<Vec<ResourceClaim>>,
         report: &mut StartupReport,
-    ) -> Result<(), StartError> {
+    ) -> Result<(), RecoveryError> {
+        let loaded = self.store.records();
         let mut kept = self.converge_loaded(&loaded, report);
         if let Some(claims) = rebuild_from {
             self.rebuild(&claims, &mut kept, report)?;
         }
         crate::crash::point("recovery:converged");
-        // Record the outcome (and this boot's id) before removing anything unowned.
-        self.store.update(|records| *records = kept.clone())?;
+        // Record the outcome (and this boot's id) before removing anything unowned; an
+        // unchanged checkpoint of this boot is left as it is.
+        if kept != loaded || self.recovery.write_needed.load(Ordering::Relaxed) {
+            self.store.update(|records| *records = kept.clone())?;
+            self.recovery.write_needed.store(false, Ordering::Relaxed);
+        }
+        self.recovery.needs_rebuild.store(false, Ordering::Relaxed);
         crate::crash::point("recovery:recorded");
         self.collect_garbage(&kept, report)?;
         Ok(())
@@ -236,7 +329,7 @@ impl Core {
         claims: &[ResourceClaim],
         kept: &mut BTreeMap<String, ClaimRecord>,
         report: &mut StartupReport,
-    ) -> Result<(), StartError> {
+    ) -> Result<(), RecoveryError> {
         let by_uid: BTreeMap<&str, &ResourceClaim> = claims
             .iter()
             .filter_map(|c| Some((c.metadata.uid.as_deref()?, c)))
@@ -296,7 +389,7 @@ impl Core {
         &self,
         kept: &BTreeMap<String, ClaimRecord>,
         report: &mut StartupReport,
-    ) -> Result<(), StartError> {
+    ) -> Result<(), RecoveryError> {
         for uid in self.specs.list()? {
             if kept.contains_key(&uid) {
                 continue;

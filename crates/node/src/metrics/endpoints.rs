@@ -3,8 +3,9 @@
 //! - `/metrics`: the Prometheus registry in the text exposition format;
 //! - `/healthz`: 200 while every background loop makes progress ([`Liveness`]), else 503 naming
 //!   the stuck loops;
-//! - `/readyz`: 200 once the kubelet has registered the plugin and the node's ResourceSlices
-//!   have been published, else 503 saying what is missing.
+//! - `/readyz`: 200 once claim preparation has recovered its state, the kubelet has registered
+//!   the plugin and the node's ResourceSlices have been published, else 503 saying what is
+//!   missing.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -28,12 +29,20 @@ pub struct Readiness {
     pub registration: watch::Receiver<RegistrationState>,
     /// Whether the node's slices have been published at least once.
     pub published: watch::Receiver<bool>,
+    /// Why claim preparation has not recovered its state yet (`None`: it has;
+    /// [`crate::NodeDriver::recovery`]).
+    pub recovery: watch::Receiver<Option<String>>,
 }
 
 impl Readiness {
     /// `Ok` when ready, else what is missing.
     pub fn check(&self) -> Result<(), Vec<String>> {
         let mut missing = Vec::new();
+        if let Some(reason) = &*self.recovery.borrow() {
+            missing.push(format!(
+                "claim preparation is still recovering its state (retrying): {reason}"
+            ));
+        }
         match &*self.registration.borrow() {
             RegistrationState::Registered => {}
             RegistrationState::Pending => {
@@ -171,6 +180,7 @@ mod tests {
         metrics.set_prepared_devices(2);
         let (registration, registration_rx) = watch::channel(RegistrationState::Pending);
         let (published, published_rx) = watch::channel(false);
+        let (recovery, recovery_rx) = watch::channel(Some("LIST failed".to_owned()));
         let mut liveness = Liveness::default();
         let stuck = Heartbeat::new("health monitor", Duration::ZERO);
         liveness.watch(stuck.clone());
@@ -180,6 +190,7 @@ mod tests {
             readiness: Readiness {
                 registration: registration_rx,
                 published: published_rx,
+                recovery: recovery_rx,
             },
         };
         let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
@@ -196,11 +207,15 @@ mod tests {
         let (code, body) = fetch(address, "/readyz").await;
         assert_eq!(code, 503);
         assert!(
-            body.contains("not registered") && body.contains("not been published"),
+            body.contains("not registered")
+                && body.contains("not been published")
+                && body.contains("still recovering its state (retrying): LIST failed"),
             "{body}"
         );
         registration.send_replace(RegistrationState::Registered);
         published.send_replace(true);
+        assert_eq!(fetch(address, "/readyz").await.0, 503);
+        recovery.send_replace(None);
         assert_eq!(fetch(address, "/readyz").await.0, 200);
 
         tokio::time::sleep(Duration::from_millis(5)).await;

@@ -69,9 +69,31 @@ impl PluginProcess {
         backend: &[&str],
         env: &[(&str, String)],
     ) -> Self {
+        Self::start_in_shell(kubeconfig, dirs, backend, env, "")
+    }
+
+    /// Starts the plugin through `sh -c '<setup> exec plugin …'`, e.g. with `ulimit -n 1024;`
+    /// or `umask 000;` as `setup`; the process is the plugin itself (`exec`).
+    pub fn start_in_shell(
+        kubeconfig: &Path,
+        dirs: &PluginDirs,
+        backend: &[&str],
+        env: &[(&str, String)],
+        setup: &str,
+    ) -> Self {
         let metrics_port = free_port();
         let log = std::fs::File::create(dirs.path(&format!("plugin-{metrics_port}.log"))).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tessera-kubelet-plugin"))
+        let mut command = if setup.is_empty() {
+            Command::new(env!("CARGO_BIN_EXE_tessera-kubelet-plugin"))
+        } else {
+            let mut shell = Command::new("sh");
+            shell
+                .arg("-c")
+                .arg(format!("{setup} exec \"$0\" \"$@\""))
+                .arg(env!("CARGO_BIN_EXE_tessera-kubelet-plugin"));
+            shell
+        };
+        let child = command
             .args(["--node-name", NODE])
             .arg("--kubeconfig")
             .arg(kubeconfig)
@@ -127,6 +149,11 @@ impl PluginProcess {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child().id()
     }
 
     /// `GET path` on the metrics address: (status code, body); `None` if nothing listens yet.
