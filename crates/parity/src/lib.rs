@@ -1,0 +1,17 @@
+//! Test tooling (never shipped): Tessera's first-fit allocator against the upstream structured
+//! allocator driven as kube-scheduler drives it (`tests/parity`, Go), on generated instances and
+//! on replays of upstream's own unit test cases; and side-by-side benchmarks of both.
+//!
+//! ```text
+//! tests/parity/build                          # the Go side, cached; prints its path
+//! tessera-parity diff --oracle BIN --count 3000 --seed 1
+//! ```
+//!
+//! See tests/parity/README.md.
+
+pub mod cel;
+pub mod compare;
+pub mod generate;
+pub mod instance;
+pub mod oracle;
+pub mod ours;
