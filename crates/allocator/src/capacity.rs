@@ -7,6 +7,12 @@
 //! result must satisfy the policy (`max`, step multiple, listed value — the default always does)
 //! and, added to what allocated and in-flight allocations consume, must not exceed the value.
 //! A request naming a capacity the device does not publish does not fit that device.
+//!
+//! Step arithmetic is upstream's with `DRAFractionalCapacityRange` off (its default in 1.37):
+//! request, `min` and `step` are rounded up to whole units first (`Quantity.Value()`), so a
+//! fractional step counts as 1. A request above 2^63-1 units on that path, a rounded value past
+//! it, or a negative consumption is not a device that does not fit but an error
+//! ([`CapacityRefusal::Fatal`]), as upstream aborts the allocation on it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,6 +35,10 @@ pub(crate) enum CapacityRefusal {
         wanted: Amount,
         available: Amount,
     },
+    /// The request cannot be represented in the device's range arithmetic, or the consumption
+    /// would be negative: the allocation fails (upstream aborts rather than trying other
+    /// devices).
+    Fatal { capacity: String, why: &'static str },
 }
 
 impl fmt::Display for CapacityRefusal {
@@ -51,6 +61,7 @@ impl fmt::Display for CapacityRefusal {
                 wanted,
                 available,
             } => write!(f, "capacity {capacity}: {wanted} wanted, {available} left"),
+            CapacityRefusal::Fatal { capacity, why } => write!(f, "capacity {capacity}: {why}"),
         }
     }
 }
@@ -73,13 +84,28 @@ pub(crate) fn consume(
             capacity: name.clone(),
         });
     }
-    let mut out = Vec::with_capacity(capacities.len());
+    // First every consumption (an unrepresentable one is fatal whatever the order), then the
+    // soft checks, as upstream orders them.
+    let mut consumed = Vec::with_capacity(capacities.len());
     for cap in capacities {
         let requested = requests
             .iter()
             .find(|(n, ..)| *n == cap.name)
             .map(|(_, a, q)| (*a, q));
-        let (amount, text) = consumed_by(requested, cap);
+        let (amount, text) = consumed_by(requested, cap).map_err(|why| CapacityRefusal::Fatal {
+            capacity: cap.name.clone(),
+            why,
+        })?;
+        if amount < Amount::ZERO {
+            return Err(CapacityRefusal::Fatal {
+                capacity: cap.name.clone(),
+                why: "capacity value is negative",
+            });
+        }
+        consumed.push((amount, text));
+    }
+    let mut out = Vec::with_capacity(capacities.len());
+    for (cap, (amount, text)) in capacities.iter().zip(consumed) {
         if let Some(policy) = &cap.policy
             && violates(amount, policy)
         {
@@ -101,45 +127,53 @@ pub(crate) fn consume(
     Ok(out)
 }
 
-fn consumed_by(requested: Option<(Amount, &Quantity)>, cap: &Capacity) -> (Amount, Quantity) {
+/// What a request (or its absence) consumes of one capacity; `Err` when it cannot be represented.
+fn consumed_by(
+    requested: Option<(Amount, &Quantity)>,
+    cap: &Capacity,
+) -> Result<(Amount, Quantity), &'static str> {
     let Some((value, text)) = requested else {
-        return match cap.policy.as_ref().and_then(|p| p.default.as_ref()) {
+        return Ok(match cap.policy.as_ref().and_then(|p| p.default.as_ref()) {
             Some((a, q)) => (*a, q.clone()),
             None => (cap.value, cap.raw.clone()),
-        };
+        });
     };
     let Some(policy) = &cap.policy else {
-        return (value, text.clone());
+        return Ok((value, text.clone()));
     };
     if let Some(range) = &policy.range {
         let (min, min_text) = &range.min;
         if value < *min {
-            return (*min, min_text.clone());
+            return Ok((*min, min_text.clone()));
         }
-        return match range.step {
-            Some(step) if step > Amount::ZERO => {
-                let above = value.saturating_sub(*min);
-                let rounded = round_up_to_step(above, step);
-                if rounded == above {
-                    (value, text.clone())
-                } else {
-                    let v = min.saturating_add(rounded);
-                    (v, v.to_quantity())
-                }
-            }
-            _ => (value, text.clone()),
+        let Some(step) = range.step else {
+            return Ok((value, text.clone()));
         };
+        // Upstream's integer path: whole units, rounded up.
+        if value.ceil_units() > i128::from(i64::MAX) {
+            return Err(
+                "capacity request cannot be represented in the device's range arithmetic (above 2^63-1)",
+            );
+        }
+        let (request, min, step) = (value.ceil_units(), min.ceil_units(), step.ceil_units());
+        if step <= 0 {
+            return Ok((value, text.clone()));
+        }
+        let added = request - min;
+        let n = added / step + i128::from(added % step != 0);
+        if min >= 0 && n > (i128::from(i64::MAX) - min) / step {
+            return Err(
+                "capacity request cannot be represented in the device's range arithmetic (rounding passes 2^63-1)",
+            );
+        }
+        let units = i64::try_from(min + step * n).unwrap_or(i64::MAX);
+        let v = Amount::from_units(units);
+        return Ok((v, v.to_quantity()));
     }
     if let Some((v, q)) = policy.valid_values.iter().find(|(v, _)| value <= *v) {
-        return (*v, q.clone());
+        return Ok((*v, q.clone()));
     }
-    (value, text.clone())
-}
-
-fn round_up_to_step(above_min: Amount, step: Amount) -> Amount {
-    let (a, s) = (above_min.nanos(), step.nanos());
-    let k = a.div_euclid(s) + i128::from(a.rem_euclid(s) != 0);
-    Amount::from_nanos(k.saturating_mul(s))
+    Ok((value, text.clone()))
 }
 
 fn violates(amount: Amount, policy: &RequestPolicy) -> bool {
@@ -150,9 +184,10 @@ fn violates(amount: Amount, policy: &RequestPolicy) -> bool {
         if range.max.is_some_and(|max| amount > max) {
             return true;
         }
-        if let Some(step) = range.step.filter(|s| *s > Amount::ZERO) {
-            let above = amount.saturating_sub(range.min.0);
-            return round_up_to_step(above, step) != above;
+        if let Some(step) = range.step {
+            // Upstream's integer path: `(requested - min) % step` in whole units.
+            let step = step.ceil_units();
+            return step != 0 && (amount.ceil_units() - range.min.0.ceil_units()) % step != 0;
         }
         return false;
     }

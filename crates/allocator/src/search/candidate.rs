@@ -56,7 +56,14 @@ impl<'a> NodeSearch<'a> {
         if cached != Selectable::Unknown {
             return cached;
         }
-        let verdict = match self.verdict(slot, pos) {
+        let verdict = match self.verdict(slot, pos).and_then(|selected| {
+            // Upstream checks the capacity request right after the selectors; a request the
+            // device's range arithmetic cannot represent aborts the allocation there.
+            match selected.then(|| self.capacity_fatal(slot, pos)).flatten() {
+                Some(e) => Err(e),
+                None => Ok(selected),
+            }
+        }) {
             Ok(true) => Selectable::Yes,
             Ok(false) => Selectable::No,
             Err(e) => {
@@ -133,6 +140,28 @@ impl<'a> NodeSearch<'a> {
                 before.saturating_add(run.get(name).copied().unwrap_or_default())
             },
         )
+    }
+
+    /// The error a capacity request raises on a device whatever is consumed already (see
+    /// [`CapacityRefusal::Fatal`]).
+    fn capacity_fatal(&self, slot: usize, pos: usize) -> Option<AllocateError> {
+        let s = &self.plan.slots[slot];
+        match capacity::consume(&self.device(pos).parsed().capacities, &s.capacity, &|_| {
+            Amount::ZERO
+        }) {
+            Err(CapacityRefusal::Fatal { capacity, why }) => {
+                Some(AllocateError::InvalidCapacityRequest {
+                    claim: self.plan.claims[s.claim].name.clone(),
+                    request: s.full_name.clone(),
+                    capacity,
+                    message: format!(
+                        "checking capacity for device {}: {why}",
+                        self.device(pos).id
+                    ),
+                })
+            }
+            _ => None,
+        }
     }
 
     /// Whether the slot's capacity request fits the device when nothing of it is consumed

@@ -12,6 +12,7 @@ mod basic;
 mod constraints_and_config;
 mod partitionable;
 mod prioritized_list;
+mod recorded;
 mod taints_and_capacity;
 
 #[test]
