@@ -4,8 +4,15 @@
 //! The file is a versioned envelope around the [`Checkpoint`] payload:
 //!
 //! ```json
-//! {"version": 1, "checksum": "sha256:<hex>", "checkpoint": {"bootId": "...", "claims": {...}}}
+//! {"version": 2, "checksum": "sha256:<hex>",
+//!  "checkpoint": {"bootId": "...", "nodeName": "node-a", "poolName": "node-a", "claims": {...}}}
 //! ```
+//!
+//! Version 2 records the node and pool the checkpoint belongs to, so that a checkpoint copied
+//! from another node is recognised ([`check_owner`]) instead of being acted on. Version 1 (the
+//! same without `nodeName` and `poolName`) is still read: its node is unknown, so
+//! [`check_owner`] accepts it only if every GPU it names is one of this node's; it is written
+//! back as version 2.
 //!
 //! The checksum covers the canonical JSON encoding of the payload (`serde_json` of the typed
 //! value; every map is ordered, so the encoding is deterministic). [`decode`] refuses a file whose
@@ -21,8 +28,10 @@ use sha2::{Digest, Sha256};
 
 use crate::config::Sharing;
 
-/// The checkpoint format this build writes and reads.
-pub const CHECKPOINT_VERSION: u32 = 1;
+/// The checkpoint format this build writes.
+pub const CHECKPOINT_VERSION: u32 = 2;
+/// The older format this build still reads (and migrates).
+pub const CHECKPOINT_VERSION_1: u32 = 1;
 
 /// Everything the node plugin has prepared (or is preparing or unpreparing) on this node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +40,12 @@ pub struct Checkpoint {
     /// `/proc/sys/kernel/random/boot_id` when the checkpoint was written. A different boot id
     /// at start means the node rebooted: MIG instances and MPS daemons recorded here are gone.
     pub boot_id: String,
+    /// The node whose plugin wrote the checkpoint (version 2; empty when read from version 1).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub node_name: String,
+    /// The pool of that node's devices (version 2; empty when read from version 1).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pool_name: String,
     /// Claims by UID.
     #[serde(default)]
     pub claims: BTreeMap<String, ClaimRecord>,
@@ -208,12 +223,31 @@ pub enum CheckpointError {
     Unparsable(String),
     /// Written by a version of Tessera this one cannot read.
     #[error(
-        "the checkpoint has version {found}, but this build reads only version {CHECKPOINT_VERSION}"
+        "the checkpoint has version {found}, but this build reads only versions \
+         {CHECKPOINT_VERSION_1} and {CHECKPOINT_VERSION}"
     )]
     UnknownVersion {
         /// The version in the file.
         found: Value,
     },
+    /// Recorded for another node or pool: the file was copied from another node.
+    #[error(
+        "the checkpoint belongs to node `{node}` (pool `{pool}`), not to this node `{this_node}` \
+         (pool `{this_pool}`): it was copied from another node"
+    )]
+    ForeignNode {
+        node: String,
+        pool: String,
+        this_node: String,
+        this_pool: String,
+    },
+    /// A version 1 checkpoint (no node recorded) names GPUs this node does not have.
+    #[error(
+        "the checkpoint (version 1, which does not record its node) names GPUs this node does \
+         not have ({}): it was copied from another node",
+        gpus.join(", ")
+    )]
+    ForeignGpus { gpus: Vec<String> },
     /// The payload does not match its checksum: the file was damaged or edited.
     #[error(
         "the checkpoint's checksum does not match its content (recorded {recorded}, computed {computed})"
@@ -277,8 +311,13 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
             "the file is not a JSON object".to_owned(),
         ));
     };
-    match object.get("version") {
-        Some(Value::Number(n)) if n.as_u64() == Some(u64::from(CHECKPOINT_VERSION)) => {}
+    let version = match object.get("version") {
+        Some(Value::Number(n)) if n.as_u64() == Some(u64::from(CHECKPOINT_VERSION)) => {
+            CHECKPOINT_VERSION
+        }
+        Some(Value::Number(n)) if n.as_u64() == Some(u64::from(CHECKPOINT_VERSION_1)) => {
+            CHECKPOINT_VERSION_1
+        }
         Some(found) => {
             return Err(CheckpointError::UnknownVersion {
                 found: found.clone(),
@@ -289,7 +328,7 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
                 "the field `version` is missing".to_owned(),
             ));
         }
-    }
+    };
     let envelope: EnvelopeIn = serde_path_to_error::deserialize(value)
         .map_err(|e| CheckpointError::Unparsable(format!("field `{}`: {}", e.path(), e.inner())))?;
     let computed = checksum(&envelope.checkpoint);
@@ -299,7 +338,54 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
             computed,
         });
     }
-    Ok(envelope.checkpoint)
+    let checkpoint = envelope.checkpoint;
+    let recorded_owner = !checkpoint.node_name.is_empty() && !checkpoint.pool_name.is_empty();
+    match version {
+        CHECKPOINT_VERSION if !recorded_owner => Err(CheckpointError::Unparsable(
+            "fields `checkpoint.nodeName` and `checkpoint.poolName` are required in version 2"
+                .to_owned(),
+        )),
+        CHECKPOINT_VERSION_1 if recorded_owner => Err(CheckpointError::Unparsable(
+            "version 1 has no fields `checkpoint.nodeName` and `checkpoint.poolName`".to_owned(),
+        )),
+        _ => Ok(checkpoint),
+    }
+}
+
+/// Refuses a checkpoint that is not this node's: one recorded for another node or pool, or a
+/// version 1 checkpoint (node not recorded) naming a GPU `has_gpu` does not know.
+pub fn check_owner(
+    checkpoint: &Checkpoint,
+    node: &str,
+    pool: &str,
+    has_gpu: impl Fn(&str) -> bool,
+) -> Result<(), CheckpointError> {
+    if checkpoint.node_name.is_empty() {
+        let mut gpus: Vec<String> = checkpoint
+            .claims
+            .values()
+            .flat_map(|record| &record.devices)
+            .map(|device| device.target.gpu_uuid())
+            .filter(|uuid| !has_gpu(uuid))
+            .map(str::to_owned)
+            .collect();
+        gpus.sort();
+        gpus.dedup();
+        return if gpus.is_empty() {
+            Ok(())
+        } else {
+            Err(CheckpointError::ForeignGpus { gpus })
+        };
+    }
+    if checkpoint.node_name != node || checkpoint.pool_name != pool {
+        return Err(CheckpointError::ForeignNode {
+            node: checkpoint.node_name.clone(),
+            pool: checkpoint.pool_name.clone(),
+            this_node: node.to_owned(),
+            this_pool: pool.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -370,8 +456,60 @@ mod tests {
         );
         Checkpoint {
             boot_id: "b0a7c0de-0000-4000-8000-000000000000".into(),
+            node_name: "node-a".into(),
+            pool_name: "node-a".into(),
             claims,
         }
+    }
+
+    /// The file today's checkpoint would have been as version 1 (no node and pool).
+    fn encode_v1(checkpoint: &Checkpoint) -> Vec<u8> {
+        let v1 = Checkpoint {
+            node_name: String::new(),
+            pool_name: String::new(),
+            ..checkpoint.clone()
+        };
+        let text = String::from_utf8(encode(&v1)).unwrap();
+        text.replace("\"version\": 2", "\"version\": 1")
+            .into_bytes()
+    }
+
+    #[test]
+    fn version_1_is_read_without_its_owner_and_checked_by_its_gpus() {
+        let today = sample();
+        let v1 = decode(&encode_v1(&today)).unwrap();
+        assert_eq!(v1.node_name, "");
+        assert_eq!(v1.claims, today.claims);
+        // Its node is unknown: it is this node's if every GPU it names is.
+        let ours = |uuid: &str| ["GPU-0", "GPU-3"].contains(&uuid);
+        assert_eq!(check_owner(&v1, "node-a", "node-a", ours), Ok(()));
+        let err = check_owner(&v1, "node-a", "node-a", |uuid| uuid == "GPU-0").unwrap_err();
+        assert_eq!(
+            err,
+            CheckpointError::ForeignGpus {
+                gpus: vec!["GPU-3".into()]
+            }
+        );
+        assert!(
+            err.to_string().contains("copied from another node"),
+            "{err}"
+        );
+        // Version 2 names its owner.
+        assert_eq!(check_owner(&today, "node-a", "node-a", |_| false), Ok(()));
+        let err = check_owner(&today, "node-b", "node-b", |_| true).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("belongs to node `node-a` (pool `node-a`), not to this node `node-b`"),
+            "{err}"
+        );
+        // Each version has exactly its own fields.
+        let text = String::from_utf8(encode(&today)).unwrap();
+        let no_owner = text.replace("\"version\": 2", "\"version\": 1");
+        assert!(decode(no_owner.as_bytes()).is_err());
+        let v1_text = String::from_utf8(encode_v1(&today)).unwrap();
+        let as_v2 = v1_text.replace("\"version\": 1", "\"version\": 2");
+        let err = decode(as_v2.as_bytes()).unwrap_err().to_string();
+        assert!(err.contains("required in version 2"), "{err}");
     }
 
     #[test]
@@ -381,7 +519,8 @@ mod tests {
         assert_eq!(decode(&bytes).unwrap(), checkpoint);
         assert_eq!(encode(&decode(&bytes).unwrap()), bytes);
         let text = String::from_utf8(bytes).unwrap();
-        assert!(text.contains("\"version\": 1"), "{text}");
+        assert!(text.contains("\"version\": 2"), "{text}");
+        assert!(text.contains("\"nodeName\": \"node-a\""), "{text}");
         assert!(text.contains("\"checksum\": \"sha256:"), "{text}");
         assert!(text.contains("\"state\": \"PrepareStarted\""), "{text}");
         assert!(text.contains("\"type\": \"mig\""), "{text}");
@@ -391,6 +530,8 @@ mod tests {
     fn empty_checkpoint_round_trips() {
         let checkpoint = Checkpoint {
             boot_id: "b".into(),
+            node_name: "n".into(),
+            pool_name: "n".into(),
             claims: BTreeMap::new(),
         };
         assert_eq!(decode(&encode(&checkpoint)).unwrap(), checkpoint);
@@ -413,16 +554,16 @@ mod tests {
         let good = String::from_utf8(encode(&sample())).unwrap();
         let cases: Vec<(String, &str)> = vec![
             ("".into(), "cannot be parsed"),
-            ("{\"version\": 1, \"checks".into(), "cannot be parsed"),
+            ("{\"version\": 2, \"checks".into(), "cannot be parsed"),
             ("[1, 2]".into(), "not a JSON object"),
             ("{\"checksum\": \"x\"}".into(), "`version` is missing"),
             (
-                good.replace("\"version\": 1", "\"version\": 2"),
-                "version 2",
+                good.replace("\"version\": 2", "\"version\": 3"),
+                "version 3",
             ),
             (
-                good.replace("\"version\": 1", "\"version\": \"1\""),
-                "version \"1\"",
+                good.replace("\"version\": 2", "\"version\": \"2\""),
+                "version \"2\"",
             ),
             (
                 good.replace("\"bootId\"", "\"bootID\""),

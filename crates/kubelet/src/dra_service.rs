@@ -76,9 +76,73 @@ struct CheckedBatch {
     rejected: BTreeMap<ClaimUid, String>,
 }
 
+/// At most this many bytes of a value the kubelet sent are echoed in a message about it.
+const ECHOED_BYTES: usize = 64;
+
+/// `value` for a message, cut to [`ECHOED_BYTES`].
+fn short(value: &str) -> String {
+    bounded(value, ECHOED_BYTES)
+}
+
+/// `value` for a message: quoted, cut to [`ECHOED_BYTES`].
+fn echo(value: &str) -> String {
+    format!("`{}`", short(value))
+}
+
+fn is_dns_label(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
+}
+
+fn is_dns_subdomain(text: &str) -> bool {
+    text.len() <= 253 && text.split('.').all(is_dns_label)
+}
+
+/// Kubernetes UIDs are UUIDs; anything of letters, digits and '-' up to 128 bytes is accepted.
+fn is_uid(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 128
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// Why a claim reference is not one Kubernetes could have sent, if it is not: the namespace
+/// must be a DNS-1123 label, the name a DNS-1123 subdomain, the UID letters, digits and '-'.
+/// Drivers use these values in API paths and file names, so nothing else reaches them.
+fn invalid_identity(namespace: &str, name: &str, uid: &str) -> Option<String> {
+    let mut problems = Vec::new();
+    if !is_dns_label(namespace) {
+        problems.push(format!(
+            "the namespace {} is not a DNS-1123 label (at most 63 lowercase letters, digits \
+             and '-', starting and ending with a letter or digit)",
+            echo(namespace)
+        ));
+    }
+    if !is_dns_subdomain(name) {
+        problems.push(format!(
+            "the name {} is not a DNS-1123 subdomain (at most 253 lowercase letters, digits, \
+             '-' and '.', each part starting and ending with a letter or digit)",
+            echo(name)
+        ));
+    }
+    if !is_uid(uid) {
+        problems.push(format!(
+            "the uid {} is not a Kubernetes UID (at most 128 letters, digits and '-')",
+            echo(uid)
+        ));
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
+}
+
 /// Checks a batch: an empty UID fails the call (there is no key to answer under); an empty
-/// namespace or name, or one UID sent with two different identities, fails that claim; an
-/// exact repeat of a claim is answered once.
+/// or malformed namespace, name or UID, or one UID sent with two different identities, fails
+/// that claim; an exact repeat of a claim is answered once. Messages echo at most
+/// [`ECHOED_BYTES`] of each value.
 fn check_batch(method: &str, claims: Vec<WireClaim>) -> Result<CheckedBatch, Status> {
     let mut batch = CheckedBatch::default();
     for (index, claim) in claims.into_iter().enumerate() {
@@ -86,7 +150,8 @@ fn check_batch(method: &str, claims: Vec<WireClaim>) -> Result<CheckedBatch, Sta
             return Err(Status::invalid_argument(format!(
                 "{method}: claim {index} ({}/{}) has an empty uid; every claim needs \
                  its namespace, name and uid",
-                claim.namespace, claim.name
+                short(&claim.namespace),
+                short(&claim.name)
             )));
         }
         let uid = ClaimUid::new(claim.uid);
@@ -99,12 +164,20 @@ fn check_batch(method: &str, claims: Vec<WireClaim>) -> Result<CheckedBatch, Sta
             (false, true) => Some("name is"),
             (false, false) => None,
         };
-        if let Some(missing) = missing {
+        let problem = match missing {
+            Some(missing) => Some(format!(
+                "{missing} empty in the {method} request; every claim needs its namespace, \
+                 name and uid"
+            )),
+            None => invalid_identity(&claim.namespace, &claim.name, uid.as_str()),
+        };
+        if let Some(problem) = problem {
             batch.accepted.retain(|accepted| accepted.uid != uid);
             let message = format!(
-                "claim {}/{} ({uid}): {missing} empty in the {method} request; \
-                 every claim needs its namespace, name and uid",
-                claim.namespace, claim.name
+                "claim {}/{} ({}): {problem}",
+                short(&claim.namespace),
+                short(&claim.name),
+                short(uid.as_str())
             );
             batch.rejected.insert(uid, message);
             continue;
@@ -120,6 +193,7 @@ fn check_batch(method: &str, claims: Vec<WireClaim>) -> Result<CheckedBatch, Sta
                      a uid names exactly one claim",
                     claim.uid, first.namespace, first.name, claim.namespace, claim.name
                 );
+                // (Every value here passed `invalid_identity`: short.)
                 batch.rejected.insert(claim.uid, message);
             }
         }
@@ -474,6 +548,48 @@ mod tests {
         assert_eq!(batch.accepted, vec![ClaimRef::new("ns", "c", "u3")]);
         assert!(batch.rejected[&ClaimUid::from("u1")].contains("namespace is empty"));
         assert!(batch.rejected[&ClaimUid::from("u2")].contains("name is empty"));
+    }
+
+    #[test]
+    fn malformed_identities_fail_only_that_claim_and_echo_little() {
+        let huge = "n".repeat(4 << 20);
+        let batch = check_batch(
+            "m",
+            vec![
+                wire("ns", "a?watch=true", "u1"),
+                wire("ns", "b", "../../victim"),
+                wire("NS", "c", "u3"),
+                wire("ns", &huge, "u4"),
+                wire("ns", "-d", "u5"),
+                wire("ns", "e.f-1", "8d4f3c2e-0000-4000-8000-000000000001"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            batch.accepted,
+            vec![ClaimRef::new(
+                "ns",
+                "e.f-1",
+                "8d4f3c2e-0000-4000-8000-000000000001"
+            )]
+        );
+        for (uid, field) in [
+            ("u1", "the name `a?watch=true`"),
+            ("../../victim", "the uid `../../victim`"),
+            ("u3", "the namespace `NS`"),
+            ("u4", "is not a DNS-1123 subdomain"),
+            ("u5", "the name `-d`"),
+        ] {
+            let message = &batch.rejected[&ClaimUid::from(uid)];
+            assert!(message.contains(field), "{uid}: {message}");
+            assert!(message.len() < 1024, "{uid}: {} bytes", message.len());
+        }
+        assert_eq!(bounded("short", 64), "short");
+        let cut = bounded(&"é".repeat(1000), 100);
+        assert!(
+            cut.len() <= 100 && cut.ends_with("(2000 bytes cut)"),
+            "{cut}"
+        );
     }
 
     #[test]

@@ -261,34 +261,72 @@ pub(crate) struct BoundSocket {
 
 impl BoundSocket {
     /// Creates the directory (mode [`SOCKET_DIR_MODE`]) if missing, removes a stale socket,
-    /// listens, and restricts the socket to `mode`.
+    /// listens, and restricts the socket to `mode` — before anyone can reach it: the socket is
+    /// bound in a private staging directory (mode 0700), given its mode, then renamed into
+    /// place, so no umask ever leaves it open to others, even briefly.
     pub(crate) fn bind(path: &Path, mode: u32) -> Result<Self, SocketError> {
-        if let Some(dir) = path.parent() {
+        Self::bind_observed(path, mode, |_| {})
+    }
+
+    /// [`BoundSocket::bind`], calling `bound` with the socket's path right after it was bound,
+    /// before it has its mode (tests look at that moment).
+    fn bind_observed(
+        path: &Path,
+        mode: u32,
+        bound: impl FnOnce(&Path),
+    ) -> Result<Self, SocketError> {
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let create_dir = |dir: &Path, mode: u32| {
+            let created = !dir.exists();
             fs::DirBuilder::new()
                 .recursive(true)
-                .mode(SOCKET_DIR_MODE)
+                .mode(mode)
                 .create(dir)
+                .and_then(|()| {
+                    if created {
+                        fs::set_permissions(dir, fs::Permissions::from_mode(mode))
+                    } else {
+                        Ok(())
+                    }
+                })
                 .map_err(|source| SocketError::CreateDir {
                     path: dir.to_owned(),
                     source,
-                })?;
-        }
+                })
+        };
+        create_dir(dir, SOCKET_DIR_MODE)?;
         if remove_stale_socket(path)? {
             tracing::info!(path = %path.display(), "removed stale socket");
         }
-        let listener = UnixListener::bind(path).map_err(|source| SocketError::Bind {
+        // Short names: the staged path must fit the AF_UNIX limit like the final one.
+        let staging = dir.join(format!(".b{:x}", std::process::id()));
+        let _ = fs::remove_dir_all(&staging);
+        create_dir(&staging, 0o700)?;
+        let remove_staging = RemoveOnDrop(Some(staging.clone()), true);
+        let staged = staging.join("s");
+        check_length(
+            &staged,
+            "--kubelet-plugins-directory-path or --kubelet-registrar-directory-path",
+        )?;
+        let listener = UnixListener::bind(&staged).map_err(|source| SocketError::Bind {
             path: path.to_owned(),
             source,
         })?;
-        // Remove the socket again if anything below fails, so no half-set-up socket remains.
-        let cleanup = RemoveOnDrop(Some(path.to_owned()));
-        fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|source| {
+        bound(&staged);
+        fs::set_permissions(&staged, fs::Permissions::from_mode(mode)).map_err(|source| {
             SocketError::SetMode {
                 path: path.to_owned(),
                 mode,
                 source,
             }
         })?;
+        fs::rename(&staged, path).map_err(|source| SocketError::Bind {
+            path: path.to_owned(),
+            source,
+        })?;
+        drop(remove_staging);
+        // Remove the socket again if anything below fails, so no half-set-up socket remains.
+        let cleanup = RemoveOnDrop(Some(path.to_owned()), false);
         listener
             .set_nonblocking(true)
             .map_err(|source| SocketError::Bind {
@@ -380,7 +418,8 @@ pub(crate) fn remove_stale_socket(path: &Path) -> Result<bool, SocketError> {
 }
 
 /// Removes a file when dropped unless disarmed.
-struct RemoveOnDrop(Option<PathBuf>);
+/// A path removed on drop unless disarmed: a file, or (`true`) a directory and its contents.
+struct RemoveOnDrop(Option<PathBuf>, bool);
 
 impl RemoveOnDrop {
     fn disarm(mut self) {
@@ -390,8 +429,14 @@ impl RemoveOnDrop {
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
-        if let Some(path) = self.0.take() {
-            let _ = fs::remove_file(path);
+        match self.0.take() {
+            Some(path) if self.1 => {
+                let _ = fs::remove_dir_all(path);
+            }
+            Some(path) => {
+                let _ = fs::remove_file(path);
+            }
+            None => {}
         }
     }
 }
@@ -399,6 +444,37 @@ impl Drop for RemoveOnDrop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_socket_is_never_reachable_before_it_has_its_mode() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("plugins/gpu.tessera.dev/dra.sock");
+        let mut at_bind = None;
+        let bound = BoundSocket::bind_observed(&path, 0o600, |staged| {
+            let parent_mode = fs::metadata(staged.parent().unwrap())
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777;
+            at_bind = Some((path.exists(), parent_mode));
+        })
+        .unwrap();
+        assert_eq!(
+            at_bind,
+            Some((false, 0o700)),
+            "(socket at its final path, mode of the directory it was bound in)"
+        );
+        let mode = |p: &Path| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().unwrap()), SOCKET_DIR_MODE);
+        let entries: Vec<_> = fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(entries, ["dra.sock"], "no staging directory is left");
+        std::os::unix::net::UnixStream::connect(&path).expect("the renamed socket answers");
+        drop(bound);
+    }
 
     const UID: &str = "0b8e7c1a-3c5e-4d0e-9a57-3c1f4a2b9d10";
 

@@ -286,3 +286,32 @@ async fn undecodable_messages_get_an_error_status_not_a_crash() {
     assert!(results[&ClaimUid::from("uid-1")].is_ok());
     plugin.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_name_is_refused_and_the_reply_stays_small() {
+    let mut plugin = ServedPlugin::start(RecordingDriver::new());
+    let kubelet = registered(&plugin).await;
+    // Just under the kubelet's 4 MiB message limit; the driver would echo it in its error.
+    let name = format!("fail-{}", "n".repeat((4 << 20) - 4096));
+    let results = kubelet
+        .prepare(&[claim(&name, "uid-1"), claim("good", "uid-2")])
+        .await
+        .expect("the reply fits the kubelet's 4 MiB limit");
+    let error = results[&ClaimUid::from("uid-1")].as_ref().unwrap_err();
+    assert!(
+        error.contains("not a DNS-1123 subdomain"),
+        "{}",
+        &error[..200]
+    );
+    assert!(
+        error.len() <= tessera_kubelet::MAX_CLAIM_ERROR_BYTES,
+        "{}",
+        error.len()
+    );
+    assert!(results[&ClaimUid::from("uid-2")].is_ok());
+    assert_eq!(
+        plugin.driver.calls(),
+        [Call::Prepare(vec![claim("good", "uid-2")])]
+    );
+    plugin.stop().await.unwrap();
+}

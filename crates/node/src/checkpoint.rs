@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +24,7 @@ pub const DEFAULT_BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
 const TEMP_PREFIX: &str = ".checkpoint.json.tmp-";
 const QUARANTINE_INFIX: &str = ".corrupt-";
+const FOREIGN_INFIX: &str = ".foreign-";
 
 /// Failures of checkpoint IO. Each names the file and the operation.
 #[derive(Debug, thiserror::Error)]
@@ -61,8 +63,9 @@ pub enum CheckpointStoreError {
 pub enum LoadOutcome {
     /// No checkpoint file: nothing was prepared, or the state directory is new.
     Missing,
-    /// A valid checkpoint written during boot `boot_id`.
-    Loaded { boot_id: String },
+    /// A valid checkpoint of this node written during boot `boot_id`; `migrated` when it was
+    /// in the older format (it is written back in the current one).
+    Loaded { boot_id: String, migrated: bool },
     /// The file could not be trusted; it was renamed to `moved_to`.
     Quarantined {
         moved_to: PathBuf,
@@ -70,11 +73,25 @@ pub enum LoadOutcome {
     },
 }
 
+/// Whose checkpoint this is: the node and pool it must record, and the node's GPUs (what an
+/// older checkpoint without a node is checked against).
+#[derive(Debug, Clone)]
+pub struct CheckpointOwner {
+    /// This node's name.
+    pub node_name: String,
+    /// The pool of this node's devices.
+    pub pool_name: String,
+    /// UUIDs of this node's GPUs.
+    pub gpu_uuids: std::collections::BTreeSet<String>,
+}
+
 /// The checkpoint: its in-memory copy and the file behind it.
 #[derive(Debug)]
 pub struct CheckpointStore {
     path: PathBuf,
     boot_id: String,
+    node_name: String,
+    pool_name: String,
     claims: Mutex<BTreeMap<String, ClaimRecord>>,
     writes: AtomicU64,
 }
@@ -93,14 +110,19 @@ impl CheckpointStore {
     /// Opens the checkpoint in `state_dir` for the current boot `boot_id`: creates the
     /// directory, removes temporary files a crash left behind, and loads the checkpoint. A file
     /// that does not parse, has an unknown version or a wrong checksum is renamed to
-    /// `checkpoint.json.corrupt-<unix seconds>` and the store starts empty.
+    /// `checkpoint.json.corrupt-<unix seconds>`, one that is not `owner`'s
+    /// ([`checkpoint::check_owner`]: copied from another node) to
+    /// `checkpoint.json.foreign-<unix seconds>`, and the store starts empty.
     pub fn open(
         state_dir: &Path,
         boot_id: &str,
+        owner: &CheckpointOwner,
     ) -> Result<(CheckpointStore, Checkpoint, LoadOutcome), CheckpointStoreError> {
-        fs::create_dir_all(state_dir).map_err(|source| CheckpointStoreError::CreateDir {
-            path: state_dir.to_owned(),
-            source,
+        crate::paths::create_dir(state_dir, crate::paths::PRIVATE_DIR_MODE).map_err(|source| {
+            CheckpointStoreError::CreateDir {
+                path: state_dir.to_owned(),
+                source,
+            }
         })?;
         remove_temp_files(state_dir);
         let path = state_dir.join(CHECKPOINT_FILE);
@@ -109,13 +131,28 @@ impl CheckpointStore {
                 (Checkpoint::default(), LoadOutcome::Missing)
             }
             Err(source) => return Err(CheckpointStoreError::Read { path, source }),
-            Ok(bytes) => match checkpoint::decode(&bytes) {
+            Ok(bytes) => match checkpoint::decode(&bytes).and_then(|loaded| {
+                checkpoint::check_owner(&loaded, &owner.node_name, &owner.pool_name, |uuid| {
+                    owner.gpu_uuids.contains(uuid)
+                })
+                .map(|()| loaded)
+            }) {
                 Ok(loaded) => {
                     let boot_id = loaded.boot_id.clone();
-                    (loaded, LoadOutcome::Loaded { boot_id })
+                    let migrated = loaded.node_name.is_empty();
+                    (loaded, LoadOutcome::Loaded { boot_id, migrated })
                 }
                 Err(error) => {
-                    let moved_to = quarantine(&path)?;
+                    let foreign = matches!(
+                        error,
+                        CheckpointError::ForeignNode { .. } | CheckpointError::ForeignGpus { .. }
+                    );
+                    let infix = if foreign {
+                        FOREIGN_INFIX
+                    } else {
+                        QUARANTINE_INFIX
+                    };
+                    let moved_to = quarantine(&path, infix)?;
                     (
                         Checkpoint::default(),
                         LoadOutcome::Quarantined { moved_to, error },
@@ -126,6 +163,8 @@ impl CheckpointStore {
         let store = CheckpointStore {
             path,
             boot_id: boot_id.to_owned(),
+            node_name: owner.node_name.clone(),
+            pool_name: owner.pool_name.clone(),
             claims: Mutex::new(loaded.claims.clone()),
             writes: AtomicU64::new(0),
         };
@@ -165,6 +204,8 @@ impl CheckpointStore {
         let out = change(&mut next);
         let bytes = checkpoint::encode(&Checkpoint {
             boot_id: self.boot_id.clone(),
+            node_name: self.node_name.clone(),
+            pool_name: self.pool_name.clone(),
             claims: next,
         });
         write_atomically(&self.path, &bytes)?;
@@ -184,12 +225,12 @@ impl CheckpointStore {
     }
 }
 
-fn quarantine(path: &Path) -> Result<PathBuf, CheckpointStoreError> {
+fn quarantine(path: &Path, infix: &str) -> Result<PathBuf, CheckpointStoreError> {
     let seconds = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or_default();
-    let base = format!("{}{QUARANTINE_INFIX}{seconds}", path.display());
+    let base = format!("{}{infix}{seconds}", path.display());
     let mut to = PathBuf::from(&base);
     let mut n = 1;
     while to.exists() {
@@ -205,14 +246,18 @@ fn quarantine(path: &Path) -> Result<PathBuf, CheckpointStoreError> {
     Ok(to)
 }
 
-/// The quarantined checkpoints in `state_dir`, oldest name first.
+/// The quarantined checkpoints in `state_dir` (corrupt or foreign), by name.
 pub fn quarantined_files(state_dir: &Path) -> Vec<PathBuf> {
-    let prefix = format!("{CHECKPOINT_FILE}{QUARANTINE_INFIX}");
+    let prefixes =
+        [QUARANTINE_INFIX, FOREIGN_INFIX].map(|infix| format!("{CHECKPOINT_FILE}{infix}"));
     let mut files: Vec<PathBuf> = fs::read_dir(state_dir)
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            prefixes.iter().any(|prefix| name.starts_with(prefix))
+        })
         .map(|e| e.path())
         .collect();
     files.sort();
@@ -246,8 +291,12 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CheckpointStoreErro
             .write(true)
             .create(true)
             .truncate(true)
+            .mode(crate::paths::PRIVATE_FILE_MODE)
             .open(&temp)
             .map_err(failed("create the temporary file"))?;
+        // Exactly this mode whatever the umask (and for a leftover file opened again).
+        file.set_permissions(fs::Permissions::from_mode(crate::paths::PRIVATE_FILE_MODE))
+            .map_err(failed("set the temporary file's mode"))?;
         file.write_all(bytes)
             .map_err(failed("write the temporary file"))?;
         file.sync_all()
@@ -285,10 +334,101 @@ mod tests {
         }
     }
 
+    fn owner() -> CheckpointOwner {
+        CheckpointOwner {
+            node_name: "node-a".into(),
+            pool_name: "node-a".into(),
+            gpu_uuids: ["GPU-0".to_owned()].into(),
+        }
+    }
+
+    #[test]
+    fn another_nodes_checkpoint_is_quarantined_as_foreign() {
+        let gpu_record = |uuid: &str| ClaimRecord {
+            devices: vec![tessera_api::checkpoint::DeviceRecord {
+                request: "gpu".into(),
+                pool: "node-b".into(),
+                device: "gpu-0".into(),
+                cdi_device_ids: vec![],
+                target: tessera_api::checkpoint::DeviceTarget::Gpu {
+                    uuid: uuid.into(),
+                    minor: 0,
+                },
+                sharing: None,
+            }],
+            ..record("x")
+        };
+        let of_node_b = Checkpoint {
+            boot_id: "b".into(),
+            node_name: "node-b".into(),
+            pool_name: "node-b".into(),
+            claims: BTreeMap::from([("u".into(), gpu_record("GPU-0"))]),
+        };
+        // Version 1 (no node recorded) naming node B's GPU.
+        let v1_of_node_b = String::from_utf8(checkpoint::encode(&Checkpoint {
+            node_name: String::new(),
+            pool_name: String::new(),
+            claims: BTreeMap::from([("u".into(), gpu_record("GPU-b"))]),
+            ..of_node_b.clone()
+        }))
+        .unwrap()
+        .replace("\"version\": 2", "\"version\": 1");
+        for (what, content, complaint) in [
+            (
+                "version 2",
+                checkpoint::encode(&of_node_b),
+                "belongs to node `node-b`",
+            ),
+            ("version 1", v1_of_node_b.into_bytes(), "GPU-b"),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            fs::write(dir.path().join(CHECKPOINT_FILE), &content).unwrap();
+            let (_, loaded, outcome) = CheckpointStore::open(dir.path(), "boot", &owner()).unwrap();
+            let LoadOutcome::Quarantined { moved_to, error } = outcome else {
+                panic!("{what}: {outcome:?}");
+            };
+            assert!(error.to_string().contains(complaint), "{what}: {error}");
+            assert!(loaded.claims.is_empty(), "{what}");
+            assert!(moved_to.to_string_lossy().contains(".foreign-"), "{what}");
+            assert_eq!(fs::read(&moved_to).unwrap(), content, "{what}");
+            assert_eq!(quarantined_files(dir.path()), vec![moved_to], "{what}");
+        }
+    }
+
+    #[test]
+    fn this_nodes_version_1_checkpoint_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = String::from_utf8(checkpoint::encode(&Checkpoint {
+            boot_id: "boot".into(),
+            node_name: String::new(),
+            pool_name: String::new(),
+            claims: BTreeMap::from([("u".into(), record("x"))]),
+        }))
+        .unwrap()
+        .replace("\"version\": 2", "\"version\": 1");
+        fs::write(dir.path().join(CHECKPOINT_FILE), v1).unwrap();
+        let (store, loaded, outcome) = CheckpointStore::open(dir.path(), "boot", &owner()).unwrap();
+        assert_eq!(
+            outcome,
+            LoadOutcome::Loaded {
+                boot_id: "boot".into(),
+                migrated: true
+            }
+        );
+        assert_eq!(loaded.claims.len(), 1);
+        store.update(|_| ()).unwrap();
+        let on_disk = checkpoint::decode(&fs::read(store.path()).unwrap()).unwrap();
+        assert_eq!(
+            (on_disk.node_name.as_str(), on_disk.claims.len()),
+            ("node-a", 1)
+        );
+    }
+
     #[test]
     fn writes_are_loaded_back_with_the_boot_id() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, loaded, outcome) = CheckpointStore::open(dir.path(), "boot-1").unwrap();
+        let (store, loaded, outcome) =
+            CheckpointStore::open(dir.path(), "boot-1", &owner()).unwrap();
         assert_eq!(outcome, LoadOutcome::Missing);
         assert!(loaded.claims.is_empty());
         store
@@ -297,11 +437,13 @@ mod tests {
         assert_eq!(store.get("uid-1"), Some(record("a")));
         assert_eq!(store.writes(), 1);
 
-        let (again, loaded, outcome) = CheckpointStore::open(dir.path(), "boot-2").unwrap();
+        let (again, loaded, outcome) =
+            CheckpointStore::open(dir.path(), "boot-2", &owner()).unwrap();
         assert_eq!(
             outcome,
             LoadOutcome::Loaded {
-                boot_id: "boot-1".into()
+                boot_id: "boot-1".into(),
+                migrated: false
             }
         );
         assert_eq!(loaded.claims.len(), 1);
@@ -328,6 +470,8 @@ mod tests {
                 "bad checksum",
                 String::from_utf8(checkpoint::encode(&Checkpoint {
                     boot_id: "b".into(),
+                    node_name: "node-a".into(),
+                    pool_name: "node-a".into(),
                     claims: BTreeMap::from([("u".into(), record("x"))]),
                 }))
                 .unwrap()
@@ -337,7 +481,8 @@ mod tests {
         ] {
             let dir = tempfile::tempdir().unwrap();
             fs::write(dir.path().join(CHECKPOINT_FILE), &content).unwrap();
-            let (store, loaded, outcome) = CheckpointStore::open(dir.path(), "boot").unwrap();
+            let (store, loaded, outcome) =
+                CheckpointStore::open(dir.path(), "boot", &owner()).unwrap();
             let LoadOutcome::Quarantined { moved_to, .. } = outcome else {
                 panic!("{what}: {outcome:?}");
             };
@@ -353,7 +498,7 @@ mod tests {
             store
                 .update(|claims| claims.insert("u".into(), record("z")))
                 .unwrap();
-            let (_, _, outcome) = CheckpointStore::open(dir.path(), "boot").unwrap();
+            let (_, _, outcome) = CheckpointStore::open(dir.path(), "boot", &owner()).unwrap();
             assert!(matches!(outcome, LoadOutcome::Loaded { .. }), "{what}");
         }
     }
@@ -363,14 +508,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let temp = dir.path().join(format!("{TEMP_PREFIX}12345"));
         fs::write(&temp, b"partial").unwrap();
-        CheckpointStore::open(dir.path(), "boot").unwrap();
+        CheckpointStore::open(dir.path(), "boot", &owner()).unwrap();
         assert!(!temp.exists());
     }
 
     #[test]
     fn a_failed_write_keeps_the_previous_records() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _, _) = CheckpointStore::open(dir.path(), "boot").unwrap();
+        let (store, _, _) = CheckpointStore::open(dir.path(), "boot", &owner()).unwrap();
         store
             .update(|claims| claims.insert("a".into(), record("a")))
             .unwrap();

@@ -47,6 +47,7 @@ pub mod injection;
 pub mod inventory;
 pub mod metrics;
 pub mod mig;
+pub mod paths;
 pub mod plan;
 pub mod publish;
 pub mod sharing;

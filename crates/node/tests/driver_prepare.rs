@@ -551,3 +551,36 @@ async fn a_spec_that_cannot_be_written_or_removed_fails_only_its_claim() {
     assert!(h.read_checkpoint().claims.is_empty());
     assert!(h.gpu.running_daemons().is_empty());
 }
+
+#[tokio::test]
+async fn a_claim_uid_never_names_a_path_outside_the_state_directory() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let (driver, _) = h.start().await;
+    // A directory outside the state directory that a UID with `..` would reach.
+    let victim = h.dir.path().join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("precious"), b"data").unwrap();
+    let uid = "../../victim";
+    let mut object = support::harness::allocated_claim(
+        "evil",
+        &[("gpu", "gpu-0")],
+        vec![claim_config(&[], "GpuConfig", json!({"strategy": "MPS"}))],
+    );
+    object.metadata.uid = Some(uid.to_owned());
+    h.claims.put(object);
+    let claim = tessera_kubelet::ClaimRef::new("ml", "evil", uid);
+
+    let answer = driver.prepare(vec![claim.clone()]).await[&claim.uid].clone();
+    let unprepared = driver.unprepare(vec![claim.clone()]).await[&claim.uid].clone();
+    assert!(
+        victim.join("precious").exists(),
+        "the victim directory is intact"
+    );
+    assert!(!victim.join("pipe").exists() && !victim.join("log").exists());
+    let error = answer
+        .expect_err("the UID cannot name an MPS directory")
+        .to_string();
+    assert!(error.contains("cannot name an entry"), "{error}");
+    unprepared.unwrap();
+    assert!(h.read_checkpoint().claims.is_empty());
+}

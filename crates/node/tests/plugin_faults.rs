@@ -320,3 +320,175 @@ async fn a_lost_checkpoint_while_list_fails_serves_unprepare_and_recovers() {
         drop(plugin);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_config_value_is_not_echoed_whole() {
+    let server = FakeApiServer::new();
+    let http = server.serve_http().await.unwrap();
+    seed_node(&server);
+    let huge = "x".repeat(5 << 20);
+    server.seed(&allocated_claim(
+        "huge",
+        &[("gpu", "gpu-0")],
+        vec![support::harness::claim_config(
+            &[],
+            "GpuConfig",
+            serde_json::json!({"strategy": huge}),
+        )],
+    ));
+    let claim = ClaimRef::new("ml", "huge", uid_of("huge"));
+    let dirs = PluginDirs::new();
+    let (plugin, kubelet) = start_and_register(&http, &dirs, &[], "").await;
+    let answer = kubelet
+        .prepare(std::slice::from_ref(&claim))
+        .await
+        .expect("the reply fits the kubelet's 4 MiB limit");
+    let error = answer[&claim.uid].clone().unwrap_err();
+    assert!(
+        error.len() <= tessera_kubelet::MAX_CLAIM_ERROR_BYTES,
+        "{} bytes",
+        error.len()
+    );
+    assert!(
+        error.contains("ml/huge") && error.contains("bytes cut"),
+        "{error}"
+    );
+    let log = std::fs::read(dirs.path(&format!("plugin-{}.log", plugin.metrics_port))).unwrap();
+    assert!(log.len() < 100_000, "the log holds {} bytes", log.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_directories_and_sockets_get_their_modes_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &std::path::Path| {
+        std::fs::symlink_metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    for umask in ["000", "077"] {
+        let server = FakeApiServer::new();
+        let http = server.serve_http().await.unwrap();
+        seed_node(&server);
+        let mps = support::harness::claim_config(
+            &[],
+            "GpuConfig",
+            serde_json::json!({"strategy": "MPS"}),
+        );
+        server.seed(&allocated_claim("shared", &[("gpu", "gpu-0")], vec![mps]));
+        let claim = ClaimRef::new("ml", "shared", uid_of("shared"));
+        let dirs = PluginDirs::new();
+        let (plugin, kubelet) =
+            start_and_register(&http, &dirs, &[], &format!("umask {umask};")).await;
+        let answer = kubelet.prepare(std::slice::from_ref(&claim)).await.unwrap();
+        assert!(answer[&claim.uid].is_ok(), "{answer:?}");
+
+        let state = dirs.path("state");
+        let claim_mps = state.join("mps").join(claim.uid.as_str());
+        let spec = dirs
+            .path("cdi")
+            .join(format!("gpu.tessera.dev-claim_{}.json", claim.uid));
+        let dra = dirs.path("plugins").join("gpu.tessera.dev");
+        let expected = [
+            (state.clone(), 0o700),
+            (state.join("checkpoint.json"), 0o600),
+            (state.join("mps"), 0o700),
+            (claim_mps.clone(), 0o755),
+            (claim_mps.join("pipe"), 0o755),
+            (claim_mps.join("log"), 0o755),
+            (dirs.path("cdi"), 0o755),
+            (spec, 0o644),
+            (dra.clone(), 0o750),
+            (dra.join("dra.sock"), 0o600),
+            (dirs.path("reg"), 0o750),
+            (dirs.registration_socket(), 0o600),
+        ];
+        for (path, want) in expected {
+            assert_eq!(
+                format!("{:o}", mode(&path)),
+                format!("{want:o}"),
+                "umask {umask}: {}",
+                path.display()
+            );
+        }
+        drop(plugin);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_copied_from_another_node_is_quarantined_not_used() {
+    use tessera_api::checkpoint::{self, ClaimRecord, ClaimState, DeviceRecord, DeviceTarget};
+    use tessera_topology::{DeviceSource, MockSource};
+
+    let server = FakeApiServer::new();
+    let http = server.serve_http().await.unwrap();
+    seed_node(&server);
+    // Node B's checkpoint, in today's format and in the version 1 format (no node recorded).
+    let node_b = MockSource::new("dgx-h100")
+        .unwrap()
+        .for_node("node-b")
+        .inventory()
+        .unwrap();
+    let uid = uid_of("stolen");
+    let record = ClaimRecord {
+        namespace: "ml".into(),
+        name: "stolen".into(),
+        state: ClaimState::PrepareCompleted,
+        devices: vec![DeviceRecord {
+            request: "gpu".into(),
+            pool: "node-b".into(),
+            device: "gpu-0".into(),
+            cdi_device_ids: vec![format!("gpu.tessera.dev/claim={uid}-gpu-0")],
+            target: DeviceTarget::Gpu {
+                uuid: node_b.gpus[0].uuid.clone(),
+                minor: 0,
+            },
+            sharing: None,
+        }],
+        mps: None,
+    };
+    let of_node_b = checkpoint::Checkpoint {
+        boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .unwrap()
+            .trim()
+            .to_owned(),
+        node_name: "node-b".into(),
+        pool_name: "node-b".into(),
+        claims: [(uid.clone(), record)].into(),
+    };
+    let v1 = String::from_utf8(checkpoint::encode(&checkpoint::Checkpoint {
+        node_name: String::new(),
+        pool_name: String::new(),
+        ..of_node_b.clone()
+    }))
+    .unwrap()
+    .replace("\"version\": 2", "\"version\": 1");
+    for (what, bytes) in [
+        ("version 1", v1.into_bytes()),
+        ("version 2", checkpoint::encode(&of_node_b)),
+    ] {
+        let dirs = PluginDirs::new();
+        std::fs::create_dir_all(dirs.path("state")).unwrap();
+        std::fs::write(dirs.path("state").join("checkpoint.json"), &bytes).unwrap();
+        let (plugin, _kubelet) = start_and_register(&http, &dirs, &[], "").await;
+        assert_eq!(
+            spec_files(&dirs),
+            Vec::<String>::new(),
+            "{what}: node B's GPUs went into a CDI spec\n{}",
+            plugin_logs(&dirs)
+        );
+        let quarantined = tessera_node::checkpoint::quarantined_files(&dirs.path("state"));
+        assert_eq!(quarantined.len(), 1, "{what}: {quarantined:?}");
+        assert!(
+            quarantined[0]
+                .to_string_lossy()
+                .contains("checkpoint.json.foreign-"),
+            "{what}: {quarantined:?}"
+        );
+        assert_eq!(std::fs::read(&quarantined[0]).unwrap(), bytes, "{what}");
+        let logs = plugin_logs(&dirs);
+        assert!(logs.contains("copied from another node"), "{what}\n{logs}");
+        drop(plugin);
+    }
+}

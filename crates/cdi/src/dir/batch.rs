@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
@@ -102,10 +102,20 @@ impl SpecDir {
                 .map_err(|source| failure(Some(transient_id), Vec::new(), source))?;
             batch.push(serialized);
         }
+        let created = !self.root.exists();
         fs::DirBuilder::new()
             .recursive(true)
             .mode(SPEC_DIR_MODE)
             .create(&self.root)
+            .and_then(|()| {
+                // Exactly this mode whatever the umask; a directory that existed (shared with
+                // other vendors) keeps the mode it has.
+                if created {
+                    fs::set_permissions(&self.root, fs::Permissions::from_mode(SPEC_DIR_MODE))
+                } else {
+                    Ok(())
+                }
+            })
             .map_err(|e| {
                 failure(
                     None,
@@ -230,13 +240,18 @@ fn write_temp_file(path: &Path, bytes: &[u8]) -> Result<PathBuf, SpecDirError> {
         .mode(SPEC_FILE_MODE)
         .open(&temp)
         .map_err(io_error("create temporary CDI spec", &temp))?;
+    // Exactly this mode whatever the umask: the container runtime reads the spec.
     let filled = file
-        .write_all(bytes)
-        .map_err(io_error("write temporary CDI spec", &temp))
+        .set_permissions(fs::Permissions::from_mode(SPEC_FILE_MODE))
+        .map_err(io_error("set the mode of temporary CDI spec", &temp))
         .and_then(|()| {
-            file.sync_all()
-                .map_err(io_error("fsync temporary CDI spec", &temp))
+            file.write_all(bytes)
+                .map_err(io_error("write temporary CDI spec", &temp))
         });
+    let filled = filled.and_then(|()| {
+        file.sync_all()
+            .map_err(io_error("fsync temporary CDI spec", &temp))
+    });
     drop(file);
     match filled {
         Ok(()) => Ok(temp),

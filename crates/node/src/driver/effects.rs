@@ -46,6 +46,16 @@ pub enum EffectError {
     /// Static MIG: the recorded instance is gone.
     #[error("MIG device `{device}` no longer exists on GPU {gpu}")]
     StaticInstanceGone { device: String, gpu: String },
+    /// A record names MPS directories other than the claim's own.
+    #[error(
+        "the claim's record names the MPS directory {}, not one under {}; refusing to use it",
+        path.display(),
+        expected.display()
+    )]
+    ForeignMpsDirectory { path: PathBuf, expected: PathBuf },
+    /// A claim UID that cannot name a file (from a damaged or foreign checkpoint).
+    #[error(transparent)]
+    UnsafeName(#[from] crate::paths::UnsafeName),
     /// The claim's MPS directory could not be created or removed.
     #[error("cannot create or remove the MPS directory {}: {source}", path.display())]
     MpsDirectory { path: PathBuf, source: io::Error },
@@ -165,8 +175,23 @@ impl Core {
         }
         crate::crash::point("establish:mig-ready");
         if let Some(directories) = sharing::mps_directories(record) {
-            for path in [directories.pipe, directories.log] {
-                std::fs::create_dir_all(&path)
+            // Only ever the claim's own directory under the state directory, whatever the
+            // record says.
+            let own = self.mps_directory(uid)?;
+            if directories.pipe != own.join("pipe") || directories.log != own.join("log") {
+                return Err(EffectError::ForeignMpsDirectory {
+                    path: directories.pipe,
+                    expected: own,
+                });
+            }
+            let modes = [
+                (self.mps_root.clone(), crate::paths::PRIVATE_DIR_MODE),
+                (own, crate::paths::SHARED_DIR_MODE),
+                (directories.pipe, crate::paths::SHARED_DIR_MODE),
+                (directories.log, crate::paths::SHARED_DIR_MODE),
+            ];
+            for (path, mode) in modes {
+                crate::paths::create_dir(&path, mode)
                     .map_err(|source| EffectError::MpsDirectory { path, source })?;
             }
             crate::crash::point("establish:mps-directories-created");
@@ -324,7 +349,7 @@ impl Core {
     /// MIG devices, if any, are destroyed by the recovery that follows.
     pub(super) fn undo_unrecorded(&self, uid: &str) -> Result<(), EffectError> {
         self.specs.remove(uid)?;
-        let dir = self.mps_directory(uid);
+        let dir = self.mps_directory(uid)?;
         if dir.is_dir() {
             let directories = sharing::MpsDirectories {
                 pipe: dir.join("pipe"),
@@ -337,12 +362,12 @@ impl Core {
     }
 
     /// The host directory of a claim's MPS daemon.
-    pub(super) fn mps_directory(&self, uid: &str) -> PathBuf {
-        self.mps_root.join(uid)
+    pub(super) fn mps_directory(&self, uid: &str) -> Result<PathBuf, EffectError> {
+        Ok(crate::paths::child(&self.mps_root, uid)?)
     }
 
     fn remove_mps_directory(&self, uid: &str) -> Result<(), EffectError> {
-        let path = self.mps_directory(uid);
+        let path = self.mps_directory(uid)?;
         match std::fs::remove_dir_all(&path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
                 Err(EffectError::MpsDirectory { path, source: e })

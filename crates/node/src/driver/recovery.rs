@@ -16,7 +16,9 @@ use super::error::logged;
 use super::placements::HeldPlacements;
 use super::{Core, DriverParts, NodeDriver, NodeDriverConfig, StartError};
 use crate::cdi_spec;
-use crate::checkpoint::{CheckpointStore, CheckpointStoreError, LoadOutcome, read_boot_id};
+use crate::checkpoint::{
+    CheckpointOwner, CheckpointStore, CheckpointStoreError, LoadOutcome, read_boot_id,
+};
 use crate::claims::ClaimSourceError;
 use crate::mig::MigCapMinors;
 use crate::plan::{ClaimIdentity, MigMode, PlanContext, plan_claim};
@@ -140,11 +142,23 @@ pub(super) async fn start(
     parts: DriverParts,
 ) -> Result<(NodeDriver, StartupReport), StartError> {
     let boot_id = read_boot_id(&config.boot_id_path)?;
-    let (store, loaded, outcome) = CheckpointStore::open(&config.state_dir, &boot_id)?;
+    let owner = CheckpointOwner {
+        node_name: config.node_name.clone(),
+        // A node's devices are published in one pool named after the node.
+        pool_name: config.node_name.clone(),
+        gpu_uuids: parts
+            .inventory
+            .current()
+            .gpus
+            .iter()
+            .map(|gpu| gpu.uuid.clone())
+            .collect(),
+    };
+    let (store, loaded, outcome) = CheckpointStore::open(&config.state_dir, &boot_id, &owner)?;
     let specs = SpecDir::new(&config.cdi_root, cdi_spec::kind());
     specs.remove_stale_temp_files(STALE_TEMP_FILE_AGE)?;
     let rebooted =
-        matches!(&outcome, LoadOutcome::Loaded { boot_id: before } if *before != boot_id);
+        matches!(&outcome, LoadOutcome::Loaded { boot_id: before, .. } if *before != boot_id);
     let mut report = StartupReport::new(outcome.clone(), rebooted);
     let quarantines = AtomicU64::new(0);
     if let LoadOutcome::Quarantined { moved_to, error } = &outcome {
@@ -164,7 +178,13 @@ pub(super) async fn start(
         .list()?
         .into_iter()
         .any(|uid| !loaded.claims.contains_key(&uid));
-    let write_needed = !matches!(&outcome, LoadOutcome::Loaded { .. }) || rebooted;
+    let write_needed = !matches!(
+        &outcome,
+        LoadOutcome::Loaded {
+            migrated: false,
+            ..
+        }
+    ) || rebooted;
     let core = Arc::new(Core {
         node_name: config.node_name,
         mig_mode: config.mig_mode,

@@ -12,6 +12,7 @@ mod config;
 
 use std::path::Path;
 
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use tessera_api::DRIVER_NAME;
 use tessera_api::checkpoint::{
@@ -60,12 +61,21 @@ pub struct ClaimIdentity<'a> {
 /// the driver prefixes it with the claim.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
+    /// The claim's UID cannot name its MPS directory.
+    #[error("the claim's UID cannot name its MPS directory: {0}")]
+    UnsafeUid(#[from] crate::paths::UnsafeName),
     /// The API server's claim is another object with the same name.
     #[error(
         "the claim in the API server has UID {found}, not {expected}: it was deleted and \
          re-created; the kubelet will prepare the new claim for the new pod"
     )]
     UidMismatch { expected: String, found: String },
+    /// `status.allocation.nodeSelector` selects nodes by name, and not this one.
+    #[error(
+        "the claim is allocated to node {selected} (status.allocation.nodeSelector), not to this \
+         node ({node}); only that node may prepare it"
+    )]
+    ForeignNode { selected: String, node: String },
     /// `status.allocation` is empty.
     #[error(
         "the claim is not allocated (status.allocation is empty); it must be allocated before its pod starts"
@@ -200,11 +210,17 @@ pub fn plan_claim(
             found: found_uid.to_owned(),
         });
     }
-    let allocation = claim
+    let whole_allocation = claim
         .status
         .as_ref()
         .and_then(|s| s.allocation.as_ref())
-        .and_then(|a| a.devices.as_ref())
+        .ok_or(PlanError::NotAllocated)?;
+    if let Some(selector) = &whole_allocation.node_selector {
+        check_node_selector(selector, context.node_name)?;
+    }
+    let allocation = whole_allocation
+        .devices
+        .as_ref()
         .ok_or(PlanError::NotAllocated)?;
     let results: Vec<(usize, &DeviceRequestAllocationResult)> = allocation
         .results
@@ -341,6 +357,41 @@ fn check_sharing(device: &DeviceRecord) -> Result<(), PlanError> {
     Ok(())
 }
 
+/// Refuses an allocation whose node selector rules this node out by name. The selector's terms
+/// are alternatives; a term rules this node out when one of its `matchFields` requirements on
+/// `metadata.name` does (what the scheduler writes: `metadata.name In [node]`). A term that
+/// selects by labels only cannot be judged without the node's labels and does not refuse.
+fn check_node_selector(selector: &NodeSelector, node: &str) -> Result<(), PlanError> {
+    let rules_out = |term: &NodeSelectorTerm| {
+        term.match_fields
+            .iter()
+            .flatten()
+            .filter(|r| r.key == "metadata.name")
+            .find(|r| r.operator == "In" && !r.values.iter().flatten().any(|v| v == node))
+            .map(|r| {
+                r.values
+                    .iter()
+                    .flatten()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+    };
+    let verdicts: Vec<Option<String>> =
+        selector.node_selector_terms.iter().map(rules_out).collect();
+    if verdicts.is_empty() || verdicts.iter().any(Option::is_none) {
+        return Ok(());
+    }
+    Err(PlanError::ForeignNode {
+        selected: verdicts
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" or "),
+        node: node.to_owned(),
+    })
+}
+
 fn mps_settings(sharing: &Sharing) -> Option<u8> {
     sharing
         .mps
@@ -374,12 +425,13 @@ fn mps_record(
             Some(_) => {}
         }
     }
-    Ok(first.map(|_| {
-        let dir = mps_root.join(claim_uid);
-        MpsRecord {
-            pipe_directory: dir.join("pipe").to_string_lossy().into_owned(),
-            log_directory: dir.join("log").to_string_lossy().into_owned(),
-        }
+    if first.is_none() {
+        return Ok(None);
+    }
+    let dir = crate::paths::child(mps_root, claim_uid)?;
+    Ok(Some(MpsRecord {
+        pipe_directory: dir.join("pipe").to_string_lossy().into_owned(),
+        log_directory: dir.join("log").to_string_lossy().into_owned(),
     }))
 }
 

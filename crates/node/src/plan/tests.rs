@@ -465,3 +465,42 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
         assert!(err.contains(want), "{what}: `{err}` lacks `{want}`");
     }
 }
+
+#[test]
+fn an_allocation_for_another_node_by_name_is_refused() {
+    let inv = inventory("dgx-h100");
+    let by_name = |nodes: &[&str]| json!({"matchFields": [{"key": "metadata.name", "operator": "In", "values": nodes}]});
+    let by_label =
+        json!({"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]});
+    let with_selector = |terms: Vec<Value>| {
+        let mut c = claim(vec![result("gpu", "gpu-0")], vec![]);
+        let allocation = c.status.as_mut().unwrap().allocation.as_mut().unwrap();
+        allocation.node_selector =
+            Some(serde_json::from_value(json!({"nodeSelectorTerms": terms})).unwrap());
+        c
+    };
+    let err = plan(
+        &with_selector(vec![by_name(&["node-b"])]),
+        &inv,
+        MigMode::Static,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, PlanError::ForeignNode { selected, .. } if selected == "node-b"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("not to this node (node-a)"),
+        "{err}"
+    );
+    // Allowed: this node by name, another term naming it, or labels only (not judged here).
+    for terms in [
+        vec![by_name(&[NODE])],
+        vec![by_name(&["node-b"]), by_name(&["node-c", NODE])],
+        vec![by_label.clone()],
+        vec![by_name(&["node-b"]), by_label],
+    ] {
+        let c = with_selector(terms.clone());
+        assert!(plan(&c, &inv, MigMode::Static).is_ok(), "{terms:?}");
+    }
+}
