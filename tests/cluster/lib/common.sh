@@ -46,9 +46,9 @@ lock_build_cache() {
 # go_build_cached NAME MODULE_DIR PACKAGE LDFLAGS SOURCE_PATHS...
 # Builds PACKAGE (relative to MODULE_DIR, or an import path) into
 # $cache/bin/NAME-<hash>/NAME unless that exists already, and prints the
-# directory. The hash covers the Go version, LDFLAGS, the module's go.mod and
-# go.sum, and the non-test Go files under SOURCE_PATHS (relative to MODULE_DIR).
-# Call lock_build_cache first.
+# directory. The hash covers the Go version, LDFLAGS, the build tags in
+# $GO_BUILD_TAGS, the module's go.mod and go.sum, and the non-test Go files
+# under SOURCE_PATHS (relative to MODULE_DIR). Call lock_build_cache first.
 go_build_cached() {
   local name="$1" module_dir="$2" pkg="$3" ldflags="$4"
   shift 4
@@ -58,6 +58,7 @@ go_build_cached() {
     {
       go version
       echo "$ldflags"
+      echo "tags: ${GO_BUILD_TAGS:-}"
       cat "$module_dir/go.mod" "$module_dir/go.sum"
       if (($#)); then
         find "${@/#/$module_dir/}" -name '*.go' -not -name '*_test.go' -type f | LC_ALL=C sort | xargs cat
@@ -74,11 +75,34 @@ go_build_cached() {
     # No -trimpath: `go test`/`go vet` of the harness then reuse the compiled
     # packages of this build. -s -w drop the symbol table and DWARF, which
     # shortens the link and halves the binary. No cgo: nothing here needs it.
-    (cd "$module_dir" && CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$tmp/$name" "$pkg") \
+    (cd "$module_dir" && CGO_ENABLED=0 go build -tags "${GO_BUILD_TAGS:-}" -ldflags "$ldflags" -o "$tmp/$name" "$pkg") \
       || { rm -rf "$tmp"; die "building $name failed (see the go output above)"; }
     rm -rf "$out"
     mv "$tmp" "$out"
     log "$name: built in $((SECONDS - start))s at $out/$name"
   fi
   echo "$out"
+}
+
+# ensure_runtime_packages installs, when missing, what the containerd runtime
+# needs from the distribution: runc, the CNI bridge/host-local/loopback
+# plugins, nft (kube-proxy's nftables mode) and iproute2 (the pod bridge).
+# Debian/Ubuntu only (apt-get); elsewhere it names what to install.
+ensure_runtime_packages() {
+  local missing=()
+  command -v runc >/dev/null 2>&1 || [[ -x /usr/sbin/runc ]] || missing+=(runc)
+  [[ -x /usr/lib/cni/bridge || -x /opt/cni/bin/bridge ]] || missing+=(containernetworking-plugins)
+  command -v nft >/dev/null 2>&1 || [[ -x /usr/sbin/nft ]] || missing+=(nftables)
+  command -v ip >/dev/null 2>&1 || [[ -x /usr/sbin/ip ]] || missing+=(iproute2)
+  ((${#missing[@]} == 0)) && return 0
+  command -v apt-get >/dev/null 2>&1 \
+    || die "the containerd runtime needs ${missing[*]} (Debian package names); install them, or use --runtime fake"
+  [[ "$(id -u)" == 0 ]] || die "installing ${missing[*]} needs root"
+  log "installing ${missing[*]} (apt)"
+  # A fresh machine may have no package lists yet.
+  if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >/dev/null \
+      || die "apt-get install ${missing[*]} failed"
+  fi
 }

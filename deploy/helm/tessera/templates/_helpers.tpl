@@ -55,18 +55,37 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/*
 The plugin DaemonSets to render: one per entry of kubeletPlugin.nodeGroups, or a single one from
 kubeletPlugin.nodeSelector and kubeletPlugin.mock.topology. Returned as YAML ({groups: [...]}),
-each group with name (the DaemonSet name), nodeSelector and topology.
+each group with name (the DaemonSet name), nodeSelector, topology and its host paths:
+registrar, plugins (the kubelet's plugins_registry/ and plugins/ directories), cdiRoot and
+stateDir. A group's own value wins; a group that sets only kubeletRootDir gets that root's
+plugins_registry/ and plugins/; otherwise the top-level values apply, where empty directory paths
+mean <kubeletRootDir>/plugins_registry and <kubeletRootDir>/plugins.
 */}}
 {{- define "tessera.kubeletPlugin.groups" -}}
 {{- $plugin := .Values.kubeletPlugin }}
 {{- $base := include "tessera.kubeletPlugin.name" . }}
+{{- $topRoot := trimSuffix "/" $plugin.kubeletRootDir }}
+{{- $topRegistrar := default (printf "%s/plugins_registry" $topRoot) $plugin.kubeletRegistrarDirectoryPath }}
+{{- $topPlugins := default (printf "%s/plugins" $topRoot) $plugin.kubeletPluginsDirectoryPath }}
 {{- $groups := list }}
-{{- if $plugin.nodeGroups }}
-{{- range $plugin.nodeGroups }}
-{{- $groups = append $groups (dict "name" (printf "%s-%s" $base .name | trunc 63 | trimSuffix "-") "nodeSelector" .nodeSelector "topology" (default $plugin.mock.topology .topology) "driverRoot" (default $plugin.driverRoot .driverRoot) "devRoot" (default $plugin.devRoot .devRoot)) }}
+{{- $entries := $plugin.nodeGroups }}
+{{- if not $entries }}
+{{- $entries = list (dict "nodeSelector" $plugin.nodeSelector) }}
 {{- end }}
-{{- else }}
-{{- $groups = append $groups (dict "name" $base "nodeSelector" $plugin.nodeSelector "topology" $plugin.mock.topology "driverRoot" $plugin.driverRoot "devRoot" $plugin.devRoot) }}
+{{- range $entries }}
+{{- $name := $base }}
+{{- if .name }}
+{{- $name = printf "%s-%s" $base .name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- $registrar := $topRegistrar }}
+{{- $plugins := $topPlugins }}
+{{- if .kubeletRootDir }}
+{{- $registrar = printf "%s/plugins_registry" (trimSuffix "/" .kubeletRootDir) }}
+{{- $plugins = printf "%s/plugins" (trimSuffix "/" .kubeletRootDir) }}
+{{- end }}
+{{- $registrar = default $registrar .kubeletRegistrarDirectoryPath }}
+{{- $plugins = default $plugins .kubeletPluginsDirectoryPath }}
+{{- $groups = append $groups (dict "name" $name "nodeSelector" .nodeSelector "topology" (default $plugin.mock.topology .topology) "registrar" $registrar "plugins" $plugins "cdiRoot" (default $plugin.cdiRoot .cdiRoot) "stateDir" (default $plugin.stateDir .stateDir) "driverRoot" (default $plugin.driverRoot .driverRoot) "devRoot" (default $plugin.devRoot .devRoot)) }}
 {{- end }}
 {{- toYaml (dict "groups" $groups) }}
 {{- end }}

@@ -20,6 +20,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric, as every upstream main registers it.
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 
@@ -34,6 +35,7 @@ var components = map[string]func() int{
 		return cli.Run(controllermanager.NewControllerManagerCommand())
 	},
 	"kube-scheduler": func() int { return cli.Run(scheduler.NewSchedulerCommand()) },
+	"kube-proxy":     func() int { return cli.Run(proxy.NewProxyCommand()) },
 	"kubelet":        func() int { return cli.Run(kubelet.NewKubeletCommand(context.Background())) },
 	"etcd": func() int {
 		etcdmain.Main(os.Args)

@@ -35,6 +35,13 @@ func main() {
 		err = down(args, logger)
 	case "smoke":
 		err = smoke(ctx, args, logger)
+	case "images":
+		err = images(ctx, args, logger)
+	case "cri-cleanup":
+		fs := flag.NewFlagSet("cri-cleanup", flag.ExitOnError)
+		socket := fs.String("socket", "", "the CRI socket (a node's containerd)")
+		_ = fs.Parse(args)
+		err = harness.CRICleanup(ctx, *socket, logger)
 	case "supervise":
 		fs := flag.NewFlagSet("supervise", flag.ExitOnError)
 		stateDir := fs.String("state-dir", defaultStateDir, "cluster state directory")
@@ -53,9 +60,16 @@ func main() {
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage: tessera-cluster COMMAND [flags]
-  up     [--nodes N] [--state-dir DIR] [--bin-dir DIR] [--timeout D]  boot the cluster, print the kubeconfig path
-  down   [--state-dir DIR] [--purge]                                  stop the cluster and clean up
-  smoke  [--state-dir DIR]                                            run the smoke checks against a running cluster
+  up     [--nodes N] [--runtime containerd|fake] [--image ARCHIVE]... [--state-dir DIR] [--bin-dir DIR] [--timeout D]
+                                   boot the cluster, print the kubeconfig path
+  down   [--state-dir DIR] [--purge]  stop the cluster, clean up, check nothing is left on the host
+  smoke  [--state-dir DIR]          run the smoke checks against a running cluster
+  images build --ref REF --out FILE [--file SRC:DST[:MODE]]... [--content DST:TEXT[:MODE]]... [--dir DST[:MODE]]...
+               [--symlink DST:TARGET]... [--entrypoint ARG]... [--cmd ARG]... [--env K=V]... [--user U] [--workdir D]
+                                   write an OCI archive (kept when FILE.key says its inputs are unchanged)
+  images import (--state-dir DIR | --address SOCKET --ctr CTR) ARCHIVE...
+                                   import archives into every node's (or one) containerd
+  cri-cleanup --socket SOCKET       stop and remove every pod sandbox of a CRI runtime
 `)
 }
 
@@ -66,6 +80,9 @@ func up(ctx context.Context, args []string, logger *log.Logger) error {
 	self, _ := os.Executable()
 	binDir := fs.String("bin-dir", filepath.Dir(self), "directory holding the component symlinks (kube-apiserver, kubelet, ...)")
 	timeout := fs.Duration("timeout", 4*time.Minute, "how long to wait for the cluster to be ready")
+	runtime := fs.String("runtime", harness.RuntimeContainerd, "container runtime of the nodes: containerd (real containers) or fake (the recording fake CRI)")
+	var images stringList
+	fs.Var(&images, "image", "an OCI archive every node's containerd imports before its kubelet starts (repeatable)")
 	_ = fs.Parse(args)
 	start := time.Now()
 	kubeconfig, err := harness.Up(ctx, harness.UpOptions{
@@ -75,6 +92,8 @@ func up(ctx context.Context, args []string, logger *log.Logger) error {
 		Timeout:           *timeout,
 		ExtraFeatureGates: os.Getenv("TESSERA_EXTRA_FEATURE_GATES"),
 		RuntimeConfig:     os.Getenv("TESSERA_RUNTIME_CONFIG"),
+		Runtime:           *runtime,
+		Images:            images,
 		Logger:            logger,
 	})
 	if err != nil {

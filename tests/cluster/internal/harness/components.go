@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 )
 
@@ -66,8 +67,8 @@ func buildComponents(plan *Plan, layout Layout, pki *PKI) {
 		Args: append([]string{
 			plan.bin("kube-apiserver"),
 			"--etcd-servers=" + etcdClient,
-			"--bind-address=127.0.0.1",
-			"--advertise-address=127.0.0.1",
+			"--bind-address=" + plan.APIServerHost(),
+			"--advertise-address=" + plan.APIServerHost(),
 			"--secure-port=" + strconv.Itoa(ports.APIServer),
 			"--tls-cert-file=" + pki.ServingCert(),
 			"--tls-private-key-file=" + pki.ServingKey(),
@@ -81,38 +82,43 @@ func buildComponents(plan *Plan, layout Layout, pki *PKI) {
 			"--allow-privileged=true",
 			"--kubelet-client-certificate=" + pki.ClientCert(APIServerKubeletClient),
 			"--kubelet-client-key=" + pki.ClientKey(APIServerKubeletClient),
-			// Loopback addresses are invalid in Endpoints/EndpointSlices, so the
-			// `kubernetes` service endpoint cannot be reconciled; nothing in the
-			// test cluster reaches the API server through that service.
-			"--endpoint-reconciler-type=none",
 			"--feature-gates=" + gates,
 			"--profiling=false",
 			"--v=1",
-		}, runtimeConfigArgs(plan.RuntimeConfig)...),
+		}, append(apiServerNetworkArgs(plan.Runtime), runtimeConfigArgs(plan.RuntimeConfig)...)...),
 		Probe:         Probe{Kind: "https-client", URL: plan.APIServerURL() + "/readyz"},
 		StartTimeoutS: 120,
 	})
 
-	for i := 1; i <= plan.Nodes; i++ {
-		node := layout.Node(i)
-		add(Component{
-			Name:  node.CRIComponent(),
-			Stage: 2,
-			Args: []string{
-				plan.bin("fake-cri"),
-				"--socket=" + node.CRISocket(),
-				"--record-dir=" + node.CDIRecordDir(),
-				"--node=" + node.Name,
-				"--image-fs-dir=" + node.Dir,
-			},
-			Probe: Probe{Kind: "unix", Path: node.CRISocket()},
-		})
+	// The stage of the controller-manager, the scheduler and the first kubelet.
+	kubeletStage := 3
+	if plan.Runtime == RuntimeContainerd {
+		kubeletStage = 4
+		for _, c := range containerdComponents(plan, layout) {
+			add(c)
+		}
+	} else {
+		for i := 1; i <= plan.Nodes; i++ {
+			node := layout.Node(i)
+			add(Component{
+				Name:  node.CRIComponent(),
+				Stage: 2,
+				Args: []string{
+					plan.bin("fake-cri"),
+					"--socket=" + node.CRISocket(),
+					"--record-dir=" + node.CDIRecordDir(),
+					"--node=" + node.Name,
+					"--image-fs-dir=" + node.Dir,
+				},
+				Probe: Probe{Kind: "unix", Path: node.CRISocket()},
+			})
+		}
 	}
 
 	kcmConfig := layout.Kubeconfig(ControllerManagerIdentity.File)
 	add(Component{
 		Name:  "kube-controller-manager",
-		Stage: 3,
+		Stage: kubeletStage,
 		Args: []string{
 			plan.bin("kube-controller-manager"),
 			"--kubeconfig=" + kcmConfig,
@@ -136,7 +142,7 @@ func buildComponents(plan *Plan, layout Layout, pki *PKI) {
 	schedConfig := layout.Kubeconfig(SchedulerIdentity.File)
 	add(Component{
 		Name:  "kube-scheduler",
-		Stage: 3,
+		Stage: kubeletStage,
 		Args: []string{
 			plan.bin("kube-scheduler"),
 			"--kubeconfig=" + schedConfig,
@@ -156,8 +162,8 @@ func buildComponents(plan *Plan, layout Layout, pki *PKI) {
 		node := layout.Node(i)
 		add(Component{
 			Name:  node.KubeletComponent(),
-			Stage: 3 + i - 1,
-			Args: []string{
+			Stage: kubeletStage + i - 1,
+			Args: append([]string{
 				plan.bin("kubelet"),
 				"--config=" + node.KubeletConfig(),
 				"--kubeconfig=" + layout.Kubeconfig(NodeIdentity(node.Name).File),
@@ -168,13 +174,75 @@ func buildComponents(plan *Plan, layout Layout, pki *PKI) {
 				"--v=2",
 				// Log the DRA plugin manager's ResourceSlice wipes; `up` waits for the start-up one.
 				"--vmodule=dra_plugin_manager=3",
-			},
+			}, kubeletNetworkArgs(plan.Runtime)...),
 			Probe:          Probe{Kind: "node-ready", URL: plan.APIServerURL() + "/api/v1/nodes/" + node.Name},
 			WorkingDirPath: node.KubeletWorkDir(),
 			StopTimeoutS:   20,
 		})
 	}
 	plan.Components = cs
+}
+
+// apiServerNetworkArgs: with containerd the API server advertises the bridge
+// address, so the `kubernetes` service gets a real endpoint (the default lease
+// reconciler), and reaches the kubelets at their InternalIP (node names do not
+// resolve). With the fake runtime it listens on loopback, which Endpoints
+// refuse: no reconciler, and nothing reaches it through the service.
+func apiServerNetworkArgs(runtime string) []string {
+	if runtime == RuntimeContainerd {
+		return []string{"--kubelet-preferred-address-types=InternalIP"}
+	}
+	return []string{"--endpoint-reconciler-type=none"}
+}
+
+// kubeletNetworkArgs: with containerd every kubelet reports the bridge address
+// as its InternalIP (the API server reaches it there for logs and exec).
+func kubeletNetworkArgs(runtime string) []string {
+	if runtime == RuntimeContainerd {
+		return []string{"--node-ip=" + BridgeIP.String()}
+	}
+	return nil
+}
+
+// containerdComponents are, with the containerd runtime: each node's
+// containerd and kube-proxy (stage 2), then the import of the cluster's
+// images into each containerd (stage 3, one-shot).
+func containerdComponents(plan *Plan, layout Layout) []Component {
+	var cs []Component
+	for i := 1; i <= plan.Nodes; i++ {
+		node := layout.Node(i)
+		paths := layout.Containerd(i)
+		cs = append(cs, Component{
+			Name:  node.ContainerdComponent(),
+			Stage: 2,
+			Args:  []string{plan.bin("containerd"), "--config=" + paths.Config()},
+			// The shims must find containerd-shim-runc-v2 and runc on PATH.
+			ExtraEnv: []string{"PATH=" + plan.BinDir + ":/usr/local/sbin:/usr/sbin:/sbin:" + os.Getenv("PATH")},
+			Probe:    Probe{Kind: "unix", Path: paths.Socket()},
+			StopHook: []string{plan.bin("tessera-cluster"), "cri-cleanup", "--socket=" + paths.Socket()},
+			// Stopping lets containerd finish its shims' bookkeeping.
+			StopTimeoutS: 20,
+		})
+		args := []string{plan.bin("tessera-cluster"), "images", "import", "--ctr=" + plan.bin("ctr"), "--address=" + paths.Socket()}
+		cs = append(cs, Component{
+			Name:          node.ImagesComponent(),
+			Stage:         3,
+			Args:          append(args, plan.Images...),
+			OneShot:       true,
+			StartTimeoutS: 120,
+		})
+	}
+	cs = append(cs, Component{
+		Name:  "kube-proxy",
+		Stage: 2,
+		Args: []string{
+			plan.bin("kube-proxy"),
+			"--config=" + layout.KubeProxyConfig(),
+			"--v=1",
+		},
+		Probe: Probe{Kind: "http", URL: loopbackURL("http", plan.Ports.KubeProxyHealthz, "/healthz")},
+	})
+	return cs
 }
 
 func runtimeConfigArgs(rc string) []string {

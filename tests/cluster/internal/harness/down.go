@@ -39,12 +39,30 @@ func Down(opts DownOptions) error {
 	if _, err := os.Stat(filepath.Join(stateDir, markerFile)); err != nil {
 		return fmt.Errorf("%s was not created by tests/cluster/up (no %s marker); refusing to touch it", stateDir, markerFile)
 	}
+	// A containerd cluster's plan says so; a bridge recorded as this state
+	// dir's also means containerd ran here (say, the plan was removed by hand).
+	plan, _ := ReadPlan(layout.PlanFile())
+	owner, bridge := bridgeOwner()
+	containerd := (plan != nil && plan.Runtime == RuntimeContainerd) || (bridge && owner == stateDir)
 	if err := stopSupervisor(layout, opts.Logger); err != nil {
 		return err
 	}
 	killLeftovers(layout, opts.Logger)
+	if containerd {
+		nodeDirs, _ := filepath.Glob(filepath.Join(stateDir, "c[0-9]*"))
+		killContainerProcesses(layout, len(nodeDirs), opts.Logger)
+	}
 	if err := unmountUnder(stateDir, opts.Logger); err != nil {
 		return err
+	}
+	if containerd {
+		removeContainerCgroups(opts.Logger)
+		if err := tearDownHostNetwork(stateDir, opts.Logger); err != nil {
+			return err
+		}
+	}
+	if left := Leftovers(layout, containerd); len(left) > 0 {
+		return fmt.Errorf("the cluster in %s left these behind after down: %s", stateDir, strings.Join(left, "; "))
 	}
 	if opts.Purge {
 		if err := os.RemoveAll(stateDir); err != nil {
@@ -99,9 +117,26 @@ func killLeftovers(layout Layout, logger *log.Logger) {
 // unmountUnder lazily unmounts every mount point below dir, deepest first
 // (the kubelet mounts tmpfs for secret and projected volumes).
 func unmountUnder(dir string, logger *log.Logger) error {
+	points := mountsUnder(dir)
+	var failed []string
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			failed = append(failed, fmt.Sprintf("%s: %v", p, err))
+			continue
+		}
+		logger.Printf("unmounted %s", p)
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("could not unmount: %s", strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// mountsUnder lists the mount points below dir, deepest first.
+func mountsUnder(dir string) []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return fmt.Errorf("read mount table: %w", err)
+		return []string{"(cannot read the mount table: " + err.Error() + ")"}
 	}
 	defer f.Close()
 	var points []string
@@ -117,18 +152,7 @@ func unmountUnder(dir string, logger *log.Logger) error {
 		}
 	}
 	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	var failed []string
-	for _, p := range points {
-		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-			failed = append(failed, fmt.Sprintf("%s: %v", p, err))
-			continue
-		}
-		logger.Printf("unmounted %s", p)
-	}
-	if len(failed) > 0 {
-		return fmt.Errorf("could not unmount: %s", strings.Join(failed, "; "))
-	}
-	return nil
+	return points
 }
 
 // unescapeMountPath decodes the octal escapes (\040 for space...) of mountinfo.

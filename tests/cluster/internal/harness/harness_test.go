@@ -28,12 +28,17 @@ func TestParseFeatureGatesRejectsWhatTheComponentsWould(t *testing.T) {
 
 func testPlan(t *testing.T, nodes int) (*Plan, Layout) {
 	t.Helper()
+	return testPlanWith(t, nodes, RuntimeFake)
+}
+
+func testPlanWith(t *testing.T, nodes int, runtime string) (*Plan, Layout) {
+	t.Helper()
 	layout := Layout{StateDir: "/tmp/tessera-cluster"}
-	ports, err := NewPorts(nodes)
+	ports, err := NewPorts(nodes, runtime)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan := &Plan{KubeVersion: KubeVersion, StateDir: layout.StateDir, BinDir: "/bin-dir", Nodes: nodes, Ports: ports, FeatureGates: FeatureGates}
+	plan := &Plan{KubeVersion: KubeVersion, StateDir: layout.StateDir, BinDir: "/bin-dir", Nodes: nodes, Ports: ports, FeatureGates: FeatureGates, Runtime: runtime}
 	buildComponents(plan, layout, &PKI{Dir: layout.PKIDir()})
 	return plan, layout
 }
@@ -58,7 +63,7 @@ func TestEveryKubernetesComponentGetsTheSameFeatureGates(t *testing.T) {
 			continue
 		}
 		// The kubelet takes its gates from its config file.
-		cfg := kubeletConfig(Node{}, NodePorts{}, "", "", plan.FeatureGates)
+		cfg := kubeletConfig(Node{}, NodePorts{}, "", "127.0.0.1", "", plan.FeatureGates)
 		if got := FeatureGateFlag(cfg["featureGates"].(map[string]bool)); got != FeatureGateFlag(FeatureGates) {
 			t.Errorf("%s config gates %s, want %s", c.Name, got, FeatureGateFlag(FeatureGates))
 		}
@@ -93,11 +98,11 @@ func TestComponentsStartInDependencyOrder(t *testing.T) {
 }
 
 func TestPortsAreDistinct(t *testing.T) {
-	p, err := NewPorts(4)
+	p, err := NewPorts(4, RuntimeContainerd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := []int{p.EtcdClient, p.EtcdPeer, p.APIServer, p.ControllerManager, p.Scheduler}
+	all := []int{p.EtcdClient, p.EtcdPeer, p.APIServer, p.ControllerManager, p.Scheduler, p.KubeProxyHealthz, p.KubeProxyMetrics}
 	for _, k := range p.Kubelets {
 		all = append(all, k.Server, k.Healthz)
 	}

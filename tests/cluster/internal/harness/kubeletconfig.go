@@ -18,17 +18,19 @@ import (
 //     does not need to be a webhook authorizer for the kubelet;
 //   - eviction thresholds and image GC effectively off, so a nearly full CI
 //     disk never taints the node;
-//   - everything listens on 127.0.0.1;
+//   - healthz listens on 127.0.0.1; the server (logs, exec) on address:
+//     127.0.0.1 with the fake runtime, the pod bridge's address with
+//     containerd, where the API server reaches it;
 //   - syncFrequency 10s: a pod whose DRA prepare failed (say, the plugin was
 //     restarting) is retried only at its next periodic sync — the kubelet
 //     returns from that sync without an error, so no 10 s error back-off
 //     applies — which by default comes 60 to 90 s later.
-func kubeletConfig(node Node, ports NodePorts, criSocket, caFile string, gates map[string]bool) map[string]any {
+func kubeletConfig(node Node, ports NodePorts, criSocket, address, caFile string, gates map[string]bool) map[string]any {
 	endpoint := "unix://" + criSocket
 	return map[string]any{
 		"apiVersion":         "kubelet.config.k8s.io/v1beta1",
 		"kind":               "KubeletConfiguration",
-		"address":            "127.0.0.1",
+		"address":            address,
 		"port":               ports.Server,
 		"readOnlyPort":       0,
 		"healthzBindAddress": "127.0.0.1",
@@ -66,13 +68,14 @@ func kubeletConfig(node Node, ports NodePorts, criSocket, caFile string, gates m
 	}
 }
 
+// writeKubeletConfig writes a component config (kubelet, kube-proxy) as YAML.
 func writeKubeletConfig(path string, cfg map[string]any) error {
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
-		return fmt.Errorf("encode kubelet config %s: %w", path, err)
+		return fmt.Errorf("encode component config %s: %w", path, err)
 	}
 	if err := os.WriteFile(path, data, 0o644); err != nil {
-		return fmt.Errorf("write kubelet config %s: %w", path, err)
+		return fmt.Errorf("write component config %s: %w", path, err)
 	}
 	return nil
 }

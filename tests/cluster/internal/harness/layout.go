@@ -41,6 +41,7 @@ func (l Layout) StatusFile() string        { return l.path("status") }
 func (l Layout) SupervisorPIDFile() string { return l.path("supervisor.pid") }
 func (l Layout) PIDDir() string            { return l.path("pids") }
 func (l Layout) ConfigDir() string         { return l.path("config") }
+func (l Layout) KubeProxyConfig() string   { return l.path("config", "kube-proxy.yaml") }
 func (l Layout) LogFile(component string) string {
 	return filepath.Join(l.LogDir(), component+".log")
 }
@@ -61,6 +62,12 @@ type Node struct {
 
 // NodeName is the Kubernetes node name of the i-th node (1-based).
 func NodeName(i int) string { return fmt.Sprintf("tessera-node-%d", i) }
+
+// Containerd returns the containerd directories of the node with 1-based
+// index i (DIR/c<i>, kept short for the shims' socket paths).
+func (l Layout) Containerd(i int) ContainerdPaths {
+	return ContainerdPaths{Dir: l.path(fmt.Sprintf("c%d", i))}
+}
 
 // Node returns the node with 1-based index i.
 func (l Layout) Node(i int) Node {
@@ -89,3 +96,8 @@ func (n Node) PodLogsDir() string    { return filepath.Join(n.Dir, "pod-logs") }
 func (n Node) KubeletWorkDir() string   { return filepath.Join(n.Dir, "kubelet-cwd") }
 func (n Node) KubeletComponent() string { return n.Name + "-kubelet" }
 func (n Node) CRIComponent() string     { return n.Name + "-fake-cri" }
+
+// ContainerdComponent and ImagesComponent name node's containerd and the
+// one-shot import of the cluster's images into it.
+func (n Node) ContainerdComponent() string { return n.Name + "-containerd" }
+func (n Node) ImagesComponent() string     { return n.Name + "-images" }

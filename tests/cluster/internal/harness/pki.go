@@ -40,6 +40,8 @@ var (
 	ControllerManagerIdentity = Identity{File: "kube-controller-manager", User: "system:kube-controller-manager"}
 	SchedulerIdentity         = Identity{File: "kube-scheduler", User: "system:kube-scheduler"}
 	APIServerKubeletClient    = Identity{File: "apiserver-kubelet-client", User: "kube-apiserver-kubelet-client", Groups: []string{"system:masters"}}
+	// KubeProxyIdentity is bound to system:node-proxier by the RBAC bootstrap policy.
+	KubeProxyIdentity = Identity{File: "kube-proxy", User: "system:kube-proxy"}
 )
 
 // NodeIdentity is the credential of the kubelet on node.
@@ -61,8 +63,10 @@ func (p *PKI) ClientKey(id Identity) string {
 }
 
 // NewPKI creates a fresh CA, the API server's serving certificate and the
-// service-account key pair in dir.
-func NewPKI(dir string, serviceIP net.IP) (*PKI, error) {
+// service-account key pair in dir. The serving certificate names loopback,
+// the `kubernetes` service's names and serviceIP (what pods dial), and
+// bridgeIP (where the API server listens with the containerd runtime).
+func NewPKI(dir string, serviceIP, bridgeIP net.IP) (*PKI, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create PKI directory %s: %w", dir, err)
 	}
@@ -99,7 +103,7 @@ func NewPKI(dir string, serviceIP net.IP) (*PKI, error) {
 	serving := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, serviceIP},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, serviceIP, bridgeIP},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	if err := p.issue(serving, p.ServingCert(), p.ServingKey()); err != nil {

@@ -30,7 +30,13 @@ type Component struct {
 	Stage int `json:"stage"`
 	// Args is the full argv; Args[0] is the component's symlink in the bin dir,
 	// whose base name selects the component in the multi-call binary.
-	Args           []string `json:"args"`
+	Args []string `json:"args"`
+	// OneShot components run to completion during start-up (exit status 0 is
+	// their probe) and are not stopped.
+	OneShot bool `json:"oneShot,omitempty"`
+	// StopHook runs to completion before the component is signalled to stop
+	// (containerd: remove every pod sandbox while containerd still answers).
+	StopHook       []string `json:"stopHook,omitempty"`
 	LogFile        string   `json:"logFile"`
 	Probe          Probe    `json:"probe"`
 	StartTimeoutS  int      `json:"startTimeoutSeconds"`
@@ -48,6 +54,9 @@ type Ports struct {
 	ControllerManager int         `json:"controllerManager"`
 	Scheduler         int         `json:"scheduler"`
 	Kubelets          []NodePorts `json:"kubelets"`
+	// KubeProxyHealthz and KubeProxyMetrics are 0 with the fake runtime (no kube-proxy).
+	KubeProxyHealthz int `json:"kubeProxyHealthz,omitempty"`
+	KubeProxyMetrics int `json:"kubeProxyMetrics,omitempty"`
 }
 
 // NodePorts are one kubelet's ports.
@@ -59,10 +68,15 @@ type NodePorts struct {
 // Plan is everything `up` decided, written to plan.json for the supervisor
 // and for `down`.
 type Plan struct {
-	KubeVersion   string          `json:"kubeVersion"`
-	StateDir      string          `json:"stateDir"`
-	BinDir        string          `json:"binDir"`
-	Nodes         int             `json:"nodes"`
+	KubeVersion string `json:"kubeVersion"`
+	StateDir    string `json:"stateDir"`
+	BinDir      string `json:"binDir"`
+	Nodes       int    `json:"nodes"`
+	// Runtime is RuntimeContainerd or RuntimeFake.
+	Runtime string `json:"runtime"`
+	// Images are OCI archives imported into every node's containerd before
+	// the kubelets start (the pause image).
+	Images        []string        `json:"images,omitempty"`
 	Ports         Ports           `json:"ports"`
 	FeatureGates  map[string]bool `json:"featureGates"`
 	RuntimeConfig string          `json:"runtimeConfig"`
@@ -71,7 +85,17 @@ type Plan struct {
 
 // APIServerURL is where clients reach the API server.
 func (p *Plan) APIServerURL() string {
-	return "https://127.0.0.1:" + strconv.Itoa(p.Ports.APIServer)
+	return "https://" + p.APIServerHost() + ":" + strconv.Itoa(p.Ports.APIServer)
+}
+
+// APIServerHost is the address the API server listens on: loopback with the
+// fake runtime; with containerd the pod bridge's host address, which pods
+// reach (through the `kubernetes` service) and which the nodes report.
+func (p *Plan) APIServerHost() string {
+	if p.Runtime == RuntimeContainerd {
+		return BridgeIP.String()
+	}
+	return "127.0.0.1"
 }
 
 // ServiceIP is the first address of the service range, the `kubernetes`
@@ -104,14 +128,17 @@ func allocatePorts(n int) ([]int, error) {
 }
 
 // NewPorts picks the ports for a cluster with the given number of nodes.
-func NewPorts(nodes int) (Ports, error) {
-	free, err := allocatePorts(5 + 2*nodes)
+func NewPorts(nodes int, runtime string) (Ports, error) {
+	free, err := allocatePorts(7 + 2*nodes)
 	if err != nil {
 		return Ports{}, err
 	}
 	p := Ports{EtcdClient: free[0], EtcdPeer: free[1], APIServer: free[2], ControllerManager: free[3], Scheduler: free[4]}
 	for i := range nodes {
 		p.Kubelets = append(p.Kubelets, NodePorts{Server: free[5+2*i], Healthz: free[6+2*i]})
+	}
+	if runtime == RuntimeContainerd {
+		p.KubeProxyHealthz, p.KubeProxyMetrics = free[5+2*nodes], free[6+2*nodes]
 	}
 	return p, nil
 }

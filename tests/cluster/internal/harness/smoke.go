@@ -36,6 +36,8 @@ type smoke struct {
 	client kubernetes.Interface
 	layout Layout
 	node   string // every smoke object targets the first node
+	// runtime is the cluster's (RuntimeFake: container records to read).
+	runtime string
 }
 
 // SmokeOptions configure the smoke checks.
@@ -54,12 +56,16 @@ func Smoke(ctx context.Context, opts SmokeOptions) error {
 	if err != nil {
 		return err
 	}
-	s := &smoke{client: client, layout: layout, node: NodeName(1)}
+	plan, err := ReadPlan(layout.PlanFile())
+	if err != nil {
+		return err
+	}
+	s := &smoke{client: client, layout: layout, node: NodeName(1), runtime: plan.Runtime}
 	if err := s.reset(ctx); err != nil {
 		return err
 	}
 	checks := []smokeCheck{
-		{"a plain pod reaches Running and the fake runtime records its container", checkPlainPod},
+		{"a plain pod reaches Running (fake runtime: its container is recorded; containerd: it runs with a pod IP, and the kubernetes service has an endpoint)", checkPlainPod},
 		{"the scheduler allocates a ResourceClaim from a hand-made ResourceSlice", checkAllocation},
 		{"device taints are kept by the API server and honoured by the scheduler", checkDeviceTaints},
 		{"partitionable devices: shared counters are kept and enforced", checkPartitionable},

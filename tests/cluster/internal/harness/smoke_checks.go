@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -17,6 +18,9 @@ func checkPlainPod(ctx context.Context, s *smoke) error {
 	if err != nil {
 		return err
 	}
+	if s.runtime == RuntimeContainerd {
+		return checkRealContainer(ctx, s, pod)
+	}
 	rec, err := s.readRecord(pod.Spec.NodeName, smokeNamespace, "plain", "main")
 	if err != nil {
 		return err
@@ -25,6 +29,36 @@ func checkPlainPod(ctx context.Context, s *smoke) error {
 		return fmt.Errorf("container record %+v does not match pod uid %s on %s without CDI devices", rec, pod.UID, pod.Spec.NodeName)
 	}
 	return nil
+}
+
+// checkRealContainer: with containerd the pod's container really runs (a
+// containerd container ID), its IP comes from its node's pod range, and the
+// `kubernetes` service has the API server's bridge address as its endpoint,
+// which is what pods reach it through.
+func checkRealContainer(ctx context.Context, s *smoke, pod *corev1.Pod) error {
+	statuses := pod.Status.ContainerStatuses
+	if len(statuses) != 1 || !strings.HasPrefix(statuses[0].ContainerID, "containerd://") || statuses[0].State.Running == nil {
+		return fmt.Errorf("want one running containerd container, got statuses %+v", statuses)
+	}
+	first, _ := PodRange(1)
+	prefix := first[:strings.LastIndex(first, ".")+1]
+	if !strings.HasPrefix(pod.Status.PodIP, prefix) {
+		return fmt.Errorf("pod IP %q is not in %s's range %s*", pod.Status.PodIP, s.node, prefix)
+	}
+	slices, err := s.client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
+	if err != nil {
+		return err
+	}
+	for _, slice := range slices.Items {
+		for _, ep := range slice.Endpoints {
+			for _, addr := range ep.Addresses {
+				if addr == BridgeIP.String() {
+					return nil
+				}
+			}
+		}
+	}
+	return fmt.Errorf("the kubernetes service has no endpoint %s: %+v", BridgeIP, slices.Items)
 }
 
 func checkAllocation(ctx context.Context, s *smoke) error {

@@ -102,6 +102,13 @@ func (s *Supervisor) start(ctx context.Context) *Status {
 			started = append(started, r)
 		}
 		for _, r := range started {
+			if r.spec.OneShot {
+				if failure := s.awaitExit(ctx, r); failure != nil {
+					return failure
+				}
+				s.logger.Printf("%s finished", r.spec.Name)
+				continue
+			}
 			if failure := s.awaitProbe(ctx, r); failure != nil {
 				return failure
 			}
@@ -165,10 +172,34 @@ func (s *Supervisor) awaitProbe(ctx context.Context, r *running) *Status {
 	}
 }
 
+// awaitExit waits for a one-shot component to finish with status 0.
+func (s *Supervisor) awaitExit(ctx context.Context, r *running) *Status {
+	fail := func(msg string) *Status {
+		return &Status{State: StateFailed, Component: r.spec.Name, LogFile: r.spec.LogFile, Message: msg}
+	}
+	select {
+	case <-r.exited:
+		if r.err != nil {
+			return fail(fmt.Sprintf("%s failed (%v); see %s", r.spec.Name, r.err, r.spec.LogFile))
+		}
+		os.Remove(r.spec.PIDFile)
+		return nil
+	case <-ctx.Done():
+		return fail("start-up interrupted by a signal")
+	case <-time.After(time.Duration(r.spec.StartTimeoutS) * time.Second):
+		signalGroup(r.cmd.Process.Pid, syscall.SIGKILL)
+		<-r.exited
+		return fail(fmt.Sprintf("%s did not finish within %ds; see %s", r.spec.Name, r.spec.StartTimeoutS, r.spec.LogFile))
+	}
+}
+
 // watch blocks until a stop signal, reporting components that exit meanwhile.
 func (s *Supervisor) watch(ctx context.Context) {
 	exits := make(chan *running, len(s.running))
 	for _, r := range s.running {
+		if r.spec.OneShot {
+			continue
+		}
 		go func(r *running) {
 			select {
 			case <-r.exited:
@@ -196,9 +227,12 @@ func (s *Supervisor) stopAll() {
 	for i := len(stages) - 1; i >= 0; i-- {
 		var stage []*running
 		for _, r := range s.running {
-			if r.spec.Stage == stages[i] {
+			if r.spec.Stage == stages[i] && !r.spec.OneShot {
 				stage = append(stage, r)
 			}
+		}
+		for _, r := range stage {
+			s.runStopHook(r)
 		}
 		for _, r := range stage {
 			signalGroup(r.cmd.Process.Pid, syscall.SIGTERM)
@@ -215,6 +249,36 @@ func (s *Supervisor) stopAll() {
 			s.logger.Printf("stopped %s", r.spec.Name)
 		}
 	}
+}
+
+// runStopHook runs a component's stop hook (at most a minute), logging into
+// the component's log, unless the component is gone already.
+func (s *Supervisor) runStopHook(r *running) {
+	if len(r.spec.StopHook) == 0 {
+		return
+	}
+	select {
+	case <-r.exited:
+		return
+	default:
+	}
+	logFile, err := os.OpenFile(r.spec.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		s.logger.Printf("stop hook of %s: open log: %v", r.spec.Name, err)
+		return
+	}
+	defer logFile.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, r.spec.StopHook[0], r.spec.StopHook[1:]...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		s.logger.Printf("stop hook of %s failed after %.1fs (%v); see %s", r.spec.Name, time.Since(start).Seconds(), err, r.spec.LogFile)
+		return
+	}
+	s.logger.Printf("stop hook of %s done in %.1fs", r.spec.Name, time.Since(start).Seconds())
 }
 
 // signalGroup signals the process group led by pid (each component leads its own).

@@ -26,7 +26,12 @@ type UpOptions struct {
 	ExtraFeatureGates string
 	// RuntimeConfig is passed to the API server's --runtime-config when set.
 	RuntimeConfig string
-	Logger        *log.Logger
+	// Runtime is RuntimeContainerd (default) or RuntimeFake.
+	Runtime string
+	// Images are OCI archives every node's containerd imports before its
+	// kubelet starts (the pause image); ignored with the fake runtime.
+	Images []string
+	Logger *log.Logger
 }
 
 // Up boots the cluster and returns the admin kubeconfig path once every node
@@ -53,10 +58,17 @@ func Up(ctx context.Context, opts UpOptions) (string, error) {
 		return "", fmt.Errorf("TESSERA_EXTRA_FEATURE_GATES: %w", err)
 	}
 
+	if opts.Runtime, err = ParseRuntime(opts.Runtime); err != nil {
+		return "", err
+	}
 	if pid, alive := supervisorPID(layout); alive {
 		plan, err := ReadPlan(layout.PlanFile())
 		if err != nil {
 			return "", err
+		}
+		if plan.Runtime != opts.Runtime {
+			return "", fmt.Errorf("a cluster with the %s runtime is already running in %s (supervisor pid %d); run tests/cluster/down --state-dir %s first",
+				plan.Runtime, stateDir, pid, stateDir)
 		}
 		if plan.Nodes != opts.Nodes {
 			return "", fmt.Errorf("a cluster with %d node(s) is already running in %s (supervisor pid %d); run tests/cluster/down --state-dir %s first",
@@ -71,6 +83,11 @@ func Up(ctx context.Context, opts UpOptions) (string, error) {
 	plan, err := prepare(layout, opts, gates)
 	if err != nil {
 		return "", err
+	}
+	if plan.Runtime == RuntimeContainerd {
+		if err := setUpHostNetwork(layout.StateDir); err != nil {
+			return "", err
+		}
 	}
 	if err := startSupervisor(layout); err != nil {
 		return "", err
@@ -116,9 +133,22 @@ func prepare(layout Layout, opts UpOptions, gates map[string]bool) (*Plan, error
 	if err != nil {
 		return nil, fmt.Errorf("resolve bin dir %q: %w", opts.BinDir, err)
 	}
-	ports, err := NewPorts(opts.Nodes)
+	ports, err := NewPorts(opts.Nodes, opts.Runtime)
 	if err != nil {
 		return nil, err
+	}
+	var images []string
+	if opts.Runtime == RuntimeContainerd {
+		for _, image := range opts.Images {
+			abs, err := filepath.Abs(image)
+			if err != nil {
+				return nil, fmt.Errorf("resolve image archive %q: %w", image, err)
+			}
+			if _, err := os.Stat(abs); err != nil {
+				return nil, fmt.Errorf("image archive %s: %w", abs, err)
+			}
+			images = append(images, abs)
+		}
 	}
 	plan := &Plan{
 		KubeVersion:   KubeVersion,
@@ -128,12 +158,14 @@ func prepare(layout Layout, opts UpOptions, gates map[string]bool) (*Plan, error
 		Ports:         ports,
 		FeatureGates:  gates,
 		RuntimeConfig: opts.RuntimeConfig,
+		Runtime:       opts.Runtime,
+		Images:        images,
 	}
-	pki, err := NewPKI(layout.PKIDir(), ServiceIP)
+	pki, err := NewPKI(layout.PKIDir(), ServiceIP, BridgeIP)
 	if err != nil {
 		return nil, err
 	}
-	identities := []Identity{AdminIdentity, ControllerManagerIdentity, SchedulerIdentity, APIServerKubeletClient}
+	identities := []Identity{AdminIdentity, ControllerManagerIdentity, SchedulerIdentity, APIServerKubeletClient, KubeProxyIdentity}
 	for i := 1; i <= opts.Nodes; i++ {
 		identities = append(identities, NodeIdentity(NodeName(i)))
 	}
@@ -157,8 +189,22 @@ func prepare(layout Layout, opts UpOptions, gates map[string]bool) (*Plan, error
 				return nil, fmt.Errorf("create %s: %w", dir, err)
 			}
 		}
-		cfg := kubeletConfig(node, ports.Kubelets[i-1], node.CRISocket(), pki.CACert(), gates)
+		criSocket, address := node.CRISocket(), "127.0.0.1"
+		if plan.Runtime == RuntimeContainerd {
+			paths := layout.Containerd(i)
+			if err := writeContainerdFiles(i, paths, node.CDISpecDir()); err != nil {
+				return nil, err
+			}
+			criSocket, address = paths.Socket(), BridgeIP.String()
+		}
+		cfg := kubeletConfig(node, ports.Kubelets[i-1], criSocket, address, pki.CACert(), gates)
 		if err := writeKubeletConfig(node.KubeletConfig(), cfg); err != nil {
+			return nil, err
+		}
+	}
+	if plan.Runtime == RuntimeContainerd {
+		cfg := kubeProxyConfig(layout.Kubeconfig(KubeProxyIdentity.File), NodeName(1), ports.KubeProxyHealthz, ports.KubeProxyMetrics)
+		if err := writeKubeletConfig(layout.KubeProxyConfig(), cfg); err != nil {
 			return nil, err
 		}
 	}
