@@ -11,19 +11,32 @@ step() { printf '\n==> %s\n' "$*" >&2; }
 # Cargo's target directory (CARGO_TARGET_DIR, else the workspace's target/).
 target_dir() { echo "${CARGO_TARGET_DIR:-$root/target}"; }
 
-# Whether the workspace has the tessera-controller binary (it lands after the node plugin).
-has_controller_binary() {
-  if [[ -z "${_tessera_has_controller:-}" ]]; then
-    if (cd "$root" && cargo metadata --no-deps --format-version 1 --locked 2>/dev/null) |
+# The workspace's binary targets, one per line (cached).
+workspace_bins() {
+  if [[ -z "${_tessera_bins:-}" ]]; then
+    _tessera_bins=$( (cd "$root" && cargo metadata --no-deps --format-version 1 --locked 2>/dev/null) |
       python3 -c 'import json, sys
-bins = {t["name"] for p in json.load(sys.stdin)["packages"] for t in p["targets"] if "bin" in t["kind"]}
-sys.exit(0 if "tessera-controller" in bins else 1)'; then
-      _tessera_has_controller=yes
-    else
-      _tessera_has_controller=no
-    fi
+for p in json.load(sys.stdin)["packages"]:
+    for t in p["targets"]:
+        if "bin" in t["kind"]:
+            print(t["name"])') || _tessera_bins=""
   fi
-  [[ "$_tessera_has_controller" == yes ]]
+  printf '%s\n' "$_tessera_bins"
+}
+
+# Whether the workspace has the tessera-controller binary (it lands after the node plugin).
+has_controller_binary() { workspace_bins | grep -qx tessera-controller; }
+
+# The in-container GPU checker (crates/gpu-check): its cargo binary name when the workspace has
+# it, else nothing.
+checker_cargo_bin() { workspace_bins | grep -x tessera-gpu-check || true; }
+
+# The built checker binary, or nothing when the workspace has none.
+checker_binary() {
+  local bin
+  bin=$(checker_cargo_bin)
+  [[ -n "$bin" && -x "$(target_dir)/debug/$bin" ]] && echo "$(target_dir)/debug/$bin"
+  return 0
 }
 
 # live_pid PID_FILE MARKER: prints the pid if that process runs (not a zombie) and its command

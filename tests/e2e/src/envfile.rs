@@ -1,5 +1,5 @@
 //! `KEY=VALUE` files: the local cluster's `DIR/env` (tests/cluster/README.md, "The env file") and
-//! the `DIR/tessera/processes.env` that tests/e2e/local-up writes next to it.
+//! the `DIR/tessera/install.env` that tests/e2e/local-up writes next to it.
 //!
 //! One entry per line, `#` comments and blank lines ignored, split on the first `=`; a value may
 //! be wrapped in single quotes (tests/cluster quotes values that contain spaces).

@@ -1,7 +1,8 @@
-//! The local cluster of tests/cluster as the suite sees it: per node, where the fake runtime's
-//! container records and the plugin's CDI specs are, and the Tessera processes that
-//! tests/e2e/local-up started (run script, pid file, log, state dir), which the suite can kill
-//! and start again.
+//! The local cluster of tests/cluster as the suite sees it: per node, where the plugin's CDI
+//! specs and checkpoint are (files on this machine, whichever way Tessera runs), where the fake
+//! runtime's container records are (fake runtime only), and how tests/e2e/local-up installed
+//! Tessera: with helm (plugin and controller pods, restarted by deleting them) or as processes
+//! (run script, pid file, log, state dir; the suite can kill and start them again).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,9 +12,18 @@ use anyhow::{Context, bail};
 
 use crate::envfile::EnvFile;
 
-/// Where local-up writes the description of the processes it started, relative to the
-/// cluster's state dir.
-pub const PROCESSES_ENV: &str = "tessera/processes.env";
+/// Where local-up writes how it installed Tessera, relative to the cluster's state dir.
+pub const INSTALL_ENV: &str = "tessera/install.env";
+
+/// How Tessera runs on the local cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Install {
+    /// Plain processes on this machine (tests/e2e/local-up --install processes).
+    Processes,
+    /// The chart, installed by helm into this namespace: plugin DaemonSet pods and controller
+    /// pods in containerd.
+    Helm { namespace: String },
+}
 
 /// A Tessera process local-up started.
 #[derive(Debug, Clone)]
@@ -36,9 +46,13 @@ pub struct Process {
 pub struct LocalNode {
     pub name: String,
     pub cdi_spec_dir: PathBuf,
-    pub cdi_record_dir: PathBuf,
+    /// The fake runtime's container records; `None` with containerd (containers really run).
+    pub cdi_record_dir: Option<PathBuf>,
     pub kubelet_log: PathBuf,
+    /// The plugin process (install `Processes`).
     pub plugin: Option<Process>,
+    /// The plugin's state dir (checkpoint), a host path either way.
+    pub plugin_state_dir: Option<PathBuf>,
 }
 
 /// The local cluster.
@@ -47,17 +61,18 @@ pub struct LocalCluster {
     pub state_dir: PathBuf,
     pub kubeconfig: PathBuf,
     pub nodes: BTreeMap<String, LocalNode>,
+    pub install: Install,
     pub controller: Option<Process>,
     /// Control-plane logs worth a tail on failure (scheduler, controller-manager).
     pub control_plane_logs: Vec<PathBuf>,
 }
 
 impl LocalCluster {
-    /// Reads `DIR/env` and, when present, `DIR/tessera/processes.env`.
+    /// Reads `DIR/env` and, when present, `DIR/tessera/install.env`.
     pub fn read(env_file: &Path) -> anyhow::Result<Self> {
         let env = EnvFile::read(env_file)?;
         let state_dir = env.path("TESSERA_CLUSTER_STATE_DIR")?;
-        let processes_path = state_dir.join(PROCESSES_ENV);
+        let processes_path = state_dir.join(INSTALL_ENV);
         let processes = if processes_path.exists() {
             Some(EnvFile::read(&processes_path)?)
         } else {
@@ -66,8 +81,23 @@ impl LocalCluster {
         Self::from_env(&env, processes.as_ref())
     }
 
-    /// Builds the description from the two env files.
+    /// Builds the description from the cluster's env file and local-up's install.env.
     pub fn from_env(env: &EnvFile, processes: Option<&EnvFile>) -> anyhow::Result<Self> {
+        let install = match processes.and_then(|p| p.optional("TESSERA_E2E_INSTALL")) {
+            Some("helm") => Install::Helm {
+                namespace: processes
+                    .and_then(|p| p.optional("TESSERA_E2E_NAMESPACE"))
+                    .unwrap_or("tessera-system")
+                    .to_owned(),
+            },
+            Some("processes") | None => Install::Processes,
+            Some(other) => bail!(
+                "{}: TESSERA_E2E_INSTALL={other} is neither helm nor processes",
+                processes
+                    .map(|p| p.source().display().to_string())
+                    .unwrap_or_default()
+            ),
+        };
         let count: usize = env.get("TESSERA_NODE_COUNT")?.parse().with_context(|| {
             format!(
                 "{}: TESSERA_NODE_COUNT is not a number",
@@ -84,14 +114,18 @@ impl LocalCluster {
                 Some(p) => process(p, &format!("TESSERA_E2E_PLUGIN_{i}"), &marker)?,
                 None => None,
             };
+            let plugin_state_dir = processes
+                .and_then(|p| p.optional(&format!("TESSERA_E2E_PLUGIN_{i}_STATE_DIR")))
+                .map(PathBuf::from);
             nodes.insert(
                 name.clone(),
                 LocalNode {
                     name,
                     cdi_spec_dir: env.path(&key("CDI_SPEC_DIR"))?,
-                    cdi_record_dir: env.path(&key("CDI_RECORD_DIR"))?,
+                    cdi_record_dir: env.optional(&key("CDI_RECORD_DIR")).map(PathBuf::from),
                     kubelet_log: env.path(&key("KUBELET_LOG"))?,
                     plugin,
+                    plugin_state_dir,
                 },
             );
         }
@@ -110,6 +144,7 @@ impl LocalCluster {
             state_dir,
             kubeconfig: env.path("KUBECONFIG")?,
             nodes,
+            install,
             controller,
             control_plane_logs,
         })
@@ -130,7 +165,7 @@ impl LocalCluster {
             format!(
                 "no tessera-kubelet-plugin was started on {node} (no {} in {}); start the cluster with tests/e2e/local-up",
                 "TESSERA_E2E_PLUGIN_<i>_RUN",
-                self.state_dir.join(PROCESSES_ENV).display()
+                self.state_dir.join(INSTALL_ENV).display()
             )
         })
     }
@@ -285,6 +320,15 @@ mod tests {
         );
         let local = LocalCluster::from_env(&cluster, Some(&processes)).unwrap();
         assert_eq!(local.nodes.len(), 2);
+        assert_eq!(local.install, Install::Processes);
+        assert_eq!(
+            local.nodes["tessera-node-1"].cdi_record_dir.as_deref(),
+            Some(Path::new("/s/n1/rec"))
+        );
+        assert_eq!(
+            local.nodes["tessera-node-1"].plugin_state_dir.as_deref(),
+            Some(Path::new("/s/t/state"))
+        );
         let plugin = local.plugin("tessera-node-1").unwrap();
         assert_eq!(plugin.state_dir.as_deref(), Some(Path::new("/s/t/state")));
         let error = local.plugin("tessera-node-2").unwrap_err().to_string();
@@ -302,6 +346,30 @@ mod tests {
             .map(|(n, _)| n)
             .collect();
         assert_eq!(logs, ["kube-scheduler"]);
+    }
+
+    #[test]
+    fn a_helm_install_has_pods_and_state_dirs_but_no_processes_or_records() {
+        let cluster = env("KUBECONFIG=/s/kubeconfig\nTESSERA_CLUSTER_STATE_DIR=/s\n\
+             TESSERA_NODE_COUNT=1\nTESSERA_NODE_1_NAME=tessera-node-1\n\
+             TESSERA_NODE_1_CDI_SPEC_DIR=/s/n1/cdi\nTESSERA_NODE_1_KUBELET_LOG=/s/logs/k1\n");
+        let install = env("TESSERA_E2E_INSTALL=helm\nTESSERA_E2E_NAMESPACE=ns\n\
+             TESSERA_E2E_PLUGIN_1_STATE_DIR=/s/nodes/tessera-node-1/tessera\n");
+        let local = LocalCluster::from_env(&cluster, Some(&install)).unwrap();
+        assert_eq!(
+            local.install,
+            Install::Helm {
+                namespace: "ns".to_owned()
+            }
+        );
+        let node = &local.nodes["tessera-node-1"];
+        assert!(node.plugin.is_none() && node.cdi_record_dir.is_none());
+        assert_eq!(
+            node.plugin_state_dir.as_deref(),
+            Some(Path::new("/s/nodes/tessera-node-1/tessera"))
+        );
+        let bad = env("TESSERA_E2E_INSTALL=docker\n");
+        assert!(LocalCluster::from_env(&cluster, Some(&bad)).is_err());
     }
 
     #[test]

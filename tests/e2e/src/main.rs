@@ -26,7 +26,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
 
 use crate::context::{Ctx, Timeouts};
-use crate::local::LocalCluster;
+use crate::local::{Install, LocalCluster};
 use crate::observer::RuntimeObserver;
 use crate::plugins::PluginControl;
 use crate::scenarios::Outcome;
@@ -79,7 +79,8 @@ struct Args {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ClusterKind {
-    /// tests/cluster: fake CRI records and the plugin's files on this machine.
+    /// tests/cluster: the plugin's files on this machine; containers' output (containerd) or the
+    /// fake CRI's records.
     Local,
     /// kind: containers' output, plugin pods of the chart.
     Kind,
@@ -152,16 +153,28 @@ async fn build_context(args: &Args) -> anyhow::Result<Ctx> {
         .or_else(|| local.as_ref().map(|l| l.kubeconfig.clone()));
     let client = client(kubeconfig.as_deref()).await?;
     let (observer, plugins) = match local {
-        Some(local) => (
-            RuntimeObserver::Local(local.clone()),
-            PluginControl::Local(local),
-        ),
+        Some(local) => {
+            let plugins = match &local.install {
+                Install::Helm { namespace } => PluginControl::Pods {
+                    client: client.clone(),
+                    namespace: namespace.clone(),
+                },
+                Install::Processes => PluginControl::Local(local.clone()),
+            };
+            (
+                RuntimeObserver::Local {
+                    local,
+                    client: client.clone(),
+                },
+                plugins,
+            )
+        }
         None => (
             RuntimeObserver::Kind {
                 client: client.clone(),
                 namespace: args.namespace.clone(),
             },
-            PluginControl::Kind {
+            PluginControl::Pods {
                 client: client.clone(),
                 namespace: args.namespace.clone(),
             },

@@ -1,9 +1,12 @@
 //! The runtime observer: what reached the container runtime, seen the only way each kind of
 //! cluster allows.
 //!
-//! - Local cluster (tests/cluster): the fake CRI records, per container, the CDI device ids the
-//!   kubelet passed; the node plugin's CDI specs and checkpoint are files on this machine, so
-//!   the suite resolves the ids like a runtime and checks preparation and unpreparation directly.
+//! - Local cluster (tests/cluster): the node plugin's CDI specs and checkpoint are files on this
+//!   machine (host paths of the chart's pods, or the processes' own), so preparation and
+//!   unpreparation are checked directly. With containerd the containers really run and print
+//!   what they got: the suite reads their logs, as on kind. With the fake runtime its records
+//!   name, per container, the CDI device ids the kubelet passed, which the suite resolves like a
+//!   runtime.
 //! - kind: containerd applied the CDI specs inside the node; the example containers print their
 //!   GPU environment, which the suite reads from the container's log. The plugin's files are
 //!   inside the node container, so preparation state is not observable (said so, not faked).
@@ -17,7 +20,7 @@ use kube::api::{Api, ListParams, LogParams};
 use serde::Deserialize;
 
 use crate::cdi_view::SpecDirectory;
-use crate::local::{LocalCluster, tail, tail_matching};
+use crate::local::{Install, LocalCluster, tail, tail_matching};
 
 /// What one container received.
 #[derive(Debug, Clone)]
@@ -86,7 +89,10 @@ impl ClaimOnNode {
 
 /// The observer for the cluster the suite runs against.
 pub enum RuntimeObserver {
-    Local(LocalCluster),
+    Local {
+        local: LocalCluster,
+        client: kube::Client,
+    },
     Kind {
         client: kube::Client,
         /// Namespace of the chart (plugin and controller pods), for log tails.
@@ -113,14 +119,15 @@ impl RuntimeObserver {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         match self {
-            RuntimeObserver::Local(local) => {
+            RuntimeObserver::Local { local, client } => {
                 let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
                     return Ok(None);
                 };
                 let node = local.node(node_name)?;
-                let path = node
-                    .cdi_record_dir
-                    .join(format!("{namespace}_{name}_{container}.json"));
+                let Some(record_dir) = &node.cdi_record_dir else {
+                    return view_from_log(client, pod, container).await;
+                };
+                let path = record_dir.join(format!("{namespace}_{name}_{container}.json"));
                 let Some(record) = read_record(&path)? else {
                     return Ok(None);
                 };
@@ -143,37 +150,14 @@ impl RuntimeObserver {
                     source: format!("fake CRI record {}", path.display()),
                 }))
             }
-            RuntimeObserver::Kind { client, .. } => {
-                let params = LogParams {
-                    container: Some(container.to_owned()),
-                    ..LogParams::default()
-                };
-                let logs = match Api::<Pod>::namespaced(client.clone(), namespace)
-                    .logs(name, &params)
-                    .await
-                {
-                    Ok(logs) => logs,
-                    // Not started yet.
-                    Err(kube::Error::Api(status)) if status.code == 400 => return Ok(None),
-                    Err(error) => return Err(error).context("cannot read the container's log"),
-                };
-                let env = parse_printed_env(&logs);
-                if env.is_empty() {
-                    return Ok(None);
-                }
-                Ok(Some(ContainerView {
-                    cdi_ids: None,
-                    env,
-                    source: format!("log of {namespace}/{name}/{container}"),
-                }))
-            }
+            RuntimeObserver::Kind { client, .. } => view_from_log(client, pod, container).await,
         }
     }
 
     /// What the plugin on `node` holds for the claim with `claim_uid`.
     pub fn claim_on_node(&self, node: &str, claim_uid: &str) -> anyhow::Result<ClaimOnNode> {
         match self {
-            RuntimeObserver::Local(local) => {
+            RuntimeObserver::Local { local, .. } => {
                 let node_dir = local.node(node)?;
                 let specs = SpecDirectory::read(&node_dir.cdi_spec_dir)?;
                 let spec_files = specs
@@ -181,7 +165,11 @@ impl RuntimeObserver {
                     .into_iter()
                     .map(|p| p.display().to_string())
                     .collect();
-                let checkpoint_state = match local.plugin(node)?.state_dir.as_deref() {
+                let state_dir = node_dir.plugin_state_dir.as_deref().or(node_dir
+                    .plugin
+                    .as_ref()
+                    .and_then(|p| p.state_dir.as_deref()));
+                let checkpoint_state = match state_dir {
                     Some(dir) => checkpoint_state(&dir.join("checkpoint.json"), claim_uid)?,
                     None => None,
                 };
@@ -201,14 +189,17 @@ impl RuntimeObserver {
     /// controller-manager lines that mention one of `namespaces` (their logs are mostly noise).
     pub async fn log_tails(&self, lines: usize, namespaces: &[String]) -> Vec<(String, String)> {
         match self {
-            RuntimeObserver::Local(local) => {
-                let mut out: Vec<(String, String)> = local
-                    .tessera_logs()
-                    .into_iter()
-                    .map(|(name, path)| {
-                        (format!("{name} ({})", path.display()), tail(&path, lines))
-                    })
-                    .collect();
+            RuntimeObserver::Local { local, client } => {
+                let mut out: Vec<(String, String)> = match &local.install {
+                    Install::Helm { namespace } => pod_log_tails(client, namespace, lines).await,
+                    Install::Processes => local
+                        .tessera_logs()
+                        .into_iter()
+                        .map(|(name, path)| {
+                            (format!("{name} ({})", path.display()), tail(&path, lines))
+                        })
+                        .collect(),
+                };
                 let mentions = |line: &str| namespaces.iter().any(|ns| line.contains(ns.as_str()));
                 let cluster_logs = local
                     .nodes
@@ -230,31 +221,73 @@ impl RuntimeObserver {
                 out
             }
             RuntimeObserver::Kind { client, namespace } => {
-                let pods = Api::<Pod>::namespaced(client.clone(), namespace);
-                let Ok(list) = pods.list(&ListParams::default()).await else {
-                    return vec![(namespace.clone(), "cannot list pods".to_owned())];
-                };
-                let mut out = Vec::new();
-                for pod in list.items {
-                    let name = pod.metadata.name.clone().unwrap_or_default();
-                    let params = LogParams {
-                        tail_lines: Some(lines as i64),
-                        ..LogParams::default()
-                    };
-                    let text = pods
-                        .logs(&name, &params)
-                        .await
-                        .unwrap_or_else(|e| format!("cannot read the log: {e}"));
-                    out.push((format!("{namespace}/{name}"), text));
-                }
-                out
+                pod_log_tails(client, namespace, lines).await
             }
         }
     }
 
     pub fn is_local(&self) -> bool {
-        matches!(self, RuntimeObserver::Local(_))
+        matches!(self, RuntimeObserver::Local { .. })
     }
+}
+
+/// What a container printed (the examples print their GPU environment); `None` until it has
+/// started and printed something.
+async fn view_from_log(
+    client: &kube::Client,
+    pod: &Pod,
+    container: &str,
+) -> anyhow::Result<Option<ContainerView>> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let params = LogParams {
+        container: Some(container.to_owned()),
+        ..LogParams::default()
+    };
+    let logs = match Api::<Pod>::namespaced(client.clone(), namespace)
+        .logs(name, &params)
+        .await
+    {
+        Ok(logs) => logs,
+        // Not started yet.
+        Err(kube::Error::Api(status)) if status.code == 400 => return Ok(None),
+        Err(error) => return Err(error).context("cannot read the container's log"),
+    };
+    let env = parse_printed_env(&logs);
+    if env.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(ContainerView {
+        cdi_ids: None,
+        env,
+        source: format!("log of {namespace}/{name}/{container}"),
+    }))
+}
+
+/// The last `lines` lines of every pod's log in `namespace` (the chart's pods).
+async fn pod_log_tails(
+    client: &kube::Client,
+    namespace: &str,
+    lines: usize,
+) -> Vec<(String, String)> {
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    let Ok(list) = pods.list(&ListParams::default()).await else {
+        return vec![(namespace.to_owned(), "cannot list pods".to_owned())];
+    };
+    let mut out = Vec::new();
+    for pod in list.items {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let params = LogParams {
+            tail_lines: Some(lines as i64),
+            ..LogParams::default()
+        };
+        let text = pods
+            .logs(&name, &params)
+            .await
+            .unwrap_or_else(|e| format!("cannot read the log: {e}"));
+        out.push((format!("{namespace}/{name}"), text));
+    }
+    out
 }
 
 fn read_record(path: &Path) -> anyhow::Result<Option<ContainerRecord>> {

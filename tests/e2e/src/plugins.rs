@@ -1,5 +1,5 @@
-//! Killing and restarting a node's plugin: a process of tests/e2e/local-up on the local cluster,
-//! a DaemonSet pod on kind.
+//! Killing and restarting a node's plugin: a process of tests/e2e/local-up --install processes,
+//! or a DaemonSet pod of the chart (the local cluster installed by helm, kind).
 
 use std::time::Duration;
 
@@ -15,14 +15,15 @@ const PLUGIN_POD_SELECTOR: &str = "app.kubernetes.io/component=kubelet-plugin";
 
 pub enum PluginControl {
     Local(LocalCluster),
-    Kind {
+    /// The chart's plugin pods in `namespace`.
+    Pods {
         client: kube::Client,
         namespace: String,
     },
 }
 
 impl PluginControl {
-    /// SIGKILLs the plugin of `node` (kind: deletes its pod with no grace period). Returns
+    /// SIGKILLs the plugin of `node` (pods: deletes its pod with no grace period). Returns
     /// what was killed.
     pub async fn kill(&self, node: &str) -> anyhow::Result<String> {
         match self {
@@ -31,7 +32,7 @@ impl PluginControl {
                 let pid = plugin.kill()?;
                 Ok(format!("{} (pid {pid}), SIGKILL", plugin.name))
             }
-            PluginControl::Kind { client, namespace } => {
+            PluginControl::Pods { client, namespace } => {
                 let pod = plugin_pod(client, namespace, node)
                     .await?
                     .with_context(|| format!("no plugin pod runs on {node} in {namespace}"))?;
@@ -53,7 +54,7 @@ impl PluginControl {
         }
     }
 
-    /// Starts the plugin of `node` again (kind: waits for the DaemonSet's new pod to be ready).
+    /// Starts the plugin of `node` again (pods: waits for the DaemonSet's new pod to be ready).
     pub async fn start(&self, node: &str, timeout: Duration) -> anyhow::Result<()> {
         match self {
             PluginControl::Local(local) => {
@@ -71,7 +72,7 @@ impl PluginControl {
                 .await?;
                 Ok(())
             }
-            PluginControl::Kind { client, namespace } => {
+            PluginControl::Pods { client, namespace } => {
                 until(
                     &format!("a ready plugin pod on {node}"),
                     timeout,

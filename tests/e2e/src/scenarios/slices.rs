@@ -25,11 +25,11 @@ pub async fn slices(ctx: &Ctx) -> anyhow::Result<Outcome> {
         "no node publishes {DRIVER_NAME} devices"
     );
     let nodes = published.nodes();
-    if let RuntimeObserver::Local(local) = &ctx.observer {
+    if let RuntimeObserver::Local { local, .. } = &ctx.observer {
         let with_plugin: Vec<&String> = local
             .nodes
             .values()
-            .filter(|n| n.plugin.is_some())
+            .filter(|n| n.plugin.is_some() || n.plugin_state_dir.is_some())
             .map(|n| &n.name)
             .collect();
         for node in with_plugin {
