@@ -188,6 +188,9 @@ func imagesImport(ctx context.Context, args []string, logger *log.Logger) error 
 	if *ctr == "" {
 		return errors.New("images import --address needs --ctr")
 	}
+	if len(archives) == 0 {
+		return errors.New("images import: name at least one OCI archive")
+	}
 	for _, socket := range sockets {
 		for _, archive := range archives {
 			cmd := exec.CommandContext(ctx, *ctr, "--address", socket, "--namespace", "k8s.io", "images", "import", "--local", archive)

@@ -97,6 +97,21 @@ func buildComponents(plan *Plan, layout Layout, pki *PKI) {
 		for _, c := range containerdComponents(plan, layout) {
 			add(c)
 		}
+		// kube-proxy starts once the first node (whose name it runs as) is
+		// Ready: one that starts before its node exists exits as soon as the
+		// node's addresses appear ("NodeIPs changed"), expecting a restart.
+		add(Component{
+			Name:  "kube-proxy",
+			Stage: kubeletStage + 1,
+			Args: []string{
+				plan.bin("kube-proxy"),
+				"--config=" + layout.KubeProxyConfig(),
+				"--v=1",
+			},
+			// /healthz also wants the node's ready state; /livez says the
+			// proxier has synced its rules.
+			Probe: Probe{Kind: "http", URL: loopbackURL("http", plan.Ports.KubeProxyHealthz, "/livez")},
+		})
 	} else {
 		for i := 1; i <= plan.Nodes; i++ {
 			node := layout.Node(i)
@@ -205,8 +220,8 @@ func kubeletNetworkArgs(runtime string) []string {
 }
 
 // containerdComponents are, with the containerd runtime: each node's
-// containerd and kube-proxy (stage 2), then the import of the cluster's
-// images into each containerd (stage 3, one-shot).
+// containerd (stage 2), then the import of the cluster's images into each
+// containerd (stage 3, one-shot).
 func containerdComponents(plan *Plan, layout Layout) []Component {
 	var cs []Component
 	for i := 1; i <= plan.Nodes; i++ {
@@ -232,16 +247,6 @@ func containerdComponents(plan *Plan, layout Layout) []Component {
 			StartTimeoutS: 120,
 		})
 	}
-	cs = append(cs, Component{
-		Name:  "kube-proxy",
-		Stage: 2,
-		Args: []string{
-			plan.bin("kube-proxy"),
-			"--config=" + layout.KubeProxyConfig(),
-			"--v=1",
-		},
-		Probe: Probe{Kind: "http", URL: loopbackURL("http", plan.Ports.KubeProxyHealthz, "/healthz")},
-	})
 	return cs
 }
 

@@ -229,6 +229,11 @@ func removeContainerCgroups(logger *log.Logger) {
 			logger.Printf("removed cgroup %s", dirs[i])
 		}
 	}
+	// The k8s.io parents runc made, once empty (a busy one stays).
+	parents, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", "k8s.io"))
+	for _, p := range parents {
+		_ = syscall.Rmdir(p)
+	}
 }
 
 // Leftovers lists what a stopped cluster still has on the host: processes of
@@ -265,6 +270,11 @@ func Leftovers(layout Layout, containerd bool) []string {
 			found = append(found, "nftables table "+t)
 		}
 	}
+	if out, err := run("nft", "list", "ruleset"); err == nil {
+		for _, chain := range kubeChains(out) {
+			found = append(found, "nftables/iptables chain "+chain)
+		}
+	}
 	results, _ := filepath.Glob(filepath.Join(cniResultsDir, CNINetworkName+"-*"))
 	for _, r := range results {
 		found = append(found, "CNI result "+r)
@@ -273,4 +283,21 @@ func Leftovers(layout Layout, containerd bool) []string {
 		found = append(found, "cgroup "+c)
 	}
 	return found
+}
+
+// kubeChains lists the Kubernetes chains ("KUBE-…", as kube-proxy and the
+// kubelet name theirs) of an `nft list ruleset` output, as "family table chain".
+func kubeChains(ruleset string) []string {
+	var table string
+	var chains []string
+	for _, line := range strings.Split(ruleset, "\n") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) >= 3 && fields[0] == "table":
+			table = fields[1] + " " + fields[2]
+		case len(fields) >= 2 && fields[0] == "chain" && strings.HasPrefix(fields[1], "KUBE-"):
+			chains = append(chains, table+" "+fields[1])
+		}
+	}
+	return chains
 }

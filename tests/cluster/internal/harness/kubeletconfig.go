@@ -21,6 +21,8 @@ import (
 //   - healthz listens on 127.0.0.1; the server (logs, exec) on address:
 //     127.0.0.1 with the fake runtime, the pod bridge's address with
 //     containerd, where the API server reaches it;
+//   - makeIPTablesUtilChains false: the kubelet adds no iptables chains to
+//     the host;
 //   - syncFrequency 10s: a pod whose DRA prepare failed (say, the plugin was
 //     restarting) is retried only at its next periodic sync — the kubelet
 //     returns from that sync without an error, so no 10 s error back-off
@@ -63,8 +65,11 @@ func kubeletConfig(node Node, ports NodePorts, criSocket, address, caFile string
 		"clusterDomain":               "cluster.local",
 		"clusterDNS":                  []string{"10.0.0.10"},
 		"registerNode":                true,
-		"nodeStatusReportFrequency":   "10s",
-		"syncFrequency":               "10s",
+		// No KUBE-FIREWALL / canary chains in the host's iptables: nothing
+		// here needs them, and `down` must leave no rule behind.
+		"makeIPTablesUtilChains":    false,
+		"nodeStatusReportFrequency": "10s",
+		"syncFrequency":             "10s",
 	}
 }
 

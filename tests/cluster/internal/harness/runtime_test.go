@@ -16,7 +16,7 @@ func TestContainerdComponentsStartBetweenTheAPIServerAndTheKubelets(t *testing.T
 	}
 	order := [][2]string{
 		{"kube-apiserver", "tessera-node-1-containerd"},
-		{"kube-apiserver", "kube-proxy"},
+		{"tessera-node-1-kubelet", "kube-proxy"},
 		{"tessera-node-1-containerd", "tessera-node-1-images"},
 		{"tessera-node-2-images", "tessera-node-1-kubelet"},
 		{"tessera-node-1-kubelet", "tessera-node-2-kubelet"},
@@ -141,5 +141,31 @@ func TestCNINetworksShareTheBridgeWithDisjointRanges(t *testing.T) {
 			}
 		}
 		seen = append(seen, r)
+	}
+}
+
+func TestKubeChainsAreFoundInAnyTable(t *testing.T) {
+	ruleset := `table ip filter {
+	chain KUBE-FIREWALL {
+	}
+	chain INPUT {
+		type filter hook input priority filter; policy accept;
+	}
+}
+table ip kube-proxy {
+	chain KUBE-SERVICES {
+	}
+}
+table inet other {
+	chain input {
+	}
+}
+`
+	got := strings.Join(kubeChains(ruleset), ", ")
+	if got != "ip filter KUBE-FIREWALL, ip kube-proxy KUBE-SERVICES" {
+		t.Errorf("kubeChains = %q", got)
+	}
+	if len(kubeChains("table inet x {\n}\n")) != 0 {
+		t.Error("a ruleset without KUBE- chains has none")
 	}
 }

@@ -29,7 +29,8 @@ type UpOptions struct {
 	// Runtime is RuntimeContainerd (default) or RuntimeFake.
 	Runtime string
 	// Images are OCI archives every node's containerd imports before its
-	// kubelet starts (the pause image); ignored with the fake runtime.
+	// kubelet starts, besides the pause image of the bin dir; ignored with the
+	// fake runtime.
 	Images []string
 	Logger *log.Logger
 }
@@ -139,7 +140,8 @@ func prepare(layout Layout, opts UpOptions, gates map[string]bool) (*Plan, error
 	}
 	var images []string
 	if opts.Runtime == RuntimeContainerd {
-		for _, image := range opts.Images {
+		// The pod sandbox image tests/cluster/build packs next to the binaries.
+		for _, image := range append([]string{filepath.Join(binDir, "pause.tar")}, opts.Images...) {
 			abs, err := filepath.Abs(image)
 			if err != nil {
 				return nil, fmt.Errorf("resolve image archive %q: %w", image, err)
