@@ -90,6 +90,16 @@ func setUpHostNetwork(stateDir string) error {
 	if len(tables) > 0 {
 		return fmt.Errorf("nftables table(s) %v exist: another kube-proxy runs on this host, or a cluster was not torn down (tests/cluster/down removes them)", tables)
 	}
+	// Kubernetes chains already on the host (a kubelet of another cluster kind,
+	// e.g. one with the fake runtime and iptables util chains, made them) are
+	// not this cluster's: down only reports chains that were not there before.
+	var before []string
+	if out, err := run("nft", "list", "ruleset"); err == nil {
+		before = kubeChains(out)
+	}
+	if err := os.WriteFile(filepath.Join(stateDir, hostChainsBaseline), []byte(strings.Join(before, "\n")), 0o644); err != nil {
+		return fmt.Errorf("record the host's Kubernetes chains: %w", err)
+	}
 	steps := [][]string{
 		{"link", "add", BridgeName, "type", "bridge"},
 		{"link", "set", BridgeName, "alias", stateDir},
@@ -271,7 +281,7 @@ func Leftovers(layout Layout, containerd bool) []string {
 		}
 	}
 	if out, err := run("nft", "list", "ruleset"); err == nil {
-		for _, chain := range kubeChains(out) {
+		for _, chain := range newChains(kubeChains(out), layout.StateDir) {
 			found = append(found, "nftables/iptables chain "+chain)
 		}
 	}
@@ -283,6 +293,37 @@ func Leftovers(layout Layout, containerd bool) []string {
 		found = append(found, "cgroup "+c)
 	}
 	return found
+}
+
+// hostChainsBaseline is the state dir's record of the Kubernetes chains the
+// host had before the cluster's network was set up.
+const hostChainsBaseline = "host-chains-before"
+
+// newChains drops the chains recorded in stateDir's baseline. Without a
+// baseline (a cluster from before it was recorded) only kube-proxy's own
+// tables can be told apart as ours, and those are checked by table.
+func newChains(chains []string, stateDir string) []string {
+	data, err := os.ReadFile(filepath.Join(stateDir, hostChainsBaseline))
+	if err != nil {
+		var ours []string
+		for _, c := range chains {
+			if fields := strings.Fields(c); len(fields) == 3 && fields[1] == KubeProxyTable {
+				ours = append(ours, c)
+			}
+		}
+		return ours
+	}
+	old := map[string]bool{}
+	for _, c := range strings.Split(string(data), "\n") {
+		old[c] = true
+	}
+	var fresh []string
+	for _, c := range chains {
+		if !old[c] {
+			fresh = append(fresh, c)
+		}
+	}
+	return fresh
 }
 
 // kubeChains lists the Kubernetes chains ("KUBE-…", as kube-proxy and the

@@ -2,6 +2,8 @@ package harness
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -167,5 +169,20 @@ table inet other {
 	}
 	if len(kubeChains("table inet x {\n}\n")) != 0 {
 		t.Error("a ruleset without KUBE- chains has none")
+	}
+}
+
+func TestNewChainsIgnoresTheBaseline(t *testing.T) {
+	dir := t.TempDir()
+	chains := []string{"ip filter KUBE-FIREWALL", "ip kube-proxy KUBE-SERVICES", "ip nat KUBE-KUBELET-CANARY"}
+	if got := strings.Join(newChains(chains, dir), ", "); got != "ip kube-proxy KUBE-SERVICES" {
+		t.Errorf("without a baseline only kube-proxy's chains are ours, got %q", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, hostChainsBaseline), []byte("ip filter KUBE-FIREWALL\nip nat KUBE-KUBELET-CANARY"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	chains = append(chains, "ip mangle KUBE-KUBELET-CANARY")
+	if got := strings.Join(newChains(chains, dir), ", "); got != "ip kube-proxy KUBE-SERVICES, ip mangle KUBE-KUBELET-CANARY" {
+		t.Errorf("chains not in the baseline are reported, got %q", got)
 	}
 }
