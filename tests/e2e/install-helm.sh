@@ -5,7 +5,8 @@
 #
 # Every node is its own node group, selected by the harness's label tessera.dev/test-node, with its
 # kubelet root, CDI directory and plugin state dir: the three kubelets share one host, so the
-# chart's default host paths would collide.
+# chart's default host paths would collide. With a fake NVIDIA driver (local-up step 3), each
+# group also gets its node's driver root and device root.
 
 step "building the images (tests/e2e/images) and importing them into every node's containerd"
 images_out=$("$root/tests/e2e/images" --import "$state_dir")
@@ -35,6 +36,10 @@ values="$state_dir/tessera/values.yaml"
     echo "      kubeletRootDir: ${!root_var}"
     echo "      cdiRoot: ${!cdi_var}"
     echo "      stateDir: $state_dir/nodes/${!name_var}/tessera"
+    if $fake_driver; then
+      echo "      driverRoot: ${driver_roots[i]}"
+      echo "      devRoot: ${dev_roots[i]}"
+    fi
   done
 } >"$values.tmp"
 mv "$values.tmp" "$values"
@@ -56,6 +61,10 @@ kubectl create namespace "$namespace" --dry-run=client -o yaml | kubectl apply -
   for i in $(seq 1 "$nodes"); do
     name_var="TESSERA_NODE_${i}_NAME"
     echo "TESSERA_E2E_PLUGIN_${i}_STATE_DIR=$state_dir/nodes/${!name_var}/tessera"
+    if $fake_driver; then
+      echo "TESSERA_E2E_NODE_${i}_DRIVER_ROOT=${driver_roots[i]}"
+      echo "TESSERA_E2E_NODE_${i}_DEV_ROOT=${dev_roots[i]}"
+    fi
   done
 } >"$install_env.tmp"
 mv "$install_env.tmp" "$install_env"

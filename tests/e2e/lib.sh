@@ -27,6 +27,10 @@ for p in json.load(sys.stdin)["packages"]:
 # Whether the workspace has the tessera-controller binary (it lands after the node plugin).
 has_controller_binary() { workspace_bins | grep -qx tessera-controller; }
 
+# Whether the workspace has a fake NVIDIA driver (crates/fake-driver) and a node plugin that
+# injects a driver root (it ships tessera-cdi-hook): then every local node gets a fake driver.
+has_fake_driver() { workspace_bins | grep -qx tessera-fake-driver-root && workspace_bins | grep -qx tessera-cdi-hook; }
+
 # The in-container GPU checker (crates/gpu-check): its cargo binary name when the workspace has
 # it, else nothing.
 checker_cargo_bin() { workspace_bins | grep -x tessera-gpu-check || true; }

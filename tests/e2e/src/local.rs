@@ -53,6 +53,9 @@ pub struct LocalNode {
     pub plugin: Option<Process>,
     /// The plugin's state dir (checkpoint), a host path either way.
     pub plugin_state_dir: Option<PathBuf>,
+    /// The node's fake NVIDIA driver root (tessera-fake-driver-root), when local-up laid one
+    /// out: claim containers then get its files and run the checker against them.
+    pub driver_root: Option<PathBuf>,
 }
 
 /// The local cluster.
@@ -117,6 +120,9 @@ impl LocalCluster {
             let plugin_state_dir = processes
                 .and_then(|p| p.optional(&format!("TESSERA_E2E_PLUGIN_{i}_STATE_DIR")))
                 .map(PathBuf::from);
+            let driver_root = processes
+                .and_then(|p| p.optional(&format!("TESSERA_E2E_NODE_{i}_DRIVER_ROOT")))
+                .map(PathBuf::from);
             nodes.insert(
                 name.clone(),
                 LocalNode {
@@ -126,6 +132,7 @@ impl LocalCluster {
                     kubelet_log: env.path(&key("KUBELET_LOG"))?,
                     plugin,
                     plugin_state_dir,
+                    driver_root,
                 },
             );
         }
@@ -157,6 +164,12 @@ impl LocalCluster {
                 self.nodes.keys().cloned().collect::<Vec<_>>().join(", ")
             )
         })
+    }
+
+    /// Whether every node has a fake driver root: claim containers must then report, through
+    /// the checker, exactly their devices and the driver's files.
+    pub fn has_fake_drivers(&self) -> bool {
+        !self.nodes.is_empty() && self.nodes.values().all(|n| n.driver_root.is_some())
     }
 
     /// The plugin process of `node`, or an error saying local-up did not start one.

@@ -3,6 +3,7 @@
 //! `tests/e2e/run`, which builds it. See tests/e2e/README.md.
 
 mod cdi_view;
+mod checker;
 mod claims;
 mod compare;
 mod context;

@@ -8,8 +8,8 @@ use kube::api::{Api, PostParams};
 use tessera_api::names::{GPU_DEVICE_CLASS, TOPOLOGY_AWARE_GATE};
 
 /// What the example containers run: print the GPU environment, then idle until stopped.
-pub const PRINT_GPU_ENV: &str =
-    "env | grep -E '^(NVIDIA|CUDA)_' | sort; trap 'exit 0' TERM; sleep 86400 & wait";
+pub const PRINT_GPU_ENV: &str = "command -v tessera-gpu-check >/dev/null && tessera-gpu-check; \
+     env | grep -E '^(NVIDIA|CUDA)_' | sort; trap 'exit 0' TERM; sleep 86400 & wait";
 
 /// A claim for `count` whole GPUs, optionally narrowed by one CEL selector.
 pub fn gpu_claim(
@@ -73,6 +73,25 @@ pub fn gpu_pod(
         "kind": "Pod",
         "metadata": {"namespace": namespace, "name": name, "labels": {"app.kubernetes.io/part-of": "tessera-e2e"}},
         "spec": spec,
+    }))
+    .context("building a Pod")
+}
+
+/// A pod without a claim on `node`, printing what it sees like the claim pods.
+pub fn plain_pod(namespace: &str, name: &str, node: &str) -> anyhow::Result<Pod> {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": namespace, "name": name, "labels": {"app.kubernetes.io/part-of": "tessera-e2e"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 5,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{
+                "name": "ctr",
+                "image": "busybox:1.37",
+                "command": ["sh", "-c", PRINT_GPU_ENV],
+            }],
+        },
     }))
     .context("building a Pod")
 }

@@ -20,6 +20,7 @@ use kube::api::{Api, ListParams, LogParams};
 use serde::Deserialize;
 
 use crate::cdi_view::SpecDirectory;
+use crate::checker;
 use crate::local::{Install, LocalCluster, tail, tail_matching};
 
 /// What one container received.
@@ -29,6 +30,8 @@ pub struct ContainerView {
     pub cdi_ids: Option<Vec<String>>,
     /// The GPU environment the container ends up with.
     pub env: BTreeMap<String, String>,
+    /// The in-container checker's report, when the container ran it (real runtime only).
+    pub check: Option<checker::Report>,
     /// Where this was seen, for messages.
     pub source: String,
 }
@@ -147,6 +150,7 @@ impl RuntimeObserver {
                 Ok(Some(ContainerView {
                     cdi_ids: Some(record.cdi_devices),
                     env,
+                    check: None,
                     source: format!("fake CRI record {}", path.display()),
                 }))
             }
@@ -226,6 +230,17 @@ impl RuntimeObserver {
         }
     }
 
+    /// Whether claim containers run the checker against a (fake) driver: the local cluster
+    /// with containerd and a fake driver root on every node.
+    pub fn expects_checker(&self) -> bool {
+        match self {
+            RuntimeObserver::Local { local, .. } => {
+                local.has_fake_drivers() && local.nodes.values().all(|n| n.cdi_record_dir.is_none())
+            }
+            RuntimeObserver::Kind { .. } => false,
+        }
+    }
+
     pub fn is_local(&self) -> bool {
         matches!(self, RuntimeObserver::Local { .. })
     }
@@ -254,12 +269,16 @@ async fn view_from_log(
         Err(error) => return Err(error).context("cannot read the container's log"),
     };
     let env = parse_printed_env(&logs);
-    if env.is_empty() {
+    let check = checker::find_report(&logs)
+        .transpose()
+        .with_context(|| format!("log of {namespace}/{name}/{container}"))?;
+    if env.is_empty() && check.is_none() {
         return Ok(None);
     }
     Ok(Some(ContainerView {
         cdi_ids: None,
         env,
+        check,
         source: format!("log of {namespace}/{name}/{container}"),
     }))
 }

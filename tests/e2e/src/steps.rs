@@ -10,9 +10,11 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{Api, DeleteParams, ListParams};
 
 use crate::cdi_view::split_list;
+use crate::checker;
 use crate::claims::{AllocatedDevice, Allocation, container_claims, get_claim, pod_claims};
 use crate::context::Ctx;
-use crate::devices::{Published, PublishedDevice};
+use crate::devices::{Published, PublishedDevice, parse_quantity};
+use crate::objects;
 use crate::observer::ClaimOnNode;
 use crate::wait::{Probe, until};
 
@@ -202,14 +204,15 @@ pub fn pod_summary(pod: &Pod) -> String {
     parts.join("; ")
 }
 
-/// The UUIDs a container using `uses` (claim entry, optional request) should see.
-fn expected_uuids(
+/// The devices a container using `uses` (claim entry, optional request) gets, with the claim
+/// configs that apply to each.
+fn container_devices<'a>(
     pod: &Pod,
     uses: &[(String, Option<String>)],
-    claims: &[AllocatedClaim],
-    published: &Published,
-) -> anyhow::Result<BTreeSet<String>> {
-    let mut uuids = BTreeSet::new();
+    claims: &'a [AllocatedClaim],
+    published: &'a Published,
+) -> anyhow::Result<Vec<(&'a PublishedDevice, Vec<&'a serde_json::Value>)>> {
+    let mut devices = Vec::new();
     for (entry, request) in uses {
         let claim = claims.iter().find(|c| &c.entry == entry).with_context(|| {
             format!(
@@ -222,7 +225,7 @@ fn expected_uuids(
             None => true,
         };
         for device in claim.allocation.ours().filter(|d| matches_request(d)) {
-            let published = published
+            let found = published
                 .get(&device.pool, &device.device)
                 .with_context(|| {
                     format!(
@@ -230,13 +233,121 @@ fn expected_uuids(
                         device.pool, device.device
                     )
                 })?;
-            let uuid = published
-                .uuid()
-                .with_context(|| format!("device {} has no uuid attribute", device.device))?;
-            uuids.insert(uuid.to_owned());
+            let parent_request = device.request.split('/').next().unwrap_or_default();
+            let configs = claim
+                .allocation
+                .config
+                .iter()
+                .filter(|c| c.driver == device.driver)
+                .filter(|c| {
+                    c.requests.is_empty()
+                        || c.requests
+                            .iter()
+                            .any(|r| *r == device.request || *r == parent_request)
+                })
+                .map(|c| &c.parameters)
+                .collect();
+            devices.push((found, configs));
         }
     }
+    Ok(devices)
+}
+
+/// The UUIDs a container using `uses` (claim entry, optional request) should see.
+fn expected_uuids(
+    pod: &Pod,
+    uses: &[(String, Option<String>)],
+    claims: &[AllocatedClaim],
+    published: &Published,
+) -> anyhow::Result<BTreeSet<String>> {
+    let mut uuids = BTreeSet::new();
+    for (device, _) in container_devices(pod, uses, claims, published)? {
+        let uuid = device
+            .uuid()
+            .with_context(|| format!("device {} has no uuid attribute", device.name))?;
+        uuids.insert(uuid.to_owned());
+    }
     Ok(uuids)
+}
+
+/// What the checker in a container using `uses` must report: the devices' nodes and UUIDs,
+/// and MPS settings when a config of the claim shares them through MPS (the last config wins,
+/// as in the plugin).
+fn expected_check(
+    pod: &Pod,
+    uses: &[(String, Option<String>)],
+    claims: &[AllocatedClaim],
+    published: &Published,
+) -> anyhow::Result<checker::Expected> {
+    let mut expected = checker::Expected::default();
+    for (device, configs) in container_devices(pod, uses, claims, published)? {
+        let minor = device
+            .minor()
+            .with_context(|| format!("device {} has no minor attribute", device.name))?;
+        expected.gpu_minors.insert(minor);
+        if device.is_mig() {
+            expected.mig_devices += 1;
+        }
+        if let Some(uuid) = device.uuid() {
+            expected.uuids.insert(uuid.to_owned());
+        }
+        let sharing = configs.iter().rev().find_map(|c| c.get("sharing"));
+        let strategy = sharing
+            .and_then(|s| s.get("strategy"))
+            .and_then(|s| s.as_str());
+        if strategy.is_some_and(|s| s.eq_ignore_ascii_case("mps")) {
+            let mps = sharing.and_then(|s| s.get("mps"));
+            let percentage = mps
+                .and_then(|m| m.get("defaultActiveThreadPercentage"))
+                .and_then(|p| p.as_u64())
+                .and_then(|p| u32::try_from(p).ok());
+            let pinned = mps
+                .and_then(|m| m.get("defaultPinnedDeviceMemoryLimit"))
+                .and_then(|q| q.as_str())
+                .and_then(parse_quantity);
+            expected.mps = Some(checker::ExpectedMps {
+                active_thread_percentage: percentage,
+                pinned_memory_bytes: pinned,
+            });
+        }
+    }
+    Ok(expected)
+}
+
+/// A pod without a claim on `node` (which has GPUs and the driver): its checker must see none of
+/// the GPUs' device nodes, no driver files, no CUDA, no nvidia-smi, no GPU environment.
+pub async fn check_unclaimed_pod(ctx: &Ctx, node: &str) -> anyhow::Result<()> {
+    let namespace = "tessera-e2e-no-claim";
+    ctx.fresh_namespace(namespace).await?;
+    let pod = objects::plain_pod(namespace, "pod", node)?;
+    Api::<Pod>::namespaced(ctx.client.clone(), namespace)
+        .create(&kube::api::PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("cannot create pod {namespace}/pod"))?;
+    let running = wait_running(ctx, namespace, "pod").await?;
+    let view = until(
+        &format!("the checker's report of {namespace}/pod"),
+        ctx.timeouts.run,
+        || async {
+            Ok(match ctx.observer.container_view(&running, "ctr").await? {
+                Some(view) if view.check.is_some() => Probe::Done(view),
+                _ => Probe::Waiting("no checker report in the log yet".to_owned()),
+            })
+        },
+    )
+    .await?;
+    let report = view.check.as_ref().context("no checker report")?;
+    checker::check_unclaimed_container(report).with_context(|| {
+        format!(
+            "pod {namespace}/pod without a claim on {node} ({})",
+            view.source
+        )
+    })?;
+    ctx.say(format!(
+        "{namespace}/pod (no claim, on {node}): the checker sees no GPU device node, driver file, CUDA or nvidia-smi"
+    ));
+    ctx.delete_namespace(namespace).await?;
+    Ok(())
 }
 
 /// For every container of `pod` that uses a claim: waits until the runtime saw it, then checks
@@ -283,6 +394,28 @@ pub async fn check_containers(
                 "container {pod_name}/{container}: {variable} lists {seen:?}, expected the allocated devices' UUIDs {expected:?} (seen in {})",
                 view.source
             );
+        }
+        if ctx.observer.expects_checker() {
+            let report = view.check.as_ref().with_context(|| {
+                format!(
+                    "container {pod_name}/{container} printed no tessera-gpu-check report ({}); the workload image must carry the checker",
+                    view.source
+                )
+            })?;
+            let expected = expected_check(pod, &uses, claims, published)?;
+            checker::check_claim_container(report, &expected).with_context(|| {
+                format!(
+                    "container {pod_name}/{container}: the checker's report ({})",
+                    view.source
+                )
+            })?;
+            ctx.say(format!(
+                "{pod_name}/{container}: checker sees {} GPU node(s), {} driver file(s), CUDA devices {:?}{}",
+                expected.gpu_minors.len(),
+                report.driver_files.len(),
+                expected.uuids,
+                if expected.mps.is_some() { ", MPS daemon and limits" } else { "" }
+            ));
         }
         let ids = match &view.cdi_ids {
             Some(ids) => {

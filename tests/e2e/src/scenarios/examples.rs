@@ -13,8 +13,8 @@ use crate::context::Ctx;
 use crate::devices::Published;
 use crate::manifest::Manifest;
 use crate::steps::{
-    AllocatedClaim, check_containers, check_prepared, delete_pods_and_check_unprepared, names,
-    wait_allocated, wait_running,
+    AllocatedClaim, check_containers, check_prepared, check_unclaimed_pod,
+    delete_pods_and_check_unprepared, names, wait_allocated, wait_running,
 };
 
 /// An applied example whose claims are allocated.
@@ -129,7 +129,7 @@ fn count(claim: &AllocatedClaim, expected: usize) -> anyhow::Result<()> {
 }
 
 pub async fn single_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
-    run_example(ctx, "single-gpu", |run| {
+    let outcome = run_example(ctx, "single-gpu", |run| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
         untainted(run, &claim)?;
@@ -137,7 +137,18 @@ pub async fn single_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
         ensure!(device.is_whole_gpu(), "{} is not a whole GPU", device.name);
         Ok(())
     })
-    .await
+    .await?;
+    if ctx.observer.expects_checker() {
+        // The other side: a pod without a claim, on a node with GPUs and a driver, sees none.
+        let published = ctx.published().await?;
+        let node = published
+            .nodes()
+            .into_iter()
+            .next()
+            .context("no node publishes devices")?;
+        check_unclaimed_pod(ctx, &node).await?;
+    }
+    Ok(outcome)
 }
 
 pub async fn nvlink_pair(ctx: &Ctx) -> anyhow::Result<Outcome> {
