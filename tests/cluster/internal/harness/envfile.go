@@ -20,6 +20,7 @@ func EnvFileVars(plan *Plan, layout Layout) [][2]string {
 		{"TESSERA_FEATURE_GATES", FeatureGateFlag(plan.FeatureGates)},
 		{"TESSERA_LOG_DIR", layout.LogDir()},
 		{"TESSERA_NODE_COUNT", strconv.Itoa(plan.Nodes)},
+		{"TESSERA_RUNTIME", plan.Runtime},
 	}
 	names := make([]string, 0, plan.Nodes)
 	for i := 1; i <= plan.Nodes; i++ {
@@ -40,11 +41,24 @@ func EnvFileVars(plan *Plan, layout Layout) [][2]string {
 			[2]string{p + "REGISTRAR_DIR", node.RegistrarDir()},
 			[2]string{p + "PLUGINS_DIR", node.PluginsDir()},
 			[2]string{p + "CDI_SPEC_DIR", node.CDISpecDir()},
-			[2]string{p + "CDI_RECORD_DIR", node.CDIRecordDir()},
-			[2]string{p + "CRI_SOCKET", node.CRISocket()},
+		)
+		// The fake runtime's container records exist only with the fake runtime:
+		// with containerd, containers run and the suite reads their logs.
+		if plan.Runtime == RuntimeContainerd {
+			vars = append(vars,
+				[2]string{p + "CRI_SOCKET", layout.Containerd(i).Socket()},
+				[2]string{p + "CRI_LOG", layout.LogFile(node.ContainerdComponent())},
+			)
+		} else {
+			vars = append(vars,
+				[2]string{p + "CDI_RECORD_DIR", node.CDIRecordDir()},
+				[2]string{p + "CRI_SOCKET", node.CRISocket()},
+				[2]string{p + "CRI_LOG", layout.LogFile(node.CRIComponent())},
+			)
+		}
+		vars = append(vars,
 			[2]string{p + "KUBECONFIG", layout.Kubeconfig(NodeIdentity(node.Name).File)},
 			[2]string{p + "KUBELET_LOG", layout.LogFile(node.KubeletComponent())},
-			[2]string{p + "CRI_LOG", layout.LogFile(node.CRIComponent())},
 		)
 	}
 	return vars
