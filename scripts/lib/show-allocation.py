@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Prints what Tessera did for the pods of one namespace of the local cluster: each pod's node,
-each claim's allocated devices with their published attributes, and the CDI device ids the
-kubelet handed to each container (the fake CRI's record), resolved through the node plugin's
-CDI spec into the environment and device nodes a real runtime would inject.
+each claim's allocated devices with their published attributes, and what each container got.
+On containerd nodes (the default) that is what the container itself reports: the in-container
+checker's JSON line (tessera-gpu-check: device nodes, driver files, CUDA devices, nvidia-smi,
+MPS) and the GPU environment, read from its log. On fake-runtime nodes it is the CDI device ids
+the kubelet handed the runtime (the fake CRI's record), resolved through the node plugin's CDI
+spec into the environment and device nodes a real runtime would inject.
 
 usage: show-allocation.py --env-file DIR/env --namespace NS
 Needs kubectl on PATH; reads KUBECONFIG and the node directories from the env file.
@@ -104,13 +107,82 @@ def published_devices(env):
 
 
 def node_dirs(env):
-    """node name -> (record dir, CDI spec dir)."""
+    """node name -> (record dir or None on containerd nodes, CDI spec dir)."""
     dirs = {}
     for i in range(1, int(env.get("TESSERA_NODE_COUNT", "0")) + 1):
         name = env.get(f"TESSERA_NODE_{i}_NAME")
         if name:
-            dirs[name] = (env[f"TESSERA_NODE_{i}_CDI_RECORD_DIR"], env[f"TESSERA_NODE_{i}_CDI_SPEC_DIR"])
+            dirs[name] = (env.get(f"TESSERA_NODE_{i}_CDI_RECORD_DIR"), env[f"TESSERA_NODE_{i}_CDI_SPEC_DIR"])
     return dirs
+
+
+def container_log(env, namespace, pod, container):
+    result = subprocess.run(
+        ["kubectl", "-n", namespace, "logs", pod, "-c", container],
+        env={**os.environ, "KUBECONFIG": env["KUBECONFIG"]},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        return None, result.stderr.strip()
+    return result.stdout, None
+
+
+def show_container_log(env, pod, container):
+    """What a running container printed: the checker's report and its GPU environment."""
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    log, error = container_log(env, ns, name, container)
+    if log is None:
+        print(f"  container {container}: cannot read its log: {error}")
+        return
+    report = None
+    env_lines = []
+    for line in log.splitlines():
+        line = line.strip()
+        if line.startswith("{") and '"tesseraGpuCheck"' in line:
+            try:
+                report = json.loads(line)
+            except json.JSONDecodeError:
+                print(f"  container {container}: the checker printed an unreadable line: {line[:120]}")
+        elif "=" in line:
+            env_lines.append(line)
+    if report is None:
+        print(f"  container {container}: no checker report in its log (the image has no tessera-gpu-check)")
+        for line in env_lines:
+            print(f"      env {line}")
+        return
+    print(f"  container {container}: what it sees, by the in-container checker (kubectl -n {ns} logs {name} -c {container}):")
+    nodes = [n["path"] for n in report.get("deviceNodes", [])]
+    print(f"      device nodes   {' '.join(nodes) if nodes else '(none)'}")
+    files = [f["path"] for f in report.get("driverFiles", [])]
+    key = [f for f in files if os.path.basename(f) in ("libcuda.so.1", "libnvidia-ml.so.1", "nvidia-smi", "nvidia-cuda-mps-control")]
+    if files:
+        print(f"      driver files   {len(files)} mounted from the node's driver root, among them:")
+        for f in key:
+            print(f"                       {f}")
+    else:
+        print("      driver files   (none)")
+    cuda = report.get("cuda", {})
+    if cuda.get("loaded"):
+        print(f"      CUDA           {cuda.get('path')}, cuInit {cuda.get('init')}, driver API {cuda.get('driverVersion')}")
+        for d in cuda.get("devices", []):
+            mps = ", MPS" if d.get("mpsEnabled") else ""
+            print(f"                       device {d.get('index')}: {d.get('name')} {d.get('uuid')} ({human_bytes(str(d.get('memoryBytes', '')))}{mps})")
+    else:
+        print(f"      CUDA           not loaded: {cuda.get('error')}")
+    smi = report.get("nvidiaSmi", {})
+    if smi.get("exitCode") == 0:
+        for line in smi.get("lines", []):
+            print(f"      nvidia-smi -L  {line}")
+    else:
+        print(f"      nvidia-smi     {smi.get('error') or 'exit code ' + str(smi.get('exitCode'))}")
+    mps = report.get("mps")
+    if mps:
+        print(f"      MPS            pipe {mps.get('pipeDirectory')} (daemon {'up' if mps.get('controlPresent') else 'absent'}), "
+              f"active threads {mps.get('activeThreadPercentage')}%, pinned memory {mps.get('pinnedMemoryLimits')}")
+    for key_name, value in sorted(report.get("env", {}).items()):
+        print(f"      env            {key_name}={value}")
 
 
 def cdi_edits(spec_dir):
@@ -207,6 +279,9 @@ def main():
             edits = cdi_edits(spec_dir)
             for container in pod["spec"]["containers"]:
                 show_container(pod, container["name"], record_dir, edits)
+        elif spec_dir and pod["status"].get("phase") == "Running":
+            for container in pod["spec"]["containers"]:
+                show_container_log(env, pod, container["name"])
         print()
 
 
