@@ -24,16 +24,25 @@ for p in json.load(sys.stdin)["packages"]:
   printf '%s\n' "$_tessera_bins"
 }
 
+# has_workspace_bin NAME: whether the workspace has that binary target. (Not `workspace_bins |
+# grep -q`: grep exits at the first match, the writer may get SIGPIPE, and pipefail turns that
+# into "no".)
+has_workspace_bin() {
+  local bins
+  bins=$(workspace_bins)
+  grep -qx -- "$1" <<<"$bins"
+}
+
 # Whether the workspace has the tessera-controller binary (it lands after the node plugin).
-has_controller_binary() { workspace_bins | grep -qx tessera-controller; }
+has_controller_binary() { has_workspace_bin tessera-controller; }
 
 # Whether the workspace has a fake NVIDIA driver (crates/fake-driver) and a node plugin that
 # injects a driver root (it ships tessera-cdi-hook): then every local node gets a fake driver.
-has_fake_driver() { workspace_bins | grep -qx tessera-fake-driver-root && workspace_bins | grep -qx tessera-cdi-hook; }
+has_fake_driver() { has_workspace_bin tessera-fake-driver-root && has_workspace_bin tessera-cdi-hook; }
 
 # The in-container GPU checker (crates/gpu-check): its cargo binary name when the workspace has
 # it, else nothing.
-checker_cargo_bin() { workspace_bins | grep -x tessera-gpu-check || true; }
+checker_cargo_bin() { if has_workspace_bin tessera-gpu-check; then echo tessera-gpu-check; fi; }
 
 # The built checker binary, or nothing when the workspace has none.
 checker_binary() {
