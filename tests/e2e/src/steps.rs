@@ -319,6 +319,7 @@ fn expected_check(
 pub async fn check_unclaimed_pod(ctx: &Ctx, node: &str) -> anyhow::Result<()> {
     let namespace = "tessera-e2e-no-claim";
     ctx.fresh_namespace(namespace).await?;
+    objects::create_namespace(&ctx.client, namespace).await?;
     let pod = objects::plain_pod(namespace, "pod", node)?;
     Api::<Pod>::namespaced(ctx.client.clone(), namespace)
         .create(&kube::api::PostParams::default(), &pod)
