@@ -378,7 +378,13 @@ pub async fn check_containers(
             ctx.timeouts.run,
             || async {
                 Ok(match ctx.observer.container_view(pod, &container).await? {
-                    Some(view) => Probe::Done(view),
+                    // The container prints the checker's report, then its GPU environment (a
+                    // claim container always has some): until that is there, it is still
+                    // printing.
+                    Some(view) if !view.env.is_empty() => Probe::Done(view),
+                    Some(_) => Probe::Waiting(
+                        "the container is still printing (no GPU environment yet)".to_owned(),
+                    ),
                     None => Probe::Waiting("no container record or output yet".to_owned()),
                 })
             },
