@@ -5,10 +5,12 @@
 //! ```text
 //! tests/parity/build                          # the Go side, cached; prints its path
 //! tessera-parity diff --oracle BIN --count 3000 --seed 1
+//! tessera-parity bench --oracle BIN --out DIR  # side by side, interleaved
 //! ```
 //!
 //! See tests/parity/README.md.
 
+pub mod bench;
 pub mod cel;
 pub mod compare;
 pub mod generate;

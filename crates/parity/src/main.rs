@@ -55,6 +55,19 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// Side-by-side benchmarks (docs/benchmarks.md): workloads on the node each claim fits, CEL
+    /// selectors, time to fail adversarial claims; interleaved rounds, the fastest of each side.
+    /// Use a release build.
+    Bench {
+        #[arg(long, env = "TESSERA_PARITY_ORACLE")]
+        oracle: PathBuf,
+        /// Interleaved rounds per benchmark.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Write parity-bench.json and parity-bench.md here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Decide instances from JSON files with both allocators and print both verdicts.
     Replay {
         #[arg(long, env = "TESSERA_PARITY_ORACLE")]
@@ -74,6 +87,11 @@ fn main() -> anyhow::Result<()> {
             show,
         } => diff(&oracle, count, seed, &deviations, dump, show),
         Command::Replay { oracle, files } => replay(&oracle, &files),
+        Command::Bench {
+            oracle,
+            rounds,
+            out,
+        } => bench(&oracle, rounds, out),
         Command::Cel { oracle, file, seed } => cel(&oracle, file, seed),
     }
 }
@@ -208,6 +226,24 @@ fn report(instance: &Instance, mine: &Verdict, upstream: &Verdict, differences: 
     if let Some(m) = &mine.message {
         println!("  ours says: {}", m.lines().next().unwrap_or_default());
     }
+}
+
+fn bench(oracle: &std::path::Path, rounds: usize, out: Option<PathBuf>) -> anyhow::Result<()> {
+    anyhow::ensure!(rounds > 0, "--rounds must be at least 1");
+    let mut oracle = Oracle::start(oracle)?;
+    let rows = tessera_parity::bench::all(&mut oracle, rounds)?;
+    let md = tessera_parity::bench::markdown(&rows);
+    print!("{md}");
+    if let Some(dir) = out {
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join("parity-bench.json"),
+            serde_json::to_vec_pretty(&rows)?,
+        )?;
+        std::fs::write(dir.join("parity-bench.md"), &md)?;
+        println!("wrote {}", dir.join("parity-bench.{json,md}").display());
+    }
+    Ok(())
 }
 
 fn replay(oracle: &std::path::Path, files: &[PathBuf]) -> anyhow::Result<()> {
