@@ -77,6 +77,17 @@ pub struct Args {
     #[arg(long, env = "RESCAN_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub rescan_interval: Duration,
 
+    /// XIDs that never taint a device (comma-separated), for XIDs a site knows to be harmless
+    /// on its hardware, e.g. `74,92`.
+    #[arg(long, env = "IGNORED_XIDS", value_delimiter = ',')]
+    pub ignored_xids: Vec<u64>,
+
+    /// A device's XID/ECC taint goes once no health event confirmed it for this long, e.g.
+    /// `10m`; unset, it stays until the plugin restarts (after the GPU reset or reboot such
+    /// errors need).
+    #[arg(long, env = "HEALTH_RECOVERY_AFTER", value_parser = parse_duration)]
+    pub health_recovery_after: Option<Duration>,
+
     /// Address of /metrics, /healthz and /readyz; empty turns them off.
     #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0:8080", value_parser = parse_address)]
     pub metrics_address: OptionalAddress,

@@ -23,7 +23,7 @@ use tessera_api::DRIVER_NAME;
 use tessera_driver_root::edits::HOOK_BINARY;
 use tessera_kubelet::PluginConfig;
 use tessera_node::claims::KubeClaimSource;
-use tessera_node::health::monitor::{HealthMonitor, MAX_SILENCE};
+use tessera_node::health::monitor::{HealthMonitor, HealthSettings, MAX_SILENCE};
 use tessera_node::health::{SharedFindings, WithDeviceHealth};
 use tessera_node::injection::{self, DriverInjection, DriverRootConfig, DriverTools, HookInstall};
 use tessera_node::inventory::NodeInventory;
@@ -348,6 +348,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             findings: findings.clone(),
             metrics: metrics.clone(),
             heartbeat,
+            settings: HealthSettings {
+                ignored_xids: args.ignored_xids.iter().copied().collect(),
+                recover_after: args.health_recovery_after,
+            },
         }
         .spawn(Arc::clone(&monitor_stop))
     });

@@ -6,7 +6,7 @@
 //! concerns that MIG device only. For one device, one taint per key: the strongest effect wins.
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::resource::v1::DeviceTaint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -45,11 +45,13 @@ impl HealthScope {
     }
 }
 
-/// A finding with the time it was first made.
+/// A finding with the time it was first made and the time an event last confirmed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DatedFinding {
     pub finding: Finding,
     pub since: SystemTime,
+    /// The last event that made or repeated the finding (a weaker one on the same key too).
+    pub last_seen: SystemTime,
 }
 
 /// Every finding so far, by scope and taint key.
@@ -66,10 +68,17 @@ impl HealthFindings {
         let finding = classify(event.kind)?;
         let by_key = self.findings.entry(HealthScope::of(event)).or_default();
         match by_key.get_mut(finding.key) {
-            Some(known) if known.finding.effect > finding.effect => None,
-            Some(known) if known.finding == finding => None,
+            Some(known) if known.finding.effect > finding.effect => {
+                known.last_seen = now;
+                None
+            }
+            Some(known) if known.finding == finding => {
+                known.last_seen = now;
+                None
+            }
             Some(known) => {
                 known.finding = finding.clone();
+                known.last_seen = now;
                 Some(finding)
             }
             None => {
@@ -78,11 +87,34 @@ impl HealthFindings {
                     DatedFinding {
                         finding: finding.clone(),
                         since: now,
+                        last_seen: now,
                     },
                 );
                 Some(finding)
             }
         }
+    }
+
+    /// Forgets the findings no event has confirmed for `healthy_for` (as of `now`): their
+    /// devices have been healthy that long, so their taints go. Returns what was forgotten.
+    pub fn clear_healed(&mut self, now: SystemTime, healthy_for: Duration) -> Vec<DatedFinding> {
+        let healed = |dated: &DatedFinding| {
+            now.duration_since(dated.last_seen)
+                .is_ok_and(|quiet| quiet >= healthy_for)
+        };
+        let mut cleared = Vec::new();
+        for by_key in self.findings.values_mut() {
+            let keys: Vec<&'static str> = by_key
+                .iter()
+                .filter(|(_, dated)| healed(dated))
+                .map(|(key, _)| *key)
+                .collect();
+            for key in keys {
+                cleared.extend(by_key.remove(key));
+            }
+        }
+        self.findings.retain(|_, by_key| !by_key.is_empty());
+        cleared
     }
 
     /// Records that the GPU `gpu_uuid` is unreachable since `since` ([`super::unreachable`]):
@@ -95,7 +127,14 @@ impl HealthFindings {
                 uuid: gpu_uuid.to_owned(),
             })
             .or_default()
-            .insert(finding.key, DatedFinding { finding, since });
+            .insert(
+                finding.key,
+                DatedFinding {
+                    finding,
+                    since,
+                    last_seen: since,
+                },
+            );
     }
 
     /// Whether nothing has been found.

@@ -1,6 +1,7 @@
 //! The health monitor: a blocking loop (on a `spawn_blocking` thread) that waits for NVML health
 //! events, records what they mean in the [`SharedFindings`], and counts them.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -80,6 +81,25 @@ impl SharedFindings {
         Some(finding)
     }
 
+    /// Forgets findings no event confirmed for `healthy_for`
+    /// ([`HealthFindings::clear_healed`]); when any went, bumps the revision so the publisher
+    /// removes their taints.
+    pub fn clear_healed(
+        &self,
+        now: SystemTime,
+        healthy_for: Duration,
+    ) -> Vec<super::findings::DatedFinding> {
+        let cleared = self
+            .findings
+            .lock()
+            .expect("findings lock")
+            .clear_healed(now, healthy_for);
+        if !cleared.is_empty() {
+            self.revision.send_modify(|revision| *revision += 1);
+        }
+        cleared
+    }
+
     /// A copy of the current findings.
     pub fn snapshot(&self) -> HealthFindings {
         self.findings.lock().expect("findings lock").clone()
@@ -97,6 +117,18 @@ pub struct HealthMonitor {
     pub findings: SharedFindings,
     pub metrics: NodeMetrics,
     pub heartbeat: Heartbeat,
+    /// What operators change of the policy.
+    pub settings: HealthSettings,
+}
+
+/// Operators' settings of the health policy (`--ignored-xids`, `--health-recovery-after`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HealthSettings {
+    /// XIDs that never taint a device, whatever the policy table says.
+    pub ignored_xids: BTreeSet<u64>,
+    /// A device's XID/ECC taints go once no event confirmed them for this long; `None` keeps
+    /// them until the plugin restarts.
+    pub recover_after: Option<Duration>,
 }
 
 impl HealthMonitor {
@@ -117,6 +149,16 @@ impl HealthMonitor {
                     std::thread::sleep(ERROR_BACKOFF);
                 }
             }
+            if let Some(healthy_for) = self.settings.recover_after {
+                for healed in self.findings.clear_healed(SystemTime::now(), healthy_for) {
+                    tracing::info!(
+                        taint = %format!("{}={}", healed.finding.key, healed.finding.value),
+                        healthy_for = ?healthy_for,
+                        "{}: no event for the recovery time; removing the taint",
+                        healed.finding.message
+                    );
+                }
+            }
         }
         tracing::info!("health monitor stopped");
     }
@@ -127,7 +169,8 @@ impl HealthMonitor {
             HealthEventKind::SingleBitEcc => HealthEventLabel::EccSingle,
             HealthEventKind::DoubleBitEcc => HealthEventLabel::EccDouble,
         };
-        let acted = super::policy::classify(event.kind).is_some();
+        let ignored = matches!(event.kind, HealthEventKind::Xid(xid) if self.settings.ignored_xids.contains(&xid));
+        let acted = !ignored && super::policy::classify(event.kind).is_some();
         self.metrics.health_event(
             label,
             if acted {
@@ -136,6 +179,10 @@ impl HealthMonitor {
                 HealthAction::Ignore
             },
         );
+        if ignored {
+            tracing::info!(gpu = %event.gpu_uuid, kind = ?event.kind, "health event ignored (--ignored-xids)");
+            return;
+        }
         match self.findings.record(event, SystemTime::now()) {
             Some(finding) => tracing::warn!(
                 gpu = %event.gpu_uuid,
@@ -171,6 +218,7 @@ mod tests {
             findings: findings.clone(),
             metrics: NodeMetrics::new(&mut Registry::default()),
             heartbeat: Heartbeat::new("health monitor", MAX_SILENCE),
+            settings: HealthSettings::default(),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let task = monitor.spawn(Arc::clone(&stop));
@@ -192,6 +240,61 @@ mod tests {
             "the ignored XID made no finding"
         );
         assert!(!findings.snapshot().is_empty());
+        stop.store(true, Ordering::Relaxed);
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn ignored_xids_taint_nothing_and_taints_clear_after_the_healthy_time() {
+        let (send, receive) = std::sync::mpsc::channel();
+        let findings = SharedFindings::default();
+        let mut revisions = findings.subscribe();
+        let monitor = HealthMonitor {
+            source: Box::new(receive),
+            findings: findings.clone(),
+            metrics: NodeMetrics::new(&mut Registry::default()),
+            heartbeat: Heartbeat::new("health monitor", MAX_SILENCE),
+            settings: HealthSettings {
+                ignored_xids: [79].into(),
+                recover_after: Some(Duration::from_millis(1500)),
+            },
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = monitor.spawn(Arc::clone(&stop));
+        // A failed assertion must still stop the blocking loop, or the runtime waits for it.
+        struct StopOnDrop(Arc<AtomicBool>);
+        impl Drop for StopOnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop_on_panic = StopOnDrop(Arc::clone(&stop));
+        let event = |gpu: &str, kind| HealthEvent {
+            gpu_uuid: gpu.into(),
+            kind,
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        };
+        // XID 79 taints by the table, but operators ignore it here; XID 74 taints.
+        send.send(event("GPU-1", HealthEventKind::Xid(79))).unwrap();
+        send.send(event("GPU-2", HealthEventKind::Xid(74))).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), revisions.changed())
+            .await
+            .expect("a new finding in time")
+            .unwrap();
+        assert_eq!(
+            *revisions.borrow_and_update(),
+            1,
+            "only XID 74 made a finding"
+        );
+        let snapshot = findings.snapshot();
+        assert!(!snapshot.is_empty());
+        // No further event: the finding goes after the healthy time, waking the publisher.
+        tokio::time::timeout(Duration::from_secs(10), revisions.changed())
+            .await
+            .expect("the taint clears after the healthy time")
+            .unwrap();
+        assert!(findings.snapshot().is_empty(), "{:?}", findings.snapshot());
         stop.store(true, Ordering::Relaxed);
         task.await.unwrap();
     }

@@ -19,7 +19,9 @@
 //!
 //! NoSchedule keeps new claims off the device; NoExecute also evicts the pods using it (with
 //! DRADeviceTaints). A device keeps an event's taint until the plugin restarts (after the GPU
-//! reset or node reboot that such errors need); the unreachable taint is not an event but the
+//! reset or node reboot that such errors need), or, with `--health-recovery-after`, until no event
+//! confirmed it for that long; `--ignored-xids` takes XIDs out of this table (the monitor applies
+//! both: [`super::monitor::HealthSettings`]). The unreachable taint is not an event but the
 //! state of the last rescan, and goes at the first rescan the GPU answers again. The kubelet
 //! health stream reports every tainted device `UNHEALTHY`, with the finding as message.
 
