@@ -3,12 +3,12 @@
 //! successor starts at once), then the watches stop.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::SignedDuration;
 use kube::Client;
 use tessera_allocator::{AllocateOptions, DEFAULT_STEP_BUDGET, PlacementMode};
+use tessera_runtime::{Endpoints, Heartbeat, Liveness, Probe};
 use tokio::sync::watch;
 
 use crate::api::ApiWriter;
@@ -16,7 +16,7 @@ use crate::cluster::Cluster;
 use crate::leader::{LeaderElector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::queue::Outcome;
-use crate::watch::{Signals, start};
+use crate::watch::{Signals, WATCHES, start};
 use crate::worker::{Worker, WorkerConfig};
 
 /// Longest the worker sleeps between checks (keeps the liveness heartbeat fresh).
@@ -64,37 +64,19 @@ impl Drop for Tasks {
     }
 }
 
-/// What `/healthz` and `/readyz` look at.
-#[derive(Clone)]
-pub struct Health {
-    signals: Arc<Signals>,
-    heartbeat: Arc<AtomicU64>,
-}
+/// Ready once every watch has listed once.
+struct CachesSynced(Arc<Signals>);
 
-fn now_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
-impl Health {
-    /// Every watch has listed once.
-    pub fn ready(&self) -> bool {
-        self.signals.is_synced()
-    }
-
-    /// The worker loop is running.
-    pub fn alive(&self) -> Result<(), String> {
-        let last = self.heartbeat.load(Ordering::Acquire);
-        let age = Duration::from_millis(now_millis().saturating_sub(last));
-        if age > HEARTBEAT_LIMIT {
-            return Err(format!(
-                "the worker loop has not run for {}s",
-                age.as_secs()
-            ));
+impl Probe for CachesSynced {
+    fn check(&self) -> Result<(), Vec<String>> {
+        let synced = self.0.synced_watches();
+        if synced >= WATCHES {
+            Ok(())
+        } else {
+            Err(vec![format!(
+                "caches not synced yet: {synced} of {WATCHES} watches have listed"
+            )])
         }
-        Ok(())
     }
 }
 
@@ -104,7 +86,7 @@ pub struct Controller {
     config: ControllerConfig,
     metrics: Arc<Metrics>,
     signals: Arc<Signals>,
-    heartbeat: Arc<AtomicU64>,
+    heartbeat: Heartbeat,
     leadership: Leadership,
 }
 
@@ -119,16 +101,20 @@ impl Controller {
             signals: Arc::new(Signals::new(&config.gate)),
             config,
             metrics,
-            heartbeat: Arc::new(AtomicU64::new(now_millis())),
+            heartbeat: Heartbeat::new("the worker loop", HEARTBEAT_LIMIT),
             leadership,
         }
     }
 
-    /// The handle `/healthz` and `/readyz` use.
-    pub fn health(&self) -> Health {
-        Health {
-            signals: self.signals.clone(),
-            heartbeat: self.heartbeat.clone(),
+    /// What `/metrics`, `/healthz` and `/readyz` serve: the metrics, the worker loop's
+    /// heartbeat, and whether the caches have synced.
+    pub fn endpoints(&self) -> Endpoints {
+        let mut liveness = Liveness::default();
+        liveness.watch(self.heartbeat.clone());
+        Endpoints {
+            metrics: self.metrics.clone(),
+            liveness: Arc::new(liveness),
+            readiness: Arc::new(CachesSynced(self.signals.clone())),
         }
     }
 
@@ -198,7 +184,7 @@ impl Controller {
             if futures::poll!(shutdown.as_mut()).is_ready() {
                 return;
             }
-            self.heartbeat.store(now_millis(), Ordering::Release);
+            self.heartbeat.beat();
             let leader = self.leadership.is_leader();
             self.metrics.leader.set(i64::from(leader));
             if leader && !was_leader {

@@ -14,13 +14,13 @@
 //!   [`inventory`] (managed devices), [`claims`], [`planner`] (the decision), [`message`],
 //!   [`writes`] (patch bodies, the undo plan), [`queue`], [`protocol`] (the marks it leaves),
 //!   [`trim`], [`slices`] (the encoded slice cache);
-//! - IO: [`watch`], [`cluster`], [`api`], [`worker`], [`leader`], [`http`], [`controller`].
+//! - IO: [`watch`], [`cluster`], [`api`], [`worker`], [`leader`], [`controller`]; the HTTP endpoints, client,
+//!   logging and signals are `tessera-runtime`'s.
 
 pub mod api;
 pub mod claims;
 pub mod cluster;
 pub mod controller;
-pub mod http;
 pub mod inventory;
 pub mod leader;
 pub mod message;
@@ -37,6 +37,6 @@ pub mod watch;
 pub mod worker;
 pub mod writes;
 
-pub use controller::{Controller, ControllerConfig, Health};
+pub use controller::{Controller, ControllerConfig};
 pub use leader::{Leadership, LeaseConfig};
 pub use metrics::Metrics;

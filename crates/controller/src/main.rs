@@ -6,16 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use clap::{ArgAction, Parser, ValueEnum};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use clap::{ArgAction, Parser};
 use tessera_api::names::TOPOLOGY_AWARE_GATE;
 use tessera_controller::{Controller, ControllerConfig, LeaseConfig, Metrics};
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
+use tessera_runtime::{EndpointServer, LogFormat, Stop, parse_duration};
 
 /// Allocates the ResourceClaims of gated pods on the best-connected topology-managed GPUs.
 #[derive(Debug, Parser)]
@@ -70,51 +64,6 @@ struct Args {
     identity: Option<String>,
 }
 
-/// `90s`, `5m`, `1h`, `250ms`, or plain seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((text, ""), |i| text.split_at(i));
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration; write e.g. 250ms, 10s, 5m or 1h"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!(
-            "{text:?}: unknown unit {unit:?}; use ms, s, m or h"
-        )),
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = Kubeconfig::read_from(path)
-                .with_context(|| format!("read kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("use kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::incluster().context(
-            "no --kubeconfig and not running in a pod (in-cluster configuration unavailable); pass --kubeconfig",
-        )?,
-    };
-    kube::Client::try_from(config).context("build the Kubernetes client")
-}
-
 fn identity(args: &Args) -> String {
     let host = args
         .identity
@@ -131,28 +80,10 @@ fn identity(args: &Args) -> String {
     format!("{host}_{}_{nanos:08x}", std::process::id())
 }
 
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    init_logging(args.log_format);
+    tessera_runtime::init_logging(args.log_format);
     if args.renew_deadline >= args.lease_duration {
         anyhow::bail!(
             "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?}), or two leaders could overlap",
@@ -160,7 +91,7 @@ async fn main() -> anyhow::Result<()> {
             args.lease_duration
         );
     }
-    let client = client(args.kubeconfig.as_ref()).await?;
+    let client = tessera_runtime::kube_client(args.kubeconfig.as_deref()).await?;
     let identity = identity(&args);
     let mut config = ControllerConfig::new(&args.gate_name);
     config.avoid_for = args.avoid_node_for;
@@ -179,22 +110,13 @@ async fn main() -> anyhow::Result<()> {
     }
     let metrics = Arc::new(Metrics::new());
     let controller = Controller::new(client, config, metrics.clone());
-    let listener = tokio::net::TcpListener::bind(args.metrics_address)
-        .await
-        .with_context(|| format!("listen on --metrics-address {}", args.metrics_address))?;
+    let endpoints = EndpointServer::bind(args.metrics_address, controller.endpoints()).await?;
     tracing::info!(address = %args.metrics_address, gate = %args.gate_name, identity = %identity,
         leader_elect = args.leader_elect, "tessera-controller starting");
-    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let http = tokio::spawn(tessera_controller::http::serve(
-        listener,
-        metrics,
-        controller.health(),
-        async {
-            let _ = http_stopped.await;
-        },
-    ));
-    controller.run(shutdown_signal()).await;
-    let _ = stop_http.send(());
+    let stop = Stop::new();
+    let http = tokio::spawn(endpoints.serve(stop.clone().cancelled_owned()));
+    controller.run(tessera_runtime::termination()).await;
+    stop.cancel();
     http.await
         .context("the metrics server task failed")?
         .context("serve /metrics")?;
@@ -207,12 +129,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("15"), Ok(Duration::from_secs(15)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert!(parse_duration("5 minutes").is_err());
-        assert!(parse_duration("m").is_err());
+    fn duration_flags_refuse_zero_and_overflow_with_an_error() {
+        let args = Args::try_parse_from(["tessera-controller", "--avoid-node-for", "90s"]).unwrap();
+        assert_eq!(args.avoid_node_for, Duration::from_secs(90));
+        for (flag, value) in [
+            ("--avoid-node-for", "999999999999999999m"),
+            ("--avoid-node-for", "0s"),
+            ("--lease-duration", "0"),
+            ("--retry-period", "-2s"),
+            ("--renew-deadline", "ten"),
+        ] {
+            let argument = format!("{flag}={value}");
+            let error = Args::try_parse_from(["tessera-controller", &argument]).unwrap_err();
+            let text = error.to_string();
+            assert!(text.contains(flag) && text.contains(value), "{text}");
+        }
     }
 
     #[test]

@@ -142,10 +142,14 @@ impl Metrics {
 
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &self.registry)
-            .expect("writing to a String cannot fail");
-        text
+        tessera_runtime::MetricsText::encode(&self.registry)
+            .expect("writing to a String cannot fail")
+    }
+}
+
+impl tessera_runtime::MetricsText for Metrics {
+    fn encode(&self) -> Result<String, std::fmt::Error> {
+        tessera_runtime::MetricsText::encode(&self.registry)
     }
 }
 

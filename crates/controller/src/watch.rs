@@ -59,7 +59,12 @@ impl Signals {
 
     /// Whether every watch has listed once.
     pub fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire) >= WATCHES
+        self.synced_watches() >= WATCHES
+    }
+
+    /// How many watches have completed their first list.
+    pub fn synced_watches(&self) -> usize {
+        self.synced.load(Ordering::Acquire)
     }
 
     fn queue(&self) -> std::sync::MutexGuard<'_, WorkQueue> {

@@ -5,8 +5,15 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args as ClapArgs, Parser, ValueEnum};
+use anyhow::Context;
+use clap::{Args as ClapArgs, Parser};
+use tessera_api::DRIVER_NAME;
+use tessera_driver_root::edits::HOOK_BINARY;
 use tessera_kubelet::{DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR};
+use tessera_node::health::monitor::HealthSettings;
+use tessera_node::injection::{self, DriverRootConfig, HookInstall};
+use tessera_node::{DeviceBackend as Backend, NodePluginConfig};
+use tessera_runtime::{LogFormat, parse_duration};
 
 /// Tessera's node plugin: publishes this node's GPUs as ResourceSlices, prepares allocated
 /// claims for containers (CDI) and reports device health to the kubelet.
@@ -136,35 +143,62 @@ fn parse_address(text: &str) -> Result<OptionalAddress, String> {
         .map_err(|_| format!("`{text}` is not an address such as 0.0.0.0:8080 (or empty, to turn the endpoints off)"))
 }
 
-/// Log output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// Parses `<number><unit>` with unit `ms`, `s`, `m` or `h` (e.g. `30s`); a bare number is seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let invalid = || format!("`{text}` is not a duration such as 500ms, 30s, 2m or 1h");
-    let value: u64 = number.parse().map_err(|_| invalid())?;
-    let duration = match unit {
-        "ms" => Duration::from_millis(value),
-        "" | "s" => Duration::from_secs(value),
-        "m" => Duration::from_secs(value.saturating_mul(60)),
-        "h" => Duration::from_secs(value.saturating_mul(3600)),
-        _ => return Err(invalid()),
-    };
-    if duration.is_zero() {
-        return Err(format!("`{text}`: the duration must be positive"));
+impl Args {
+    /// What the node plugin runs with.
+    pub fn plugin_config(&self) -> anyhow::Result<NodePluginConfig> {
+        let devices = match (&self.devices.topology, &self.devices.nvml_lib) {
+            (Some(topology), _) => Backend::Mock {
+                topology: topology.clone(),
+            },
+            (None, Some(library)) => Backend::Nvml {
+                library: library.clone(),
+                sysfs_root: self.sysfs_root.clone(),
+            },
+            (None, None) => anyhow::bail!("either --topology or --nvml-lib is required"),
+        };
+        let driver_root = match &self.driver_root {
+            None => None,
+            Some(driver_root) => Some(DriverRootConfig {
+                driver_root: driver_root.clone(),
+                container_driver_root: self
+                    .container_driver_root
+                    .clone()
+                    .unwrap_or_else(|| driver_root.clone()),
+                dev_root: self.dev_root.clone(),
+                hook: match &self.cdi_hook_path {
+                    Some(path) => HookInstall::Installed(path.clone()),
+                    None => HookInstall::Copy {
+                        source: std::env::current_exe()
+                            .context("cannot find this program's own path")?
+                            .with_file_name(HOOK_BINARY),
+                        target: injection::default_hook_install(
+                            &self.kubelet_plugins_directory_path,
+                            DRIVER_NAME,
+                        ),
+                    },
+                },
+            }),
+        };
+        Ok(NodePluginConfig {
+            node_name: self.node_name.clone(),
+            kubelet_registrar_dir: self.kubelet_registrar_directory_path.clone(),
+            kubelet_plugins_dir: self.kubelet_plugins_directory_path.clone(),
+            cdi_root: self.cdi_root.clone(),
+            state_dir: self.state_dir.clone(),
+            devices,
+            driver_root,
+            dev_root: self.dev_root.clone(),
+            dynamic_mig: self.dynamic_mig,
+            health: HealthSettings {
+                ignored_xids: self.ignored_xids.iter().copied().collect(),
+                recover_after: self.health_recovery_after,
+            },
+            rescan_interval: self.rescan_interval,
+            metrics_address: self.metrics_address.0,
+            api_timeout: self.api_timeout,
+            shutdown_grace: self.shutdown_grace,
+        })
     }
-    Ok(duration)
 }
 
 #[cfg(test)]
@@ -179,14 +213,22 @@ mod tests {
     }
 
     #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
-        for bad in ["", "s", "1d", "-1s", "0s", "1.5s"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
+    fn duration_flags_refuse_zero_and_overflow_with_an_error() {
+        let base = ["p", "--node-name", "n", "--topology", "dgx-h100"];
+        let args = Args::try_parse_from(base.iter().copied().chain(["--rescan-interval", "500ms"]))
+            .unwrap();
+        assert_eq!(args.rescan_interval, Duration::from_millis(500));
+        for (flag, value) in [
+            ("--rescan-interval", "0s"),
+            ("--rescan-interval", "999999999999999999m"),
+            ("--shutdown-grace", "-1s"),
+            ("--shutdown-grace", "1.5.s"),
+        ] {
+            let argument = format!("{flag}={value}");
+            let error =
+                Args::try_parse_from(base.iter().copied().chain([argument.as_str()])).unwrap_err();
+            let text = error.to_string();
+            assert!(text.contains(flag) && text.contains(value), "{text}");
         }
     }
 
@@ -215,6 +257,12 @@ mod tests {
             "a container view of no driver root is a mistake"
         );
         assert_eq!(args.rescan_interval, Duration::from_secs(30));
+        let config = args.plugin_config().unwrap();
+        assert!(matches!(config.devices, Backend::Mock { ref topology } if topology == "dgx-h100"));
+        assert_eq!(
+            config.metrics_address,
+            Some("0.0.0.0:8080".parse().unwrap())
+        );
         let none = Args::try_parse_from([
             "p",
             "--node-name",

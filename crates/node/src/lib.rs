@@ -5,7 +5,10 @@
 //! [`plan`] (claim → devices and configs) and [`cdi_spec`] (prepared claim → CDI spec); its side
 //! effects go through [`sharing::GpuControl`], [`mig::MigControl`] and the [`checkpoint`].
 //!
-//! Wiring it (what `tessera-kubelet-plugin` does):
+//! [`NodePlugin`] is the composition root `tessera-kubelet-plugin` runs: the driver served to
+//! the kubelet, the slice publisher, health monitoring and the HTTP endpoints, stopped in order.
+//!
+//! Wiring the driver (what [`NodePlugin::start`] does):
 //!
 //! ```no_run
 //! # use std::sync::Arc;
@@ -49,6 +52,7 @@ pub mod metrics;
 pub mod mig;
 pub mod paths;
 pub mod plan;
+pub mod plugin;
 pub mod publish;
 pub mod sharing;
 
@@ -56,3 +60,4 @@ pub use driver::{
     ClaimError, ClaimFailure, DriverParts, DriverStats, NodeDriver, NodeDriverConfig, StartError,
     StartupReport,
 };
+pub use plugin::{DeviceBackend, NodePlugin, NodePluginConfig, PluginError};

@@ -16,11 +16,11 @@ use tessera_kubelet::{HealthStatus, RegistrationState};
 use tessera_node::health::{HealthFindings, SharedFindings};
 use tessera_node::inventory::NodeInventory;
 use tessera_node::metrics::NodeMetrics;
-use tessera_node::metrics::liveness::Heartbeat;
 use tessera_node::publish::runner::PublishLoop;
 use tessera_node::publish::{
     MANAGED_MODE_REFUSED_REASON, NodeFacts, PublishInput, Publisher, PublisherConfig, watch_node,
 };
+use tessera_runtime::Heartbeat;
 use tessera_topology::nvml::{HealthEvent, HealthEventKind};
 use tessera_topology::{DeviceSource, Inventory, MockSource};
 use tokio::sync::watch;
@@ -303,7 +303,8 @@ struct RunningLoop {
 }
 
 fn start_loop(server: &FakeApiServer, source: Arc<dyn DeviceSource>) -> RunningLoop {
-    let (node, _node_task) = watch_node(server.client(), NODE);
+    // The watch runs until the test's runtime ends.
+    let (node, _node_task) = watch_node(server.client(), NODE, tessera_runtime::Stop::new());
     let (kubelet_health_tx, kubelet_health) = watch::channel(Vec::new());
     let (published_tx, published) = watch::channel(false);
     let (registration, registration_rx) = watch::channel(RegistrationState::Pending);

@@ -2,7 +2,6 @@
 //! events, records what they mean in the [`SharedFindings`], and counts them.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -12,7 +11,8 @@ use tokio::task::JoinHandle;
 
 use super::findings::HealthFindings;
 use super::policy::Finding;
-use crate::metrics::liveness::Heartbeat;
+use tessera_runtime::{Heartbeat, Stop};
+
 use crate::metrics::{HealthAction, HealthEventLabel, NodeMetrics};
 
 /// How long one wait for an event lasts; the loop checks for shutdown and beats its heartbeat
@@ -132,14 +132,15 @@ pub struct HealthSettings {
 }
 
 impl HealthMonitor {
-    /// Runs the loop on a blocking thread until `stop` is set.
-    pub fn spawn(self, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+    /// Runs the loop on a blocking thread until `stop` is cancelled (noticed within
+    /// [`POLL_INTERVAL`]).
+    pub fn spawn(self, stop: Stop) -> JoinHandle<()> {
         tokio::task::spawn_blocking(move || self.run(&stop))
     }
 
-    fn run(mut self, stop: &AtomicBool) {
+    fn run(mut self, stop: &Stop) {
         tracing::info!("health monitor started");
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.is_cancelled() {
             self.heartbeat.beat();
             match self.source.wait(POLL_INTERVAL) {
                 Ok(Some(event)) => self.handle(&event),
@@ -220,8 +221,8 @@ mod tests {
             heartbeat: Heartbeat::new("health monitor", MAX_SILENCE),
             settings: HealthSettings::default(),
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let task = monitor.spawn(Arc::clone(&stop));
+        let stop = Stop::new();
+        let task = monitor.spawn(stop.clone());
         let event = |kind| HealthEvent {
             gpu_uuid: "GPU-1".into(),
             kind,
@@ -240,7 +241,7 @@ mod tests {
             "the ignored XID made no finding"
         );
         assert!(!findings.snapshot().is_empty());
-        stop.store(true, Ordering::Relaxed);
+        stop.cancel();
         task.await.unwrap();
     }
 
@@ -259,16 +260,10 @@ mod tests {
                 recover_after: Some(Duration::from_millis(1500)),
             },
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let task = monitor.spawn(Arc::clone(&stop));
+        let stop = Stop::new();
+        let task = monitor.spawn(stop.clone());
         // A failed assertion must still stop the blocking loop, or the runtime waits for it.
-        struct StopOnDrop(Arc<AtomicBool>);
-        impl Drop for StopOnDrop {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Relaxed);
-            }
-        }
-        let _stop_on_panic = StopOnDrop(Arc::clone(&stop));
+        let _stop_on_panic = stop.clone().drop_guard();
         let event = |gpu: &str, kind| HealthEvent {
             gpu_uuid: gpu.into(),
             kind,
@@ -295,7 +290,7 @@ mod tests {
             .expect("the taint clears after the healthy time")
             .unwrap();
         assert!(findings.snapshot().is_empty(), "{:?}", findings.snapshot());
-        stop.store(true, Ordering::Relaxed);
+        stop.cancel();
         task.await.unwrap();
     }
 }

@@ -1,5 +1,5 @@
-//! The node plugin's Prometheus metrics ([`NodeMetrics`]) and its HTTP endpoints
-//! ([`endpoints`]: `/metrics`, `/healthz`, `/readyz`).
+//! The node plugin's Prometheus metrics ([`NodeMetrics`]) and what its `/readyz` checks
+//! ([`readiness`]); `tessera-runtime` serves them, with `/healthz`.
 //!
 //! Every family is registered under the `tessera_node` prefix:
 //!
@@ -16,9 +16,8 @@
 //! | `tessera_node_health_events_total` | counter | `kind` (xid, ecc-single, ecc-double), `action` (taint, ignore) | NVML health events |
 //! | `tessera_node_unhealthy_devices` | gauge | | devices currently tainted by health monitoring (XID/ECC findings, lost GPUs) |
 
-pub mod endpoints;
 pub mod instrumented;
-pub mod liveness;
+pub mod readiness;
 
 use std::time::Duration;
 

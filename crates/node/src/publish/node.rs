@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use tessera_api::names::TOPOLOGY_MANAGED_LABEL;
+use tessera_runtime::Stop;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -34,18 +35,22 @@ impl NodeFacts {
 }
 
 /// Watches the Node `name` and keeps the returned channel at its facts (`None` while the Node
-/// does not exist). The task runs until aborted; watch errors are logged and retried with
-/// backoff.
+/// does not exist). The task runs until `stop` is cancelled; watch errors are logged and
+/// retried with backoff.
 pub fn watch_node(
     client: kube::Client,
     name: &str,
+    stop: Stop,
 ) -> (watch::Receiver<Option<NodeFacts>>, JoinHandle<()>) {
     let (facts, receiver) = watch::channel(None);
     let nodes: Api<Node> = Api::all(client);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let name = name.to_owned();
     let task = tokio::spawn(async move {
-        let mut events = watcher(nodes, config).default_backoff().boxed();
+        let mut events = watcher(nodes, config)
+            .default_backoff()
+            .take_until(stop.cancelled_owned())
+            .boxed();
         while let Some(event) = events.next().await {
             match event {
                 Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tessera_kubelet::{DeviceHealth, RegistrationState};
+use tessera_runtime::Heartbeat;
 use tessera_topology::Inventory;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -18,7 +19,6 @@ use tokio::time::Instant;
 use super::{NodeFacts, PublishInput, Publisher};
 use crate::health::{HealthFindings, SharedFindings};
 use crate::inventory::NodeInventory;
-use crate::metrics::liveness::Heartbeat;
 use crate::metrics::{NodeMetrics, Outcome};
 
 /// First retry delay after a failed publish; doubles up to the rescan interval.

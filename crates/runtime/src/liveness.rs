@@ -1,4 +1,4 @@
-//! Liveness of the plugin's background loops: each loop beats a [`Heartbeat`] every iteration,
+//! Liveness of a process's background loops: each loop beats a [`Heartbeat`] every iteration,
 //! and `/healthz` fails when one has been silent for longer than it promised.
 
 use std::sync::Arc;

@@ -1,0 +1,489 @@
+//! The node plugin's composition root: [`NodePlugin`] starts its parts in order and stops them
+//! with one [`Stop`].
+//!
+//! Parts: claim preparation ([`NodeDriver`], served to the kubelet on its sockets), the publish
+//! loop and the watch of this node's Node object ([`crate::publish`]), the health monitor when
+//! there is NVML ([`crate::health`]), and the HTTP endpoints (`tessera-runtime`).
+//!
+//! Shutdown order, once the `shutdown` future given to [`NodePlugin::run`] completes:
+//! 1. the registration socket goes (the kubelet deregisters the plugin), the DRA socket stops
+//!    accepting calls, health streams end, and in-flight prepare/unprepare calls finish (cut off
+//!    after the shutdown grace);
+//! 2. the [`Stop`] is cancelled: the publish loop, the Node watch, the health monitor and the
+//!    HTTP endpoints stop, and are awaited.
+//!
+//! Published ResourceSlices are NOT deleted: the kubelet removes a plugin's slices 30 s after it
+//! is gone, and a restarting plugin (upgrade, crash) must not make the devices flap.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tessera_api::DRIVER_NAME;
+use tessera_kubelet::{KubeletPlugin, PluginConfig, ServeError};
+use tessera_runtime::{
+    Clients, EndpointError, EndpointServer, Endpoints, Heartbeat, Liveness, Stop, StopOnDrop,
+};
+use tessera_topology::nvml::{HealthEvents, NvmlError, NvmlSource, Sysfs};
+use tessera_topology::{DeviceSource, MockSource, SourceError};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::claims::KubeClaimSource;
+use crate::health::monitor::{HealthMonitor, HealthSettings, MAX_SILENCE};
+use crate::health::{SharedFindings, WithDeviceHealth};
+use crate::injection::{self, DriverInjection, DriverRootConfig, DriverRootError, DriverTools};
+use crate::inventory::NodeInventory;
+use crate::metrics::NodeMetrics;
+use crate::metrics::instrumented::InstrumentedDriver;
+use crate::metrics::readiness::Readiness;
+use crate::mig::{MigControl, SimulatedMig};
+use crate::plan::MigMode;
+use crate::publish::runner::{PublishLoop, max_silence};
+use crate::publish::{Publisher, PublisherConfig, watch_node};
+use crate::sharing::{GpuControl, SimulatedGpuControl, SystemGpuControl};
+use crate::{DriverParts, NodeDriver, NodeDriverConfig, StartError};
+
+/// Where the GPUs come from.
+#[derive(Debug, Clone)]
+pub enum DeviceBackend {
+    /// A shipped topology's name or a topology file; sharing and MIG are simulated in files
+    /// under the state directory, and there are no health events.
+    Mock { topology: String },
+    /// NVML from `library`; PCIe roots and NUMA nodes from the sysfs tree at `sysfs_root`.
+    Nvml {
+        library: PathBuf,
+        sysfs_root: PathBuf,
+    },
+}
+
+/// How the node plugin runs (the binary fills it from its flags).
+#[derive(Debug, Clone)]
+pub struct NodePluginConfig {
+    /// The node this plugin runs on.
+    pub node_name: String,
+    /// Where the kubelet looks for plugin registration sockets.
+    pub kubelet_registrar_dir: PathBuf,
+    /// The kubelet's plugins directory (the DRA socket goes into `<dir>/<driver>/`).
+    pub kubelet_plugins_dir: PathBuf,
+    /// Directory of CDI specs the container runtime reads.
+    pub cdi_root: PathBuf,
+    /// The plugin's state (checkpoint, MPS directories, simulated GPUs); survives restarts.
+    pub state_dir: PathBuf,
+    pub devices: DeviceBackend,
+    /// The NVIDIA driver's files, which claim specs inject, and its tools, which time-slicing and
+    /// MPS run; `None`: specs carry device nodes and environment only, sharing is simulated on
+    /// mock nodes and uses the tools on `PATH` with NVML.
+    pub driver_root: Option<DriverRootConfig>,
+    /// Host directory the driver's device nodes are under (`/` on real nodes).
+    pub dev_root: PathBuf,
+    /// Publish MIG-enabled GPUs as partitionable devices and create MIG instances on prepare.
+    pub dynamic_mig: bool,
+    /// What operators change of the health policy (`--ignored-xids`, `--health-recovery-after`).
+    pub health: HealthSettings,
+    /// How often the GPU inventory is read again.
+    pub rescan_interval: Duration,
+    /// Address of `/metrics`, `/healthz` and `/readyz`; `None` turns them off.
+    pub metrics_address: Option<SocketAddr>,
+    /// How long one claim read may take (the clients bound other API requests themselves:
+    /// [`tessera_runtime::kube_clients`]).
+    pub api_timeout: Duration,
+    /// How long in-flight kubelet calls may run after the shutdown signal.
+    pub shutdown_grace: Duration,
+}
+
+/// Why the plugin could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error("cannot read the mock topology (--topology): {0}")]
+    Topology(#[source] SourceError),
+    #[error("cannot open NVML (--nvml-lib): {0}")]
+    Nvml(#[source] NvmlError),
+    #[error("cannot read the GPUs through NVML: {0}")]
+    ReadNvml(#[source] SourceError),
+    #[error("--driver-root {}: {source}", .driver_root.display())]
+    DriverRoot {
+        driver_root: PathBuf,
+        #[source]
+        source: DriverRootError,
+    },
+    #[error("cannot start claim preparation: {0}")]
+    Driver(#[source] StartError),
+    #[error("cannot set up the kubelet plugin sockets: {0}")]
+    Sockets(#[source] ServeError),
+    #[error(transparent)]
+    Endpoints(EndpointError),
+    #[error("the kubelet plugin stopped with an error: {0}")]
+    Serve(#[source] ServeError),
+}
+
+/// The driver as the kubelet sees it: instrumented, with the device health stream.
+type ServedDriver = WithDeviceHealth<InstrumentedDriver<NodeDriver>>;
+
+/// The node plugin, started: its sockets are bound and its background parts run.
+pub struct NodePlugin {
+    node_name: String,
+    kubelet: KubeletPlugin<ServedDriver>,
+    stop: Stop,
+    /// Stops the parts if the plugin is dropped without [`NodePlugin::run`].
+    _stop_on_drop: StopOnDrop,
+    parts: Vec<(&'static str, JoinHandle<()>)>,
+    endpoints: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl NodePlugin {
+    /// Opens the GPUs, recovers claim preparation from whatever a previous run left, binds the
+    /// kubelet sockets and starts the publish loop, the Node watch, the health monitor and the
+    /// endpoints. Kubelet calls are answered once [`NodePlugin::run`] runs. `clients.requests`
+    /// serves claim reads and slice writes, `clients.watches` the Node watch.
+    pub async fn start(
+        config: NodePluginConfig,
+        clients: Clients,
+    ) -> Result<NodePlugin, PluginError> {
+        let (injection, tools) = load_driver_root(&config)?;
+        let devices = Devices::open(&config, tools.as_ref())?;
+        let mut registry = Registry::default();
+        let metrics = NodeMetrics::new(&mut registry);
+        let (kubelet_health, kubelet_health_feed) = watch::channel(Vec::new());
+        let driver = start_driver(&config, &clients.requests, &devices, injection).await?;
+        let recovery = driver.recovery();
+        let driver = InstrumentedDriver::new(driver, metrics.clone(), Some(NodeDriver::stats));
+        let kubelet = PluginConfig::new(DRIVER_NAME)
+            .registrar_dir(&config.kubelet_registrar_dir)
+            .plugins_dir(&config.kubelet_plugins_dir)
+            .shutdown_grace(config.shutdown_grace)
+            // The driver locks per claim: calls on other claims need not wait for each other.
+            .serialize_calls(false)
+            .bind(Arc::new(WithDeviceHealth::new(driver, kubelet_health_feed)))
+            .map_err(PluginError::Sockets)?;
+
+        let stop = Stop::new();
+        let shared = Shared {
+            config: &config,
+            clients,
+            inventory: Arc::clone(&devices.inventory),
+            metrics: metrics.clone(),
+            findings: SharedFindings::default(),
+            stop: stop.clone(),
+        };
+        let (published, published_feed) = watch::channel(false);
+        let mut background = Background::default();
+        background.publish(&shared, &kubelet, kubelet_health, published);
+        if let Some(events) = devices.health_events {
+            background.monitor(&shared, events);
+        }
+        let Background { liveness, parts } = background;
+        let endpoints = Endpoints {
+            metrics: Arc::new(registry),
+            liveness: Arc::new(liveness),
+            readiness: Arc::new(Readiness {
+                registration: kubelet.registration_state(),
+                published: published_feed,
+                recovery,
+            }),
+        };
+        let endpoints = serve_endpoints(config.metrics_address, endpoints, &stop).await?;
+        Ok(NodePlugin {
+            node_name: config.node_name.clone(),
+            kubelet,
+            _stop_on_drop: stop.clone().drop_guard(),
+            stop,
+            parts,
+            endpoints,
+        })
+    }
+
+    /// Serves the kubelet until `shutdown` completes, then stops every part in order (see the
+    /// module documentation).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), PluginError> {
+        tracing::info!(node = %self.node_name, driver = DRIVER_NAME, "tessera-kubelet-plugin running");
+        let served = self.kubelet.serve(shutdown).await;
+        self.stop.cancel();
+        for (name, task) in self.parts {
+            if task.await.is_err() {
+                tracing::error!("the {name} panicked");
+            }
+        }
+        if let Some(endpoints) = self.endpoints {
+            match endpoints.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::error!(%error, "the HTTP endpoints failed"),
+                Err(_) => tracing::error!("the HTTP endpoints panicked"),
+            }
+        }
+        served.map_err(PluginError::Serve)
+    }
+}
+
+/// What the background parts share.
+struct Shared<'a> {
+    config: &'a NodePluginConfig,
+    clients: Clients,
+    inventory: Arc<NodeInventory>,
+    metrics: NodeMetrics,
+    findings: SharedFindings,
+    stop: Stop,
+}
+
+/// The background parts, as they are started, and the heartbeats `/healthz` checks.
+#[derive(Default)]
+struct Background {
+    liveness: Liveness,
+    parts: Vec<(&'static str, JoinHandle<()>)>,
+}
+
+impl Background {
+    /// Starts the Node watch and the publish loop.
+    fn publish(
+        &mut self,
+        shared: &Shared<'_>,
+        kubelet: &KubeletPlugin<ServedDriver>,
+        kubelet_health: watch::Sender<Vec<tessera_kubelet::DeviceHealth>>,
+        published: watch::Sender<bool>,
+    ) {
+        let config = shared.config;
+        let (node, node_watch) = watch_node(
+            shared.clients.watches.clone(),
+            &config.node_name,
+            shared.stop.clone(),
+        );
+        self.parts.push(("Node watch", node_watch));
+        let heartbeat = Heartbeat::new("publish loop", max_silence(config.rescan_interval));
+        self.liveness.watch(heartbeat.clone());
+        let publisher_config = PublisherConfig {
+            node_name: config.node_name.clone(),
+            driver_name: DRIVER_NAME.to_owned(),
+            dynamic_mig: config.dynamic_mig,
+        };
+        let publish_loop = PublishLoop {
+            publisher: Publisher::new(
+                shared.clients.requests.clone(),
+                publisher_config,
+                shared.metrics.clone(),
+            ),
+            inventory: Arc::clone(&shared.inventory),
+            findings: shared.findings.clone(),
+            node,
+            registration: kubelet.registration_state(),
+            kubelet_health,
+            published,
+            metrics: shared.metrics.clone(),
+            heartbeat,
+            rescan_interval: config.rescan_interval,
+        };
+        let stopped = shared.stop.clone().cancelled_owned();
+        self.parts
+            .push(("publish loop", tokio::spawn(publish_loop.run(stopped))));
+    }
+
+    /// Starts the health monitor on NVML's events.
+    fn monitor(&mut self, shared: &Shared<'_>, events: HealthEvents) {
+        let heartbeat = Heartbeat::new("health monitor", MAX_SILENCE);
+        self.liveness.watch(heartbeat.clone());
+        let monitor = HealthMonitor {
+            source: Box::new(events),
+            findings: shared.findings.clone(),
+            metrics: shared.metrics.clone(),
+            heartbeat,
+            settings: shared.config.health.clone(),
+        };
+        self.parts
+            .push(("health monitor", monitor.spawn(shared.stop.clone())));
+    }
+}
+
+/// The GPUs: where the inventory comes from, how sharing and MIG are applied, and NVML's
+/// health events when there is NVML.
+struct Devices {
+    inventory: Arc<NodeInventory>,
+    gpu: Arc<dyn GpuControl>,
+    mig: Arc<dyn MigControl>,
+    health_events: Option<HealthEvents>,
+}
+
+impl Devices {
+    fn open(
+        config: &NodePluginConfig,
+        tools: Option<&DriverTools>,
+    ) -> Result<Devices, PluginError> {
+        match &config.devices {
+            DeviceBackend::Mock { topology } => Devices::mock(config, topology, tools),
+            DeviceBackend::Nvml {
+                library,
+                sysfs_root,
+            } => Devices::nvml(library, sysfs_root, tools),
+        }
+    }
+
+    fn mock(
+        config: &NodePluginConfig,
+        topology: &str,
+        tools: Option<&DriverTools>,
+    ) -> Result<Devices, PluginError> {
+        // Each node gets its own GPU and MIG UUIDs, as real nodes do.
+        let source = MockSource::new(topology)
+            .map_err(PluginError::Topology)?
+            .for_node(config.node_name.clone());
+        tracing::info!(
+            source = %source.describe(),
+            fake_driver = tools.is_some(),
+            "GPU backend (mock: MIG simulated under the state directory, no health events; \
+             sharing through the fake driver root's tools, or simulated without one)"
+        );
+        let inventory =
+            Arc::new(NodeInventory::read(Arc::new(source)).map_err(PluginError::Topology)?);
+        let gpu: Arc<dyn GpuControl> = match tools {
+            Some(tools) => Arc::new(driver_gpu_control(tools)),
+            None => Arc::new(SimulatedGpuControl::new(
+                config.state_dir.join("simulated-gpu"),
+            )),
+        };
+        Ok(Devices {
+            gpu,
+            mig: Arc::new(SimulatedMig::persistent(
+                &inventory.current(),
+                config.state_dir.join("simulated-mig.json"),
+            )),
+            inventory,
+            health_events: None,
+        })
+    }
+
+    fn nvml(
+        library: &std::path::Path,
+        sysfs_root: &std::path::Path,
+        tools: Option<&DriverTools>,
+    ) -> Result<Devices, PluginError> {
+        let nvml = Arc::new(
+            NvmlSource::open(Some(library))
+                .map_err(PluginError::Nvml)?
+                .with_sysfs(Sysfs::new(sysfs_root)),
+        );
+        tracing::info!(source = %nvml.describe(), sysfs = %sysfs_root.display(), "GPU backend");
+        let health_events = match nvml.health_events() {
+            Ok(events) => {
+                for gpu in events.unmonitored() {
+                    tracing::warn!(gpu = %gpu.gpu_uuid, reason = %gpu.reason, "GPU cannot report XID/ECC events; its health is not monitored");
+                }
+                Some(events)
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot register for NVML health events; device health is not monitored");
+                None
+            }
+        };
+        Ok(Devices {
+            inventory: Arc::new(NodeInventory::read(nvml.clone()).map_err(PluginError::ReadNvml)?),
+            gpu: match tools {
+                Some(tools) => Arc::new(driver_gpu_control(tools)),
+                None => Arc::new(SystemGpuControl::default()),
+            },
+            mig: nvml,
+            health_events,
+        })
+    }
+}
+
+/// The NVIDIA driver: what claim specs inject, and its tools for sharing (with a driver root).
+fn load_driver_root(
+    config: &NodePluginConfig,
+) -> Result<(DriverInjection, Option<DriverTools>), PluginError> {
+    let Some(driver) = &config.driver_root else {
+        if matches!(config.devices, DeviceBackend::Nvml { .. }) {
+            tracing::warn!(
+                "no --driver-root: claim specs give containers device nodes and environment but \
+                 none of the driver's libraries or binaries (set kubeletPlugin.driverRoot)"
+            );
+        }
+        return Ok((DriverInjection::devices_only(&config.dev_root), None));
+    };
+    let (injection, tools, summary) =
+        injection::load(driver).map_err(|source| PluginError::DriverRoot {
+            driver_root: driver.driver_root.clone(),
+            source,
+        })?;
+    tracing::info!(
+        driver_root = %driver.driver_root.display(),
+        version = %summary.version,
+        libraries = summary.libraries,
+        library_dirs = ?summary.library_dirs,
+        binaries = ?summary.binaries,
+        firmware = summary.firmware,
+        ipc_sockets = ?summary.ipc_sockets,
+        hook = %summary.hook.display(),
+        "NVIDIA driver found; claim specs inject its files"
+    );
+    for missing in &summary.missing_control_nodes {
+        tracing::warn!(node = %missing, "driver device node missing; containers will not get it");
+    }
+    Ok((injection, Some(tools)))
+}
+
+/// The driver's own tools, from the driver root.
+fn driver_gpu_control(tools: &DriverTools) -> SystemGpuControl {
+    let tool = |path: &Option<PathBuf>, name: &str| {
+        path.clone().unwrap_or_else(|| {
+            tracing::warn!("the driver root has no {name}; sharing that needs it will fail");
+            PathBuf::from(name)
+        })
+    };
+    SystemGpuControl::with_programs(
+        tool(&tools.nvidia_smi, "nvidia-smi"),
+        tool(&tools.mps_control, "nvidia-cuda-mps-control"),
+    )
+    .with_library_path(&tools.library_path)
+}
+
+/// Starts claim preparation: loads the checkpoint and recovers from whatever a previous run
+/// left (see [`crate::driver`]).
+async fn start_driver(
+    config: &NodePluginConfig,
+    client: &kube::Client,
+    devices: &Devices,
+    injection: DriverInjection,
+) -> Result<NodeDriver, PluginError> {
+    let mig_mode = if config.dynamic_mig {
+        MigMode::Dynamic
+    } else {
+        MigMode::Static
+    };
+    let driver_config =
+        NodeDriverConfig::new(&config.node_name, &config.cdi_root, &config.state_dir)
+            .mig_mode(mig_mode)
+            .injection(injection);
+    let parts = DriverParts {
+        inventory: Arc::clone(&devices.inventory),
+        claims: Arc::new(KubeClaimSource::new(client.clone()).timeout(config.api_timeout)),
+        gpu: Arc::clone(&devices.gpu),
+        mig: Arc::clone(&devices.mig),
+    };
+    let (driver, report) = NodeDriver::start(driver_config, parts)
+        .await
+        .map_err(PluginError::Driver)?;
+    tracing::info!(checkpoint = %driver.checkpoint_path().display(), report = ?report, "claim preparation recovered its state");
+    for error in &report.errors {
+        tracing::warn!(%error, "recovery left a problem for a later retry");
+    }
+    Ok(driver)
+}
+
+/// Binds and serves the endpoints until `stop` (none without an address).
+async fn serve_endpoints(
+    address: Option<SocketAddr>,
+    endpoints: Endpoints,
+    stop: &Stop,
+) -> Result<Option<JoinHandle<std::io::Result<()>>>, PluginError> {
+    let Some(address) = address else {
+        return Ok(None);
+    };
+    let server = EndpointServer::bind(address, endpoints)
+        .await
+        .map_err(PluginError::Endpoints)?;
+    tracing::info!(%address, "serving /metrics, /healthz and /readyz");
+    Ok(Some(tokio::spawn(
+        server.serve(stop.clone().cancelled_owned()),
+    )))
+}
