@@ -366,8 +366,20 @@ impl Core {
         Ok(crate::paths::child(&self.mps_root, uid)?)
     }
 
+    /// Removes a claim's MPS directory once its daemon is stopped. A daemon that has stopped
+    /// answering may still write its last log line while it exits, so a directory that is not
+    /// empty yet is tried again a few times before that is an error.
     fn remove_mps_directory(&self, uid: &str) -> Result<(), EffectError> {
+        const TRIES: u32 = 20;
         let path = self.mps_directory(uid)?;
+        for _ in 1..TRIES {
+            match std::fs::remove_dir_all(&path) {
+                Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                _ => break,
+            }
+        }
         match std::fs::remove_dir_all(&path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
                 Err(EffectError::MpsDirectory { path, source: e })

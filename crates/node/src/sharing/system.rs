@@ -9,11 +9,15 @@
 //!   `set_default_active_thread_percentage <pct>` and
 //!   `set_default_device_pinned_mem_limit <device index> <MiB>M`. Whether a daemon is running
 //!   is asked the same way (`get_server_list` fails when no daemon answers); `quit` stops it.
+//!   The control client returns as soon as `quit` is sent, while the daemon shuts its server down
+//!   and exits after (a real H100 logs "Server N exited" then), so stopping waits until the
+//!   daemon no longer answers: removing its directory before that races with its last writes.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use tessera_api::config::TimeSliceInterval;
 
@@ -27,7 +31,13 @@ pub struct SystemGpuControl {
     /// Set for every tool run (`LD_LIBRARY_PATH` of a driver root that is not on the loader's
     /// path).
     env: BTreeMap<String, String>,
+    /// How long a daemon may keep answering after `quit` before stopping it is an error.
+    stop_wait: Duration,
 }
+
+/// The default for [`SystemGpuControl::stop_wait`]: well inside the kubelet's 45 s call deadline.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+const STOP_POLL: Duration = Duration::from_millis(50);
 
 impl Default for SystemGpuControl {
     fn default() -> Self {
@@ -35,6 +45,7 @@ impl Default for SystemGpuControl {
             nvidia_smi: PathBuf::from("nvidia-smi"),
             mps_control: PathBuf::from("nvidia-cuda-mps-control"),
             env: BTreeMap::new(),
+            stop_wait: STOP_WAIT,
         }
     }
 }
@@ -89,6 +100,7 @@ impl SystemGpuControl {
             nvidia_smi: nvidia_smi.into(),
             mps_control: mps_control.into(),
             env: BTreeMap::new(),
+            stop_wait: STOP_WAIT,
         }
     }
 
@@ -192,11 +204,25 @@ impl GpuControl for SystemGpuControl {
         if !self.daemon_answers(directories) {
             return Ok(());
         }
-        self.mps_command(directories, "quit")
-            .map_err(|reason| SharingError::StopMps {
-                pipe: directories.pipe.clone(),
-                reason,
-            })
+        let failed = |reason: String| SharingError::StopMps {
+            pipe: directories.pipe.clone(),
+            reason,
+        };
+        self.mps_command(directories, "quit").map_err(failed)?;
+        let deadline = Instant::now() + self.stop_wait;
+        while self.daemon_answers(directories) {
+            if Instant::now() > deadline {
+                return Err(failed(format!(
+                    "the daemon still answers {:?} after `quit`; stop it by hand \
+                     (`echo quit | nvidia-cuda-mps-control` with CUDA_MPS_PIPE_DIRECTORY={}) \
+                     and unprepare is retried",
+                    self.stop_wait,
+                    directories.pipe.display()
+                )));
+            }
+            std::thread::sleep(STOP_POLL);
+        }
+        Ok(())
     }
 }
 
@@ -317,6 +343,75 @@ esac
             calls(dir.path()),
             vec![format!("mps  | visible= pipe={p} | get_server_list")],
             "no quit for a daemon that is not running"
+        );
+    }
+
+    /// An MPS control client whose daemon exits `exit_after` after `quit` (never, if `None`), as
+    /// NVIDIA's does: the client returns at once, the daemon goes a moment later.
+    fn slow_quitting_tool(dir: &Path, exit_after: Option<&str>) -> PathBuf {
+        let path = dir.join("mps");
+        let quit = match exit_after {
+            Some(delay) => format!(
+                r#"(sleep {delay}; rm -f "$CUDA_MPS_PIPE_DIRECTORY/running") >/dev/null 2>&1 &"#
+            ),
+            None => ":".to_owned(),
+        };
+        fs::write(
+            &path,
+            format!(
+                r#"#!/bin/sh
+input=$(cat)
+case "$input" in
+  get_server_list) [ -e "$CUDA_MPS_PIPE_DIRECTORY/running" ] || exit 1 ;;
+  quit) {quit} ;;
+esac
+"#
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn running_daemon(dir: &Path) -> MpsDirectories {
+        let directories = MpsDirectories {
+            pipe: dir.join("pipe"),
+            log: dir.join("log"),
+        };
+        fs::create_dir_all(&directories.pipe).unwrap();
+        fs::write(directories.pipe.join("running"), b"").unwrap();
+        directories
+    }
+
+    #[test]
+    fn stopping_returns_once_the_daemon_has_gone_not_when_quit_is_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = SystemGpuControl::with_programs(
+            "/nonexistent/nvidia-smi",
+            slow_quitting_tool(dir.path(), Some("0.3")),
+        );
+        let directories = running_daemon(dir.path());
+        control.stop_mps(&directories).unwrap();
+        assert!(
+            !directories.pipe.join("running").exists(),
+            "stop_mps returned while the daemon still answered"
+        );
+    }
+
+    #[test]
+    fn a_daemon_that_ignores_quit_is_an_error_naming_its_pipe_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut control = SystemGpuControl::with_programs(
+            "/nonexistent/nvidia-smi",
+            slow_quitting_tool(dir.path(), None),
+        );
+        control.stop_wait = Duration::from_millis(200);
+        let directories = running_daemon(dir.path());
+        let err = control.stop_mps(&directories).unwrap_err().to_string();
+        assert!(err.contains("still answers"), "{err}");
+        assert!(
+            err.contains(&directories.pipe.display().to_string()),
+            "{err}"
         );
     }
 
