@@ -1,17 +1,21 @@
-//! `tessera explain`: why a claim can or cannot be allocated, device by device — the same
-//! allocator and CEL code the controller runs, on objects read from files.
+//! `tessera explain`: why a claim can or cannot be allocated, device by device (`--claim`: the
+//! claim as written, as kube-scheduler's allocator sees it), and what the topology-aware controller
+//! does with a pod (`--pod`: `tessera-placement`'s decision, the very function the controller
+//! calls, on objects read from files).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde::{Deserialize as _, Serialize};
 use tessera_allocator::{
     AllocateOptions, AllocatedState, Allocation, Inventory, Outcome, PlacementMode, Unsatisfiable,
     claim_name,
 };
+use tessera_placement::{ClusterObjects, Settings};
+
+mod pod;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
@@ -25,29 +29,53 @@ pub enum OutputFormat {
 pub enum Mode {
     /// What kube-scheduler would pick.
     FirstFit,
-    /// Tessera's topology score (design.md §4).
+    /// Tessera's topology score (docs/topology-aware-placement.md).
     TopologyAware,
 }
 
+impl From<Mode> for PlacementMode {
+    fn from(mode: Mode) -> PlacementMode {
+        match mode {
+            Mode::FirstFit => PlacementMode::FirstFit,
+            Mode::TopologyAware => PlacementMode::TopologyAware,
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["claim", "pod"])))]
 pub struct ExplainArgs {
     /// Files or directories of YAML/JSON: ResourceSlices, DeviceClasses, ResourceClaims (allocated
-    /// ones count as in use) and optionally Nodes (for node names and labels; without them the
-    /// nodes are those named by the slices). `List` objects are unpacked; other kinds are skipped.
+    /// ones count as in use), Nodes (for a claim optional: without them the nodes are those named
+    /// by the slices; for a pod required), and for `--pod` the Pods (bound ones count on their
+    /// node) and ResourceClaimTemplates. `List` objects are unpacked; other kinds are skipped.
     #[arg(long, env = "TESSERA_OBJECTS", num_args = 1.., required = true, value_delimiter = ',')]
     pub objects: Vec<PathBuf>,
 
-    /// The claim to explain, as NAMESPACE/NAME (a claim without a namespace is in `default`).
+    /// The claim to explain, as NAMESPACE/NAME (a claim without a namespace is in `default`):
+    /// allocated as written, as kube-scheduler's allocator would (a topology-managed device's
+    /// taint is not tolerated unless the claim tolerates it).
     #[arg(long, env = "TESSERA_CLAIM")]
-    pub claim: String,
+    pub claim: Option<String>,
 
-    /// Only this node; without it, the node the mode would pick.
+    /// The pod to explain, as NAMESPACE/NAME: what tessera-controller does with it — the same
+    /// decision, from the same code (its claims placed jointly on topology-managed devices of
+    /// one node, nodes filtered by cordon, selectors, taints and resources, or why not).
+    #[arg(long, env = "TESSERA_POD", conflicts_with = "node")]
+    pub pod: Option<String>,
+
+    /// Only this node (with `--claim`); without it, the node the mode would pick.
     #[arg(long, env = "TESSERA_NODE")]
     pub node: Option<String>,
 
-    /// How devices and nodes are chosen.
-    #[arg(long, env = "TESSERA_MODE", value_enum, default_value = "first-fit")]
-    pub mode: Mode,
+    /// How devices and nodes are chosen [default: first-fit for a claim, topology-aware (the
+    /// controller's) for a pod].
+    #[arg(long, env = "TESSERA_MODE", value_enum)]
+    pub mode: Option<Mode>,
+
+    /// The scheduling gate the controller places pods for (its `--gate-name`).
+    #[arg(long, env = "TESSERA_GATE_NAME", default_value = tessera_api::names::TOPOLOGY_AWARE_GATE)]
+    pub gate_name: String,
 
     /// Search steps per node before giving up.
     #[arg(long, env = "TESSERA_STEP_BUDGET", default_value_t = tessera_allocator::DEFAULT_STEP_BUDGET)]
@@ -67,10 +95,7 @@ pub struct ExplainArgs {
 /// The objects found in the input files.
 #[derive(Debug, Default)]
 pub struct Objects {
-    pub slices: Vec<ResourceSlice>,
-    pub classes: Vec<DeviceClass>,
-    pub claims: Vec<ResourceClaim>,
-    pub nodes: Vec<Node>,
+    pub cluster: ClusterObjects,
     /// Kinds that were skipped, with where they came from.
     pub skipped: Vec<String>,
 }
@@ -128,20 +153,33 @@ impl Objects {
             .unwrap_or_default()
             .to_owned();
         let parse = |what: &str| format!("{origin}: not a valid {what}");
+        let cluster = &mut self.cluster;
         match kind.as_str() {
-            "ResourceSlice" => self
+            "ResourceSlice" => cluster
                 .slices
                 .push(serde_yaml::from_value(value).with_context(|| parse("ResourceSlice"))?),
-            "DeviceClass" => self
+            "DeviceClass" => cluster
                 .classes
                 .push(serde_yaml::from_value(value).with_context(|| parse("DeviceClass"))?),
-            "ResourceClaim" => self
+            "ResourceClaim" => cluster
                 .claims
                 .push(serde_yaml::from_value(value).with_context(|| parse("ResourceClaim"))?),
-            "Node" => self
+            "ResourceClaimTemplate" => cluster.templates.push(
+                serde_yaml::from_value(value).with_context(|| parse("ResourceClaimTemplate"))?,
+            ),
+            "Node" => cluster
                 .nodes
                 .push(serde_yaml::from_value(value).with_context(|| parse("Node"))?),
-            "List" | "ResourceSliceList" | "DeviceClassList" | "ResourceClaimList" | "NodeList" => {
+            "Pod" => cluster
+                .pods
+                .push(serde_yaml::from_value(value).with_context(|| parse("Pod"))?),
+            "List"
+            | "ResourceSliceList"
+            | "DeviceClassList"
+            | "ResourceClaimList"
+            | "ResourceClaimTemplateList"
+            | "NodeList"
+            | "PodList" => {
                 let items = value
                     .get("items")
                     .and_then(|i| i.as_sequence())
@@ -181,15 +219,40 @@ fn qualified(claim: &ResourceClaim) -> String {
     }
 }
 
+/// `NAMESPACE/NAME`, `default/NAME` for a bare name.
+fn namespaced(key: &str) -> String {
+    if key.contains('/') {
+        key.to_owned()
+    } else {
+        format!("default/{key}")
+    }
+}
+
 pub fn run(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let objects = Objects::load(&args.objects)?;
-    let wanted = if args.claim.contains('/') {
-        args.claim.clone()
-    } else {
-        format!("default/{}", args.claim)
-    };
-    let Some(target) = objects.claims.iter().find(|c| qualified(c) == wanted) else {
-        let known: Vec<String> = objects.claims.iter().map(qualified).collect();
+    match (&args.pod, &args.claim) {
+        (Some(pod), _) => {
+            let mut settings = Settings::new(&args.gate_name);
+            settings.options.step_budget = args.step_budget;
+            if let Some(mode) = args.mode {
+                settings.options.mode = mode.into();
+            }
+            pod::explain(&objects, &namespaced(pod), &settings, args.output, out)
+        }
+        (None, Some(claim)) => explain_claim(args, objects, &namespaced(claim), out),
+        (None, None) => bail!("name a claim (--claim) or a pod (--pod) to explain"),
+    }
+}
+
+fn explain_claim(
+    args: &ExplainArgs,
+    objects: Objects,
+    wanted: &str,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let cluster = objects.cluster;
+    let Some(target) = cluster.claims.iter().find(|c| qualified(c) == wanted) else {
+        let known: Vec<String> = cluster.claims.iter().map(qualified).collect();
         bail!(
             "claim {wanted} is not among the objects (claims found: {}); pass the file that holds it with --objects",
             if known.is_empty() {
@@ -202,13 +265,10 @@ pub fn run(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let mut target = target.clone();
     let previous = target.status.as_mut().and_then(|s| s.allocation.take());
     let state =
-        AllocatedState::from_claims(objects.claims.iter().filter(|c| qualified(c) != wanted))?;
-    let inventory = Inventory::from_nodes(objects.slices, objects.classes, &objects.nodes);
+        AllocatedState::from_claims(cluster.claims.iter().filter(|c| qualified(c) != wanted))?;
+    let inventory = Inventory::from_nodes(cluster.slices, cluster.classes, &cluster.nodes);
     let options = AllocateOptions {
-        mode: match args.mode {
-            Mode::FirstFit => PlacementMode::FirstFit,
-            Mode::TopologyAware => PlacementMode::TopologyAware,
-        },
+        mode: args.mode.unwrap_or(Mode::FirstFit).into(),
         step_budget: args.step_budget,
         explain: true,
     };
@@ -231,8 +291,8 @@ pub fn run(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
                 writeln!(out, "note: skipped {skipped}")?;
             }
             match &outcome {
-                Outcome::Allocated(a) => write_allocation(out, &wanted, options.mode, a),
-                Outcome::Unsatisfiable(u) => write_unsatisfiable(out, &wanted, options.mode, u),
+                Outcome::Allocated(a) => write_allocation(out, wanted, options.mode, a),
+                Outcome::Unsatisfiable(u) => write_unsatisfiable(out, wanted, options.mode, u),
             }
         }
     }
@@ -319,7 +379,9 @@ fn write_unsatisfiable(
     Ok(())
 }
 
-fn result_line(r: &k8s_openapi::api::resource::v1::DeviceRequestAllocationResult) -> String {
+pub(crate) fn result_line(
+    r: &k8s_openapi::api::resource::v1::DeviceRequestAllocationResult,
+) -> String {
     let mut extras = Vec::new();
     if r.admin_access == Some(true) {
         extras.push("admin access".to_owned());

@@ -45,8 +45,8 @@ use placement_support::{
     ControllerProcess, Memory, MetricsSummary, Report, SizeStream, Topology, fragment, percentile,
 };
 use support::{NS, Source, devices_of, gated_pod, gpu_claim, node, shipped_classes};
-use tessera_controller::protocol::is_gated;
 use tessera_fake_apiserver::FakeApiServer;
+use tessera_placement::protocol::is_gated;
 
 /// How long the benchmark waits for the controller before declaring it stuck.
 const PATIENCE: Duration = Duration::from_secs(300);

@@ -1,5 +1,5 @@
 //! Every request the controller sends that changes something, each checked against leadership
-//! first and bounded in time. The bodies come from `crate::writes`.
+//! first and bounded in time. The bodies come from `tessera_placement::writes`.
 
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tessera_api::names::FIELD_MANAGER;
 
 use crate::leader::{Leadership, NotLeader};
-use crate::protocol::{CONTROLLER_NAME, PLACEMENT_CONDITION, object_key};
+use tessera_placement::protocol::{CONTROLLER_NAME, PLACEMENT_CONDITION, object_key};
 
 /// Longest a single write may take.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -268,9 +268,9 @@ impl ApiWriter {
                 EventType::Normal
             },
             reason: reason.to_owned(),
-            note: Some(crate::message::truncate(
+            note: Some(tessera_placement::message::truncate(
                 note,
-                crate::message::EVENT_NOTE_LIMIT,
+                tessera_placement::message::EVENT_NOTE_LIMIT,
             )),
             action: "TopologyAwarePlacement".to_owned(),
             secondary: None,

@@ -2,7 +2,7 @@
 //! seen come back through a watch yet (the "assumed" objects, as kube-scheduler's assume cache
 //! keeps them), and the device inventory rebuilt when slices, classes or nodes change.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -10,12 +10,12 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
-use tessera_allocator::{AllocatedState, DeviceId, Inventory};
+use tessera_allocator::{AllocatedState, Inventory};
+use tessera_placement::DeviceView;
+use tessera_placement::nodes::NodeFacts;
+use tessera_placement::pods::{devices_in_use, node_usage};
+use tessera_placement::resources::NodeUsage;
 
-use crate::inventory::{managed_slices, unmanaged_slices};
-use crate::nodes::NodeFacts;
-use crate::protocol::{PodPlacement, is_bound, is_gated, is_terminal};
-use crate::resources::{NodeUsage, Requests, pod_requests};
 use crate::slices::{EncodedSlice, SliceCache, decode};
 
 /// The watch caches.
@@ -116,15 +116,11 @@ impl<K: Resource> Assumed<K> {
     }
 }
 
-/// The device inventories and node facts of one generation of slices, classes and nodes.
+/// The devices and node facts of one generation of slices, classes and nodes.
 pub struct InventorySnapshot {
     pub generation: u64,
-    /// Topology-managed devices only.
-    pub managed: Arc<Inventory>,
-    /// Nodes with topology-managed devices.
-    pub managed_nodes: HashSet<String>,
-    /// Every node, parsed for the filters.
-    pub nodes: Vec<NodeFacts>,
+    /// Topology-managed devices, nodes with them, every node's facts.
+    pub devices: DeviceView,
     unmanaged: OnceLock<Arc<Inventory>>,
     slices: Vec<EncodedSlice>,
     classes: Vec<DeviceClass>,
@@ -145,40 +141,23 @@ impl InventorySnapshot {
             .iter()
             .map(|n| NodeFacts::from(&**n))
             .collect();
-        let (managed, managed_nodes) = managed_slices(decode(&slices));
-        let managed = Inventory::new(
-            managed,
-            classes.clone(),
-            nodes.iter().map(|n| n.info.clone()).collect(),
-        );
-        // Evaluate every class on every device now (the verdicts and the devices' CEL contexts
-        // are cached in the inventory), not in the first decision that needs them. A class whose
-        // selectors fail is reported by the decisions that use it.
-        for class in &classes {
-            if let Some(name) = class.metadata.name.as_deref() {
-                let _ = managed.devices_selected_by_class(name);
-            }
-        }
         InventorySnapshot {
             generation,
-            managed: Arc::new(managed),
-            managed_nodes,
-            nodes,
+            devices: DeviceView::new(decode(&slices), classes.clone(), nodes),
             unmanaged: OnceLock::new(),
             slices,
             classes,
         }
     }
 
-    /// The devices the scheduler allocates (built on first use).
+    /// The devices the scheduler allocates (built on first use, from the encoded slices).
     pub fn unmanaged(&self) -> Arc<Inventory> {
         self.unmanaged
             .get_or_init(|| {
-                Arc::new(Inventory::new(
-                    unmanaged_slices(decode(&self.slices)),
-                    self.classes.clone(),
-                    self.nodes.iter().map(|n| n.info.clone()).collect(),
-                ))
+                Arc::new(
+                    self.devices
+                        .unmanaged(decode(&self.slices), self.classes.clone()),
+                )
             })
             .clone()
     }
@@ -247,25 +226,14 @@ impl Cluster {
             .is_some()
     }
 
-    /// Every device allocated by any claim. A claim whose allocation cannot be parsed still
-    /// blocks its devices (exclusively), rather than letting them be allocated twice.
+    /// Every device allocated by any claim ([`devices_in_use`]; a claim whose allocation does not
+    /// parse blocks its devices exclusively, and is logged).
     pub fn devices_in_use(&self) -> AllocatedState {
-        let mut state = AllocatedState::new();
-        for claim in self.claims.overlay(self.stores.claims.state()) {
-            let Some(allocation) = crate::claims::allocation(&claim) else {
-                continue;
-            };
-            if let Err(e) = state.add_allocation(allocation) {
-                tracing::warn!(claim = %crate::protocol::object_key(&claim.metadata), error = %e,
-                    "allocation does not parse; treating its devices as exclusively in use");
-                for r in allocation
-                    .devices
-                    .iter()
-                    .flat_map(|d| d.results.iter().flatten())
-                {
-                    state.insert_device(DeviceId::new(&r.driver, &r.pool, &r.device));
-                }
-            }
+        let claims = self.claims.overlay(self.stores.claims.state());
+        let (state, unreadable) = devices_in_use(claims.iter().map(|c| &**c));
+        for u in unreadable {
+            tracing::warn!(claim = %u.claim, error = %u.error,
+                "allocation does not parse; treating its devices as exclusively in use");
         }
         state
     }
@@ -273,56 +241,9 @@ impl Cluster {
     /// What the pods on each node request, except `except` (the pod being placed). Pods the
     /// controller released but the scheduler has not bound yet count on their placement node.
     pub fn node_usage(&self, except: &str) -> HashMap<String, NodeUsage> {
-        let mut usage: HashMap<String, NodeUsage> = HashMap::new();
-        for pod in self.pods.overlay(self.stores.pods.state()) {
-            if pod.metadata.uid.as_deref() == Some(except) {
-                continue;
-            }
-            if let Some(node) = usage_node(&pod) {
-                usage
-                    .entry(node)
-                    .or_default()
-                    .add_pod(pod_usage_requests(&pod));
-            }
-        }
-        usage
+        let pods = self.pods.overlay(self.stores.pods.state());
+        node_usage(pods.iter().map(|p| &**p), except)
     }
-}
-
-/// The node whose resources a pod uses or is about to use: its node when bound; when released by
-/// the controller but not bound yet, the node its claims were placed on.
-pub fn usage_node(pod: &Pod) -> Option<String> {
-    if is_terminal(pod) {
-        return None;
-    }
-    if is_bound(pod) {
-        return pod.spec.as_ref().and_then(|s| s.node_name.clone());
-    }
-    if pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.scheduling_gates.as_ref())
-        .is_some_and(|g| !g.is_empty())
-    {
-        return None;
-    }
-    PodPlacement::of(pod)
-        .map(|p| p.node)
-        .filter(|n| !n.is_empty())
-}
-
-/// What the pod requests (zero without a spec).
-pub fn pod_usage_requests(pod: &Pod) -> Requests {
-    pod.spec.as_ref().map(pod_requests).unwrap_or_default()
-}
-
-/// Whether the controller has work with this pod: gated by `gate`, or released by the controller
-/// and not bound yet (its claims may be given back by the scheduler).
-pub fn is_candidate(pod: &Pod, gate: &str) -> bool {
-    if pod.metadata.deletion_timestamp.is_some() || is_terminal(pod) || is_bound(pod) {
-        return false;
-    }
-    is_gated(pod, gate) || PodPlacement::of(pod).is_some()
 }
 
 #[cfg(test)]

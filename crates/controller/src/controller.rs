@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::SignedDuration;
 use kube::Client;
-use tessera_allocator::{AllocateOptions, DEFAULT_STEP_BUDGET, PlacementMode};
+use tessera_allocator::DEFAULT_STEP_BUDGET;
+use tessera_placement::Settings;
 use tessera_runtime::{Endpoints, Heartbeat, Liveness, Probe};
 use tokio::sync::watch;
 
@@ -17,7 +18,7 @@ use crate::leader::{LeaderElector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::queue::Outcome;
 use crate::watch::{Signals, WATCHES, start};
-use crate::worker::{Worker, WorkerConfig};
+use crate::worker::Worker;
 
 /// Longest the worker sleeps between checks (keeps the liveness heartbeat fresh).
 const IDLE_TICK: Duration = Duration::from_secs(5);
@@ -50,6 +51,15 @@ impl ControllerConfig {
             step_budget: DEFAULT_STEP_BUDGET,
             instance: None,
         }
+    }
+
+    /// What the worker decides with ([`tessera_placement::Settings`]): topology-aware, this gate,
+    /// step budget and avoid time. `tessera explain --pod` decides with the same defaults.
+    pub fn settings(&self) -> Settings {
+        let mut settings = Settings::new(&self.gate);
+        settings.avoid_for = SignedDuration::try_from(self.avoid_for).unwrap_or(settings.avoid_for);
+        settings.options.step_budget = self.step_budget;
+        settings
     }
 }
 
@@ -154,16 +164,7 @@ impl Controller {
                 self.config.instance.clone(),
             ),
             metrics: self.metrics.clone(),
-            config: WorkerConfig {
-                gate: self.config.gate.clone(),
-                avoid_for: SignedDuration::try_from(self.config.avoid_for)
-                    .unwrap_or(SignedDuration::from_mins(5)),
-                options: AllocateOptions {
-                    mode: PlacementMode::TopologyAware,
-                    step_budget: self.config.step_budget,
-                    explain: false,
-                },
-            },
+            config: self.config.settings(),
         };
         self.work(&worker, shutdown).await;
         tracing::info!("shutting down: releasing the lease");

@@ -1,6 +1,6 @@
 //! What the controller's caches keep of each object: only the fields decisions read, so that a
 //! large cluster's pods and nodes fit in little memory. Applied to every watched object before it
-//! is stored. The controller never writes a cached object back whole (see `crate::writes`), so
+//! is stored. The controller never writes a cached object back whole (see `tessera_placement::writes`), so
 //! nothing dropped here can be lost on the server.
 
 use std::collections::BTreeMap;
@@ -13,7 +13,9 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::protocol::{CLAIM_MARK_ANNOTATION, PLACEMENT_CONDITION, POD_PLACEMENT_ANNOTATION};
+use tessera_placement::protocol::{
+    CLAIM_MARK_ANNOTATION, PLACEMENT_CONDITION, POD_PLACEMENT_ANNOTATION,
+};
 
 fn keep_annotation(meta: &mut ObjectMeta, name: &str) {
     meta.annotations = meta.annotations.take().and_then(|mut a| {

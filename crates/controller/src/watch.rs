@@ -22,13 +22,14 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
-use crate::cluster::{Stores, is_candidate, pod_usage_requests, usage_node};
-use crate::nodes::NodeFacts;
-use crate::protocol::{ClaimMark, POD_PLACEMENT_ANNOTATION};
+use crate::cluster::Stores;
 use crate::queue::WorkQueue;
-use crate::resources::Requests;
 use crate::slices::SliceCache;
 use crate::trim;
+use tessera_placement::nodes::NodeFacts;
+use tessera_placement::pods::{is_candidate, pod_usage_requests, usage_node};
+use tessera_placement::protocol::{ClaimMark, POD_PLACEMENT_ANNOTATION};
+use tessera_placement::resources::Requests;
 
 /// Number of watches ([`Stores`] fields).
 pub const WATCHES: usize = 6;
@@ -92,7 +93,7 @@ impl Signals {
 }
 
 fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
-    crate::protocol::object_key(meta)
+    tessera_placement::protocol::object_key(meta)
 }
 
 /// The fields whose change means a candidate pod must be looked at again.
@@ -181,10 +182,14 @@ fn on_claim(
     // A released pod whose claim lost the allocation the controller wrote: the scheduler gave it
     // back. (Gated pods are not woken: the controller's own undo passes through that state.)
     if let Some(mark) = ClaimMark::of(claim)
-        && crate::claims::allocation(claim).is_none()
-        && old.as_deref().and_then(crate::claims::allocation).is_some()
+        && tessera_placement::claims::allocation(claim).is_none()
+        && old
+            .as_deref()
+            .and_then(tessera_placement::claims::allocation)
+            .is_some()
         && pod(&mark.pod).is_some_and(|p| {
-            is_candidate(&p, &signals.gate) && !crate::protocol::is_gated(&p, &signals.gate)
+            is_candidate(&p, &signals.gate)
+                && !tessera_placement::protocol::is_gated(&p, &signals.gate)
         })
     {
         signals.enqueue(format!("{namespace}/{}", mark.pod));

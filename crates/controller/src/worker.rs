@@ -8,34 +8,23 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use tessera_allocator::AllocateOptions;
+use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{ApiWriter, WriteError, current_condition};
-use crate::cluster::{Cluster, is_candidate};
-use crate::message::{CONDITION_MESSAGE_LIMIT, claim_list, truncate};
+use crate::cluster::Cluster;
 use crate::metrics::Metrics;
-use crate::nodes::{NodeFilter, PodRequirements};
-use crate::planner::{Action, Decision, Placement, PlacementInput, decide};
-use crate::protocol::{ClaimMark, PodPlacement, is_gated, object_key};
 use crate::queue::Outcome;
-use crate::resolve::{Resolution, resolve_claims};
 use crate::trim;
-use crate::writes::{
+use tessera_placement::message::{CONDITION_MESSAGE_LIMIT, claim_list, truncate};
+use tessera_placement::planner::{Action, Decision, Placement};
+use tessera_placement::pods::is_candidate;
+use tessera_placement::protocol::{ClaimMark, PodPlacement, is_gated, object_key};
+use tessera_placement::resolve::{Resolution, resolve_claims};
+use tessera_placement::view::{PodContext, Settings, decide_pod};
+use tessera_placement::writes::{
     ClaimProgress, UndoStep, allocation_patch, deallocation_patch, is_marked, mark_for, mark_patch,
     pod_patch, undo_plan, unmark_patch,
 };
-
-/// How the worker decides.
-#[derive(Clone, Debug)]
-pub struct WorkerConfig {
-    /// The scheduling gate of the pods to place.
-    pub gate: String,
-    /// How long to avoid a node where the scheduler gave back an allocation.
-    pub avoid_for: SignedDuration,
-    /// Allocator options (mode topology-aware; brief accounts, nodes are explained separately).
-    pub options: AllocateOptions,
-}
 
 /// What the pod's condition and event say.
 struct Report<'a> {
@@ -50,7 +39,7 @@ pub struct Worker {
     pub cluster: Arc<Cluster>,
     pub writer: ApiWriter,
     pub metrics: Arc<Metrics>,
-    pub config: WorkerConfig,
+    pub config: Settings,
 }
 
 fn claim_key(claim: &ResourceClaim) -> String {
@@ -112,25 +101,17 @@ impl Worker {
         let usage = self
             .cluster
             .node_usage(pod.metadata.uid.as_deref().unwrap_or_default());
-        let nodes = NodeFilter::run(
-            &PodRequirements::of(&pod),
-            &snapshot.nodes,
-            &snapshot.managed_nodes,
-            &usage,
-        );
-        let unmanaged = || snapshot.unmanaged();
-        let decision = decide(&PlacementInput {
-            pod: &pod,
-            gated,
-            claims: &claims,
-            managed: &snapshot.managed,
-            unmanaged: &unmanaged,
-            in_use: &in_use,
-            nodes,
-            now: Timestamp::now(),
-            avoid_for: self.config.avoid_for,
-            options: self.config.options,
-        });
+        // The context holds a `&dyn Fn`, which is not `Sync`: keep it out of the awaits below.
+        let decision = {
+            let unmanaged = || snapshot.unmanaged();
+            let context = PodContext {
+                devices: &snapshot.devices,
+                unmanaged: &unmanaged,
+                in_use: &in_use,
+                usage: &usage,
+            };
+            decide_pod(&pod, &claims, &context, &self.config, Timestamp::now())
+        };
         self.metrics
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -407,8 +388,8 @@ impl Worker {
                     let ours = ClaimMark::of(&fresh).is_some_and(|m| m.is_for(pod));
                     let applies = match step {
                         UndoStep::Deallocate(_) => {
-                            ours && crate::claims::allocation(&fresh).is_some()
-                                && !crate::claims::is_reserved(&fresh)
+                            ours && tessera_placement::claims::allocation(&fresh).is_some()
+                                && !tessera_placement::claims::is_reserved(&fresh)
                         }
                         UndoStep::Unmark { .. } => ours,
                     };

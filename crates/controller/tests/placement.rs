@@ -11,8 +11,8 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use support::harness::*;
 use support::*;
-use tessera_controller::protocol::{CLAIM_FINALIZER, PodPlacement};
 use tessera_fake_apiserver::{Fault, Verb};
+use tessera_placement::protocol::{CLAIM_FINALIZER, PodPlacement};
 
 fn owned_by(mut claim: ResourceClaim, pod: &Pod) -> ResourceClaim {
     claim.metadata.owner_references = Some(vec![OwnerReference {
@@ -224,7 +224,7 @@ async fn a_pod_that_fits_nowhere_is_told_why_and_placed_when_room_appears() {
     assert_eq!(status, "False");
     assert_eq!(message, expected, "the condition says what the event says");
     let pod = api.get::<Pod>(Some(NS), "trainer").unwrap();
-    assert!(tessera_controller::protocol::is_gated(
+    assert!(tessera_placement::protocol::is_gated(
         &pod,
         tessera_api::names::TOPOLOGY_AWARE_GATE
     ));

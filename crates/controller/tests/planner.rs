@@ -11,13 +11,13 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use support::*;
 use tessera_allocator::{AllocateOptions, AllocatedState, Inventory, PlacementMode};
-use tessera_controller::inventory::{managed_slices, unmanaged_slices};
-use tessera_controller::nodes::{NodeFacts, NodeFilter, PodRequirements};
-use tessera_controller::planner::{Action, Decision, Failure, PlacementInput, decide};
-use tessera_controller::protocol::{
+use tessera_placement::managed::{managed_slices, unmanaged_slices};
+use tessera_placement::nodes::{NodeFacts, NodeFilter, PodRequirements};
+use tessera_placement::planner::{Action, Decision, Failure, PlacementInput, decide};
+use tessera_placement::protocol::{
     CLAIM_MARK_ANNOTATION, ClaimMark, POD_PLACEMENT_ANNOTATION, PodPlacement,
 };
-use tessera_controller::resolve::{Resolution, resolve_claims};
+use tessera_placement::resolve::{Resolution, resolve_claims};
 
 #[derive(Default)]
 struct World {
@@ -169,7 +169,7 @@ fn a_fragmented_node_gets_the_gpus_of_one_numa_node() {
         .clone();
     assert_eq!(
         tolerations,
-        Some(vec![tessera_controller::claims::managed_toleration()]),
+        Some(vec![tessera_placement::claims::managed_toleration()]),
         "results record the toleration of the managed taint"
     );
     assert!(result.node_selector.is_some());

@@ -12,8 +12,8 @@ use support::harness::*;
 use support::*;
 use tessera_api::names::TOPOLOGY_AWARE_GATE;
 use tessera_controller::ControllerConfig;
-use tessera_controller::protocol::PodPlacement;
 use tessera_fake_apiserver::{Fault, Verb};
+use tessera_placement::protocol::PodPlacement;
 
 fn with_lease(identity: &str) -> ControllerConfig {
     let mut config = ControllerConfig::new(TOPOLOGY_AWARE_GATE);

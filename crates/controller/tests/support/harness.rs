@@ -7,9 +7,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tessera_api::names::TOPOLOGY_AWARE_GATE;
-use tessera_controller::protocol::{ClaimMark, PLACEMENT_CONDITION};
 use tessera_controller::{Controller, ControllerConfig, Leadership, LeaseConfig, Metrics};
 use tessera_fake_apiserver::FakeApiServer;
+use tessera_placement::protocol::{ClaimMark, PLACEMENT_CONDITION};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -101,7 +101,7 @@ pub fn start_with(api: &FakeApiServer, config: ControllerConfig) -> Running {
 /// Waits until the pod's gate is gone.
 pub async fn released(api: &FakeApiServer, pod: &str) -> Pod {
     api.wait_for::<Pod>(Some(NS), pod, PATIENCE, |p| {
-        !tessera_controller::protocol::is_gated(p, TOPOLOGY_AWARE_GATE)
+        !tessera_placement::protocol::is_gated(p, TOPOLOGY_AWARE_GATE)
     })
     .await
     .unwrap_or_else(|last| panic!("pod {pod} was not released: {last:#?}"))

@@ -19,7 +19,7 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tessera_api::names::{DRIVER_NAME, TOPOLOGY_AWARE_GATE, TOPOLOGY_MANAGED_LABEL};
-use tessera_controller::claims::managed_toleration;
+use tessera_placement::claims::managed_toleration;
 use tessera_topology::render::ServerVersion;
 use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
 

@@ -1,6 +1,6 @@
 //! The decision for one pod, as a function of data: which claims to allocate where, which of the
 //! controller's own earlier allocations to undo first, or why nothing can be done. No IO; the
-//! shell (`crate::worker`) carries the decision out.
+//! controller's worker carries the decision out.
 //!
 //! A pod's claims are allocated jointly on one node. Claims already allocated by someone else are
 //! fixed and pin the node; the controller's own allocations for the pod are completed on their

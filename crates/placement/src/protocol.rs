@@ -1,5 +1,5 @@
 //! The marks the controller leaves on API objects and reads back — after a restart, after a leader
-//! change, or when the scheduler has undone part of its work (design.md §4). Pure data: building
+//! change, or when the scheduler has undone part of its work (docs/protocol.md). Pure data: building
 //! and parsing the annotation values, no IO.
 
 use std::collections::BTreeMap;

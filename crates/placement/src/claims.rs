@@ -1,6 +1,6 @@
 //! How the controller sees a pod's claims: allocated or not, by whom, and the copy of a claim the
 //! allocator is given (its requests tolerate the topology-managed taint, so the allocator may pick
-//! managed devices and the results record the toleration, as design.md §4 asks).
+//! managed devices and the results record the toleration, as docs/protocol.md describes).
 
 use std::sync::Arc;
 

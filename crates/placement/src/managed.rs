@@ -1,5 +1,5 @@
 //! Which devices the controller may allocate — only those carrying the
-//! `gpu.tessera.dev/topology-managed` taint (design.md §4) — and which the scheduler allocates.
+//! `gpu.tessera.dev/topology-managed` taint (docs/protocol.md) — and which the scheduler allocates.
 //! Pure functions from ResourceSlices to the slices each allocator inventory is built from.
 
 use std::collections::{BTreeSet, HashSet};

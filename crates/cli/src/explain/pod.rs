@@ -1,0 +1,238 @@
+//! `tessera explain --pod`: what tessera-controller does with a pod, decided by
+//! `tessera_placement` (the controller's own decision) over the objects read from files.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::bail;
+use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use tessera_placement::protocol::object_key;
+use tessera_placement::{Action, Decision, Placement, PodVerdict, Settings};
+
+use super::{Objects, OutputFormat, result_line};
+
+/// What `-o json` prints for a pod.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PodReport {
+    pod: String,
+    /// `Place`, `Release`, `LeaveToScheduler`, `CannotPlace`, `Nothing`, `NotCandidate`,
+    /// `WaitingForClaims` or `InvalidClaims`.
+    action: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<String>,
+    /// The allocations the controller writes, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    claims: Vec<ClaimReport>,
+    /// The controller's own earlier allocations it clears first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    undo: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    score: Option<String>,
+    /// The condition's reason when the pod cannot be placed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct ClaimReport {
+    claim: String,
+    allocation: AllocationResult,
+}
+
+fn names(claims: &[Arc<ResourceClaim>]) -> Vec<String> {
+    claims.iter().map(|c| object_key(&c.metadata)).collect()
+}
+
+fn report(pod: &str, verdict: PodVerdict) -> PodReport {
+    let mut report = PodReport {
+        pod: pod.to_owned(),
+        ..PodReport::default()
+    };
+    let decision = match verdict {
+        PodVerdict::NotCandidate(why) => {
+            report.action = "NotCandidate";
+            report.message = Some(why);
+            return report;
+        }
+        PodVerdict::WaitingForClaims(why) => {
+            report.action = "WaitingForClaims";
+            report.message = Some(why);
+            return report;
+        }
+        PodVerdict::InvalidClaims(why) => {
+            report.action = "InvalidClaims";
+            report.reason = Some("InvalidInput");
+            report.message = Some(why);
+            return report;
+        }
+        PodVerdict::Decided(Decision { action, .. }) => action,
+    };
+    match decision {
+        Action::Place(Placement {
+            node,
+            undo,
+            writes,
+            score,
+            truncated,
+        }) => {
+            report.action = "Place";
+            report.node = Some(node);
+            report.undo = names(&undo);
+            report.score = Some(score.to_string());
+            report.claims = writes
+                .into_iter()
+                .map(|w| ClaimReport {
+                    claim: object_key(&w.claim.metadata),
+                    allocation: w.allocation,
+                })
+                .collect();
+            if truncated {
+                report.message = Some(
+                    "the search stopped at its step budget; a better placement may exist".into(),
+                );
+            }
+        }
+        Action::Release { node } => {
+            report.action = "Release";
+            report.node = node;
+        }
+        Action::LeaveToScheduler { message } => {
+            report.action = "LeaveToScheduler";
+            report.message = Some(message);
+        }
+        Action::CannotPlace {
+            failure,
+            message,
+            undo,
+        } => {
+            report.action = "CannotPlace";
+            report.reason = Some(failure.reason());
+            report.message = Some(message);
+            report.undo = names(&undo);
+        }
+        Action::Nothing => report.action = "Nothing",
+    }
+    report
+}
+
+pub fn explain(
+    objects: &Objects,
+    wanted: &str,
+    settings: &Settings,
+    output: OutputFormat,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let cluster = &objects.cluster;
+    let (namespace, name) = wanted.split_once('/').unwrap_or(("default", wanted));
+    let Some(pod) = cluster.pod(namespace, name) else {
+        let known: Vec<String> = cluster
+            .pods
+            .iter()
+            .map(|p| object_key(&p.metadata))
+            .collect();
+        bail!(
+            "pod {wanted} is not among the objects (pods found: {}); pass the file that holds it with --objects",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        );
+    };
+    if cluster.nodes.is_empty() {
+        bail!(
+            "explaining a pod needs the cluster's Nodes (the controller filters them by cordon, \
+             selectors, taints and resources): add them to --objects (kubectl get nodes -o yaml)"
+        );
+    }
+    let report = report(wanted, cluster.decide(pod, settings, Timestamp::now()));
+    match output {
+        OutputFormat::Json => {
+            serde_json::to_writer_pretty(&mut *out, &report)?;
+            writeln!(out)?;
+        }
+        OutputFormat::Text => {
+            for skipped in &objects.skipped {
+                writeln!(out, "note: skipped {skipped}")?;
+            }
+            write_text(out, &report, settings)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_text(out: &mut impl Write, r: &PodReport, settings: &Settings) -> anyhow::Result<()> {
+    let pod = &r.pod;
+    let message = r.message.as_deref().unwrap_or_default();
+    match r.action {
+        "Place" => {
+            writeln!(
+                out,
+                "pod {pod}: the controller places its claims on node {} ({}):",
+                r.node.as_deref().unwrap_or_default(),
+                settings.options.mode
+            )?;
+            if !r.undo.is_empty() {
+                writeln!(
+                    out,
+                    "  first clearing its own earlier allocations of {}",
+                    r.undo.join(", ")
+                )?;
+            }
+            for claim in &r.claims {
+                writeln!(out, "  claim {}:", claim.claim)?;
+                let results = claim.allocation.devices.as_ref();
+                for result in results
+                    .and_then(|d| d.results.as_deref())
+                    .unwrap_or_default()
+                {
+                    writeln!(out, "    {}", result_line(result))?;
+                }
+            }
+            writeln!(out, "  score: {}", r.score.as_deref().unwrap_or_default())?;
+            if !message.is_empty() {
+                writeln!(out, "  note: {message}")?;
+            }
+        }
+        "Release" => match &r.node {
+            Some(node) => writeln!(
+                out,
+                "pod {pod}: every claim is allocated (node {node}); the controller removes its gate"
+            )?,
+            None => writeln!(
+                out,
+                "pod {pod}: every claim is allocated; the controller removes its gate"
+            )?,
+        },
+        "LeaveToScheduler" => writeln!(
+            out,
+            "pod {pod}: the controller leaves it to kube-scheduler: {message}"
+        )?,
+        "CannotPlace" | "InvalidClaims" => {
+            writeln!(
+                out,
+                "pod {pod} cannot be placed now ({}): {message}",
+                r.reason.unwrap_or_default()
+            )?;
+            if !r.undo.is_empty() {
+                writeln!(
+                    out,
+                    "  the controller clears its own partial allocations of {}",
+                    r.undo.join(", ")
+                )?;
+            }
+        }
+        "WaitingForClaims" => writeln!(out, "pod {pod} waits for its claims: {message}")?,
+        "Nothing" => writeln!(
+            out,
+            "pod {pod}: nothing to do (released, every claim allocated)"
+        )?,
+        _ => writeln!(out, "{message}")?,
+    }
+    Ok(())
+}

@@ -1,0 +1,138 @@
+//! The cluster as one decision reads it, and the decision for one pod built from it — the one
+//! entry point the controller's worker and `tessera explain --pod` both call, so that they cannot
+//! disagree.
+//!
+//! [`DeviceView`] is what changes rarely (slices, classes, nodes): the controller builds it once per
+//! change and keeps it; explain builds it from files. [`PodContext`] adds what changes with every
+//! placement (devices in use, pods' requests per node). [`decide_pod`] runs the node filters and the
+//! planner for a pod whose claims are resolved. A decision over several pods (all or nothing) is
+//! made from the same [`PodContext`]: it takes each pod's [`crate::planner::Decision`] against the
+//! state the previous ones leave.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use tessera_allocator::{
+    AllocateOptions, AllocatedState, DEFAULT_STEP_BUDGET, Inventory, PlacementMode,
+};
+
+use crate::managed::{managed_slices, unmanaged_slices};
+use crate::nodes::{NodeFacts, NodeFilter, PodRequirements};
+use crate::planner::{Decision, PlacementInput, decide};
+use crate::protocol::is_gated;
+use crate::resolve::PodClaim;
+use crate::resources::NodeUsage;
+
+/// How the controller decides (its flags).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// The scheduling gate of the pods to place.
+    pub gate: String,
+    /// How long to avoid a node where the scheduler gave back an allocation.
+    pub avoid_for: SignedDuration,
+    /// Allocator options.
+    pub options: AllocateOptions,
+}
+
+impl Settings {
+    /// The controller's defaults for `gate`: topology-aware, the default step budget, brief
+    /// accounts, nodes avoided for 5 minutes.
+    pub fn new(gate: &str) -> Settings {
+        Settings {
+            gate: gate.to_owned(),
+            avoid_for: SignedDuration::from_secs(300),
+            options: AllocateOptions {
+                mode: PlacementMode::TopologyAware,
+                step_budget: DEFAULT_STEP_BUDGET,
+                explain: false,
+            },
+        }
+    }
+}
+
+/// The devices and nodes of one generation of slices, classes and nodes.
+pub struct DeviceView {
+    /// Topology-managed devices only (the only ones the controller allocates).
+    pub managed: Arc<Inventory>,
+    /// Nodes with topology-managed devices.
+    pub managed_nodes: HashSet<String>,
+    /// Every node, parsed for the filters.
+    pub nodes: Vec<NodeFacts>,
+}
+
+impl DeviceView {
+    /// Indexes the managed devices of `slices`. Every class is evaluated on every device now (the
+    /// verdicts are cached in the inventory), not in the first decision that needs them; a class
+    /// whose selectors fail is reported by the decisions that use it.
+    pub fn new(
+        slices: Vec<ResourceSlice>,
+        classes: Vec<DeviceClass>,
+        nodes: Vec<NodeFacts>,
+    ) -> DeviceView {
+        let (managed, managed_nodes) = managed_slices(slices);
+        let managed = Inventory::new(managed, classes.clone(), node_infos(&nodes));
+        for class in &classes {
+            if let Some(name) = class.metadata.name.as_deref() {
+                let _ = managed.devices_selected_by_class(name);
+            }
+        }
+        DeviceView {
+            managed: Arc::new(managed),
+            managed_nodes,
+            nodes,
+        }
+    }
+
+    /// The devices the scheduler allocates (untainted, any driver), from the same `slices` and
+    /// `classes`. Built only when a decision needs it.
+    pub fn unmanaged(&self, slices: Vec<ResourceSlice>, classes: Vec<DeviceClass>) -> Inventory {
+        Inventory::new(unmanaged_slices(slices), classes, node_infos(&self.nodes))
+    }
+}
+
+fn node_infos(nodes: &[NodeFacts]) -> Vec<tessera_allocator::NodeInfo> {
+    nodes.iter().map(|n| n.info.clone()).collect()
+}
+
+/// What one pod's decision reads about the cluster.
+pub struct PodContext<'a> {
+    pub devices: &'a DeviceView,
+    /// [`DeviceView::unmanaged`], built on first call.
+    pub unmanaged: &'a dyn Fn() -> Arc<Inventory>,
+    /// Every allocated claim's devices ([`crate::pods::devices_in_use`]).
+    pub in_use: &'a AllocatedState,
+    /// What the other pods request per node ([`crate::pods::node_usage`]).
+    pub usage: &'a HashMap<String, NodeUsage>,
+}
+
+/// The decision for `pod`, whose claims are resolved ([`crate::resolve::resolve_claims`]): the
+/// node filters, then the planner.
+pub fn decide_pod(
+    pod: &Pod,
+    claims: &[PodClaim],
+    context: &PodContext<'_>,
+    settings: &Settings,
+    now: Timestamp,
+) -> Decision {
+    let nodes = NodeFilter::run(
+        &PodRequirements::of(pod),
+        &context.devices.nodes,
+        &context.devices.managed_nodes,
+        context.usage,
+    );
+    decide(&PlacementInput {
+        pod,
+        gated: is_gated(pod, &settings.gate),
+        claims,
+        managed: &context.devices.managed,
+        unmanaged: context.unmanaged,
+        in_use: context.in_use,
+        nodes,
+        now,
+        avoid_for: settings.avoid_for,
+        options: settings.options,
+    })
+}
