@@ -6,13 +6,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args as ClapArgs, Parser};
+use clap::{Args as ClapArgs, Parser, ValueEnum};
 use tessera_api::DRIVER_NAME;
 use tessera_driver_root::edits::HOOK_BINARY;
 use tessera_kubelet::{DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR};
 use tessera_node::health::monitor::HealthSettings;
 use tessera_node::injection::{self, DriverRootConfig, HookInstall};
-use tessera_node::{DeviceBackend as Backend, NodePluginConfig};
+use tessera_node::{DeviceBackend as Backend, MpsPodSettings, NodePluginConfig};
 use tessera_runtime::{LogFormat, parse_duration};
 
 /// Tessera's node plugin: publishes this node's GPUs as ResourceSlices, prepares allocated
@@ -70,6 +70,25 @@ pub struct Args {
     /// nodes, the stand-in device root on mock nodes. This process must see it at the same path.
     #[arg(long, env = "NVIDIA_DEV_ROOT", default_value = "/")]
     pub dev_root: PathBuf,
+
+    /// Where each MPS claim's control daemon runs. `process`: a daemon the plugin starts (it
+    /// outlives the plugin process, not its container). `pod`: a pod of its own on this node
+    /// running `tessera-mps-daemon` from --mps-daemon-image, which outlives plugin restarts and
+    /// DaemonSet rollouts; needs --driver-root, --mps-daemon-image and --namespace.
+    #[arg(long, env = "MPS_DAEMONS", value_enum, default_value_t = MpsDaemons::Process)]
+    pub mps_daemons: MpsDaemons,
+
+    /// The image of MPS daemon pods (the plugin's own: it holds tessera-mps-daemon).
+    #[arg(long, env = "MPS_DAEMON_IMAGE")]
+    pub mps_daemon_image: Option<String>,
+
+    /// The priority class of MPS daemon pods (the chart: system-node-critical).
+    #[arg(long, env = "MPS_DAEMON_PRIORITY_CLASS")]
+    pub mps_daemon_priority_class: Option<String>,
+
+    /// The namespace of MPS daemon pods (the plugin's own, from the downward API).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
 
     /// Root of the sysfs tree the NVML backend reads PCIe roots and NUMA nodes from.
     #[arg(long, env = "SYSFS_ROOT", default_value = "/sys")]
@@ -134,6 +153,15 @@ pub struct DeviceBackend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OptionalAddress(pub Option<SocketAddr>);
 
+/// Where MPS control daemons run (`--mps-daemons`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MpsDaemons {
+    /// A process started by the plugin (`nvidia-cuda-mps-control -d`).
+    Process,
+    /// A pod of its own per claim.
+    Pod,
+}
+
 fn parse_address(text: &str) -> Result<OptionalAddress, String> {
     if text.trim().is_empty() {
         return Ok(OptionalAddress(None));
@@ -197,7 +225,30 @@ impl Args {
             metrics_address: self.metrics_address.0,
             api_timeout: self.api_timeout,
             shutdown_grace: self.shutdown_grace,
+            mps_pods: self.mps_pods()?,
         })
+    }
+
+    /// MPS daemon pods (`--mps-daemons=pod`), or `None` for daemons as processes.
+    fn mps_pods(&self) -> anyhow::Result<Option<MpsPodSettings>> {
+        if self.mps_daemons == MpsDaemons::Process {
+            return Ok(None);
+        }
+        anyhow::ensure!(
+            self.driver_root.is_some(),
+            "--mps-daemons=pod needs --driver-root (the daemon pods run its tools)"
+        );
+        Ok(Some(MpsPodSettings {
+            image: self
+                .mps_daemon_image
+                .clone()
+                .context("--mps-daemons=pod needs --mps-daemon-image (the plugin's own image)")?,
+            namespace: self
+                .namespace
+                .clone()
+                .context("--mps-daemons=pod needs --namespace (POD_NAMESPACE)")?,
+            priority_class: self.mps_daemon_priority_class.clone(),
+        }))
     }
 }
 

@@ -60,4 +60,4 @@ pub use driver::{
     ClaimError, ClaimFailure, DriverParts, DriverStats, NodeDriver, NodeDriverConfig, StartError,
     StartupReport,
 };
-pub use plugin::{DeviceBackend, NodePlugin, NodePluginConfig, PluginError};
+pub use plugin::{DeviceBackend, MpsPodSettings, NodePlugin, NodePluginConfig, PluginError};

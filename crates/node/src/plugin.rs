@@ -44,7 +44,9 @@ use crate::mig::{MigControl, SimulatedMig};
 use crate::plan::MigMode;
 use crate::publish::runner::{PublishLoop, max_silence};
 use crate::publish::{Publisher, PublisherConfig, watch_node};
-use crate::sharing::{GpuControl, SimulatedGpuControl, SystemGpuControl};
+use crate::sharing::{
+    GpuControl, MpsPodTemplate, PodMpsControl, SimulatedGpuControl, SystemGpuControl,
+};
 use crate::{DriverParts, NodeDriver, NodeDriverConfig, StartError};
 
 /// Where the GPUs come from.
@@ -93,6 +95,19 @@ pub struct NodePluginConfig {
     pub api_timeout: Duration,
     /// How long in-flight kubelet calls may run after the shutdown signal.
     pub shutdown_grace: Duration,
+    /// MPS control daemons in pods of their own (`--mps-daemons=pod`, with a driver root);
+    /// `None`: daemons are processes the plugin starts.
+    pub mps_pods: Option<MpsPodSettings>,
+}
+
+/// What MPS daemon pods need besides the driver root (`--mps-daemons=pod`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MpsPodSettings {
+    /// The plugin's own image (it holds `tessera-mps-daemon`).
+    pub image: String,
+    /// The plugin's namespace.
+    pub namespace: String,
+    pub priority_class: Option<String>,
 }
 
 /// Why the plugin could not start or stopped with an error.
@@ -104,6 +119,11 @@ pub enum PluginError {
     Nvml(#[source] NvmlError),
     #[error("cannot read the GPUs through NVML: {0}")]
     ReadNvml(#[source] SourceError),
+    #[error(
+        "--mps-daemons=pod: the driver root has no nvidia-cuda-mps-control for the daemon pods \
+         to run; use --mps-daemons=process or a driver root with MPS"
+    )]
+    NoMpsControl,
     #[error("--driver-root {}: {source}", .driver_root.display())]
     DriverRoot {
         driver_root: PathBuf,
@@ -144,7 +164,7 @@ impl NodePlugin {
         clients: Clients,
     ) -> Result<NodePlugin, PluginError> {
         let (injection, tools) = load_driver_root(&config)?;
-        let devices = Devices::open(&config, tools.as_ref())?;
+        let devices = Devices::open(&config, &clients.requests, tools.as_ref())?;
         let mut registry = Registry::default();
         let metrics = NodeMetrics::new(&mut registry);
         let (kubelet_health, kubelet_health_feed) = watch::channel(Vec::new());
@@ -307,21 +327,28 @@ struct Devices {
 impl Devices {
     fn open(
         config: &NodePluginConfig,
+        client: &kube::Client,
         tools: Option<&DriverTools>,
     ) -> Result<Devices, PluginError> {
+        // Sharing through the driver root's tools (privileged daemon pods on real GPUs).
+        let sharing = |privileged| {
+            tools
+                .map(|tools| driver_sharing(config, client, tools, privileged))
+                .transpose()
+        };
         match &config.devices {
-            DeviceBackend::Mock { topology } => Devices::mock(config, topology, tools),
+            DeviceBackend::Mock { topology } => Devices::mock(config, topology, sharing(false)?),
             DeviceBackend::Nvml {
                 library,
                 sysfs_root,
-            } => Devices::nvml(library, sysfs_root, tools),
+            } => Devices::nvml(library, sysfs_root, sharing(true)?),
         }
     }
 
     fn mock(
         config: &NodePluginConfig,
         topology: &str,
-        tools: Option<&DriverTools>,
+        tools: Option<Arc<dyn GpuControl>>,
     ) -> Result<Devices, PluginError> {
         // Each node gets its own GPU and MIG UUIDs, as real nodes do.
         let source = MockSource::new(topology)
@@ -336,7 +363,7 @@ impl Devices {
         let inventory =
             Arc::new(NodeInventory::read(Arc::new(source)).map_err(PluginError::Topology)?);
         let gpu: Arc<dyn GpuControl> = match tools {
-            Some(tools) => Arc::new(driver_gpu_control(tools)),
+            Some(tools) => tools,
             None => Arc::new(SimulatedGpuControl::new(
                 config.state_dir.join("simulated-gpu"),
             )),
@@ -355,7 +382,7 @@ impl Devices {
     fn nvml(
         library: &std::path::Path,
         sysfs_root: &std::path::Path,
-        tools: Option<&DriverTools>,
+        tools: Option<Arc<dyn GpuControl>>,
     ) -> Result<Devices, PluginError> {
         let nvml = Arc::new(
             NvmlSource::open(Some(library))
@@ -378,7 +405,7 @@ impl Devices {
         Ok(Devices {
             inventory: Arc::new(NodeInventory::read(nvml.clone()).map_err(PluginError::ReadNvml)?),
             gpu: match tools {
-                Some(tools) => Arc::new(driver_gpu_control(tools)),
+                Some(tools) => tools,
                 None => Arc::new(SystemGpuControl::default()),
             },
             mig: nvml,
@@ -420,6 +447,52 @@ fn load_driver_root(
         tracing::warn!(node = %missing, "driver device node missing; containers will not get it");
     }
     Ok((injection, Some(tools)))
+}
+
+/// Sharing through the driver's tools: MPS daemons as processes of the plugin's, or in pods of
+/// their own ([`NodePluginConfig::mps_pods`]).
+fn driver_sharing(
+    config: &NodePluginConfig,
+    client: &kube::Client,
+    tools: &DriverTools,
+    privileged: bool,
+) -> Result<Arc<dyn GpuControl>, PluginError> {
+    let system = driver_gpu_control(tools);
+    let (Some(pods), Some(driver)) = (&config.mps_pods, &config.driver_root) else {
+        return Ok(Arc::new(system));
+    };
+    // The tools' paths as this process sees them, made relative to the driver root.
+    let in_root = |path: &std::path::Path| {
+        std::path::Path::new("/").join(
+            path.strip_prefix(&driver.container_driver_root)
+                .unwrap_or(path),
+        )
+    };
+    let control = tools
+        .mps_control
+        .as_deref()
+        .ok_or(PluginError::NoMpsControl)?;
+    let template = MpsPodTemplate {
+        node_name: config.node_name.clone(),
+        namespace: pods.namespace.clone(),
+        image: pods.image.clone(),
+        priority_class: pods.priority_class.clone(),
+        privileged,
+        driver_root: driver.driver_root.clone(),
+        dev_root: config.dev_root.clone(),
+        control: in_root(control),
+        library_dirs: std::env::split_paths(&tools.library_path)
+            .filter(|d| !d.as_os_str().is_empty())
+            .map(|d| in_root(&d))
+            .collect(),
+    };
+    tracing::info!(namespace = %pods.namespace, image = %pods.image, "MPS control daemons run in pods of their own");
+    Ok(Arc::new(PodMpsControl::new(
+        client.clone(),
+        tokio::runtime::Handle::current(),
+        system,
+        template,
+    )))
 }
 
 /// The driver's own tools, from the driver root.

@@ -8,7 +8,10 @@
 //!   fake driver keeps it, and unprepare puts it back;
 //! - MPS starts the driver root's `nvidia-cuda-mps-control -d` with the claim's settings; the
 //!   daemon outlives a SIGKILL of the plugin, the restarted plugin finds it again (same process,
-//!   same settings) and unprepare stops it.
+//!   same settings) and unprepare stops it;
+//! - with `--mps-daemons=pod` the daemon runs in a pod of its own (here a stand-in kubelet runs
+//!   the pod's `tessera-mps-daemon` as the pod asks): it outlives the plugin, is found again, goes
+//!   with its claim, and a daemon pod of a claim no record knows is deleted at start.
 //!
 //! This executable also plays the fake driver root's binaries (`nvidia-smi`, the MPS control
 //! daemon): run under their names it acts as them. So it has its own `main`.
@@ -143,6 +146,93 @@ impl Drop for QuitOnDrop<'_> {
     fn drop(&mut self) {
         if tessera_fake_driver::mps::daemon_pid(&self.1).is_some() {
             let _ = mps_ask(self.0, &self.1, "quit");
+        }
+    }
+}
+
+/// A stand-in kubelet for MPS daemon pods: runs the `tessera-mps-daemon` of each pod in
+/// `namespace` as a process (the pod's driver-root volume is the fake root), and sends SIGTERM to
+/// the process of a pod that is gone. Stops (and stops its daemons) when dropped.
+struct PodRunner {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+const MPS_NAMESPACE: &str = "tessera-system";
+
+impl PodRunner {
+    fn start(server: FakeApiServer, driver_root: PathBuf) -> PodRunner {
+        use k8s_openapi::api::core::v1::Pod;
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut running: std::collections::BTreeMap<String, std::process::Child> =
+                Default::default();
+            let terminate = |child: &mut std::process::Child| {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &child.id().to_string()])
+                    .status();
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                while child.try_wait().ok().flatten().is_none() {
+                    if std::time::Instant::now() > deadline {
+                        let _ = child.kill();
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            };
+            while !stopping.load(Ordering::SeqCst) {
+                let pods: Vec<Pod> = server.list(Some(MPS_NAMESPACE));
+                let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+                for pod in &pods {
+                    let name = pod.name_any();
+                    if running.contains_key(&name) || pod.metadata.deletion_timestamp.is_some() {
+                        continue;
+                    }
+                    let container = &pod.spec.as_ref().unwrap().containers[0];
+                    let in_root = |arg: &String| {
+                        arg.split(':')
+                            .map(|part| match part.strip_prefix("/driver-root/") {
+                                Some(rest) => driver_root.join(rest).display().to_string(),
+                                None => part.to_owned(),
+                            })
+                            .collect::<Vec<_>>()
+                            .join(":")
+                    };
+                    let mut command = Command::new(env!("CARGO_BIN_EXE_tessera-mps-daemon"));
+                    command.args(container.args.iter().flatten().map(in_root));
+                    for var in container.env.iter().flatten() {
+                        command.env(&var.name, var.value.as_deref().unwrap_or_default());
+                    }
+                    running.insert(name, command.spawn().unwrap());
+                }
+                let gone: Vec<String> = running
+                    .keys()
+                    .filter(|name| !names.contains(name))
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    terminate(running.get_mut(&name).unwrap());
+                    running.remove(&name);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            for child in running.values_mut() {
+                terminate(child);
+            }
+        });
+        PodRunner {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for PodRunner {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
@@ -413,6 +503,144 @@ async fn an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare() {
     drop(plugin);
 }
 
+async fn an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim() {
+    use k8s_openapi::api::core::v1::Pod;
+    let fake = FakeDriver::new();
+    let server = FakeApiServer::new();
+    let http = server.serve_http().await.unwrap();
+    seed_node(&server);
+    server.seed_json(json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MPS_NAMESPACE}
+    }));
+    let _kubelet_pods = PodRunner::start(server.clone(), fake.root.clone());
+    let dirs = PluginDirs::new();
+    let mut flags = fake.flags();
+    flags.extend(
+        [
+            "--mps-daemons",
+            "pod",
+            "--mps-daemon-image",
+            "tessera:test",
+            "--namespace",
+            MPS_NAMESPACE,
+        ]
+        .map(String::from),
+    );
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &flags, &[]);
+    let kubelet = register(&dirs).await;
+
+    let claim = server.seed(&allocated_claim(
+        "mps",
+        &[("gpu", "gpu-4")],
+        vec![claim_config(
+            &["gpu"],
+            "GpuConfig",
+            json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 40,
+                   "defaultPinnedDeviceMemoryLimit": "1Gi"}}),
+        )],
+    ));
+    let uid = claim.uid().unwrap();
+    let reference = ClaimRef::new("ml", "mps", uid.clone());
+    let claims = std::slice::from_ref(&reference);
+    let prepared = kubelet.prepare(claims).await.unwrap();
+    assert!(
+        prepared[&reference.uid].is_ok(),
+        "{prepared:?}\n{}",
+        plugin_logs(&dirs)
+    );
+    let pod_name = format!("tessera-mps-{uid}");
+    let pod: Pod = server
+        .get(Some(MPS_NAMESPACE), &pod_name)
+        .expect("the claim's daemon pod");
+    assert_eq!(pod.spec.as_ref().unwrap().node_name.as_deref(), Some(NODE));
+    let pipe = dirs.path("state").join("mps").join(&uid).join("pipe");
+    let _cleanup = QuitOnDrop(&fake, pipe.clone());
+    let pid = tessera_fake_driver::mps::daemon_pid(&pipe).expect("the pod's daemon answers");
+    assert_eq!(
+        mps_ask(&fake, &pipe, "get_default_active_thread_percentage").as_deref(),
+        Some("40.0\n")
+    );
+    assert_eq!(
+        mps_ask(&fake, &pipe, "get_default_device_pinned_mem_limit 0").as_deref(),
+        Some("1G\n")
+    );
+
+    // A daemon pod of a claim no record knows (its claim was unprepared while the plugin was
+    // down) is deleted when the plugin starts again.
+    let mut orphan = pod.clone();
+    orphan.metadata = kube::api::ObjectMeta {
+        name: Some("tessera-mps-orphan".into()),
+        namespace: Some(MPS_NAMESPACE.into()),
+        labels: pod.metadata.labels.clone().map(|mut labels| {
+            labels.insert("gpu.tessera.dev/mps-claim".into(), "orphan".into());
+            labels
+        }),
+        ..Default::default()
+    };
+    let orphan_dir = dirs.path("state").join("mps").join("orphan");
+    for sub in ["pipe", "log"] {
+        std::fs::create_dir_all(orphan_dir.join(sub)).unwrap();
+    }
+    let orphan_env = orphan.spec.as_mut().unwrap().containers[0]
+        .env
+        .as_mut()
+        .unwrap();
+    orphan_env[1].value = Some(orphan_dir.join("pipe").display().to_string());
+    orphan_env[2].value = Some(orphan_dir.join("log").display().to_string());
+    plugin.kill();
+    drop(kubelet);
+    server.seed(&orphan);
+    let _orphan_cleanup = QuitOnDrop(&fake, orphan_dir.join("pipe"));
+    eventually(
+        &dirs,
+        "the orphan's daemon",
+        Duration::from_secs(20),
+        async || tessera_fake_driver::mps::daemon_pid(&orphan_dir.join("pipe")),
+    )
+    .await;
+
+    let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &flags, &[]);
+    let kubelet = register(&dirs).await;
+    let again = kubelet.prepare(claims).await.unwrap();
+    assert_eq!(again, prepared, "{}", plugin_logs(&dirs));
+    assert_eq!(tessera_fake_driver::mps::daemon_pid(&pipe), Some(pid));
+    eventually(
+        &dirs,
+        "the orphan pod to go",
+        Duration::from_secs(20),
+        async || {
+            server
+                .get::<Pod>(Some(MPS_NAMESPACE), "tessera-mps-orphan")
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    eventually(
+        &dirs,
+        "the orphan's daemon to stop",
+        Duration::from_secs(20),
+        async || {
+            mps_ask(&fake, &orphan_dir.join("pipe"), "get_server_list")
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(mps_ask(&fake, &pipe, "get_server_list").is_some());
+
+    let unprepared = kubelet.unprepare(claims).await.unwrap();
+    assert!(
+        unprepared[&reference.uid].is_ok(),
+        "{unprepared:?}\n{}",
+        plugin_logs(&dirs)
+    );
+    assert!(server.get::<Pod>(Some(MPS_NAMESPACE), &pod_name).is_none());
+    assert_eq!(mps_ask(&fake, &pipe, "get_server_list"), None);
+    drop(plugin);
+}
+
 async fn a_root_without_a_driver_stops_the_plugin_with_the_reason() {
     let empty = tempfile::tempdir().unwrap();
     let server = FakeApiServer::new();
@@ -468,7 +696,7 @@ fn main() -> ExitCode {
         .build()
         .unwrap();
     type Test = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
-    let tests: [(&str, Test); 4] = [
+    let tests: [(&str, Test); 5] = [
         (
             "the_spec_injects_the_drivers_files_and_device_nodes",
             || Box::pin(the_spec_injects_the_drivers_files_and_device_nodes()),
@@ -479,6 +707,10 @@ fn main() -> ExitCode {
         (
             "an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare",
             || Box::pin(an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare()),
+        ),
+        (
+            "an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim",
+            || Box::pin(an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim()),
         ),
         (
             "a_root_without_a_driver_stops_the_plugin_with_the_reason",

@@ -431,9 +431,8 @@ impl Core {
         kept: &BTreeMap<String, ClaimRecord>,
         report: &mut StartupReport,
     ) {
-        let Ok(entries) = std::fs::read_dir(&self.mps_root) else {
-            return;
-        };
+        // No MPS directory yet: no directories to collect, but maybe daemon pods.
+        let entries = std::fs::read_dir(&self.mps_root).into_iter().flatten();
         for entry in entries.flatten() {
             let uid = entry.file_name().to_string_lossy().into_owned();
             if kept.get(&uid).is_some_and(|r| r.mps.is_some()) {
@@ -451,6 +450,29 @@ impl Core {
             match std::fs::remove_dir_all(&dir) {
                 Ok(()) => report.stopped_mps.push(uid),
                 Err(e) => report.error(format!("removing {}: {e}", dir.display())),
+            }
+        }
+        // Daemons that outlive their directories (daemon pods) of claims no record knows.
+        let running = match self.gpu.mps_daemon_claims() {
+            Ok(running) => running,
+            Err(e) => {
+                report.error(e.to_string());
+                return;
+            }
+        };
+        for uid in running {
+            if kept.get(&uid).is_some_and(|r| r.mps.is_some()) || report.stopped_mps.contains(&uid)
+            {
+                continue;
+            }
+            let dir = self.mps_root.join(&uid);
+            let directories = MpsDirectories {
+                pipe: dir.join("pipe"),
+                log: dir.join("log"),
+            };
+            match self.gpu.stop_mps(&directories) {
+                Ok(()) => report.stopped_mps.push(uid),
+                Err(e) => report.error(format!("stopping the MPS daemon of claim {uid}: {e}")),
             }
         }
     }

@@ -3,7 +3,10 @@
 //! What to do is computed from the claim's record (pure: [`time_slices`], [`mps_daemon`]); how
 //! it is done is the [`GpuControl`] implementation's business:
 //! - [`SystemGpuControl`]: `nvidia-smi compute-policy --set-timeslice` and one
-//!   `nvidia-cuda-mps-control -d` per claim, configured through its control interface;
+//!   `nvidia-cuda-mps-control -d` per claim, configured through its control interface (a daemon
+//!   that outlives the plugin *process*, not the plugin's pod);
+//! - [`PodMpsControl`]: the same tools, but each claim's MPS daemon in a pod of its own, which
+//!   outlives the plugin's pod (rollouts);
 //! - [`RecordingGpuControl`]: an in-memory fake that records every call (tests);
 //! - [`SimulatedGpuControl`]: keeps the same state in files, so that it survives the plugin
 //!   process (mock topologies, crash tests).
@@ -11,6 +14,7 @@
 //! Every operation is idempotent: starting a running daemon only reapplies its settings,
 //! stopping a daemon that is not running succeeds. Recovery relies on this.
 
+pub mod pods;
 mod recording;
 mod simulated;
 mod system;
@@ -22,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use tessera_api::checkpoint::{ClaimRecord, DeviceTarget};
 use tessera_api::config::{SharingStrategy, TimeSliceInterval};
 
+pub use pods::{MpsPodTemplate, PodMpsControl};
 pub use recording::{GpuCall, GpuOperation, RecordingGpuControl};
 pub use simulated::SimulatedGpuControl;
 pub use system::SystemGpuControl;
@@ -99,6 +104,12 @@ pub trait GpuControl: Send + Sync {
 
     /// Stops the MPS daemon using `directories`; succeeds if none is running.
     fn stop_mps(&self, directories: &MpsDirectories) -> Result<(), SharingError>;
+
+    /// Claims (by UID) this control runs MPS daemons for that outlive their MPS directories
+    /// (daemon pods); recovery stops those no record knows. Default: none.
+    fn mps_daemon_claims(&self) -> Result<Vec<String>, SharingError> {
+        Ok(Vec::new())
+    }
 }
 
 /// The time slices a claim sets: one per whole GPU shared with `TimeSlicing`. (MIG devices

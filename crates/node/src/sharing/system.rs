@@ -136,11 +136,12 @@ impl SystemGpuControl {
         )
     }
 
-    fn daemon_answers(&self, directories: &MpsDirectories) -> bool {
+    /// Whether a daemon answers in `directories` (`get_server_list` through the control client).
+    pub(crate) fn daemon_answers(&self, directories: &MpsDirectories) -> bool {
         directories.pipe.is_dir() && self.mps_command(directories, "get_server_list").is_ok()
     }
 
-    fn configure(&self, daemon: &MpsDaemon) -> Result<(), String> {
+    pub(crate) fn configure(&self, daemon: &MpsDaemon) -> Result<(), String> {
         if let Some(pct) = daemon.active_thread_percentage {
             self.mps_command(
                 &daemon.directories,
