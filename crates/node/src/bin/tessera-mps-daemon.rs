@@ -8,8 +8,8 @@
 //! (`set_default_active_thread_percentage`, `set_default_device_pinned_mem_limit`) and then waits
 //! for the daemon. Every (re)start of the pod's container applies the settings again. On SIGTERM
 //! (the plugin deleted the pod: the claim was unprepared) it asks the daemon to `quit` and waits
-//! for it; if the daemon exits by itself, so does this program, with its status, and the kubelet
-//! restarts the container.
+//! for it; if the daemon exits by itself, so does this program, with its status: the kubelet
+//! restarts the container after a crash (`restartPolicy: OnFailure`), not after a `quit`.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};

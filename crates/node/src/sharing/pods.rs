@@ -6,8 +6,11 @@
 //! node (`nodeName`, no scheduling), tolerating every taint, with the plugin's image running
 //! `tessera-mps-daemon`: it starts the driver root's `nvidia-cuda-mps-control -f` (the driver root
 //! mounted read-only at [`DRIVER_ROOT_IN_POD`]) with the claim's devices and directories, applies
-//! the claim's settings, and on SIGTERM tells the daemon to quit. `restartPolicy: Always`: a daemon
-//! that dies is restarted with its settings.
+//! the claim's settings, and on SIGTERM tells the daemon to quit. `restartPolicy: OnFailure`: a
+//! daemon that crashes is restarted with its settings; one told to `quit` (the program then exits
+//! 0) stays down, so nothing restarts a daemon the plugin stopped without deleting its pod (a
+//! plugin switched to `--mps-daemons=process`), and the next start of its claim replaces the
+//! finished pod.
 //!
 //! The plugin keeps no state about the pods: a claim's pod is found again by its name, a daemon is
 //! known to run when it answers in the claim's pipe directory (the plugin runs the driver's control
@@ -19,7 +22,8 @@
 //!   the plugin applies the claim's settings itself (the pod's program applies them when it
 //!   starts, but prepare must not answer before they are set);
 //! - stop: the pod is deleted (its grace period lets the daemon quit), and the plugin waits until
-//!   the daemon no longer answers; a pod that is already gone is success.
+//!   the daemon no longer answers; when there is no pod, a daemon that still answers (started by
+//!   the plugin with `--mps-daemons=process`) is told to quit directly.
 //!
 //! Compared with NVIDIA's DRA driver, which creates a Deployment per claim: a bare pod needs no
 //! controller round trip to appear or go, and nothing recreates it behind the plugin's back after
@@ -180,7 +184,7 @@ pub fn daemon_pod(template: &MpsPodTemplate, daemon: &MpsDaemon) -> Pod {
         },
         spec: Some(PodSpec {
             node_name: Some(template.node_name.clone()),
-            restart_policy: Some("Always".to_owned()),
+            restart_policy: Some("OnFailure".to_owned()),
             automount_service_account_token: Some(false),
             // MPS clients in other pods talk to the server by process id.
             host_pid: Some(true),
@@ -422,12 +426,17 @@ impl GpuControl for PodMpsControl {
         let name = pod_name(&claim);
         let deleted = self.runtime.block_on(async {
             match self.pods.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
                 Err(e) => Err(Self::api_error(&claim, "deleting", e)),
             }
         });
-        deleted.map_err(failed)?;
+        if !deleted.map_err(failed)? {
+            // No pod: a daemon that still answers was not started in one (the plugin ran with
+            // --mps-daemons=process when the claim was prepared); stop it directly rather than
+            // wait for a pod deletion that will not come.
+            return self.tools.stop_mps(directories);
+        }
         let deadline = Instant::now() + STOP_TIMEOUT;
         while directories.pipe.is_dir() && self.tools.daemon_answers(directories) {
             if Instant::now() > deadline {
@@ -513,6 +522,8 @@ mod tests {
             "4f7c2a10-0000-4000-8000-00000000000a"
         );
         assert_eq!(json["spec"]["nodeName"], "node-a");
+        assert_eq!(json["spec"]["restartPolicy"], "OnFailure");
+        assert_eq!(json["spec"]["hostPID"], true);
         assert_eq!(json["spec"]["tolerations"][0]["operator"], "Exists");
         let container = &json["spec"]["containers"][0];
         assert_eq!(container["command"][0], DAEMON_PROGRAM);
