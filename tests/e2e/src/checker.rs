@@ -97,6 +97,23 @@ pub fn find_report(log: &str) -> Option<anyhow::Result<Report>> {
     }))
 }
 
+/// How many checker reports a container's log holds, and the last one (a container that runs
+/// the checker again and again, objects::CHECK_EVERY_2S); `None` when there is none yet.
+pub fn last_report(log: &str) -> Option<(usize, anyhow::Result<Report>)> {
+    let lines: Vec<&str> = log
+        .lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with('{') && line.contains(MARKER))
+        .collect();
+    let last = lines.last()?;
+    Some((
+        lines.len(),
+        serde_json::from_str(last).with_context(|| {
+            format!("the checker's line is not the report crates/gpu-check documents: {last}")
+        }),
+    ))
+}
+
 /// What a claim container must see.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Expected {
@@ -385,6 +402,19 @@ mod tests {
     fn an_unclaimed_container_sees_nothing() {
         check_unclaimed_container(&report(BARE)).unwrap();
         assert!(check_unclaimed_container(&report(CLAIMED)).is_err());
+    }
+
+    #[test]
+    fn the_last_of_repeated_reports_is_read() {
+        assert!(last_report("CUDA_VISIBLE_DEVICES=GPU-a\n").is_none());
+        let later = CLAIMED.replace("\"exitCode\":0", "\"exitCode\":7");
+        let log = format!("{BARE}\nCUDA_VISIBLE_DEVICES=GPU-a\n{CLAIMED}\n{later}\n");
+        let (count, last) = last_report(&log).unwrap();
+        assert_eq!(count, 3);
+        assert_eq!(last.unwrap().nvidia_smi.exit_code, Some(7));
+        let (count, last) = last_report(&format!("{CLAIMED}\n{{\"tesseraGpuCheck\":1}}")).unwrap();
+        assert_eq!(count, 2);
+        assert!(last.is_err());
     }
 
     #[test]

@@ -5,6 +5,7 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{Api, PostParams};
+use tessera_api::DRIVER_NAME;
 use tessera_api::names::{GPU_DEVICE_CLASS, TOPOLOGY_AWARE_GATE};
 
 /// What the example containers run: print the GPU environment, then idle until stopped.
@@ -34,6 +35,36 @@ pub fn gpu_claim(
     .context("building a ResourceClaim")
 }
 
+/// A claim for one whole GPU shared through MPS, as deploy/examples/mps writes it: each client
+/// may use `percentage` % of the SMs and pin `pinned` (a quantity) of device memory.
+pub fn mps_claim(
+    namespace: &str,
+    name: &str,
+    percentage: u32,
+    pinned: &str,
+) -> anyhow::Result<ResourceClaim> {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": namespace, "name": name},
+        "spec": {"devices": {
+            "requests": [{"name": "gpus", "exactly": {"deviceClassName": GPU_DEVICE_CLASS}}],
+            "config": [{"requests": ["gpus"], "opaque": {
+                "driver": DRIVER_NAME,
+                "parameters": {
+                    "apiVersion": "gpu.tessera.dev/v1alpha1",
+                    "kind": "GpuConfig",
+                    "sharing": {"strategy": "MPS", "mps": {
+                        "defaultActiveThreadPercentage": percentage,
+                        "defaultPinnedDeviceMemoryLimit": pinned,
+                    }},
+                },
+            }}],
+        }},
+    }))
+    .context("building an MPS ResourceClaim")
+}
+
 /// Where a pod goes.
 #[derive(Debug, Clone, Copy)]
 pub enum Placement<'a> {
@@ -43,6 +74,13 @@ pub enum Placement<'a> {
     SchedulerOn(&'a str),
 }
 
+/// What a container runs to report again and again: the checker and the GPU environment once,
+/// as the examples do, then the checker every 2 s until stopped (a scenario reads its latest
+/// report after something changed on the node).
+pub const CHECK_EVERY_2S: &str = "command -v tessera-gpu-check >/dev/null && tessera-gpu-check; \
+     env | grep -E '^(NVIDIA|CUDA)_' | sort; trap 'exit 0' TERM; \
+     while :; do sleep 2 & wait; tessera-gpu-check; done";
+
 /// A pod with one container using claim `claim`.
 pub fn gpu_pod(
     namespace: &str,
@@ -50,13 +88,24 @@ pub fn gpu_pod(
     claim: &str,
     placement: Placement<'_>,
 ) -> anyhow::Result<Pod> {
+    gpu_pod_running(namespace, name, claim, placement, PRINT_GPU_ENV)
+}
+
+/// A pod with one container using claim `claim` and running the shell script `script`.
+pub fn gpu_pod_running(
+    namespace: &str,
+    name: &str,
+    claim: &str,
+    placement: Placement<'_>,
+    script: &str,
+) -> anyhow::Result<Pod> {
     let mut spec = serde_json::json!({
         "terminationGracePeriodSeconds": 5,
         "resourceClaims": [{"name": "gpus", "resourceClaimName": claim}],
         "containers": [{
             "name": "ctr",
             "image": "busybox:1.37",
-            "command": ["sh", "-c", PRINT_GPU_ENV],
+            "command": ["sh", "-c", script],
             "resources": {"claims": [{"name": "gpus"}]},
         }],
     });
@@ -164,6 +213,19 @@ mod tests {
         let exactly = request.exactly.as_ref().unwrap();
         assert_eq!(exactly.count, Some(4));
         assert_eq!(exactly.selectors.as_ref().unwrap().len(), 1);
+
+        let mps = serde_json::to_value(mps_claim("ns", "m", 40, "4Gi").unwrap()).unwrap();
+        let config = &mps["spec"]["devices"]["config"][0];
+        assert_eq!(config["requests"], serde_json::json!(["gpus"]));
+        assert_eq!(config["opaque"]["driver"], DRIVER_NAME);
+        let sharing = &config["opaque"]["parameters"]["sharing"];
+        assert_eq!(sharing["strategy"], "MPS");
+        assert_eq!(sharing["mps"]["defaultActiveThreadPercentage"], 40);
+        assert_eq!(sharing["mps"]["defaultPinnedDeviceMemoryLimit"], "4Gi");
+        let looping =
+            gpu_pod_running("ns", "p", "m", Placement::SchedulerOn("n1"), CHECK_EVERY_2S).unwrap();
+        let command = looping.spec.unwrap().containers[0].command.clone().unwrap();
+        assert_eq!(command[2], CHECK_EVERY_2S);
 
         let gated = gpu_pod("ns", "p", "c", Placement::TopologyAware).unwrap();
         let spec = gated.spec.unwrap();

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
 use crate::local::LocalCluster;
 use crate::wait::{Probe, until};
@@ -94,6 +95,76 @@ impl PluginControl {
                 )
                 .await
             }
+        }
+    }
+}
+
+impl PluginControl {
+    /// Rolls out the DaemonSet that runs `node`'s plugin as `kubectl rollout restart` does (a new
+    /// `kubectl.kubernetes.io/restartedAt` annotation on its pod template), then waits until a
+    /// new pod of it is ready on `node`. Only for the chart's pods. Returns what was replaced.
+    pub async fn rollout_restart(&self, node: &str, timeout: Duration) -> anyhow::Result<String> {
+        let PluginControl::Pods { client, namespace } = self else {
+            bail!("a DaemonSet rollout needs the chart's plugin pods (Tessera installed by helm)");
+        };
+        let old = plugin_pod(client, namespace, node)
+            .await?
+            .with_context(|| format!("no plugin pod runs on {node} in {namespace}"))?;
+        let old_name = old.metadata.name.clone().unwrap_or_default();
+        let old_uid = old.metadata.uid.clone().unwrap_or_default();
+        let daemonset = old
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.kind == "DaemonSet")
+            .map(|o| o.name.clone())
+            .with_context(|| format!("plugin pod {namespace}/{old_name} has no DaemonSet owner"))?;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis()
+            .to_string();
+        let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
+            "kubectl.kubernetes.io/restartedAt": stamp,
+        }}}}});
+        Api::<DaemonSet>::namespaced(client.clone(), namespace)
+            .patch(&daemonset, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("cannot restart DaemonSet {namespace}/{daemonset}"))?;
+        let new_name = until(
+            &format!("DaemonSet {namespace}/{daemonset} to replace {old_name} on {node}"),
+            timeout,
+            || async {
+                let pod = plugin_pod(client, namespace, node).await?;
+                Ok(match pod {
+                    Some(pod)
+                        if pod.metadata.uid.as_deref() != Some(old_uid.as_str())
+                            && is_ready(&pod) =>
+                    {
+                        Probe::Done(pod.metadata.name.unwrap_or_default())
+                    }
+                    Some(pod) => Probe::Waiting(format!(
+                        "pod {} ({}ready)",
+                        pod.metadata.name.as_deref().unwrap_or_default(),
+                        if is_ready(&pod) { "" } else { "not " }
+                    )),
+                    None => Probe::Waiting("no live plugin pod on the node".to_owned()),
+                })
+            },
+        )
+        .await?;
+        Ok(format!(
+            "DaemonSet {namespace}/{daemonset} rolled out: {old_name} replaced by {new_name}"
+        ))
+    }
+
+    /// The namespace of the chart's pods (the plugin's, and its MPS daemon pods'); `None` for
+    /// plugin processes.
+    pub fn namespace(&self) -> Option<&str> {
+        match self {
+            PluginControl::Pods { namespace, .. } => Some(namespace),
+            PluginControl::Local(_) => None,
         }
     }
 }

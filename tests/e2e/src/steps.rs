@@ -273,7 +273,7 @@ fn expected_uuids(
 /// What the checker in a container using `uses` must report: the devices' nodes and UUIDs,
 /// and MPS settings when a config of the claim shares them through MPS (the last config wins,
 /// as in the plugin).
-fn expected_check(
+pub fn expected_check(
     pod: &Pod,
     uses: &[(String, Option<String>)],
     claims: &[AllocatedClaim],

@@ -3,6 +3,7 @@
 
 mod examples;
 mod invalid_config;
+mod mps_restart;
 mod restart;
 mod slices;
 mod topology;
@@ -109,6 +110,11 @@ pub fn all() -> Vec<Scenario> {
             "plugin-restart",
             "plugin SIGKILLed while pods are prepared, restarted: everything converges",
             restart::plugin_restart
+        ),
+        scenario!(
+            "mps-restart",
+            "MPS claim: its daemon pod outlives a plugin rollout and pod deletion; unprepare stops it",
+            mps_restart::mps_restart
         ),
     ]
 }
