@@ -3,7 +3,8 @@
 
 Two mock nodes are rendered with `tessera inventory` (the devices the node plugin would publish):
 `node-dgx-h100` and `node-hgx-a100-mig`, the topologies deploy/kind gives its workers. Each
-ResourceClaim of an example, and a claim made from each ResourceClaimTemplate, is then explained
+ResourceClaim of an example, a claim made from each ResourceClaimTemplate, and the claim
+kube-scheduler makes for a pod's extended resources (`nvidia.com/gpu: 2`), is then explained
 with `tessera explain` (the allocator the controller uses; first fit is what kube-scheduler does)
 and its allocation compared with the expectation below. Every claim of every example needs an
 expectation, so a new example cannot skip this check.
@@ -49,7 +50,59 @@ EXPECTATIONS = {
     },
     # Allocated like any claim: the plugin refuses the config only when it prepares the claim.
     "invalid-config/bad-interval": {"results": 1, "config": "TimeSlicing"},
+    # Claims kube-scheduler makes for a pod's extended resources (see extended_resource_claim).
+    "extended-resource-gpu/pod-extended-resources": {
+        "results": 2,
+        "device": r"^gpu-\d+$",
+        "request": "container-0-request-0",
+    },
+    "extended-resource-mig/pod-extended-resources": {
+        "results": 1,
+        "device": r"^gpu-\d+-mig-1g-10gb-\d+$",
+        "node": "node-hgx-a100-mig",
+        "request": "container-0-request-0",
+    },
 }
+
+# Names that are not extended resources: unprefixed ones and those in *kubernetes.io/.
+def is_extended_resource(name):
+    return "/" in name and "kubernetes.io/" not in name
+
+
+def extended_resource_claim(pod, classes):
+    """The claim kube-scheduler (v1.37) makes for a pod's extended resources backed by DRA, or
+    None: one request per container and resource, named `container-<index>-request-<index of
+    the resource among the container's sorted request names>`, for the class whose
+    `extendedResourceName` (or implicit `deviceclass.resource.kubernetes.io/<class>`) it is.
+    Only what the examples use: regular containers, limits standing in for requests."""
+    by_name = {}
+    for cls in classes:
+        by_name[f"deviceclass.resource.kubernetes.io/{cls['metadata']['name']}"] = cls["metadata"]["name"]
+        if (cls.get("spec") or {}).get("extendedResourceName"):
+            by_name[cls["spec"]["extendedResourceName"]] = cls["metadata"]["name"]
+    spec = pod.get("spec") or {}
+    init = spec.get("initContainers") or []
+    requests = []
+    for index, container in enumerate(init + (spec.get("containers") or [])):
+        resources = container.get("resources") or {}
+        wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name in sorted(wanted):
+            if is_extended_resource(name) and name in by_name and int(wanted[name]) > 0:
+                requests.append({
+                    "name": f"container-{index}-request-{sorted(wanted).index(name)}",
+                    "exactly": {"deviceClassName": by_name[name], "allocationMode": "ExactCount",
+                                "count": int(wanted[name])},
+                })
+    if not requests:
+        return None
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": meta["namespace"], "name": f"{meta['name']}-extended-resources",
+                     "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"}},
+        "spec": {"devices": {"requests": sorted(requests, key=lambda r: r["name"])}},
+    }
 
 
 def run(cmd):
@@ -59,8 +112,9 @@ def run(cmd):
     return done.stdout
 
 
-def example_claims(examples_dir):
-    """Yields (key, claim object) for every claim and claim template of every example."""
+def example_claims(examples_dir, classes):
+    """Yields (key, claim object) for every claim and claim template of every example, and for
+    the claim kube-scheduler would make for each pod's extended resources."""
     for example in sorted(os.listdir(examples_dir)):
         directory = os.path.join(examples_dir, example)
         if not os.path.isdir(directory):
@@ -68,6 +122,11 @@ def example_claims(examples_dir):
         for file in sorted(f for f in os.listdir(directory) if f.endswith((".yaml", ".yml"))):
             with open(os.path.join(directory, file), encoding="utf-8") as f:
                 for doc in yaml.safe_load_all(f):
+                    if doc and doc.get("kind") == "Pod":
+                        claim = extended_resource_claim(doc, classes)
+                        if claim is not None:
+                            yield f"{example}/{claim['metadata']['name']}", claim
+                        continue
                     if not doc or doc.get("kind") not in ("ResourceClaim", "ResourceClaimTemplate"):
                         continue
                     meta = doc["metadata"]
@@ -142,7 +201,9 @@ def main():
     parser.add_argument("deviceclasses")
     args = parser.parse_args()
 
-    claims = list(example_claims(args.examples))
+    with open(args.deviceclasses, encoding="utf-8") as f:
+        classes = [d for d in yaml.safe_load_all(f) if d and d.get("kind") == "DeviceClass"]
+    claims = list(example_claims(args.examples, classes))
     problems = [f"{key}: no expectation in {__file__}" for key, _ in claims if key not in EXPECTATIONS]
     problems += [f"{key}: expected, but no example creates it" for key in EXPECTATIONS if key not in dict(claims)]
 

@@ -124,12 +124,42 @@ pub struct PodClaim {
     pub claim_name: Option<String>,
 }
 
-/// The claims of `pod`: direct references, and generated claims from `status.resourceClaimStatuses`.
+/// The entry name standing for the claim kube-scheduler makes for a pod's extended resources
+/// (`resources.limits: {nvidia.com/gpu: 2}`); not a valid entry name, so it never collides.
+pub const EXTENDED_RESOURCES_ENTRY: &str = "<extended-resources>";
+
+/// Whether `name` is an extended resource (`<domain>/<name>` outside `kubernetes.io`): on the
+/// test clusters no device plugin runs, so every one a pod asks for is backed by DRA.
+pub fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/")
+}
+
+/// Whether a container of `pod` asks for an extended resource.
+fn asks_for_extended_resources(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))
+        .flat_map(|c| c.resources.iter())
+        .flat_map(|r| r.limits.iter().flatten().chain(r.requests.iter().flatten()))
+        .any(|(name, _)| is_extended_resource(name))
+}
+
+/// The claims of `pod`: direct references, generated claims from `status.resourceClaimStatuses`,
+/// and the claim for its extended resources ([`EXTENDED_RESOURCES_ENTRY`], named in
+/// `status.extendedResourceClaimStatus` once the scheduler made it).
 pub fn pod_claims(pod: &Pod) -> Vec<PodClaim> {
     let statuses = pod
         .status
         .as_ref()
         .and_then(|s| s.resource_claim_statuses.as_ref());
+    let extended = asks_for_extended_resources(pod).then(|| PodClaim {
+        entry: EXTENDED_RESOURCES_ENTRY.to_owned(),
+        claim_name: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.extended_resource_claim_status.as_ref())
+            .map(|s| s.resource_claim_name.clone()),
+    });
     pod.spec
         .iter()
         .flat_map(|s| s.resource_claims.iter().flatten())
@@ -144,11 +174,25 @@ pub fn pod_claims(pod: &Pod) -> Vec<PodClaim> {
                 claim_name: entry.resource_claim_name.clone().or(generated),
             }
         })
+        .chain(extended)
         .collect()
 }
 
-/// Which claim entries (and optional request) `container` of `pod` uses.
+/// Which claim entries (and optional request) `container` of `pod` uses: its `resources.claims`,
+/// and the requests `status.extendedResourceClaimStatus` maps its extended resources to.
 pub fn container_claims(pod: &Pod, container: &str) -> Vec<(String, Option<String>)> {
+    let extended = pod
+        .status
+        .iter()
+        .flat_map(|s| s.extended_resource_claim_status.iter())
+        .flat_map(|s| s.request_mappings.iter())
+        .filter(|m| m.container_name == container)
+        .map(|m| {
+            (
+                EXTENDED_RESOURCES_ENTRY.to_owned(),
+                Some(m.request_name.clone()),
+            )
+        });
     pod.spec
         .iter()
         .flat_map(|s| {
@@ -159,6 +203,7 @@ pub fn container_claims(pod: &Pod, container: &str) -> Vec<(String, Option<Strin
         .filter(|c| c.name == container)
         .flat_map(|c| c.resources.iter().flat_map(|r| r.claims.iter().flatten()))
         .map(|c| (c.name.clone(), c.request.clone()))
+        .chain(extended)
         .collect()
 }
 
@@ -274,5 +319,56 @@ mod tests {
             [("templated".to_owned(), Some("gpu".to_owned()))]
         );
         assert!(container_claims(&pod, "other").is_empty());
+    }
+
+    #[test]
+    fn the_extended_resource_claim_is_an_entry_of_its_own() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [
+                    {"name": "gpu", "resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "1"}}},
+                    {"name": "plain", "resources": {"limits": {"memory": "1Gi", "hugepages-2Mi": "2Mi"}}}
+                ]
+            }
+        }))
+        .unwrap();
+        // Before the scheduler made the claim: the entry is there, unresolved.
+        assert_eq!(
+            pod_claims(&pod),
+            [PodClaim {
+                entry: EXTENDED_RESOURCES_ENTRY.into(),
+                claim_name: None
+            }]
+        );
+        assert!(container_claims(&pod, "gpu").is_empty());
+        pod.status = Some(
+            serde_json::from_value(serde_json::json!({
+                "extendedResourceClaimStatus": {
+                    "resourceClaimName": "p-extended-resources-x1",
+                    "requestMappings": [{"containerName": "gpu", "resourceName": "nvidia.com/gpu",
+                                         "requestName": "container-0-request-1"}]
+                }
+            }))
+            .unwrap(),
+        );
+        assert_eq!(
+            pod_claims(&pod),
+            [PodClaim {
+                entry: EXTENDED_RESOURCES_ENTRY.into(),
+                claim_name: Some("p-extended-resources-x1".into())
+            }]
+        );
+        assert_eq!(
+            container_claims(&pod, "gpu"),
+            [(
+                EXTENDED_RESOURCES_ENTRY.to_owned(),
+                Some("container-0-request-1".to_owned())
+            )]
+        );
+        assert!(container_claims(&pod, "plain").is_empty());
+        // A pod with neither claims nor extended resources has no claim.
+        pod.spec.as_mut().unwrap().containers.remove(0);
+        assert!(pod_claims(&pod).is_empty());
     }
 }

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tessera_api::names::TOPOLOGY_MANAGED_TAINT;
 
 use super::Outcome;
+use crate::claims::EXTENDED_RESOURCES_ENTRY;
 use crate::context::Ctx;
 use crate::devices::Published;
 use crate::manifest::Manifest;
@@ -357,6 +358,115 @@ pub async fn admin_access(ctx: &Ctx) -> anyhow::Result<Outcome> {
             "every result must carry adminAccess: true"
         );
         untainted(run, &claim)
+    })
+    .await
+}
+
+/// The claim must be the one kube-scheduler makes for the pod's extended resources: annotated,
+/// owned by the pod, one `ExactCount` request of `class` for `count` devices, named as the
+/// scheduler names the request of container 0's only resource.
+fn scheduler_made(
+    run: &ExampleRun,
+    claim: &AllocatedClaim,
+    class: &str,
+    count: i64,
+) -> anyhow::Result<()> {
+    ensure!(
+        claim.entry == EXTENDED_RESOURCES_ENTRY,
+        "claim {} is not the pod's extended-resource claim",
+        claim.name()
+    );
+    let meta = &claim.claim.metadata;
+    let annotated = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("resource.kubernetes.io/extended-resource-claim"))
+        .map(String::as_str);
+    ensure!(
+        annotated == Some("true"),
+        "claim {} lacks the annotation resource.kubernetes.io/extended-resource-claim=true",
+        claim.name()
+    );
+    let (pod, _) = &run.pods[0];
+    let owner = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    ensure!(
+        owner.is_some_and(|o| o.kind == "Pod" && Some(&o.name) == pod.metadata.name.as_ref()),
+        "claim {} is not controlled by its pod: {:?}",
+        claim.name(),
+        meta.owner_references
+    );
+    let requests: Vec<(String, String, Option<i64>)> = claim
+        .claim
+        .spec
+        .iter()
+        .flat_map(|s| s.devices.iter())
+        .flat_map(|d| d.requests.iter().flatten())
+        .map(|r| {
+            let exactly = r.exactly.as_ref();
+            (
+                r.name.clone(),
+                exactly.map(|e| e.device_class_name.clone()).unwrap_or_default(),
+                exactly.and_then(|e| e.count),
+            )
+        })
+        .collect();
+    ensure!(
+        requests == [("container-0-request-0".to_owned(), class.to_owned(), Some(count))],
+        "claim {} has requests {requests:?}, expected container-0-request-0 for {count} of {class}",
+        claim.name()
+    );
+    Ok(())
+}
+
+pub async fn extended_resource_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    run_example(ctx, "extended-resource-gpu", |run| {
+        let claim = run.single_claim()?;
+        scheduler_made(run, &claim, "gpu.tessera.dev", 2)?;
+        count(&claim, 2)?;
+        untainted(run, &claim)?;
+        let devices = claim.devices(&run.published)?;
+        ensure!(
+            devices.iter().all(|d| d.is_whole_gpu()),
+            "not all whole GPUs: {:?}",
+            devices.iter().map(|d| &d.name).collect::<Vec<_>>()
+        );
+        ensure!(devices[0].name != devices[1].name, "the same device twice");
+        Ok(())
+    })
+    .await
+}
+
+pub async fn extended_resource_mig(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    let published = ctx.published().await?;
+    let has_profile = published.nodes().iter().any(|n| {
+        published
+            .on_node(n)
+            .any(|d| d.is_mig() && d.profile() == Some("1g.10gb"))
+    });
+    if !has_profile {
+        return Ok(Outcome::Skipped(
+            "no node publishes 1g.10gb MIG devices (the local cluster runs hgx-a100-mig on one node)"
+                .to_owned(),
+        ));
+    }
+    run_example(ctx, "extended-resource-mig", |run| {
+        let claim = run.single_claim()?;
+        scheduler_made(run, &claim, "mig-1g.10gb.gpu.tessera.dev", 1)?;
+        count(&claim, 1)?;
+        untainted(run, &claim)?;
+        let device = &claim.devices(&run.published)?[0];
+        ensure!(device.is_mig(), "{} is not a MIG device", device.name);
+        ensure!(
+            device.profile() == Some("1g.10gb"),
+            "{} has profile {:?}, the pod asks for nvidia.com/mig-1g.10gb",
+            device.name,
+            device.profile()
+        );
+        Ok(())
     })
     .await
 }

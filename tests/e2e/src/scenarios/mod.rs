@@ -92,6 +92,16 @@ pub fn all() -> Vec<Scenario> {
             examples::admin_access
         ),
         scenario!(
+            "extended-resource-gpu",
+            "deploy/examples/extended-resource-gpu: limits nvidia.com/gpu: 2, no claims, runs unchanged",
+            examples::extended_resource_gpu
+        ),
+        scenario!(
+            "extended-resource-mig",
+            "deploy/examples/extended-resource-mig: limits nvidia.com/mig-1g.10gb: 1 gets a 1g.10gb MIG device",
+            examples::extended_resource_mig
+        ),
+        scenario!(
             "invalid-config",
             "deploy/examples/invalid-config: prepare refused, the pod event names the field",
             invalid_config::invalid_config
