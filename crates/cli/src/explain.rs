@@ -13,6 +13,7 @@ use tessera_allocator::{
     AllocateOptions, AllocatedState, Allocation, Inventory, Outcome, PlacementMode, Unsatisfiable,
     claim_name,
 };
+use tessera_placement::extended::extended_resource_claim_owner;
 use tessera_placement::{ClusterObjects, Settings};
 
 mod pod;
@@ -281,6 +282,13 @@ fn explain_claim(
     match args.output {
         OutputFormat::Json => write_json(out, &outcome),
         OutputFormat::Text => {
+            if let Some(pod) = extended_resource_claim_owner(&target) {
+                writeln!(
+                    out,
+                    "note: claim {wanted} is the one kube-scheduler made for the extended resources of pod {pod} \
+                     (its requests are the pod's containers' resources, its class the one naming each resource)"
+                )?;
+            }
             if previous.is_some() {
                 writeln!(
                     out,

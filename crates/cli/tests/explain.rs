@@ -292,3 +292,137 @@ spec:
         "{stderr}"
     );
 }
+
+/// The claim kube-scheduler made for pod `p`'s `nvidia.com/gpu: 2`, allocated on node-a.
+const SCHEDULER_CLAIM: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: p-extended-resources-x7k2p
+  namespace: team-a
+  annotations: {resource.kubernetes.io/extended-resource-claim: "true"}
+  ownerReferences:
+  - {apiVersion: v1, kind: Pod, name: p, uid: uid-p, controller: true}
+spec:
+  devices:
+    requests:
+    - name: container-0-request-0
+      exactly: {deviceClassName: gpu.tessera.dev, allocationMode: ExactCount, count: 2}
+status:
+  allocation:
+    devices:
+      results:
+      - {request: container-0-request-0, driver: gpu.tessera.dev, pool: node-a, device: gpu-0}
+      - {request: container-0-request-0, driver: gpu.tessera.dev, pool: node-a, device: gpu-1}
+"#;
+
+/// Pod `p` (bound, its claim made) and pod `gated` (asking for the same, still gated), the two
+/// nodes, and the chart's DeviceClasses in place of the test's class.
+fn extended_resource_objects(dir: &Path) {
+    objects(dir, &[SCHEDULER_CLAIM.to_owned()]);
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/helm/tessera/files/deviceclasses.yaml");
+    std::fs::copy(shipped, dir.join("class.yaml")).unwrap();
+    let pods = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: team-a, uid: uid-p}
+spec:
+  nodeName: node-a
+  containers:
+  - name: ctr
+    resources:
+      limits: {nvidia.com/gpu: "2"}
+      requests: {nvidia.com/gpu: "2"}
+status:
+  phase: Running
+  extendedResourceClaimStatus:
+    resourceClaimName: p-extended-resources-x7k2p
+    requestMappings:
+    - {containerName: ctr, resourceName: nvidia.com/gpu, requestName: container-0-request-0}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: gated, namespace: team-a, uid: uid-gated}
+spec:
+  schedulingGates: [{name: gpu.tessera.dev/topology-aware}]
+  containers:
+  - name: ctr
+    resources:
+      limits: {nvidia.com/gpu: "4"}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-a}
+status: {allocatable: {cpu: "64", memory: 512Gi, pods: "110"}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-b}
+status: {allocatable: {cpu: "64", memory: 512Gi, pods: "110"}}
+"#;
+    std::fs::write(dir.join("pods.yaml"), pods).unwrap();
+}
+
+#[test]
+fn the_claim_the_scheduler_made_for_extended_resources_is_explained_like_any_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    extended_resource_objects(dir.path());
+    let claim = "team-a/p-extended-resources-x7k2p";
+    let text = ok(&tessera(&[
+        "explain",
+        "--objects",
+        dir.path().to_str().unwrap(),
+        "--claim",
+        claim,
+    ]));
+    assert!(
+        text.contains(&format!(
+            "note: claim {claim} is the one kube-scheduler made for the extended resources of pod p"
+        )) && text.contains("is already allocated; explaining a fresh allocation"),
+        "{text}"
+    );
+    // Its own allocation does not count against it: first fit gives the same two GPUs.
+    let report = explain_json(dir.path(), &["--claim", claim]);
+    assert_eq!(devices(&report), ["node-a/gpu-0", "node-a/gpu-1"]);
+    assert!(
+        report["allocation"]["devices"]["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["request"] == "container-0-request-0")
+    );
+}
+
+#[test]
+fn a_pod_with_extended_resources_is_left_to_the_scheduler_and_points_at_its_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    extended_resource_objects(dir.path());
+    let gated = explain_json(dir.path(), &["--pod", "team-a/gated"]);
+    assert_eq!(gated["action"], "LeaveToScheduler", "{gated}");
+    let message = gated["message"].as_str().unwrap();
+    assert!(
+        message.contains("nvidia.com/gpu (DeviceClass gpu.tessera.dev)")
+            && message.contains("kube-scheduler allocates those itself"),
+        "{message}"
+    );
+    assert!(gated.get("extendedResourceClaim").is_none(), "{gated}");
+    // The running pod: not the controller's, and explain says where its devices are.
+    let running = explain_json(dir.path(), &["--pod", "team-a/p"]);
+    assert_eq!(running["action"], "NotCandidate", "{running}");
+    assert_eq!(
+        running["extendedResourceClaim"],
+        "team-a/p-extended-resources-x7k2p"
+    );
+    let text = ok(&tessera(&[
+        "explain",
+        "--objects",
+        dir.path().to_str().unwrap(),
+        "--pod",
+        "team-a/p",
+    ]));
+    assert!(
+        text.contains("its extended resources are in claim team-a/p-extended-resources-x7k2p, made and allocated by kube-scheduler"),
+        "{text}"
+    );
+}

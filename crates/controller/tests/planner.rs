@@ -11,6 +11,7 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use support::*;
 use tessera_allocator::{AllocateOptions, AllocatedState, Inventory, PlacementMode};
+use tessera_placement::extended::ExtendedResources;
 use tessera_placement::managed::{managed_slices, unmanaged_slices};
 use tessera_placement::nodes::{NodeFacts, NodeFilter, PodRequirements};
 use tessera_placement::planner::{Action, Decision, Failure, PlacementInput, decide};
@@ -75,12 +76,14 @@ impl World {
             &HashMap::new(),
         );
         let unmanaged_fn = || unmanaged.clone();
+        let extended = ExtendedResources::new(&self.classes);
         decide(&PlacementInput {
             pod,
             gated,
             claims: &claims,
             managed: &managed,
             unmanaged: &unmanaged_fn,
+            extended: &extended,
             in_use: &in_use,
             nodes,
             now: Timestamp::now(),
@@ -267,6 +270,104 @@ fn a_claim_for_another_drivers_devices_goes_to_the_scheduler() {
         message
             .contains("claim ml/net, request gpus: class nic selects no topology-managed device"),
         "{message}"
+    );
+}
+
+/// `pod` with `limits` on its first container.
+fn with_limits(mut pod: Pod, limits: &[(&str, &str)]) -> Pod {
+    let container = &mut pod.spec.as_mut().unwrap().containers[0];
+    let resources = container.resources.get_or_insert_with(Default::default);
+    resources.limits = Some(
+        limits
+            .iter()
+            .map(|(k, v)| {
+                (
+                    (*k).to_owned(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity((*v).to_owned()),
+                )
+            })
+            .collect(),
+    );
+    pod
+}
+
+#[test]
+fn a_pod_asking_for_extended_resources_goes_to_the_scheduler() {
+    // The shipped classes name nvidia.com/gpu and nvidia.com/mig-<profile>: the scheduler
+    // allocates those itself, so the controller leaves the whole pod to it, claims included.
+    let mut world = World::dgx(1, 1);
+    world.claims.push(gpu_claim("train", 2));
+    let no_claims = with_limits(gated_pod("plain", &[]), &[("nvidia.com/gpu", "4")]);
+    let with_claim = with_limits(
+        gated_pod("mixed", &[("gpus", Source::Claim("train"))]),
+        &[("nvidia.com/mig-1g.10gb", "1"), ("cpu", "1")],
+    );
+    for (pod, names) in [
+        (&no_claims, "nvidia.com/gpu (DeviceClass gpu.tessera.dev)"),
+        (
+            &with_claim,
+            "nvidia.com/mig-1g.10gb (DeviceClass mig-1g.10gb.gpu.tessera.dev)",
+        ),
+    ] {
+        let decision = world.decide(pod, true);
+        let Action::LeaveToScheduler { message } = &decision.action else {
+            panic!(
+                "expected the scheduler to get the pod, got {:?}",
+                decision.action
+            );
+        };
+        assert!(
+            message.contains(&format!(
+                "the pod asks for the extended resource(s) {names}"
+            )) && message.contains("ask for the devices in a ResourceClaim instead"),
+            "{message}"
+        );
+    }
+    // Names no class carries (a device plugin's, or the chart's names turned off) change
+    // nothing: the pod's claim is placed as before.
+    let plugin = with_limits(
+        gated_pod("plugin", &[("gpus", Source::Claim("train"))]),
+        &[("example.com/fpga", "1"), ("nvidia.com/gpu", "0")],
+    );
+    let (node, written, _) = placed(&world.decide(&plugin, true));
+    assert_eq!(node, "dgx-0");
+    assert_eq!(written.len(), 1);
+    // An ungated pod is not the controller's to place at all.
+    assert_eq!(world.decide(&no_claims, false).action, Action::Nothing);
+}
+
+#[test]
+fn extended_resources_undo_the_controllers_own_allocations_first() {
+    // The controller placed the pod's claim before its class got an extended-resource name the
+    // pod also asks for: undo that allocation, so that the scheduler places everything together.
+    let mut world = World::dgx(1, 0);
+    let pod = with_limits(
+        gated_pod("trainer", &[("gpus", Source::Claim("train"))]),
+        &[("nvidia.com/gpu", "1")],
+    );
+    world.claims.push(marked(
+        allocated(gpu_claim("train", 2), "dgx-0", &["gpu-0", "gpu-1"]),
+        &pod,
+        "dgx-0",
+    ));
+    let Action::CannotPlace {
+        failure,
+        message,
+        undo,
+    } = world.decide(&pod, true).action
+    else {
+        panic!("expected the controller's allocation undone");
+    };
+    assert_eq!(failure, Failure::InvalidInput);
+    assert!(
+        message.contains("undoing the controller's earlier allocations first"),
+        "{message}"
+    );
+    assert_eq!(
+        undo.iter()
+            .map(|c| c.metadata.name.clone().unwrap())
+            .collect::<Vec<_>>(),
+        ["train"]
     );
 }
 

@@ -18,6 +18,7 @@ use tessera_allocator::{
 };
 
 use crate::claims::{PodClaims, allocation, request_classes, tolerating_managed_taint};
+use crate::extended::ExtendedResources;
 use crate::message::{claim_list, unsatisfiable_message};
 use crate::nodes::{NodeFilter, Rejection};
 use crate::protocol::PodPlacement;
@@ -33,6 +34,8 @@ pub struct PlacementInput<'a> {
     pub managed: &'a Inventory,
     /// The devices the scheduler may allocate (untainted, any driver); built only when needed.
     pub unmanaged: &'a dyn Fn() -> Arc<Inventory>,
+    /// The extended resources DeviceClasses stand for (only the scheduler allocates them).
+    pub extended: &'a ExtendedResources,
     /// Every allocated claim, whoever allocated it.
     pub in_use: &'a AllocatedState,
     /// The nodes the pod may run on, before devices are considered.
@@ -134,6 +137,11 @@ pub fn decide(input: &PlacementInput<'_>) -> Decision {
 }
 
 fn decide_action(input: &PlacementInput<'_>, sorted: &PodClaims, record: &PodPlacement) -> Action {
+    if input.gated
+        && let Some(action) = check_extended_resources(input, sorted)
+    {
+        return action;
+    }
     if sorted.pending.is_empty() {
         if !input.gated {
             return Action::Nothing;
@@ -284,6 +292,39 @@ fn restrict_to_allocations(
 /// to allocate: if the scheduler could serve it (another driver's devices, or devices on
 /// unmanaged nodes) the pod goes to the scheduler; if nothing in the cluster matches, the pod
 /// waits. Unknown classes are left to the allocator, which names claim and request.
+/// A pod asking for extended resources backed by a DeviceClass (`nvidia.com/gpu: 2`) is the
+/// scheduler's: it allocates them itself, in a claim it creates while binding the pod, and would
+/// treat a claim made beforehand as stale and delete it (docs/user-guide.md, "Topology-aware
+/// placement needs a claim"). Its devices may also not be taken from managed nodes, whose taint the
+/// scheduler's claim does not tolerate, so the pod's claims cannot go there either: the whole pod
+/// is left to the scheduler. The controller's own allocations for it (made before the class got
+/// its name) are undone first, so that the scheduler places all claims together.
+fn check_extended_resources(input: &PlacementInput<'_>, sorted: &PodClaims) -> Option<Action> {
+    let asked = input.extended.requested_by(input.pod);
+    if asked.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = asked
+        .iter()
+        .map(|(resource, class)| format!("{resource} (DeviceClass {class})"))
+        .collect();
+    let message = format!(
+        "the pod asks for the extended resource(s) {}: kube-scheduler allocates those itself, first fit and \
+         never on devices of nodes labelled gpu.tessera.dev/topology-managed=true, so the scheduler places \
+         this pod; for topology-aware placement ask for the devices in a ResourceClaim instead",
+        names.join(", ")
+    );
+    if sorted.own.is_empty() {
+        Some(Action::LeaveToScheduler { message })
+    } else {
+        Some(Action::CannotPlace {
+            failure: Failure::InvalidInput,
+            message: format!("{message}; undoing the controller's earlier allocations first"),
+            undo: sorted.own.clone(),
+        })
+    }
+}
+
 fn check_classes(input: &PlacementInput<'_>, sorted: &PodClaims) -> Option<Action> {
     let mut unmanaged: Option<Arc<Inventory>> = None;
     let mut nowhere = Vec::new();

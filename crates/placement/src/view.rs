@@ -19,6 +19,7 @@ use tessera_allocator::{
     AllocateOptions, AllocatedState, DEFAULT_STEP_BUDGET, Inventory, PlacementMode,
 };
 
+use crate::extended::ExtendedResources;
 use crate::managed::{managed_slices, unmanaged_slices};
 use crate::nodes::{NodeFacts, NodeFilter, PodRequirements};
 use crate::planner::{Decision, PlacementInput, decide};
@@ -61,6 +62,8 @@ pub struct DeviceView {
     pub managed_nodes: HashSet<String>,
     /// Every node, parsed for the filters.
     pub nodes: Vec<NodeFacts>,
+    /// The extended resources the classes stand for.
+    pub extended: ExtendedResources,
 }
 
 impl DeviceView {
@@ -73,6 +76,7 @@ impl DeviceView {
         nodes: Vec<NodeFacts>,
     ) -> DeviceView {
         let (managed, managed_nodes) = managed_slices(slices);
+        let extended = ExtendedResources::new(&classes);
         let managed = Inventory::new(managed, classes.clone(), node_infos(&nodes));
         for class in &classes {
             if let Some(name) = class.metadata.name.as_deref() {
@@ -83,6 +87,7 @@ impl DeviceView {
             managed: Arc::new(managed),
             managed_nodes,
             nodes,
+            extended,
         }
     }
 
@@ -129,6 +134,7 @@ pub fn decide_pod(
         claims,
         managed: &context.devices.managed,
         unmanaged: context.unmanaged,
+        extended: &context.devices.extended,
         in_use: context.in_use,
         nodes,
         now,

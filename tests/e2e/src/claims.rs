@@ -138,7 +138,11 @@ pub fn is_extended_resource(name: &str) -> bool {
 fn asks_for_extended_resources(pod: &Pod) -> bool {
     pod.spec
         .iter()
-        .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
         .flat_map(|c| c.resources.iter())
         .flat_map(|r| r.limits.iter().flatten().chain(r.requests.iter().flatten()))
         .any(|(name, _)| is_extended_resource(name))

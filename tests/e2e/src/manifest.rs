@@ -262,10 +262,15 @@ mod tests {
         assert_eq!(names[..2], ["gpu.tessera.dev", "mig.gpu.tessera.dev"]);
         // One class per MIG profile of the chart's default list, the e2e MIG profile among them.
         assert!(
-            names[2..].iter().all(|n| n.starts_with("mig-") && n.ends_with(".gpu.tessera.dev")),
+            names[2..]
+                .iter()
+                .all(|n| n.starts_with("mig-") && n.ends_with(".gpu.tessera.dev")),
             "{names:?}"
         );
-        assert!(names.contains(&"mig-1g.10gb.gpu.tessera.dev".to_owned()), "{names:?}");
+        assert!(
+            names.contains(&"mig-1g.10gb.gpu.tessera.dev".to_owned()),
+            "{names:?}"
+        );
     }
 
     #[test]

@@ -36,6 +36,10 @@ struct PodReport {
     reason: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
+    /// The claim kube-scheduler made for the pod's extended resources
+    /// (`status.extendedResourceClaimStatus`), as NAMESPACE/NAME: `--claim` explains it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extended_resource_claim: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -150,7 +154,12 @@ pub fn explain(
              selectors, taints and resources): add them to --objects (kubectl get nodes -o yaml)"
         );
     }
-    let report = report(wanted, cluster.decide(pod, settings, Timestamp::now()));
+    let mut report = report(wanted, cluster.decide(pod, settings, Timestamp::now()));
+    report.extended_resource_claim = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref())
+        .map(|s| format!("{namespace}/{}", s.resource_claim_name));
     match output {
         OutputFormat::Json => {
             serde_json::to_writer_pretty(&mut *out, &report)?;
@@ -233,6 +242,13 @@ fn write_text(out: &mut impl Write, r: &PodReport, settings: &Settings) -> anyho
             "pod {pod}: nothing to do (released, every claim allocated)"
         )?,
         _ => writeln!(out, "{message}")?,
+    }
+    if let Some(claim) = &r.extended_resource_claim {
+        writeln!(
+            out,
+            "  its extended resources are in claim {claim}, made and allocated by kube-scheduler \
+             (tessera explain --claim {claim} explains it)"
+        )?;
     }
     Ok(())
 }

@@ -409,13 +409,20 @@ fn scheduler_made(
             let exactly = r.exactly.as_ref();
             (
                 r.name.clone(),
-                exactly.map(|e| e.device_class_name.clone()).unwrap_or_default(),
+                exactly
+                    .map(|e| e.device_class_name.clone())
+                    .unwrap_or_default(),
                 exactly.and_then(|e| e.count),
             )
         })
         .collect();
     ensure!(
-        requests == [("container-0-request-0".to_owned(), class.to_owned(), Some(count))],
+        requests
+            == [(
+                "container-0-request-0".to_owned(),
+                class.to_owned(),
+                Some(count)
+            )],
         "claim {} has requests {requests:?}, expected container-0-request-0 for {count} of {class}",
         claim.name()
     );
@@ -469,4 +476,73 @@ pub async fn extended_resource_mig(ctx: &Ctx) -> anyhow::Result<Outcome> {
         Ok(())
     })
     .await
+}
+
+/// A gated pod asking for `nvidia.com/gpu: 4`: the controller cannot place extended resources
+/// (docs/user-guide.md, "Topology-aware placement needs a claim"), so it removes the gate with a
+/// `LeftToScheduler` event naming the resource, and the scheduler gives the pod four GPUs of an
+/// unmanaged node through its own claim.
+pub async fn extended_resource_gated(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    const NAMESPACE: &str = "tessera-e2e-extended-gated";
+    if ctx.managed_nodes().await?.is_empty() {
+        return Ok(Outcome::Skipped(
+            "no node is labelled gpu.tessera.dev/topology-managed=true (no controller to ask)"
+                .to_owned(),
+        ));
+    }
+    ctx.fresh_namespace(NAMESPACE).await?;
+    crate::objects::create_namespace(&ctx.client, NAMESPACE).await?;
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": NAMESPACE, "name": "pod", "labels": {"app.kubernetes.io/part-of": "tessera-e2e"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 5,
+            "schedulingGates": [{"name": tessera_api::names::TOPOLOGY_AWARE_GATE}],
+            "containers": [{
+                "name": "ctr",
+                "image": "busybox:1.37",
+                "command": ["sh", "-c", crate::objects::PRINT_GPU_ENV],
+                "resources": {"limits": {"nvidia.com/gpu": 4}},
+            }],
+        },
+    }))?;
+    kube::Api::<Pod>::namespaced(ctx.client.clone(), NAMESPACE)
+        .create(&kube::api::PostParams::default(), &pod)
+        .await
+        .context("cannot create the gated pod")?;
+    let claims = wait_allocated(ctx, NAMESPACE, "pod").await?;
+    let published = ctx.published().await?;
+    let run = ExampleRun {
+        namespace: NAMESPACE.to_owned(),
+        published,
+        pods: vec![(pod, claims.clone())],
+    };
+    let claim = run.single_claim()?;
+    ctx.say(claim.describe(&run.published));
+    scheduler_made(&run, &claim, "gpu.tessera.dev", 4)?;
+    count(&claim, 4)?;
+    untainted(&run, &claim)?;
+    let events = crate::steps::pod_events(ctx, NAMESPACE, "pod").await?;
+    let left = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("LeftToScheduler"))
+        .with_context(|| {
+            format!(
+                "the controller sent no LeftToScheduler event; events: {:?}",
+                events.iter().map(|e| &e.reason).collect::<Vec<_>>()
+            )
+        })?;
+    let message = left.message.as_deref().unwrap_or_default();
+    ensure!(
+        message.contains("nvidia.com/gpu (DeviceClass gpu.tessera.dev)"),
+        "the LeftToScheduler event does not name the extended resource: {message}"
+    );
+    ctx.say(format!("controller: LeftToScheduler: {message}"));
+    let current = wait_running(ctx, NAMESPACE, "pod").await?;
+    check_containers(ctx, &current, &claims, &run.published).await?;
+    check_prepared(ctx, &claims).await?;
+    delete_pods_and_check_unprepared(ctx, NAMESPACE, &["pod".to_owned()], &claims).await?;
+    ctx.delete_namespace(NAMESPACE).await?;
+    Ok(Outcome::Passed)
 }

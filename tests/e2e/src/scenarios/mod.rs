@@ -102,6 +102,11 @@ pub fn all() -> Vec<Scenario> {
             examples::extended_resource_mig
         ),
         scenario!(
+            "extended-resource-gated",
+            "gated pod with nvidia.com/gpu: 4: the controller leaves it to the scheduler (LeftToScheduler), it runs",
+            examples::extended_resource_gated
+        ),
+        scenario!(
             "invalid-config",
             "deploy/examples/invalid-config: prepare refused, the pod event names the field",
             invalid_config::invalid_config
