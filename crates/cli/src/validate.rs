@@ -5,7 +5,9 @@
 //! cost the API server would refuse; an attribute or capacity name under `gpu.tessera.dev` (or a
 //! standard `resource.kubernetes.io` name) that Tessera does not publish, with the closest name
 //! it does; a constraint's `matchAttribute`/`distinctAttribute` naming such an attribute; an
-//! opaque `gpu.tessera.dev` configuration that does not decode. Each finding names the file, the
+//! opaque `gpu.tessera.dev` configuration that does not decode; a DeviceClass's
+//! `extendedResourceName` the API server refuses, or one another class (in any file) carries
+//! already. Each finding names the file, the
 //! object, the field path and the problem. Exit status: 0 clean, 1 with findings, 2 when an input
 //! cannot be read or parsed.
 
@@ -55,6 +57,7 @@ pub fn run(
     err: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
     let linter = Linter::new();
+    let mut names = ExtendedResourceNames::default();
     let mut findings = 0usize;
     let mut checked = 0usize;
     let mut unreadable = 0usize;
@@ -86,7 +89,12 @@ pub fn run(
                 continue;
             }
             checked += 1;
-            for finding in linter.lint(&file, &object_ref, &object) {
+            let across = names.add(&file, &object_ref, &object);
+            for finding in linter
+                .lint(&file, &object_ref, &object)
+                .into_iter()
+                .chain(across)
+            {
                 writeln!(out, "{finding}")?;
                 findings += 1;
             }
@@ -109,6 +117,81 @@ pub fn run(
         (0, 0) => ExitCode::SUCCESS,
         (0, _) => ExitCode::from(1),
     })
+}
+
+/// The `extendedResourceName`s of the DeviceClasses seen so far, across files: kube-scheduler
+/// serves a name from one class only (the newest), so a second class with the same name is a
+/// finding, as is a name the API server refuses.
+#[derive(Default)]
+pub struct ExtendedResourceNames {
+    /// name -> "file: DeviceClass/x" of the first class carrying it.
+    seen: std::collections::BTreeMap<String, String>,
+}
+
+impl ExtendedResourceNames {
+    pub fn add(&mut self, file: &str, object_ref: &ObjectRef, object: &Value) -> Vec<Finding> {
+        if !object_ref.is_device_class() {
+            return Vec::new();
+        }
+        let Some(name) = object
+            .pointer("/spec/extendedResourceName")
+            .and_then(Value::as_str)
+        else {
+            return Vec::new();
+        };
+        let finding = |problem: String| Finding {
+            file: file.to_owned(),
+            object: object_ref.to_string(),
+            path: "spec.extendedResourceName".to_owned(),
+            problem,
+        };
+        if !is_extended_resource_name(name) {
+            return vec![finding(format!(
+                "`{name}` is not an extended resource name: it must be `<domain>/<name>` outside \
+                 kubernetes.io, e.g. `nvidia.com/gpu` (the API server refuses the class)"
+            ))];
+        }
+        match self.seen.get(name) {
+            Some(first) => vec![finding(format!(
+                "`{name}` is also the extendedResourceName of {first}: kube-scheduler serves it from \
+                 only one class (the newest), so pods asking for it get that class's devices; give \
+                 each name to one class (with Tessera's chart: extendedResources.enabled=false or \
+                 other names while another driver's class keeps this one)"
+            ))],
+            None => {
+                self.seen
+                    .insert(name.to_owned(), format!("{file}: {object_ref}"));
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// Whether the API server accepts `name` as an extended resource name: a qualified name
+/// `<DNS subdomain>/<name>` (name: ≤ 63 alphanumerics, `-`, `_`, `.`, alphanumeric at both
+/// ends) outside `kubernetes.io`, whose `requests.`-prefixed form is still a qualified name.
+fn is_extended_resource_name(name: &str) -> bool {
+    let Some((domain, local)) = name.split_once('/') else {
+        return false;
+    };
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    !name.contains("kubernetes.io/")
+        && domain.len() + "requests.".len() <= 253
+        && domain.split('.').all(label)
+        && local.len() <= 63
+        && edge(local.chars().next())
+        && edge(local.chars().last())
+        && local
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// Checks objects; holds the selector compiler shared by all of them.

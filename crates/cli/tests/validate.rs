@@ -143,3 +143,23 @@ fn unreadable_input_is_exit_status_two() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_second_class_with_the_charts_extended_resource_name_is_a_finding() {
+    // NVIDIA's DRA driver names its GPU class nvidia.com/gpu too: installed next to Tessera's
+    // chart, kube-scheduler would serve the name from only one of them.
+    let dir = tempfile::tempdir().unwrap();
+    let nvidia = write(
+        &dir,
+        "nvidia.yaml",
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata:\n  name: gpu.nvidia.com\nspec:\n  extendedResourceName: nvidia.com/gpu\n",
+    );
+    let out = tessera_validate(&[&shipped_device_classes(), &nvidia]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("nvidia.yaml: DeviceClass/gpu.nvidia.com: spec.extendedResourceName: `nvidia.com/gpu` is also the extendedResourceName of ")
+            && text.contains("deviceclasses.yaml: DeviceClass/gpu.tessera.dev"),
+        "{text}"
+    );
+}

@@ -79,6 +79,10 @@ impl ObjectRef {
     pub fn is_checked_kind(&self) -> bool {
         self.checked.is_some()
     }
+
+    pub fn is_device_class(&self) -> bool {
+        self.checked == Some(Kind::DeviceClass)
+    }
 }
 
 impl fmt::Display for ObjectRef {

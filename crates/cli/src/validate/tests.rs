@@ -217,3 +217,66 @@ items:
         ]
     );
 }
+
+#[test]
+fn extended_resource_names_must_be_valid_and_given_to_one_class() {
+    let class = |name: &str, resource: &str| {
+        format!(
+            "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata:\n  name: {name}\nspec:\n  extendedResourceName: {resource}\n"
+        )
+    };
+    let mut names = ExtendedResourceNames::default();
+    let mut found = Vec::new();
+    for (file, yaml) in [
+        ("tessera.yaml", class("gpu.tessera.dev", "nvidia.com/gpu")),
+        (
+            "tessera.yaml",
+            class("mig-1g.10gb.gpu.tessera.dev", "nvidia.com/mig-1g.10gb.me"),
+        ),
+        ("nvidia.yaml", class("gpu.nvidia.com", "nvidia.com/gpu")),
+        ("bad.yaml", class("a", "gpu")),
+        ("bad.yaml", class("b", "kubernetes.io/gpu")),
+        ("bad.yaml", class("c", "example.com/-gpu")),
+    ] {
+        let object = documents(&yaml).unwrap().remove(0);
+        found.extend(
+            names
+                .add(file, &ObjectRef::of(&object), &object)
+                .iter()
+                .map(|f| f.to_string()),
+        );
+    }
+    assert_eq!(found.len(), 4, "{found:#?}");
+    assert!(
+        found[0].starts_with("nvidia.yaml: DeviceClass/gpu.nvidia.com: spec.extendedResourceName: `nvidia.com/gpu` is also the extendedResourceName of tessera.yaml: DeviceClass/gpu.tessera.dev: kube-scheduler serves it from only one class"),
+        "{}",
+        found[0]
+    );
+    for (finding, class) in found[1..].iter().zip(["a", "b", "c"]) {
+        assert!(
+            finding.starts_with(&format!(
+                "bad.yaml: DeviceClass/{class}: spec.extendedResourceName: `"
+            )) && finding.contains("is not an extended resource name"),
+            "{finding}"
+        );
+    }
+    for good in [
+        "nvidia.com/gpu",
+        "nvidia.com/mig-1g.10gb.me",
+        "example.com/a_b",
+        "x.y/z",
+    ] {
+        assert!(is_extended_resource_name(good), "{good}");
+    }
+    for bad in [
+        "gpu",
+        "nvidia.com/",
+        "/gpu",
+        "Nvidia.com/gpu",
+        "a.kubernetes.io/x",
+        "nvidia.com/gpu.",
+        "nvidia.com/a/b",
+    ] {
+        assert!(!is_extended_resource_name(bad), "{bad}");
+    }
+}
