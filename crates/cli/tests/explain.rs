@@ -426,3 +426,53 @@ fn a_pod_with_extended_resources_is_left_to_the_scheduler_and_points_at_its_clai
         "{text}"
     );
 }
+
+#[test]
+fn the_shared_class_selects_only_gpus_published_for_sharing() {
+    // shared.gpu.tessera.dev (nvidia.com/gpu.shared): whole GPUs with allowMultipleAllocations.
+    // Without them nothing matches; publishing gpu-5 of node-b shared makes it the only choice.
+    let dir = tempfile::tempdir().unwrap();
+    let claim = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: share, namespace: team-a}
+spec:
+  devices:
+    requests:
+    - name: container-0-request-0
+      exactly: {deviceClassName: shared.gpu.tessera.dev, count: 1}
+"#;
+    objects(dir.path(), &[claim.to_owned()]);
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/helm/tessera/files/deviceclasses.yaml");
+    std::fs::copy(shipped, dir.path().join("class.yaml")).unwrap();
+    let report = explain_json(dir.path(), &["--claim", "team-a/share"]);
+    assert!(report["allocation"].is_null(), "{report}");
+
+    let path = dir.path().join("node-b.yaml");
+    let mut slices: Vec<serde_yaml::Value> =
+        serde_yaml::Deserializer::from_str(&std::fs::read_to_string(&path).unwrap())
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .collect();
+    let mut marked = 0;
+    for slice in &mut slices {
+        for device in slice["spec"]["devices"]
+            .as_sequence_mut()
+            .into_iter()
+            .flatten()
+        {
+            if device["name"] == "gpu-5" {
+                device["allowMultipleAllocations"] = true.into();
+                marked += 1;
+            }
+        }
+    }
+    assert_eq!(marked, 1);
+    let text: Vec<String> = slices
+        .iter()
+        .map(|s| serde_yaml::to_string(s).unwrap())
+        .collect();
+    std::fs::write(&path, text.join("---\n")).unwrap();
+    let report = explain_json(dir.path(), &["--claim", "team-a/share"]);
+    assert_eq!(devices(&report), ["node-b/gpu-5"], "{report}");
+}

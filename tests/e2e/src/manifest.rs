@@ -259,10 +259,17 @@ mod tests {
                 other => panic!("unexpected {}", other.describe()),
             })
             .collect();
-        assert_eq!(names[..2], ["gpu.tessera.dev", "mig.gpu.tessera.dev"]);
+        assert_eq!(
+            names[..3],
+            [
+                "gpu.tessera.dev",
+                "shared.gpu.tessera.dev",
+                "mig.gpu.tessera.dev"
+            ]
+        );
         // One class per MIG profile of the chart's default list, the e2e MIG profile among them.
         assert!(
-            names[2..]
+            names[3..]
                 .iter()
                 .all(|n| n.starts_with("mig-") && n.ends_with(".gpu.tessera.dev")),
             "{names:?}"
