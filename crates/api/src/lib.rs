@@ -5,6 +5,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod names;
+pub mod nvidia;
 pub mod schema;
 pub mod validation;
 

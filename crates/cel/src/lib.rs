@@ -76,6 +76,7 @@ mod meter;
 mod path;
 mod quantity;
 mod references;
+mod rewrite;
 mod selector;
 mod values;
 mod version;
@@ -84,6 +85,7 @@ pub use device::{AttributeValue, DeviceContext};
 pub use error::{CompileError, EvalError};
 pub use quantity::{Quantity, QuantityError};
 pub use references::{DeviceMap, NameReference};
+pub use rewrite::{NameFate, Rewritten, rewrite_domain};
 pub use selector::{Selector, SelectorCompiler};
 pub use version::{Version, VersionError};
 

@@ -205,7 +205,7 @@ impl Selector {
 }
 
 /// The parser's errors as cel-go prints them, with the offending line and a caret.
-fn syntax_error(source: &str, errors: &ParseErrors) -> CompileError {
+pub(crate) fn syntax_error(source: &str, errors: &ParseErrors) -> CompileError {
     let mut message = String::new();
     for (i, error) in errors.errors.iter().enumerate() {
         let (line, column) = (error.pos.0.max(1) as usize, error.pos.1.max(1) as usize);

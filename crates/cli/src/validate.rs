@@ -5,7 +5,8 @@
 //! cost the API server would refuse; an attribute or capacity name under `gpu.tessera.dev` (or a
 //! standard `resource.kubernetes.io` name) that Tessera does not publish, with the closest name
 //! it does; a constraint's `matchAttribute`/`distinctAttribute` naming such an attribute; an
-//! opaque `gpu.tessera.dev` configuration that does not decode; a DeviceClass's
+//! opaque `gpu.tessera.dev` configuration that does not decode (Tessera's own, or NVIDIA's
+//! `resource.nvidia.com/v1beta1`, which the node plugin reads as Tessera's); a DeviceClass's
 //! `extendedResourceName` the API server refuses, or one another class (in any file) carries
 //! already. Each finding names the file, the
 //! object, the field path and the problem. Exit status: 0 clean, 1 with findings, 2 when an input
@@ -233,7 +234,8 @@ impl Linter {
             }
         }
         for (path, parameters) in fields.tessera_configs {
-            if let Err(e) = tessera_api::config::decode(&parameters) {
+            // What the node plugin accepts: ours, or NVIDIA's read as ours.
+            if let Err(e) = tessera_api::config::decode_accepting_nvidia(&parameters) {
                 findings.push(finding(
                     path,
                     format!("invalid {} configuration: {e}", tessera_api::DRIVER_NAME),

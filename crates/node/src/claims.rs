@@ -5,6 +5,7 @@
 //! (a hung API server fails the claim in time for the kubelet's retry instead of holding the
 //! call), and how many reads run at once (a batch of thousands of claims reuses a few
 //! connections instead of opening one per claim). Names go into request paths percent-encoded.
+//! [`ClaimSource::note`] records an Event on a claim (how its configuration was read).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -12,8 +13,10 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{Api, ListParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use tokio::sync::Semaphore;
 
@@ -51,6 +54,13 @@ pub enum ClaimSourceError {
     /// Listing claims failed.
     #[error("cannot list ResourceClaims from the API server: {reason}")]
     List { reason: String },
+    /// Recording an Event on a claim failed.
+    #[error("cannot record an Event on ResourceClaim {namespace}/{name}: {reason}")]
+    Note {
+        namespace: String,
+        name: String,
+        reason: String,
+    },
     /// The API server did not answer in time.
     #[error(
         "the API server did not answer {what} within {}s; the kubelet retries",
@@ -66,7 +76,16 @@ pub trait ClaimSource: Send + Sync + 'static {
 
     /// Every claim, in all namespaces. Used only to rebuild state after a lost checkpoint.
     fn list(&self) -> ClaimFuture<'_, Vec<ResourceClaim>>;
+
+    /// Records a Normal Event on `claim` (reason [`TRANSLATED_CONFIG_REASON`]): how the plugin
+    /// read its configuration, e.g. NVIDIA's configs read as Tessera's.
+    fn note(&self, claim: &ResourceClaim, note: String) -> ClaimFuture<'_, ()>;
 }
+
+/// Reason of the Event that says an NVIDIA configuration was read as Tessera's.
+pub const TRANSLATED_CONFIG_REASON: &str = "NvidiaConfigTranslated";
+/// Longest Event note the API server takes.
+const MAX_EVENT_NOTE_BYTES: usize = 1024;
 
 /// Claims from the API server (`resource.k8s.io/v1`).
 #[derive(Clone)]
@@ -74,6 +93,7 @@ pub struct KubeClaimSource {
     client: kube::Client,
     timeout: Duration,
     reads: Arc<Semaphore>,
+    reporter_instance: Option<String>,
 }
 
 impl KubeClaimSource {
@@ -84,7 +104,14 @@ impl KubeClaimSource {
             client,
             timeout: DEFAULT_READ_TIMEOUT,
             reads: Arc::new(Semaphore::new(DEFAULT_CONCURRENT_READS)),
+            reporter_instance: None,
         }
+    }
+
+    /// Names this plugin instance (the node) in the Events it records.
+    pub fn reporter_instance(mut self, instance: impl Into<String>) -> Self {
+        self.reporter_instance = Some(instance.into());
+        self
     }
 
     /// Bounds each read by `timeout` instead (waiting for a free read slot included).
@@ -156,6 +183,61 @@ impl ClaimSource for KubeClaimSource {
             }
         })
     }
+
+    fn note(&self, claim: &ResourceClaim, note: String) -> ClaimFuture<'_, ()> {
+        let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let reference = ObjectReference {
+            api_version: Some("resource.k8s.io/v1".into()),
+            kind: Some("ResourceClaim".into()),
+            namespace: Some(namespace.clone()),
+            name: Some(name.clone()),
+            uid: claim.metadata.uid.clone(),
+            ..ObjectReference::default()
+        };
+        Box::pin(async move {
+            let recorder = Recorder::new(
+                self.client.clone(),
+                Reporter {
+                    controller: "tessera-kubelet-plugin".into(),
+                    instance: self.reporter_instance.clone(),
+                },
+            );
+            let event = Event {
+                type_: EventType::Normal,
+                reason: TRANSLATED_CONFIG_REASON.into(),
+                note: Some(truncate(&note, MAX_EVENT_NOTE_BYTES)),
+                action: "PrepareResources".into(),
+                secondary: None,
+            };
+            let write = async {
+                recorder
+                    .publish(&event, &reference)
+                    .await
+                    .map_err(|e| ClaimSourceError::Note {
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                        reason: e.to_string(),
+                    })
+            };
+            self.bounded(
+                || format!("POST Event on ResourceClaim {namespace}/{name}"),
+                write,
+            )
+            .await
+        })
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
 }
 
 /// Claims held in memory, keyed by namespace and name; tests change them at will.
@@ -163,6 +245,7 @@ impl ClaimSource for KubeClaimSource {
 pub struct InMemoryClaims {
     claims: Mutex<BTreeMap<(String, String), ResourceClaim>>,
     unavailable: Mutex<bool>,
+    notes: Mutex<Vec<(String, String, String)>>,
 }
 
 impl InMemoryClaims {
@@ -188,6 +271,11 @@ impl InMemoryClaims {
     /// Makes every read fail (an unreachable API server) until called with `false`.
     pub fn set_unavailable(&self, unavailable: bool) {
         *self.unavailable.lock().unwrap_or_else(|e| e.into_inner()) = unavailable;
+    }
+
+    /// The notes recorded so far: (namespace, name, note).
+    pub fn notes(&self) -> Vec<(String, String, String)> {
+        self.notes.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn is_unavailable(&self) -> bool {
@@ -222,6 +310,15 @@ impl ClaimSource for InMemoryClaims {
             Ok(self.lock().values().cloned().collect())
         };
         Box::pin(std::future::ready(result))
+    }
+
+    fn note(&self, claim: &ResourceClaim, note: String) -> ClaimFuture<'_, ()> {
+        self.notes.lock().unwrap_or_else(|e| e.into_inner()).push((
+            claim.metadata.namespace.clone().unwrap_or_default(),
+            claim.metadata.name.clone().unwrap_or_default(),
+            note,
+        ));
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 

@@ -529,7 +529,11 @@ async fn start_driver(
             .injection(injection);
     let parts = DriverParts {
         inventory: Arc::clone(&devices.inventory),
-        claims: Arc::new(KubeClaimSource::new(client.clone()).timeout(config.api_timeout)),
+        claims: Arc::new(
+            KubeClaimSource::new(client.clone())
+                .timeout(config.api_timeout)
+                .reporter_instance(&config.node_name),
+        ),
         gpu: Arc::clone(&devices.gpu),
         mig: Arc::clone(&devices.mig),
     };

@@ -232,6 +232,69 @@ async fn mps_gets_a_daemon_env_and_mounts_and_is_stopped() {
     assert!(!pipe.exists());
 }
 
+/// An NVIDIA-schema config (driver `gpu.nvidia.com`, `resource.nvidia.com/v1beta1`) prepares the
+/// MPS it means in NVIDIA's driver, and the translation is noted on the claim once.
+#[tokio::test]
+async fn nvidia_mps_config_prepares_mps_and_is_noted_on_the_claim() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let (driver, _) = h.start().await;
+    let mut config = claim_config(
+        &["gpu"],
+        "GpuConfig",
+        json!({"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 25,
+               "defaultPinnedDeviceMemoryLimit": "3Gi",
+               "defaultPerDevicePinnedMemoryLimit": {"1": "1Gi"}}}),
+    );
+    config["opaque"]["driver"] = json!("gpu.nvidia.com");
+    config["opaque"]["parameters"]["apiVersion"] = json!("resource.nvidia.com/v1beta1");
+    let claim = h.claim("nv", &[("gpu", "gpu-5"), ("gpu", "gpu-6")], vec![config]);
+    driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    let daemons = h.gpu.running_daemons();
+    assert_eq!(daemons.len(), 1);
+    assert_eq!(daemons[0].active_thread_percentage, Some(25));
+    let limits: Vec<(String, Option<u64>)> = daemons[0]
+        .devices
+        .iter()
+        .map(|d| (d.uuid.clone(), d.pinned_memory_limit_bytes))
+        .collect();
+    assert_eq!(
+        limits,
+        vec![
+            (h.gpu_uuid(5), Some(3 << 30)),
+            (h.gpu_uuid(6), Some(1 << 30))
+        ]
+    );
+    // The Event is written in the background.
+    let mut notes = h.claims.notes();
+    for _ in 0..100 {
+        if !notes.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        notes = h.claims.notes();
+    }
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let (namespace, name, note) = &notes[0];
+    assert_eq!((namespace.as_str(), name.as_str()), ("ml", "nv"));
+    assert!(
+        note.contains("driver gpu.nvidia.com taken as gpu.tessera.dev")
+            && note.contains("sharing.mpsConfig → sharing.mps"),
+        "{note}"
+    );
+    // A second prepare is answered from the checkpoint: no second note.
+    driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    tokio::task::yield_now().await;
+    assert_eq!(h.claims.notes().len(), 1);
+    driver.unprepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    assert!(h.gpu.running_daemons().is_empty());
+}
+
 #[tokio::test]
 async fn dynamic_mig_creates_on_prepare_and_destroys_on_unprepare() {
     let h = Harness::new("hgx-a100-mig", MigMode::Dynamic);

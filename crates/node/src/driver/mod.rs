@@ -70,6 +70,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use tessera_cdi::{SpecDir, SpecDirError};
 use tessera_kubelet::{ClaimRef, ClaimUid, DraDriver, PrepareResult, UnprepareResult};
 use tessera_topology::{Inventory, SourceError};
@@ -298,6 +299,25 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
+impl NodeDriver {
+    /// Logs how a prepared claim's NVIDIA configs were read and records it as an Event on the
+    /// claim, in the background: a slow or failing Event write never delays the answer.
+    fn note_translation(&self, claim: ResourceClaim, notes: Vec<String>) {
+        let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        for note in &notes {
+            tracing::info!(claim = %format!("{namespace}/{name}"), "NVIDIA config translated: {note}");
+        }
+        let claims = Arc::clone(&self.core.claims);
+        let text = notes.join("\n");
+        tokio::spawn(async move {
+            if let Err(error) = claims.note(&claim, text).await {
+                tracing::warn!(%error, "the translation is logged but not recorded as an Event");
+            }
+        });
+    }
+}
+
 impl DraDriver for NodeDriver {
     type Error = ClaimError;
 
@@ -333,6 +353,16 @@ impl DraDriver for NodeDriver {
                 .get(claim.namespace.clone(), claim.name.clone())
         });
         let fetched = futures::future::join_all(reads).await;
+        // How NVIDIA configs are read, noted on each claim that gets prepared now.
+        let translated: Vec<(ClaimUid, ResourceClaim, Vec<String>)> = to_read
+            .iter()
+            .zip(&fetched)
+            .filter_map(|(claim, fetched)| {
+                let object = fetched.as_ref().ok()?.as_ref()?;
+                let notes = crate::plan::translation_notes(object);
+                (!notes.is_empty()).then(|| (claim.uid.clone(), object.clone(), notes))
+            })
+            .collect();
         let work: Vec<_> = to_read.iter().cloned().zip(fetched).collect();
         let core = Arc::clone(&self.core);
         let prepared = blocking(&to_read, move || {
@@ -341,6 +371,11 @@ impl DraDriver for NodeDriver {
         });
         results.extend(prepared.await);
         drop(gate);
+        for (uid, object, notes) in translated {
+            if matches!(results.get(&uid), Some(Ok(_))) {
+                self.note_translation(object, notes);
+            }
+        }
         results
     }
 

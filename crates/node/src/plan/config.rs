@@ -8,7 +8,14 @@
 //! kind fits the device type (`GpuConfig` → `gpu`, `MigDeviceConfig` → `mig`). A config that
 //! names a device's exact request with the wrong kind is an error, and so is a config that ends
 //! up applying to no device at all: nothing is silently ignored.
+//!
+//! NVIDIA's configs (`resource.nvidia.com/v1beta1`, [`tessera_api::nvidia`]) are accepted under
+//! our driver name, and under NVIDIA's (`gpu.nvidia.com`) when no device of the allocation is
+//! NVIDIA's driver's (then the config can only have been meant for ours). They mean what they
+//! mean in NVIDIA's driver; their per-device MPS limits, keyed by device UUID or by index among
+//! the devices the config applies to, are resolved here once those devices are known.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
@@ -16,6 +23,7 @@ use tessera_api::DRIVER_NAME;
 use tessera_api::checkpoint::{DeviceRecord, DeviceTarget};
 use tessera_api::config::{self, GPU_CONFIG_KIND, MIG_DEVICE_CONFIG_KIND, OpaqueConfig};
 use tessera_api::names::device_type;
+use tessera_api::nvidia::{ConfiguredDevice, NVIDIA_DRIVER_NAME, resolve_per_device_key};
 
 use super::{PlanError, device_type as type_of};
 
@@ -45,6 +53,9 @@ pub(super) struct DecodedConfig {
     pub source: ConfigSource,
     pub requests: Vec<String>,
     pub config: OpaqueConfig,
+    /// NVIDIA's per-device MPS limits (key: device UUID or index among the devices this config
+    /// applies to), still to resolve.
+    pub nvidia_per_device: BTreeMap<String, String>,
 }
 
 impl DecodedConfig {
@@ -56,13 +67,24 @@ impl DecodedConfig {
     }
 }
 
+/// Whether an opaque config of `driver` is this plugin's to apply; `nvidia_devices` says
+/// whether the allocation holds devices of NVIDIA's driver.
+pub(super) fn is_ours(driver: &str, nvidia_devices: bool) -> bool {
+    driver == DRIVER_NAME || (driver == NVIDIA_DRIVER_NAME && !nvidia_devices)
+}
+
 /// Decodes the configs of this driver, class configs first, then claim configs.
 pub(super) fn decode_configs(
     configs: &[DeviceAllocationConfiguration],
+    nvidia_devices: bool,
 ) -> Result<Vec<DecodedConfig>, PlanError> {
     let mut decoded = Vec::new();
     for (index, entry) in configs.iter().enumerate() {
-        let Some(opaque) = entry.opaque.as_ref().filter(|o| o.driver == DRIVER_NAME) else {
+        let Some(opaque) = entry
+            .opaque
+            .as_ref()
+            .filter(|o| is_ours(&o.driver, nvidia_devices))
+        else {
             continue;
         };
         let source = match entry.source.as_str() {
@@ -76,23 +98,85 @@ pub(super) fn decode_configs(
             }
         };
         let requests = entry.requests.clone().unwrap_or_default();
-        let config =
-            config::decode(&opaque.parameters.0).map_err(|error| PlanError::InvalidConfig {
+        let accepted = config::decode_accepting_nvidia(&opaque.parameters.0).map_err(|error| {
+            PlanError::InvalidConfig {
                 index,
                 source_kind: source,
                 requests: requests.clone(),
                 error,
-            })?;
+            }
+        })?;
         decoded.push(DecodedConfig {
             index,
             source,
             requests,
-            config,
+            config: accepted.config,
+            nvidia_per_device: accepted
+                .translation
+                .map(|t| t.per_device_pinned_memory_limit)
+                .unwrap_or_default(),
         });
     }
     // Stable: list order is kept within each source.
     decoded.sort_by_key(|c| c.source);
     Ok(decoded)
+}
+
+/// What the plugin reads differently from how it is written: one line per NVIDIA config of the
+/// claim's allocation that this plugin applies (for the log and an Event on the claim). Configs
+/// that do not decode are left out: planning reports them as errors.
+pub fn translation_notes(claim: &k8s_openapi::api::resource::v1::ResourceClaim) -> Vec<String> {
+    let Some(allocation) = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+    else {
+        return Vec::new();
+    };
+    let nvidia_devices = allocation
+        .results
+        .iter()
+        .flatten()
+        .any(|r| r.driver == NVIDIA_DRIVER_NAME);
+    let mut notes = Vec::new();
+    for (index, entry) in allocation.config.iter().flatten().enumerate() {
+        let Some(opaque) = entry
+            .opaque
+            .as_ref()
+            .filter(|o| is_ours(&o.driver, nvidia_devices))
+        else {
+            continue;
+        };
+        let Ok(config::AcceptedConfig {
+            translation: Some(translation),
+            ..
+        }) = config::decode_accepting_nvidia(&opaque.parameters.0)
+        else {
+            continue;
+        };
+        let mut parts = translation.notes;
+        if opaque.driver == NVIDIA_DRIVER_NAME {
+            parts.insert(
+                0,
+                format!(
+                    "driver {NVIDIA_DRIVER_NAME} taken as {DRIVER_NAME} (no device of this claim is NVIDIA's driver's)"
+                ),
+            );
+        }
+        let requests = entry.requests.clone().unwrap_or_default();
+        let source = if entry.source == "FromClass" {
+            ConfigSource::FromClass
+        } else {
+            ConfigSource::FromClaim
+        };
+        notes.push(format!(
+            "{source} config {index} (requests {}): {}",
+            super::requests_text(&requests),
+            parts.join("; ")
+        ));
+    }
+    notes
 }
 
 /// How a config's `requests` reaches a device's request.
@@ -131,16 +215,19 @@ pub(super) fn effective_configs(
     devices: &[DeviceRecord],
 ) -> Result<Vec<Option<OpaqueConfig>>, PlanError> {
     let mut effective: Vec<Option<OpaqueConfig>> = vec![None; devices.len()];
-    for config in configs {
+    // Which config each device got (position in `configs`).
+    let mut winner: Vec<Option<usize>> = vec![None; devices.len()];
+    for (position, config) in configs.iter().enumerate() {
         let fits = config.fits();
         let mut applied = false;
-        for (device, slot) in devices.iter().zip(effective.iter_mut()) {
+        for ((device, slot), won) in devices.iter().zip(effective.iter_mut()).zip(&mut winner) {
             let Some(reach) = reach(&config.requests, &device.request) else {
                 continue;
             };
             let device_type = type_of(&device.target);
             if device_type == fits {
                 *slot = Some(config.config.clone());
+                *won = Some(position);
                 applied = true;
             } else if reach == Reach::Exact {
                 return Err(PlanError::WrongConfigKind {
@@ -165,7 +252,55 @@ pub(super) fn effective_configs(
             });
         }
     }
+    for (position, config) in configs.iter().enumerate() {
+        if !config.nvidia_per_device.is_empty() {
+            resolve_nvidia_per_device(config, position, devices, &winner, &mut effective)?;
+        }
+    }
     Ok(effective)
+}
+
+/// Puts an NVIDIA config's per-device MPS limits on the devices it applies to.
+fn resolve_nvidia_per_device(
+    config: &DecodedConfig,
+    position: usize,
+    devices: &[DeviceRecord],
+    winner: &[Option<usize>],
+    effective: &mut [Option<OpaqueConfig>],
+) -> Result<(), PlanError> {
+    let group: Vec<usize> = (0..devices.len())
+        .filter(|&i| winner[i] == Some(position))
+        .collect();
+    let configured: Vec<ConfiguredDevice<'_>> = group
+        .iter()
+        .map(|&i| ConfiguredDevice {
+            name: &devices[i].device,
+            uuid: devices[i].target.visible_uuid(),
+        })
+        .collect();
+    let mut limits = BTreeMap::new();
+    for (key, limit) in &config.nvidia_per_device {
+        let name =
+            resolve_per_device_key(key, &configured).map_err(|error| PlanError::InvalidConfig {
+                index: config.index,
+                source_kind: config.source,
+                requests: config.requests.clone(),
+                error,
+            })?;
+        limits.insert(name.to_owned(), limit.clone());
+    }
+    for &i in &group {
+        let mps = match effective[i].as_mut() {
+            Some(OpaqueConfig::Gpu(c)) => c.sharing.as_mut(),
+            Some(OpaqueConfig::Mig(c)) => c.sharing.as_mut(),
+            None => None,
+        }
+        .and_then(|s| s.mps.as_mut());
+        if let Some(mps) = mps {
+            mps.per_device_pinned_memory_limit = limits.clone();
+        }
+    }
+    Ok(())
 }
 
 fn kind_for(target: &DeviceTarget) -> &'static str {

@@ -21,7 +21,7 @@ use tessera_api::checkpoint::{
 use tessera_api::config::{ConfigError, Sharing, SharingStrategy, TimeSliceInterval};
 use tessera_topology::{Inventory, ResolvedDevice};
 
-pub use config::ConfigSource;
+pub use config::{ConfigSource, translation_notes};
 
 use crate::cdi_spec;
 
@@ -237,7 +237,15 @@ pub fn plan_claim(
     for &(index, result) in &results {
         devices.push(resolve_result(index, result, asked.uid, context)?);
     }
-    let configs = config::decode_configs(allocation.config.as_deref().unwrap_or_default())?;
+    let nvidia_devices = allocation
+        .results
+        .iter()
+        .flatten()
+        .any(|r| r.driver == tessera_api::nvidia::NVIDIA_DRIVER_NAME);
+    let configs = config::decode_configs(
+        allocation.config.as_deref().unwrap_or_default(),
+        nvidia_devices,
+    )?;
     let effective = config::effective_configs(&configs, &devices)?;
     for ((device, config), &(_, result)) in devices.iter_mut().zip(effective).zip(&results) {
         // Admin access observes a device another claim uses: never reconfigure it.

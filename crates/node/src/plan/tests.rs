@@ -277,6 +277,106 @@ fn configs_apply_by_kind_and_mps_gets_a_daemon_directory() {
     assert_eq!(mps.log_directory, format!("/var/lib/tessera/mps/{UID}/log"));
 }
 
+fn nvidia_gpu_config(sharing: Value) -> Value {
+    json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": sharing})
+}
+
+fn opaque_of(driver: &str, requests: &[&str], parameters: Value) -> Value {
+    json!({"source": "FromClaim", "requests": requests,
+           "opaque": {"driver": driver, "parameters": parameters}})
+}
+
+#[test]
+fn nvidia_mps_config_means_our_mps_with_per_device_limits_resolved() {
+    let inv = inventory("dgx-h100");
+    let gpu5 = inv.gpu_by_minor(5).unwrap().uuid.clone();
+    let c = claim(
+        vec![
+            result("gpus", "gpu-2"),
+            result("gpus", "gpu-5"),
+            result("other", "gpu-7"),
+        ],
+        vec![
+            opaque_of(
+                "gpu.nvidia.com",
+                &["gpus"],
+                nvidia_gpu_config(json!({"strategy": "MPS", "mpsConfig": {
+                    "defaultActiveThreadPercentage": 30,
+                    "defaultPinnedDeviceMemoryLimit": "4Gi",
+                    // NVIDIA's keys: index among this config's devices, or a UUID.
+                    "defaultPerDevicePinnedMemoryLimit": {"0": "1Gi", gpu5.clone(): "2Gi"}
+                }})),
+            ),
+            opaque_of(
+                "gpu.tessera.dev",
+                &["other"],
+                nvidia_gpu_config(
+                    json!({"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Short"}}),
+                ),
+            ),
+        ],
+    );
+    let record = plan(&c, &inv, MigMode::Static).unwrap();
+    let mps = record.devices[0]
+        .sharing
+        .as_ref()
+        .unwrap()
+        .mps
+        .clone()
+        .unwrap();
+    assert_eq!(mps.default_active_thread_percentage, Some(30));
+    assert_eq!(mps.pinned_memory_limit_bytes("gpu-2"), Some(1 << 30));
+    assert_eq!(mps.pinned_memory_limit_bytes("gpu-5"), Some(2 << 30));
+    assert_eq!(
+        record.devices[1].sharing.as_ref().unwrap().mps,
+        Some(mps),
+        "one config, one meaning for both devices"
+    );
+    assert!(record.mps.is_some(), "MPS gets its daemon directory");
+    let ts = record.devices[2].sharing.as_ref().unwrap();
+    assert_eq!(
+        ts.time_slicing.as_ref().unwrap().interval,
+        TimeSliceInterval::Short
+    );
+
+    let notes = translation_notes(&c);
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(
+        notes[0].starts_with(
+            "claim config 0 (requests gpus): driver gpu.nvidia.com taken as gpu.tessera.dev"
+        ),
+        "{notes:?}"
+    );
+    assert!(
+        notes[0].contains("sharing.mpsConfig → sharing.mps"),
+        "{notes:?}"
+    );
+    assert!(
+        notes[1].contains("sharing.timeSlicingConfig → sharing.timeSlicing"),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn nvidia_configs_for_nvidia_devices_are_left_to_nvidia() {
+    let inv = inventory("dgx-h100");
+    let c = claim(
+        vec![
+            result("gpus", "gpu-2"),
+            json!({"request": "nv", "driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-0"}),
+        ],
+        vec![opaque_of(
+            "gpu.nvidia.com",
+            &[],
+            nvidia_gpu_config(json!({"strategy": "MPS"})),
+        )],
+    );
+    let record = plan(&c, &inv, MigMode::Static).unwrap();
+    assert_eq!(record.devices.len(), 1);
+    assert_eq!(record.devices[0].sharing, None);
+    assert!(translation_notes(&c).is_empty());
+}
+
 /// Each bad claim, and a piece of the message it must produce.
 #[test]
 fn bad_input_is_refused_with_a_message_naming_the_problem() {
@@ -403,6 +503,33 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
             ),
             &dgx,
             "(requests gpus) applies to no allocated gpu device",
+        ),
+        (
+            "NVIDIA multiUser",
+            claim(
+                vec![result("gpu", "gpu-0")],
+                vec![opaque_of(
+                    "gpu.nvidia.com",
+                    &[],
+                    nvidia_gpu_config(json!({"strategy": "MPS", "mpsConfig": {"multiUser": true}})),
+                )],
+            ),
+            &dgx,
+            "claim config 0 (requests all): field `sharing.mpsConfig.multiUser`: `true` cannot be honoured",
+        ),
+        (
+            "NVIDIA per-device index past the config's devices",
+            claim(
+                vec![result("gpu", "gpu-0")],
+                vec![opaque_of(
+                    "gpu.tessera.dev",
+                    &["gpu"],
+                    nvidia_gpu_config(json!({"strategy": "MPS", "mpsConfig": {
+                        "defaultPerDevicePinnedMemoryLimit": {"1": "1Gi"}}})),
+                )],
+            ),
+            &dgx,
+            "field `sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit.1`: device index 1 is out of range: this config applies to 1 device(s) (gpu-0)",
         ),
         (
             "bad source",
