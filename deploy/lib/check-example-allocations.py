@@ -40,6 +40,8 @@ EXPECTATIONS = {
     "shared-claim/shared-gpu": {"results": 1, "device": r"^gpu-\d+$"},
     "time-slicing/time-sliced-gpu": {"results": 1, "config": "TimeSlicing"},
     "mps/mps-gpu": {"results": 1, "config": "MPS"},
+    "nvidia-mps/shared-gpu": {"results": 1, "config": "MPS"},
+    "nvidia-quickstart/single-gpu": {"results": 1, "device": r"^gpu-\d+$"},
     "prioritized-list/best-available": {"results": 1, "request": "gpu/h100", "node": "node-dgx-h100"},
     "admin-access/all-gpus-admin": {"results": "all-gpus-of-node", "admin": True},
     "topology-aware/four-gpus": {

@@ -1,10 +1,12 @@
 //! `tessera`: what a node would publish, why a claim can or cannot be allocated, placement
-//! quality on a synthetic cluster, and a linter for DeviceClasses and claims.
+//! quality on a synthetic cluster, a linter for DeviceClasses and claims, and the migration of
+//! NVIDIA DRA manifests and device-plugin configs.
 //!
 //! Each subcommand lives in a module of its own; `main` only parses arguments and dispatches.
 
 mod explain;
 mod inventory;
+mod migrate;
 mod schema;
 mod simulate;
 mod validate;
@@ -38,6 +40,12 @@ enum Command {
     /// Lint DeviceClasses, ResourceClaims and ResourceClaimTemplates: CEL selectors, attribute
     /// names, opaque configs. Exit status 0 when clean, 1 with findings, 2 on unreadable input.
     Validate(validate::ValidateArgs),
+    /// Rewrite NVIDIA DRA manifests (gpu.nvidia.com classes, CEL, resource.nvidia.com/v1beta1
+    /// configs) and NVIDIA device-plugin configs (replicas, MIG strategy) into Tessera objects
+    /// and chart values. Changes and what could not be carried over go to stderr. Exit status 0
+    /// when everything was carried over, 1 when something was not, 2 on unreadable input.
+    #[command(long_about = None)]
+    Migrate(migrate::MigrateArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,5 +69,6 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Explain(a) => explain::run(&a, out).map(|()| ExitCode::SUCCESS),
         Command::Simulate(a) => simulate::run(&a, out).map(|()| ExitCode::SUCCESS),
         Command::Validate(a) => validate::run(&a, out, &mut std::io::stderr().lock()),
+        Command::Migrate(a) => migrate::run(&a, out, &mut std::io::stderr().lock()),
     }
 }

@@ -238,7 +238,11 @@ fn container_devices<'a>(
                 .allocation
                 .config
                 .iter()
-                .filter(|c| c.driver == device.driver)
+                // NVIDIA's driver name too: with no NVIDIA driver in the cluster, the plugin takes its
+                // configs (`tessera_api::nvidia`).
+                .filter(|c| {
+                    c.driver == device.driver || c.driver == tessera_api::nvidia::NVIDIA_DRIVER_NAME
+                })
                 .filter(|c| {
                     c.requests.is_empty()
                         || c.requests
@@ -296,7 +300,8 @@ pub fn expected_check(
             .and_then(|s| s.get("strategy"))
             .and_then(|s| s.as_str());
         if strategy.is_some_and(|s| s.eq_ignore_ascii_case("mps")) {
-            let mps = sharing.and_then(|s| s.get("mps"));
+            // Ours (`mps`) or NVIDIA's (`mpsConfig`), which the plugin reads the same way.
+            let mps = sharing.and_then(|s| s.get("mps").or_else(|| s.get("mpsConfig")));
             let percentage = mps
                 .and_then(|m| m.get("defaultActiveThreadPercentage"))
                 .and_then(|p| p.as_u64())

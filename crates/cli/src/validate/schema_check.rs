@@ -18,6 +18,11 @@ pub fn reference_problem(reference: &NameReference) -> Option<String> {
         DeviceMap::Capacity => ("capacity", "capacity"),
     };
     let lookup = format!("device.{map}[\"{domain}\"].{name}");
+    if domain == tessera_api::nvidia::NVIDIA_DRIVER_NAME {
+        return Some(format!(
+            "`{lookup}`: `{domain}` is NVIDIA's driver's domain, which no Tessera device has; Tessera's is `{DRIVER_NAME}` (`tessera migrate` rewrites NVIDIA manifests)"
+        ));
+    }
     if !schema::is_schema_domain(domain) {
         let similarity = strsim::jaro_winkler(domain, DRIVER_NAME);
         return (similarity >= DOMAIN_TYPO_SIMILARITY).then(|| {

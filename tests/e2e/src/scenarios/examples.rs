@@ -5,7 +5,9 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Context, ensure};
-use k8s_openapi::api::core::v1::Pod;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{Api, ListParams};
 use tessera_api::names::TOPOLOGY_MANAGED_TAINT;
 
 use super::Outcome;
@@ -17,6 +19,7 @@ use crate::steps::{
     AllocatedClaim, check_containers, check_prepared, check_unclaimed_pod,
     delete_pods_and_check_unprepared, names, wait_allocated, wait_running,
 };
+use crate::wait::{Probe, until};
 
 /// An applied example whose claims are allocated.
 pub struct ExampleRun {
@@ -51,12 +54,25 @@ impl ExampleRun {
     }
 }
 
+/// A check that runs once the example's pods are Running and checked, before cleanup.
+pub type AfterRunning = for<'a> fn(&'a Ctx, &'a ExampleRun) -> BoxFuture<'a, anyhow::Result<()>>;
+
 /// Applies example `name`, waits for its claims, checks them with `expect`, then runs the
 /// common checks and cleans up.
 pub async fn run_example(
     ctx: &Ctx,
     name: &str,
     expect: impl Fn(&ExampleRun) -> anyhow::Result<()>,
+) -> anyhow::Result<Outcome> {
+    run_example_with(ctx, name, expect, None).await
+}
+
+/// [`run_example`], with `after_running` checked while the pods run.
+pub async fn run_example_with(
+    ctx: &Ctx,
+    name: &str,
+    expect: impl Fn(&ExampleRun) -> anyhow::Result<()>,
+    after_running: Option<AfterRunning>,
 ) -> anyhow::Result<Outcome> {
     let dir = ctx.examples_dir.join(name);
     let manifest = Manifest::read_dir(&dir)?;
@@ -97,6 +113,9 @@ pub async fn run_example(
         running.push(current);
     }
     ctx.say(format!("pods Running: {}", names(&running).join(", ")));
+    if let Some(check) = after_running {
+        check(ctx, &run).await?;
+    }
     let claims = run.claims();
     check_prepared(ctx, &claims).await?;
     delete_pods_and_check_unprepared(ctx, &namespace, &names(&running), &claims).await?;
@@ -305,6 +324,90 @@ pub async fn mps(ctx: &Ctx) -> anyhow::Result<Outcome> {
             "MPS config {} lost the active thread percentage",
             parameters
         );
+        Ok(())
+    })
+    .await
+}
+
+/// NVIDIA's config (driver `gpu.nvidia.com`, `resource.nvidia.com/v1beta1` GpuConfig with
+/// `mpsConfig`) on a Tessera GPU: the containers' checker must see the MPS daemon with NVIDIA's
+/// limits (`steps::expected_check` reads `mpsConfig` as the plugin does), and the claim must carry
+/// the plugin's `NvidiaConfigTranslated` Event.
+pub async fn nvidia_mps(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    run_example_with(
+        ctx,
+        "nvidia-mps",
+        |run| {
+            let claim = run.single_claim()?;
+            count(&claim, 1)?;
+            untainted(run, &claim)?;
+            let entries: Vec<_> = claim
+                .allocation
+                .config
+                .iter()
+                .filter(|c| c.driver == tessera_api::nvidia::NVIDIA_DRIVER_NAME)
+                .collect();
+            ensure!(
+                entries.len() == 1
+                    && entries[0].parameters["apiVersion"] == "resource.nvidia.com/v1beta1"
+                    && entries[0].parameters["sharing"]["mpsConfig"]["defaultActiveThreadPercentage"] == 50,
+                "claim {}: expected NVIDIA's MPS config in the allocation, found {:?}",
+                claim.name(),
+                claim.allocation.config
+            );
+            Ok(())
+        },
+        Some(|ctx, run| Box::pin(translation_event(ctx, run))),
+    )
+    .await
+}
+
+/// The Event the plugin records on a claim whose NVIDIA config it translated.
+async fn translation_event(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
+    let claim = run.single_claim()?;
+    let name = claim.name().to_owned();
+    let events = Api::<Event>::namespaced(ctx.client.clone(), &run.namespace);
+    let selector = format!(
+        "involvedObject.kind=ResourceClaim,involvedObject.name={name},reason=NvidiaConfigTranslated"
+    );
+    let message = until(
+        &format!(
+            "an NvidiaConfigTranslated event on claim {}/{name}",
+            run.namespace
+        ),
+        ctx.timeouts.event,
+        || async {
+            let found = events
+                .list(&ListParams::default().fields(&selector))
+                .await
+                .with_context(|| format!("cannot list events of claim {name}"))?
+                .items;
+            Ok(match found.first().and_then(|e| e.message.clone()) {
+                Some(message) => Probe::Done(message),
+                None => Probe::Waiting("no such event".to_owned()),
+            })
+        },
+    )
+    .await?;
+    ctx.say(format!("claim event: {message}"));
+    ensure!(
+        message.contains(
+            "resource.nvidia.com/v1beta1 GpuConfig read as gpu.tessera.dev/v1alpha1 GpuConfig"
+        ) && message.contains("sharing.mpsConfig → sharing.mps"),
+        "the translation event does not say what was translated: {message}"
+    );
+    Ok(())
+}
+
+/// deploy/examples/nvidia-quickstart: an NVIDIA quickstart manifest after `tessera migrate` (a
+/// crates/cli test keeps the example equal to the command's output).
+pub async fn nvidia_quickstart(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    run_example(ctx, "nvidia-quickstart", |run| {
+        let claim = run.single_claim()?;
+        count(&claim, 1)?;
+        untainted(run, &claim)?;
+        let device = &claim.devices(&run.published)?[0];
+        ensure!(device.is_whole_gpu(), "{} is not a whole GPU", device.name);
         Ok(())
     })
     .await

@@ -82,6 +82,16 @@ pub fn all() -> Vec<Scenario> {
             examples::mps
         ),
         scenario!(
+            "nvidia-mps",
+            "deploy/examples/nvidia-mps: NVIDIA's resource.nvidia.com/v1beta1 MPS config prepares MPS",
+            examples::nvidia_mps
+        ),
+        scenario!(
+            "nvidia-quickstart",
+            "deploy/examples/nvidia-quickstart: an NVIDIA quickstart manifest after tessera migrate",
+            examples::nvidia_quickstart
+        ),
+        scenario!(
             "prioritized-list",
             "deploy/examples/prioritized-list: firstAvailable picks the H100 subrequest",
             examples::prioritized_list

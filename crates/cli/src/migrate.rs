@@ -1,0 +1,295 @@
+//! `tessera migrate FILE...`: NVIDIA DRA manifests and NVIDIA device-plugin configs rewritten
+//! into Tessera objects and chart values.
+//!
+//! Every input document is one of: a Kubernetes object (DRA objects are rewritten by
+//! [`manifests`], other objects such as Pods and Deployments pass through unchanged); a
+//! device-plugin config (`version: v1` at the top level, or as a value in a ConfigMap's `data`,
+//! as the GPU operator stores it), turned into a values fragment by [`device_plugin`].
+//!
+//! Output: objects as multi-document YAML on stdout, or with `-o DIR` one file per input under
+//! DIR (same file name); the values fragment in `--values FILE`, else `DIR/values.yaml`, else on
+//! stdout when there are no objects, else on stderr. Each change and each thing that could not
+//! be carried over is printed on stderr, naming the file, the object and the field. Exit status:
+//! 0 when everything was carried over, 1 when something was not, 2 when an input cannot be read.
+
+mod device_plugin;
+mod manifests;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde::Deserialize;
+use serde_yaml::{Mapping, Value};
+
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// YAML files: NVIDIA DRA manifests (DeviceClasses, ResourceClaims, ResourceClaimTemplates,
+    /// with the Pods and Deployments around them) and NVIDIA device-plugin configs (plain or in
+    /// a ConfigMap).
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// Write the objects of each FILE to DIR/<file name> (and the values to DIR/values.yaml)
+    /// instead of stdout.
+    #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+    /// Write the chart values fragment (from device-plugin configs) to this file.
+    #[arg(long = "values", value_name = "FILE")]
+    values: Option<PathBuf>,
+}
+
+/// What was changed and what could not be carried over, for one object or config.
+#[derive(Debug, Default)]
+pub struct Notes {
+    pub changes: Vec<(String, String)>,
+    pub not_carried: Vec<(String, String)>,
+}
+
+impl Notes {
+    pub fn change(&mut self, path: impl Into<String>, text: String) {
+        self.changes.push((path.into(), text));
+    }
+
+    pub fn not_carried(&mut self, path: impl Into<String>, text: String) {
+        self.not_carried.push((path.into(), text));
+    }
+}
+
+/// The migration of a set of inputs, before anything is written.
+#[derive(Debug, Default)]
+pub struct Migration {
+    /// Per input file: its migrated objects.
+    pub files: Vec<(PathBuf, Vec<Value>)>,
+    /// The chart values from device-plugin configs.
+    pub values: Mapping,
+    /// Report lines: (is a thing not carried over, text).
+    pub report: Vec<(bool, String)>,
+    /// Inputs that could not be read or parsed (already in the report).
+    pub unreadable: usize,
+}
+
+/// `Kind/namespace/name` of an object, for the report.
+fn describe(object: &Value) -> String {
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("(no kind)");
+    let metadata = object.get("metadata");
+    let name = metadata
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("(no name)");
+    match metadata
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
+    {
+        Some(namespace) => format!("{kind}/{namespace}/{name}"),
+        None => format!("{kind}/{name}"),
+    }
+}
+
+fn report(migration: &mut Migration, file: &str, what: &str, notes: Notes) {
+    let at = |path: &str| {
+        if path.is_empty() {
+            String::new()
+        } else {
+            format!("{path}: ")
+        }
+    };
+    for (path, text) in notes.changes {
+        migration
+            .report
+            .push((false, format!("{file}: {what}: {}{text}", at(&path))));
+    }
+    for (path, text) in notes.not_carried {
+        migration.report.push((
+            true,
+            format!("{file}: {what}: not carried over: {}{text}", at(&path)),
+        ));
+    }
+}
+
+/// The YAML documents of `text`, `List`s flattened, empty documents skipped.
+fn documents(text: &str) -> Result<Vec<Value>, serde_yaml::Error> {
+    let mut out = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(text) {
+        let value = Value::deserialize(document)?;
+        flatten(value, &mut out);
+    }
+    Ok(out)
+}
+
+fn flatten(value: Value, out: &mut Vec<Value>) {
+    if value.is_null() {
+        return;
+    }
+    let is_list = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| k.ends_with("List"));
+    match value.get("items").and_then(Value::as_sequence) {
+        Some(items) if is_list => items.iter().cloned().for_each(|i| flatten(i, out)),
+        _ => out.push(value),
+    }
+}
+
+/// Migrates the documents of one input `file` (its text already read).
+pub fn migrate_text(migration: &mut Migration, file: &Path, text: &str) {
+    let name = file.display().to_string();
+    let docs = match documents(text) {
+        Ok(docs) => docs,
+        Err(e) => {
+            migration
+                .report
+                .push((true, format!("{name}: not valid YAML: {e}")));
+            migration.unreadable += 1;
+            return;
+        }
+    };
+    let mut objects = Vec::new();
+    for doc in docs {
+        if device_plugin::is_device_plugin_config(&doc) {
+            let mut notes = Notes::default();
+            device_plugin::migrate_config(&doc, &mut migration.values, &mut notes);
+            report(migration, &name, "device-plugin config", notes);
+            continue;
+        }
+        if doc.get("kind").and_then(Value::as_str) == Some("ConfigMap")
+            && let Some(configs) = embedded_configs(&doc)
+        {
+            let what = describe(&doc);
+            for (index, (key, config)) in configs.iter().enumerate() {
+                let mut notes = Notes::default();
+                if index == 0 {
+                    device_plugin::migrate_config(config, &mut migration.values, &mut notes);
+                } else {
+                    notes.not_carried(
+                        format!("data.{key}"),
+                        format!(
+                            "a second device-plugin config (the GPU operator picks one per node by the label nvidia.com/device-plugin.config={key}); make those nodes a `kubeletPlugin.nodeGroups[]` entry and migrate this config on its own"
+                        ),
+                    );
+                }
+                report(migration, &name, &format!("{what} data.{key}"), notes);
+            }
+            continue;
+        }
+        let what = describe(&doc);
+        let mut notes = Notes::default();
+        let migrated = manifests::migrate_object(doc, &mut notes);
+        report(migration, &name, &what, notes);
+        objects.extend(migrated.object);
+    }
+    migration.files.push((file.to_owned(), objects));
+}
+
+/// Device-plugin configs stored as the values of a ConfigMap's `data`.
+fn embedded_configs(config_map: &Value) -> Option<Vec<(String, Value)>> {
+    let data = config_map.get("data")?.as_mapping()?;
+    let configs: Vec<(String, Value)> = data
+        .iter()
+        .filter_map(|(key, value)| {
+            let parsed: Value = serde_yaml::from_str(value.as_str()?).ok()?;
+            device_plugin::is_device_plugin_config(&parsed)
+                .then(|| (key.as_str().unwrap_or_default().to_owned(), parsed))
+        })
+        .collect();
+    (!configs.is_empty()).then_some(configs)
+}
+
+fn to_yaml_stream(objects: &[Value]) -> anyhow::Result<String> {
+    let mut text = String::new();
+    for object in objects {
+        text.push_str("---\n");
+        text.push_str(&serde_yaml::to_string(object)?);
+    }
+    Ok(text)
+}
+
+/// Runs the command.
+pub fn run(
+    args: &MigrateArgs,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> anyhow::Result<ExitCode> {
+    let mut migration = Migration::default();
+    for file in &args.files {
+        match std::fs::read_to_string(file) {
+            Ok(text) => migrate_text(&mut migration, file, &text),
+            Err(e) => {
+                migration
+                    .report
+                    .push((true, format!("{}: cannot read: {e}", file.display())));
+                migration.unreadable += 1;
+            }
+        }
+    }
+    for (_, line) in &migration.report {
+        writeln!(err, "{line}")?;
+    }
+    let any_objects = migration.files.iter().any(|(_, o)| !o.is_empty());
+    match &args.output_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            let mut used = std::collections::BTreeSet::new();
+            for (file, objects) in &migration.files {
+                if objects.is_empty() {
+                    continue;
+                }
+                let base = file
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "objects.yaml".to_owned());
+                let mut target = base.clone();
+                let mut n = 1;
+                while !used.insert(target.clone()) {
+                    n += 1;
+                    target = format!("{n}-{base}");
+                }
+                let path = dir.join(&target);
+                std::fs::write(&path, to_yaml_stream(objects)?)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
+        }
+        None => {
+            let all: Vec<Value> = migration
+                .files
+                .iter()
+                .flat_map(|(_, o)| o.iter().cloned())
+                .collect();
+            out.write_all(to_yaml_stream(&all)?.as_bytes())?;
+        }
+    }
+    if !migration.values.is_empty() {
+        let text = format!(
+            "# Tessera chart values migrated from NVIDIA device-plugin configs (helm install -f)\n{}",
+            serde_yaml::to_string(&Value::Mapping(migration.values.clone()))?
+        );
+        let target = args
+            .values
+            .clone()
+            .or_else(|| args.output_dir.as_ref().map(|d| d.join("values.yaml")));
+        match target {
+            Some(path) => std::fs::write(&path, text)
+                .with_context(|| format!("cannot write {}", path.display()))?,
+            None if !any_objects => out.write_all(text.as_bytes())?,
+            None => err.write_all(text.as_bytes())?,
+        }
+    }
+    let not_carried = migration.report.iter().filter(|(bad, _)| *bad).count();
+    writeln!(
+        err,
+        "{} change(s), {not_carried} thing(s) not carried over",
+        migration.report.len() - not_carried
+    )?;
+    Ok(match (migration.unreadable, not_carried) {
+        (1.., _) => ExitCode::from(2),
+        (0, 0) => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
+    })
+}
+
+#[cfg(test)]
+mod tests;

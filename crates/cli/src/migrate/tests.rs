@@ -1,0 +1,217 @@
+use std::path::Path;
+
+use super::*;
+
+fn migrate(text: &str) -> Migration {
+    let mut migration = Migration::default();
+    migrate_text(&mut migration, Path::new("in.yaml"), text);
+    migration
+}
+
+fn lines(migration: &Migration, not_carried: bool) -> Vec<&str> {
+    migration
+        .report
+        .iter()
+        .filter(|(bad, _)| *bad == not_carried)
+        .map(|(_, l)| l.as_str())
+        .collect()
+}
+
+#[test]
+fn a_v1beta1_claim_template_is_lifted_renamed_and_its_config_translated() {
+    let m = migrate(
+        r#"
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceClaimTemplate
+metadata: {namespace: ns, name: t}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        deviceClassName: gpu.nvidia.com
+        selectors:
+        - cel: {expression: "device.attributes['gpu.nvidia.com'].productName == 'x'"}
+      constraints:
+      - matchAttribute: gpu.nvidia.com/productName
+      config:
+      - requests: [gpu]
+        opaque:
+          driver: gpu.nvidia.com
+          parameters:
+            apiVersion: resource.nvidia.com/v1beta1
+            kind: GpuConfig
+            sharing: {strategy: TimeSlicing, timeSlicingConfig: {interval: Long}}
+"#,
+    );
+    let object = &m.files[0].1[0];
+    assert_eq!(object["apiVersion"], "resource.k8s.io/v1");
+    let devices = &object["spec"]["spec"]["devices"];
+    let exactly = &devices["requests"][0]["exactly"];
+    assert_eq!(exactly["deviceClassName"], "gpu.tessera.dev");
+    assert_eq!(
+        exactly["selectors"][0]["cel"]["expression"],
+        "device.attributes['gpu.tessera.dev'].productName == 'x'"
+    );
+    assert_eq!(
+        devices["constraints"][0]["matchAttribute"],
+        "gpu.tessera.dev/productName"
+    );
+    let opaque = &devices["config"][0]["opaque"];
+    assert_eq!(opaque["driver"], "gpu.tessera.dev");
+    assert_eq!(
+        opaque["parameters"]["apiVersion"],
+        "gpu.tessera.dev/v1alpha1"
+    );
+    assert_eq!(
+        opaque["parameters"]["sharing"]["timeSlicing"]["interval"],
+        "Long"
+    );
+    assert!(lines(&m, true).is_empty(), "{:?}", lines(&m, true));
+    let changes = lines(&m, false);
+    assert!(
+        changes.iter().any(|l| l.contains(
+            "ResourceClaimTemplate/ns/t: spec.spec.devices.requests[0].exactly.deviceClassName: gpu.nvidia.com → gpu.tessera.dev"
+        )),
+        "{changes:?}"
+    );
+}
+
+#[test]
+fn nvidia_classes_are_dropped_and_what_cannot_be_honoured_is_reported() {
+    let m = migrate(
+        r#"
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu.nvidia.com}
+spec:
+  selectors: [{cel: {expression: "device.driver == 'gpu.nvidia.com'"}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {namespace: ns, name: c}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly:
+        deviceClassName: mig.nvidia.com
+        selectors: [{cel: {expression: "device.attributes['gpu.nvidia.com'].addressingMode == 'HMM'"}}]
+    config:
+    - opaque:
+        driver: gpu.nvidia.com
+        parameters: {apiVersion: resource.nvidia.com/v1beta1, kind: MigDeviceConfig, sharing: {strategy: MPS, mpsConfig: {multiUser: true}}}
+---
+apiVersion: gpu.resource.nvidia.com/v1alpha1
+kind: GpuClaimParameters
+metadata: {namespace: ns, name: p}
+---
+apiVersion: v1
+kind: Pod
+metadata: {namespace: ns, name: pod}
+"#,
+    );
+    let objects = &m.files[0].1;
+    let kinds: Vec<&str> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["ResourceClaim", "Pod"]);
+    let claim = &objects[0];
+    assert_eq!(
+        claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"],
+        "mig.gpu.tessera.dev"
+    );
+    assert_eq!(
+        claim["spec"]["devices"]["config"],
+        Value::Sequence(vec![]),
+        "the config that cannot be honoured is dropped"
+    );
+    let bad = lines(&m, true);
+    assert_eq!(bad.len(), 3, "{bad:?}");
+    assert!(
+        bad[0].contains("attribute `addressingMode`: Tessera does not publish"),
+        "{bad:?}"
+    );
+    assert!(
+        bad[1].contains("field `sharing.mpsConfig.multiUser`"),
+        "{bad:?}"
+    );
+    assert!(
+        bad[2].contains("GpuClaimParameters/ns/p: not carried over"),
+        "{bad:?}"
+    );
+    assert!(
+        lines(&m, false)
+            .iter()
+            .any(|l| l.contains("NVIDIA's DeviceClass `gpu.nvidia.com` dropped"))
+    );
+}
+
+#[test]
+fn device_plugin_replicas_and_mig_strategy_become_chart_values() {
+    let m = migrate(
+        r#"
+version: v1
+flags:
+  migStrategy: mixed
+  nvidiaDriverRoot: /run/nvidia/driver
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+    - name: nvidia.com/mig-1g.10gb
+      replicas: 2
+"#,
+    );
+    assert!(m.files[0].1.is_empty());
+    let values: Value = Value::Mapping(m.values.clone());
+    assert_eq!(values["kubeletPlugin"]["sharing"]["consumableShares"], 4);
+    assert_eq!(values["kubeletPlugin"]["driverRoot"], "/run/nvidia/driver");
+    assert_eq!(values["extendedResources"]["migPrefix"], "nvidia.com/mig-");
+    let bad = lines(&m, true);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].contains("sharing.timeSlicing.resources[1]"),
+        "{bad:?}"
+    );
+}
+
+#[test]
+fn device_plugin_config_in_a_config_map_with_mps() {
+    let m = migrate(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {namespace: gpu-operator, name: dp-config}
+data:
+  any: |-
+    version: v1
+    sharing:
+      mps:
+        resources:
+        - name: nvidia.com/gpu
+          replicas: 10
+  big: |-
+    version: v1
+    sharing:
+      timeSlicing:
+        resources:
+        - name: nvidia.com/gpu
+          replicas: 100
+"#,
+    );
+    let values: Value = Value::Mapping(m.values.clone());
+    assert_eq!(values["kubeletPlugin"]["sharing"]["consumableShares"], 10);
+    assert!(
+        lines(&m, false)
+            .iter()
+            .any(|l| l.contains("MPS: give the claims")),
+        "{:?}",
+        m.report
+    );
+    let bad = lines(&m, true);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(bad[0].contains("data.big"), "{bad:?}");
+}
