@@ -409,9 +409,10 @@ fn opaque_config(opaque: &mut Value, path: &str, notes: &mut Notes) -> bool {
             format!("{NVIDIA_DRIVER_NAME} → {DRIVER_NAME}"),
         );
     }
-    let translation = accepted
-        .translation
-        .unwrap_or_else(|| unreachable!("NVIDIA apiVersion"));
+    let Some(translation) = accepted.translation else {
+        // Not NVIDIA's after all (the apiVersion was checked above): keep it as written.
+        return true;
+    };
     if !translation.per_device_pinned_memory_limit.is_empty() {
         notes.change(
             format!("{path}.parameters"),
