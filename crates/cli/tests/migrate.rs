@@ -162,6 +162,10 @@ fn device_plugin_configs_become_chart_values() {
     let values: serde_yaml::Value = serde_yaml::from_slice(&migrated.stdout).unwrap();
     assert_eq!(values["kubeletPlugin"]["sharing"]["consumableShares"], 8);
     assert_eq!(values["kubeletPlugin"]["driverRoot"], "/run/nvidia/driver");
+    assert_eq!(
+        values["extendedResources"]["sharedGpu"],
+        "nvidia.com/gpu.shared"
+    );
     assert!(text(&migrated.stderr).contains("MPS: give the claims"));
 
     let out = tempfile::tempdir().unwrap();
@@ -171,12 +175,14 @@ fn device_plugin_configs_become_chart_values() {
         "-o",
         out.path().to_str().unwrap(),
     ]);
+    // Its replicas were still called `nvidia.com/gpu` (no renameByDefault): said, exit status 1.
     assert_eq!(
         migrated.status.code(),
-        Some(0),
+        Some(1),
         "{}",
         text(&migrated.stderr)
     );
+    assert!(text(&migrated.stderr).contains("must ask `nvidia.com/gpu.shared`"));
     let values: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(out.path().join("values.yaml")).unwrap())
             .unwrap();

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `sharing.timeSlicing.resources[name: nvidia.com/gpu].replicas: N` | `kubeletPlugin.sharing.consumableShares: N` (N equal shares per GPU, time-sliced) |
 //! | `sharing.mps.resources[name: nvidia.com/gpu].replicas: N` | the same, plus an MPS config on the claims (noted: MPS is a claim or DeviceClass config in DRA) |
+//! | `sharing.*.renameByDefault: true` | `extendedResources.sharedGpu: nvidia.com/gpu.shared` |
 //! | `flags.migStrategy: mixed` | `extendedResources.migPrefix: nvidia.com/mig-` |
 //! | `flags.nvidiaDriverRoot`, `flags.nvidiaDevRoot` | `kubeletPlugin.driverRoot`, `kubeletPlugin.devRoot` |
 //!
@@ -68,9 +69,19 @@ pub fn migrate_config(config: &Value, values: &mut Mapping, notes: &mut Notes) {
         };
         let path = format!("sharing.{strategy}");
         if replicated.get("renameByDefault").and_then(Value::as_bool) == Some(true) {
+            set(
+                values,
+                &["extendedResources", "sharedGpu"],
+                Value::from("nvidia.com/gpu.shared"),
+            );
+            notes.change(
+                format!("{path}.renameByDefault"),
+                "true → extendedResources.sharedGpu: nvidia.com/gpu.shared (class shared.gpu.tessera.dev: pods asking `nvidia.com/gpu.shared` get a share, as before)".to_owned(),
+            );
+        } else {
             notes.not_carried(
                 format!("{path}.renameByDefault"),
-                "shared GPUs keep the name `nvidia.com/gpu` on Tessera (the chart's `extendedResources.gpu`); rename them there if pods ask for another name".to_owned(),
+                "shared replicas were named `nvidia.com/gpu`; on Tessera that name means a whole GPU (class gpu.tessera.dev), so pods that should share must ask `nvidia.com/gpu.shared` (class shared.gpu.tessera.dev) or use a claim".to_owned(),
             );
         }
         if replicated

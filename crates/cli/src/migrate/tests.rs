@@ -171,9 +171,14 @@ sharing:
     assert_eq!(values["kubeletPlugin"]["driverRoot"], "/run/nvidia/driver");
     assert_eq!(values["extendedResources"]["migPrefix"], "nvidia.com/mig-");
     let bad = lines(&m, true);
-    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!(bad.len(), 2, "{bad:?}");
+    // Without renameByDefault, `nvidia.com/gpu` meant a share; on Tessera it is a whole GPU.
     assert!(
-        bad[0].contains("sharing.timeSlicing.resources[1]"),
+        bad[0].contains("sharing.timeSlicing.renameByDefault"),
+        "{bad:?}"
+    );
+    assert!(
+        bad[1].contains("sharing.timeSlicing.resources[1]"),
         "{bad:?}"
     );
 }
@@ -190,6 +195,7 @@ data:
     version: v1
     sharing:
       mps:
+        renameByDefault: true
         resources:
         - name: nvidia.com/gpu
           replicas: 10
@@ -204,6 +210,10 @@ data:
     );
     let values: Value = Value::Mapping(m.values.clone());
     assert_eq!(values["kubeletPlugin"]["sharing"]["consumableShares"], 10);
+    assert_eq!(
+        values["extendedResources"]["sharedGpu"],
+        "nvidia.com/gpu.shared"
+    );
     assert!(
         lines(&m, false)
             .iter()
