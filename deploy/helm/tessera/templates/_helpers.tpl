@@ -48,6 +48,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "tessera.kubeletPlugin.name" .) }}
 {{- end }}
 
+{{/* The user name the API server gives the controller's service-account tokens. */}}
+{{- define "tessera.controller.userName" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "tessera.controller.name" .) }}
+{{- end }}
+
 {{- define "tessera.controller.leaseNamespace" -}}
 {{- default .Release.Namespace .Values.controller.leaderElection.leaseNamespace }}
 {{- end }}
