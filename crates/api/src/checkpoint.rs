@@ -114,6 +114,28 @@ pub struct DeviceRecord {
     /// The effective sharing configuration (class config, then claim config), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharing: Option<Sharing>,
+    /// The part of a multi-allocatable device this claim was allocated (consumable shares):
+    /// other claims may hold the same device. Absent for a device allocated whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<DeviceShare>,
+}
+
+/// A claim's part of a shared device, from its allocation result (`shareID`,
+/// `consumedCapacity`) and the node's consumable-shares mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeviceShare {
+    /// The allocation result's `shareID`, handed back to the kubelet.
+    pub share_id: String,
+    /// Device memory consumed, in bytes (`consumedCapacity.memory`), if the result says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// Shares consumed (`consumedCapacity.shares`, N-shares mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares: Option<u64>,
+    /// Shares the device is split into (the node's N), when `shares` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_shares: Option<u64>,
 }
 
 impl DeviceRecord {
@@ -419,6 +441,7 @@ mod tests {
                             ..MpsConfig::default()
                         }),
                     }),
+                    share: None,
                 }],
                 mps: Some(MpsRecord {
                     pipe_directory: "/var/lib/tessera/mps/uid-1/pipe".into(),
@@ -450,6 +473,12 @@ mod tests {
                         }),
                     },
                     sharing: None,
+                    share: Some(DeviceShare {
+                        share_id: "4d1c0000-0000-4000-8000-000000000003".into(),
+                        memory_bytes: Some(10 << 30),
+                        shares: Some(1),
+                        total_shares: Some(4),
+                    }),
                 }],
                 mps: None,
             },

@@ -7,6 +7,7 @@ pub mod config;
 pub mod names;
 pub mod nvidia;
 pub mod schema;
+pub mod shares;
 pub mod validation;
 
 pub use names::DRIVER_NAME;

@@ -79,6 +79,8 @@ pub mod capacity {
     pub const ENCODERS: &str = "encoders";
     pub const JPEG_ENGINES: &str = "jpegEngines";
     pub const OFA_ENGINES: &str = "ofaEngines";
+    /// Equal shares of a multi-allocatable device (consumable shares' N-shares mode).
+    pub const SHARES: &str = "shares";
 }
 
 /// Counter names of a GPU's counter set in dynamic MIG (partitionable devices). Counter and

@@ -227,6 +227,11 @@ pub const CAPACITIES: &[CapacitySpec] = &[
         Mig,
         "optical flow accelerators of the MIG device",
     ),
+    c(
+        capacity::SHARES,
+        All,
+        "equal shares of a shared device (consumable shares, N-shares mode only)",
+    ),
 ];
 
 /// A name as a selector writes it, split into its domain and identifier.

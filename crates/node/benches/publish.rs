@@ -44,6 +44,7 @@ fn setup(dynamic_mig: bool) -> (FakeApiServer, Publisher, NodeFacts) {
             node_name: "node-a".into(),
             driver_name: "gpu.tessera.dev".into(),
             dynamic_mig,
+            consumable_shares: Default::default(),
         },
         NodeMetrics::new(&mut Registry::default()),
     );

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args as ClapArgs, Parser, ValueEnum};
 use tessera_api::DRIVER_NAME;
+use tessera_api::shares::ConsumableShares;
 use tessera_driver_root::edits::HOOK_BINARY;
 use tessera_kubelet::{DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR};
 use tessera_node::health::monitor::HealthSettings;
@@ -97,6 +98,13 @@ pub struct Args {
     /// Publish MIG-enabled GPUs as partitionable devices and create MIG instances on prepare.
     #[arg(long, env = "DYNAMIC_MIG")]
     pub dynamic_mig: bool,
+
+    /// Share GPUs (and static MIG devices) between claims (KEP-5075 consumable capacity):
+    /// `disabled`; `unlimited` (a claim consumes the `memory` it asks for, none if it asks for
+    /// none); `memory` (an unset request takes all the memory); or a number N of equal `shares`
+    /// (the device plugin's `replicas`). Devices are published with `allowMultipleAllocations`.
+    #[arg(long, env = "CONSUMABLE_SHARES", default_value = "disabled")]
+    pub consumable_shares: ConsumableShares,
 
     /// How often the GPU inventory is re-read (and the published slices checked), e.g. `30s`,
     /// `500ms`, `2m`.
@@ -217,6 +225,7 @@ impl Args {
             driver_root,
             dev_root: self.dev_root.clone(),
             dynamic_mig: self.dynamic_mig,
+            consumable_shares: self.consumable_shares,
             health: HealthSettings {
                 ignored_xids: self.ignored_xids.iter().copied().collect(),
                 recover_after: self.health_recovery_after,

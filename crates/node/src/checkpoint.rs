@@ -355,6 +355,7 @@ mod tests {
                     minor: 0,
                 },
                 sharing: None,
+                share: None,
             }],
             ..record("x")
         };

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use tessera_api::DRIVER_NAME;
+use tessera_api::shares::ConsumableShares;
 use tessera_kubelet::{KubeletPlugin, PluginConfig, ServeError};
 use tessera_runtime::{
     Clients, EndpointError, EndpointServer, Endpoints, Heartbeat, Liveness, Stop, StopOnDrop,
@@ -84,6 +85,8 @@ pub struct NodePluginConfig {
     pub dev_root: PathBuf,
     /// Publish MIG-enabled GPUs as partitionable devices and create MIG instances on prepare.
     pub dynamic_mig: bool,
+    /// How devices are published for sharing between claims (`--consumable-shares`).
+    pub consumable_shares: ConsumableShares,
     /// What operators change of the health policy (`--ignored-xids`, `--health-recovery-after`).
     pub health: HealthSettings,
     /// How often the GPU inventory is read again.
@@ -277,6 +280,7 @@ impl Background {
             node_name: config.node_name.clone(),
             driver_name: DRIVER_NAME.to_owned(),
             dynamic_mig: config.dynamic_mig,
+            consumable_shares: config.consumable_shares,
         };
         let publish_loop = PublishLoop {
             publisher: Publisher::new(
@@ -526,6 +530,7 @@ async fn start_driver(
     let driver_config =
         NodeDriverConfig::new(&config.node_name, &config.cdi_root, &config.state_dir)
             .mig_mode(mig_mode)
+            .consumable_shares(config.consumable_shares)
             .injection(injection);
     let parts = DriverParts {
         inventory: Arc::clone(&devices.inventory),

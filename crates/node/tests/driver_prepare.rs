@@ -5,14 +5,15 @@ mod support;
 
 use std::sync::Arc;
 
-use serde_json::json;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde_json::{Value, json};
 use tessera_api::checkpoint::ClaimState;
 use tessera_api::config::TimeSliceInterval;
-use tessera_kubelet::DraDriver;
+use tessera_kubelet::{ClaimRef, DraDriver};
 use tessera_node::plan::MigMode;
 use tessera_node::sharing::{GpuCall, GpuOperation};
 
-use support::harness::{Harness, claim_config, env_of, nodes_of, uid_of};
+use support::harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
 
 #[tokio::test]
 async fn whole_gpus_are_prepared_once_and_unprepared() {
@@ -646,4 +647,125 @@ async fn a_claim_uid_never_names_a_path_outside_the_state_directory() {
     assert!(error.contains("cannot name an entry"), "{error}");
     unprepared.unwrap();
     assert!(h.read_checkpoint().claims.is_empty());
+}
+
+/// Two claims allocated one multi-allocatable GPU (consumable shares), each with its share id and
+/// the memory it consumed: each gets its own record, spec, MPS daemon and limits; unpreparing
+/// one leaves everything of the other in place, including the GPU's time slice it still runs
+/// under; a restart keeps both.
+#[tokio::test]
+async fn claims_sharing_one_gpu_are_prepared_and_unprepared_independently() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let (driver, _) = h.start().await;
+    let shared = |name: &str, memory: &str, config: Value| {
+        let mut claim = allocated_claim(name, &[("gpu", "gpu-3")], vec![config]);
+        let result = &mut claim
+            .status
+            .as_mut()
+            .unwrap()
+            .allocation
+            .as_mut()
+            .unwrap()
+            .devices
+            .as_mut()
+            .unwrap()
+            .results
+            .as_mut()
+            .unwrap()[0];
+        result.share_id = Some(format!("share-{name}"));
+        result.consumed_capacity = Some(
+            [("memory".to_owned(), Quantity(memory.to_owned()))]
+                .into_iter()
+                .collect(),
+        );
+        h.claims.put(claim);
+        ClaimRef::new("ml", name, uid_of(name))
+    };
+    let sliced = shared(
+        "sliced",
+        "20Gi",
+        claim_config(
+            &[],
+            "GpuConfig",
+            json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}),
+        ),
+    );
+    let mps = shared(
+        "mps",
+        "30Gi",
+        claim_config(&[], "GpuConfig", json!({"strategy": "MPS"})),
+    );
+    let results = driver.prepare(vec![sliced.clone(), mps.clone()]).await;
+    for claim in [&sliced, &mps] {
+        let devices = results[&claim.uid].clone().unwrap();
+        assert_eq!(devices.len(), 1);
+        assert_eq!(devices[0].device_name, "gpu-3");
+        assert_eq!(
+            devices[0].share_id.as_deref(),
+            Some(format!("share-{}", claim.name).as_str())
+        );
+    }
+    assert_eq!(h.spec_uids().len(), 2, "one spec per claim");
+    assert!(
+        env_of(&h.spec(&mps.uid.to_string()), 0)
+            .contains(&format!("TESSERA_GPU_MEMORY_LIMIT={}", 30u64 << 30))
+    );
+    let daemons = h.gpu.running_daemons();
+    assert_eq!(daemons.len(), 1);
+    assert_eq!(
+        daemons[0].devices[0].pinned_memory_limit_bytes,
+        Some(30 << 30)
+    );
+    assert_eq!(h.gpu.time_slice(&h.gpu_uuid(3)), TimeSliceInterval::Long);
+
+    // The time-sliced claim goes first: the MPS claim still uses gpu-3, whose slice stays.
+    driver.unprepare(vec![sliced.clone()]).await[&sliced.uid]
+        .clone()
+        .unwrap();
+    assert_eq!(h.spec_uids(), vec![mps.uid.to_string()]);
+    assert_eq!(
+        h.gpu.running_daemons().len(),
+        1,
+        "the other claim's daemon runs on"
+    );
+    assert_eq!(h.gpu.time_slice(&h.gpu_uuid(3)), TimeSliceInterval::Long);
+
+    // A restart recovers the remaining claim as it was, with its share.
+    drop(driver);
+    let (driver, report) = h.start().await;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let again = driver.prepare(vec![mps.clone()]).await[&mps.uid]
+        .clone()
+        .unwrap();
+    assert_eq!(again[0].share_id.as_deref(), Some("share-mps"));
+    driver.unprepare(vec![mps.clone()]).await[&mps.uid]
+        .clone()
+        .unwrap();
+    assert!(h.spec_uids().is_empty());
+    assert!(h.gpu.running_daemons().is_empty());
+}
+
+/// The first claim of a shared GPU to go resets the time slice only when no other claim holds
+/// the GPU: the same two claims unprepared in the other order end with the default slice.
+#[tokio::test]
+async fn the_last_claim_of_a_shared_gpu_resets_its_time_slice() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let (driver, _) = h.start().await;
+    let config = claim_config(
+        &[],
+        "GpuConfig",
+        json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Medium"}}),
+    );
+    let a = h.claim("slice-a", &[("gpu", "gpu-1")], vec![config.clone()]);
+    let b = h.claim("slice-b", &[("gpu", "gpu-1")], vec![config]);
+    let results = driver.prepare(vec![a.clone(), b.clone()]).await;
+    assert!(results.values().all(Result::is_ok));
+    driver.unprepare(vec![a.clone()]).await[&a.uid]
+        .clone()
+        .unwrap();
+    assert_eq!(h.gpu.time_slice(&h.gpu_uuid(1)), TimeSliceInterval::Medium);
+    driver.unprepare(vec![b.clone()]).await[&b.uid]
+        .clone()
+        .unwrap();
+    assert!(h.gpu.non_default_time_slices().is_empty());
 }

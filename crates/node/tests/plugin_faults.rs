@@ -445,6 +445,7 @@ async fn a_checkpoint_copied_from_another_node_is_quarantined_not_used() {
                 minor: 0,
             },
             sharing: None,
+            share: None,
         }],
         mps: None,
     };

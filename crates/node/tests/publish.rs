@@ -49,12 +49,17 @@ fn inventory(name: &str) -> Inventory {
 }
 
 fn publisher(server: &FakeApiServer) -> Publisher {
+    sharing_publisher(server, "disabled")
+}
+
+fn sharing_publisher(server: &FakeApiServer, consumable_shares: &str) -> Publisher {
     Publisher::new(
         server.client(),
         PublisherConfig {
             node_name: NODE.into(),
             driver_name: DRIVER.into(),
             dynamic_mig: false,
+            consumable_shares: consumable_shares.parse().unwrap(),
         },
         NodeMetrics::new(&mut Registry::default()),
     )
@@ -162,6 +167,50 @@ async fn publishes_one_owned_slice_and_keeps_the_generation_across_restarts() {
         .unwrap();
     assert_eq!(shrunk.generation, first_generation + 1);
     assert_eq!(device_count(&own_slices(&server)), 4);
+}
+
+#[tokio::test]
+async fn consumable_shares_are_published_and_withdrawn_in_place() {
+    let server = FakeApiServer::new();
+    server.seed(&node(false));
+    let inventory = inventory("dgx-h100");
+    let findings = HealthFindings::default();
+    let node = facts(&server);
+    let input = PublishInput {
+        inventory: &inventory,
+        node: &node,
+        findings: &findings,
+    };
+    let plain = publisher(&server).publish(input).await.unwrap();
+
+    // A plugin restarted with `--consumable-shares=4`: same devices, now shared in 4.
+    let shared = sharing_publisher(&server, "4")
+        .publish(input)
+        .await
+        .unwrap();
+    assert_eq!(shared.generation, plain.generation, "written in place");
+    let slices = own_slices(&server);
+    assert_eq!(device_count(&slices), 8);
+    for device in slices[0].spec.devices.iter().flatten() {
+        assert_eq!(
+            device.allow_multiple_allocations,
+            Some(true),
+            "{}",
+            device.name
+        );
+        let shares = &device.capacity.as_ref().unwrap()["shares"];
+        assert_eq!(shares.value.0, "4");
+        assert!(shares.request_policy.is_some());
+    }
+
+    // Back to disabled: server-side apply drops what the plugin no longer publishes.
+    publisher(&server).publish(input).await.unwrap();
+    for device in own_slices(&server)[0].spec.devices.iter().flatten() {
+        assert_eq!(device.allow_multiple_allocations, None, "{}", device.name);
+        let capacities = device.capacity.as_ref().unwrap();
+        assert!(!capacities.contains_key("shares"), "{}", device.name);
+        assert!(capacities.values().all(|c| c.request_policy.is_none()));
+    }
 }
 
 #[tokio::test]
@@ -318,6 +367,7 @@ fn start_loop(server: &FakeApiServer, source: Arc<dyn DeviceSource>) -> RunningL
                 node_name: NODE.into(),
                 driver_name: DRIVER.into(),
                 dynamic_mig: false,
+                consumable_shares: Default::default(),
             },
             metrics.clone(),
         ),

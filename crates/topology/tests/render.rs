@@ -585,3 +585,167 @@ fn snapshot_of_the_combined_form_layout() {
         .collect();
     insta::assert_yaml_snapshot!(layout);
 }
+
+fn shared(topology: &str, mode: &str) -> Vec<ResourceSlice> {
+    let options = RenderOptions {
+        consumable_shares: mode.parse().unwrap(),
+        ..options(ServerVersion::new(1, 37), false)
+    };
+    render_slices(&shipped(topology), &options).unwrap()
+}
+
+/// (default, min, max, step) of a capacity's range policy.
+fn range(device: &Device, name: &str) -> (String, String, String, String) {
+    let policy = device.capacity.as_ref().unwrap()[name]
+        .request_policy
+        .as_ref()
+        .unwrap_or_else(|| panic!("{}: {name} has no request policy", device.name));
+    assert!(policy.valid_values.is_none());
+    let range = policy.valid_range.as_ref().unwrap();
+    (
+        policy.default.as_ref().unwrap().0.clone(),
+        range.min.0.clone(),
+        range.max.as_ref().unwrap().0.clone(),
+        range.step.as_ref().unwrap().0.clone(),
+    )
+}
+
+const H100_MEMORY: &str = "85520809984"; // 81559Mi, already a whole number of MiB
+const MI: &str = "1048576";
+
+#[test]
+fn consumable_shares_disabled_publishes_exclusive_devices() {
+    for device in devices(&shared("dgx-h100", "disabled")) {
+        assert_eq!(device.allow_multiple_allocations, None, "{}", device.name);
+        assert!(
+            device
+                .capacity
+                .as_ref()
+                .unwrap()
+                .values()
+                .all(|c| c.request_policy.is_none())
+        );
+        assert!(!device.capacity.as_ref().unwrap().contains_key("shares"));
+    }
+}
+
+#[test]
+fn consumable_shares_unlimited_lets_claims_ask_for_no_memory() {
+    let slices = shared("dgx-h100", "unlimited");
+    let all = devices(&slices);
+    assert_eq!(all.len(), 8);
+    for device in all {
+        assert_eq!(device.allow_multiple_allocations, Some(true));
+        assert_eq!(capacity(device, "memory"), H100_MEMORY);
+        assert_eq!(
+            range(device, "memory"),
+            ("0".into(), "0".into(), H100_MEMORY.into(), MI.into())
+        );
+        // Multiprocessors: default 0, or the first claim would consume all of them.
+        assert_eq!(range(device, "multiprocessors").0, "0");
+        assert!(!device.capacity.as_ref().unwrap().contains_key("shares"));
+    }
+}
+
+#[test]
+fn consumable_shares_memory_gives_an_unset_request_the_whole_gpu() {
+    for device in devices(&shared("dgx-h100", "memory")) {
+        assert_eq!(device.allow_multiple_allocations, Some(true));
+        assert_eq!(
+            range(device, "memory"),
+            (H100_MEMORY.into(), MI.into(), H100_MEMORY.into(), MI.into())
+        );
+        assert!(!device.capacity.as_ref().unwrap().contains_key("shares"));
+    }
+}
+
+#[test]
+fn consumable_shares_n_publishes_a_shares_capacity() {
+    for device in devices(&shared("dgx-h100", "4")) {
+        assert_eq!(device.allow_multiple_allocations, Some(true));
+        assert_eq!(capacity(device, "shares"), "4");
+        assert_eq!(
+            range(device, "shares"),
+            ("1".into(), "1".into(), "4".into(), "1".into())
+        );
+        assert_eq!(range(device, "memory").0, "0");
+        check_against_schema(device);
+    }
+}
+
+#[test]
+fn consumable_shares_cover_static_mig_devices_but_never_counter_consumers() {
+    // Static MIG: the instances are shared, every capacity with a policy.
+    let slices = shared("hgx-a100-mig", "memory");
+    let migs: Vec<&Device> = devices(&slices)
+        .into_iter()
+        .filter(|d| string_attr(d, "type") == "mig")
+        .collect();
+    assert!(!migs.is_empty());
+    for device in migs {
+        assert_eq!(
+            device.allow_multiple_allocations,
+            Some(true),
+            "{}",
+            device.name
+        );
+        for (name, c) in device.capacity.as_ref().unwrap() {
+            assert!(c.request_policy.is_some(), "{}: {name}", device.name);
+        }
+    }
+    // Dynamic MIG: devices that consume counters are published as before.
+    let options = RenderOptions {
+        consumable_shares: "4".parse().unwrap(),
+        ..options(ServerVersion::new(1, 37), true)
+    };
+    let slices = render_slices(&shipped("hgx-a100-mig"), &options).unwrap();
+    for device in devices(&slices) {
+        if device.consumes_counters.is_some() {
+            assert_eq!(device.allow_multiple_allocations, None, "{}", device.name);
+        }
+    }
+}
+
+#[test]
+fn the_slice_check_enforces_the_apis_request_policy_rules() {
+    use k8s_openapi::api::resource::v1::CapacityRequestPolicy;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let slices = shared("pcie-l40s", "4");
+    let server = ServerVersion::new(1, 37);
+    check_slice(&slices[0], server).unwrap();
+    let edit = |change: &dyn Fn(&mut Device)| {
+        let mut slice = slices[0].clone();
+        change(&mut slice.spec.devices.as_mut().unwrap()[0]);
+        check_slice(&slice, server).unwrap_err()
+    };
+    let text = |v: Vec<tessera_topology::Violation>| {
+        v.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    fn policy(d: &mut Device) -> &mut CapacityRequestPolicy {
+        d.capacity
+            .as_mut()
+            .unwrap()
+            .get_mut("shares")
+            .unwrap()
+            .request_policy
+            .as_mut()
+            .unwrap()
+    }
+    let e = text(edit(&|d| d.allow_multiple_allocations = None));
+    assert!(e.contains("needs allowMultipleAllocations: true"), "{e}");
+    let e = text(edit(&|d| policy(d).default = Some(Quantity("5".into()))));
+    assert!(e.contains("min <= default <= max <= capacity"), "{e}");
+    let e = text(edit(&|d| policy(d).default = None));
+    assert!(e.contains("validRange needs a default"), "{e}");
+    let e = text(edit(&|d| {
+        policy(d).valid_range.as_mut().unwrap().step = Some(Quantity("2".into()))
+    }));
+    assert!(e.contains("whole steps of 2"), "{e}");
+    let e = text(edit(&|d| {
+        policy(d).valid_values = Some(vec![Quantity("1".into())])
+    }));
+    assert!(e.contains("mutually exclusive"), "{e}");
+}

@@ -14,11 +14,15 @@
 //!   of the claim or those of one request; runtimes apply env entries in order, last one wins, so
 //!   a container using one request sees exactly that request's devices. (A container that uses
 //!   a whole claim with several requests sees the last request's list: name the request.)
+//! - A claim's part of a shared device (consumable shares) is told in `TESSERA_GPU_MEMORY_LIMIT`
+//!   (bytes consumed) and, with N shares, `TESSERA_GPU_SHARES` / `TESSERA_GPU_SHARES_TOTAL`,
+//!   per request like the visible devices.
 //! - Devices shared with MPS also get `CUDA_MPS_PIPE_DIRECTORY` / `CUDA_MPS_LOG_DIRECTORY` and
 //!   bind mounts of the claim's MPS directories from the host.
 
 use tessera_api::DRIVER_NAME;
-use tessera_api::checkpoint::{ClaimRecord, DeviceRecord, DeviceTarget};
+use tessera_api::checkpoint::{ClaimRecord, DeviceRecord, DeviceShare, DeviceTarget};
+use tessera_api::shares::{ENV_MEMORY_LIMIT, ENV_SHARES, ENV_SHARES_TOTAL};
 use tessera_cdi::{ContainerEdits, Device, DeviceNode, Kind, Mount, NameError, Spec};
 use tessera_driver_root::devices::{cap_node, gpu_node};
 
@@ -132,6 +136,36 @@ fn device_nodes(
     Ok(nodes)
 }
 
+/// What a container is told of its part of shared devices (consumable shares): for the devices of
+/// `request` in order, like `NVIDIA_VISIBLE_DEVICES`, the memory consumed in bytes
+/// ([`ENV_MEMORY_LIMIT`]; the device's whole memory is not known here, so a device with no
+/// consumed memory is `0`), and in the N-shares mode the shares consumed and the N
+/// ([`ENV_SHARES`], [`ENV_SHARES_TOTAL`]). Nothing when no device of the request is shared.
+fn share_env(record: &ClaimRecord, request: &str) -> Vec<String> {
+    let shares: Vec<_> = record
+        .devices
+        .iter()
+        .filter(|d| d.request == request)
+        .map(|d| d.share.as_ref())
+        .collect();
+    if shares.iter().all(Option::is_none) {
+        return Vec::new();
+    }
+    let list = |value: &dyn Fn(&DeviceShare) -> Option<u64>| {
+        shares
+            .iter()
+            .map(|s| s.and_then(value).unwrap_or(0).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut env = vec![format!("{ENV_MEMORY_LIMIT}={}", list(&|s| s.memory_bytes))];
+    if shares.iter().flatten().any(|s| s.shares.is_some()) {
+        env.push(format!("{ENV_SHARES}={}", list(&|s| s.shares)));
+        env.push(format!("{ENV_SHARES_TOTAL}={}", list(&|s| s.total_shares)));
+    }
+    env
+}
+
 /// The spec of a claim whose devices all exist (dynamic MIG instances created).
 pub fn claim_spec(
     claim_uid: &str,
@@ -150,6 +184,7 @@ pub fn claim_spec(
             device_nodes: device_nodes(device, caps, injection)?,
             ..ContainerEdits::default()
         };
+        edits.env.extend(share_env(record, &device.request));
         if let Some(mps) = record.mps.as_ref().filter(|_| device.uses_mps()) {
             edits.env.push(format!(
                 "CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE_DIRECTORY_IN_CONTAINER}"

@@ -37,6 +37,7 @@ fn planned_in(
             inventory: &inventory,
             mig_mode: mode,
             mps_root: Path::new("/var/lib/tessera/mps"),
+            total_shares: None,
         },
     )
     .unwrap()

@@ -304,7 +304,15 @@ impl Core {
             }
         };
         keep(spec_removed);
-        let reset = sharing::reset(&*self.gpu, record);
+        // A GPU another recorded claim still holds (a shared device) keeps its time slice.
+        let still_used: std::collections::BTreeSet<String> = self
+            .store
+            .records()
+            .iter()
+            .filter(|(other, _)| other.as_str() != uid)
+            .flat_map(|(_, other)| sharing::gpus_of(other).map(str::to_owned))
+            .collect();
+        let reset = sharing::reset(&*self.gpu, record, &still_used);
         let daemon_running = matches!(reset, Err(SharingError::StopMps { .. }));
         keep(reset.map_err(EffectError::from));
         crate::crash::point("undo:sharing-reset");

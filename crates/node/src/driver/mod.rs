@@ -71,6 +71,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
+use tessera_api::shares::ConsumableShares;
 use tessera_cdi::{SpecDir, SpecDirError};
 use tessera_kubelet::{ClaimRef, ClaimUid, DraDriver, PrepareResult, UnprepareResult};
 use tessera_topology::{Inventory, SourceError};
@@ -106,6 +107,8 @@ pub struct NodeDriverConfig {
     pub mig_minors_path: PathBuf,
     /// What claim specs inject of the NVIDIA driver (none without a driver root).
     pub injection: DriverInjection,
+    /// How the node's devices are published for sharing (the N of a claim's shares).
+    pub consumable_shares: ConsumableShares,
 }
 
 impl NodeDriverConfig {
@@ -123,7 +126,14 @@ impl NodeDriverConfig {
             boot_id_path: PathBuf::from(DEFAULT_BOOT_ID_PATH),
             mig_minors_path: PathBuf::from(DEFAULT_MIG_MINORS_PATH),
             injection: DriverInjection::none(),
+            consumable_shares: ConsumableShares::Disabled,
         }
+    }
+
+    /// Sets the consumable-shares mode the slices are published with.
+    pub fn consumable_shares(mut self, mode: ConsumableShares) -> Self {
+        self.consumable_shares = mode;
+        self
     }
 
     /// Injects the driver's files and device nodes as `injection` says.
@@ -191,6 +201,7 @@ pub struct DriverStats {
 pub(crate) struct Core {
     node_name: String,
     mig_mode: MigMode,
+    total_shares: Option<u32>,
     mps_root: PathBuf,
     caps: MigCapMinors,
     inventory: Arc<NodeInventory>,

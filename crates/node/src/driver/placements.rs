@@ -75,6 +75,7 @@ mod tests {
                     cdi_device_ids: vec![],
                     target,
                     sharing: None,
+                    share: None,
                 })
                 .collect(),
             mps: None,

@@ -28,7 +28,7 @@ pub(super) fn prepared_devices(record: &ClaimRecord) -> Vec<PreparedDevice> {
             pool_name: device.pool.clone(),
             device_name: device.device.clone(),
             cdi_device_ids: device.cdi_device_ids.clone(),
-            share_id: None,
+            share_id: device.share.as_ref().map(|s| s.share_id.clone()),
         })
         .collect()
 }
@@ -69,6 +69,7 @@ impl Core {
             inventory,
             mig_mode: self.mig_mode,
             mps_root: &self.mps_root,
+            total_shares: self.total_shares,
         };
         match plan_claim(object, asked, context(&inventory)) {
             // The inventory may be stale (a MIG reconfiguration): look again once.

@@ -188,6 +188,7 @@ pub(super) async fn start(
     let core = Arc::new(Core {
         node_name: config.node_name,
         mig_mode: config.mig_mode,
+        total_shares: config.consumable_shares.shares(),
         mps_root: config.state_dir.join("mps"),
         caps: MigCapMinors::load(&config.mig_minors_path),
         injection: config.injection,
@@ -380,6 +381,7 @@ impl Core {
                 inventory: &inventory,
                 mig_mode: self.mig_mode,
                 mps_root: &self.mps_root,
+                total_shares: self.total_shares,
             };
             let mut record = match plan_claim(claim, asked, context) {
                 Ok(record) => record,

@@ -16,9 +16,11 @@ use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use tessera_api::DRIVER_NAME;
 use tessera_api::checkpoint::{
-    ClaimRecord, ClaimState, DeviceRecord, DeviceTarget, MigInstanceRecord, MigLifecycle, MpsRecord,
+    ClaimRecord, ClaimState, DeviceRecord, DeviceShare, DeviceTarget, MigInstanceRecord,
+    MigLifecycle, MpsRecord,
 };
 use tessera_api::config::{ConfigError, Sharing, SharingStrategy, TimeSliceInterval};
+use tessera_api::names::capacity;
 use tessera_topology::{Inventory, ResolvedDevice};
 
 pub use config::{ConfigSource, translation_notes};
@@ -47,6 +49,8 @@ pub struct PlanContext<'a> {
     pub mig_mode: MigMode,
     /// Where per-claim MPS directories go (`<mps root>/<claim uid>/{pipe,log}`), on the host.
     pub mps_root: &'a Path,
+    /// The number of equal shares each device is published with (`--consumable-shares=N`).
+    pub total_shares: Option<u32>,
 }
 
 /// The identity the kubelet asked for.
@@ -346,6 +350,30 @@ fn resolve_result(
         cdi_device_ids: vec![cdi_spec::device_id(claim_uid, &result.device)],
         target,
         sharing: None,
+        share: device_share(result, context.total_shares),
+    })
+}
+
+/// The claim's part of a shared device: what its result says it consumed. A result without a
+/// `shareID` is a device allocated whole.
+fn device_share(
+    result: &DeviceRequestAllocationResult,
+    total_shares: Option<u32>,
+) -> Option<DeviceShare> {
+    let share_id = result.share_id.clone()?;
+    let consumed = |name: &str| {
+        result
+            .consumed_capacity
+            .as_ref()?
+            .get(name)
+            .and_then(|q| tessera_api::config::quantity_bytes(&q.0).ok())
+    };
+    let shares = consumed(capacity::SHARES);
+    Some(DeviceShare {
+        share_id,
+        memory_bytes: consumed(capacity::MEMORY),
+        shares,
+        total_shares: shares.and(total_shares.map(u64::from)),
     })
 }
 

@@ -59,6 +59,7 @@ fn plan(
             inventory,
             mig_mode: mode,
             mps_root: Path::new("/var/lib/tessera/mps"),
+            total_shares: None,
         },
     )
 }
@@ -630,4 +631,120 @@ fn an_allocation_for_another_node_by_name_is_refused() {
         let c = with_selector(terms.clone());
         assert!(plan(&c, &inv, MigMode::Static).is_ok(), "{terms:?}");
     }
+}
+
+fn shared_result(device: &str, share_id: &str, consumed: Value) -> Value {
+    json!({"request": "gpu", "driver": "gpu.tessera.dev", "pool": NODE, "device": device,
+           "shareID": share_id, "consumedCapacity": consumed})
+}
+
+fn plan_shared(claim: &ResourceClaim, total_shares: Option<u32>) -> ClaimRecord {
+    let inv = inventory("dgx-h100");
+    plan_claim(
+        claim,
+        ClaimIdentity {
+            namespace: "ml",
+            name: "train",
+            uid: UID,
+        },
+        PlanContext {
+            node_name: NODE,
+            inventory: &inv,
+            mig_mode: MigMode::Static,
+            mps_root: Path::new("/var/lib/tessera/mps"),
+            total_shares,
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_shared_device_records_what_the_claim_consumed() {
+    let mps = gpu_config(json!({"strategy": "MPS"}));
+    let c = claim(
+        vec![shared_result(
+            "gpu-2",
+            "5e0a1c2d-0000-4000-8000-000000000002",
+            json!({"memory": "20Gi", "shares": "1", "multiprocessors": "0"}),
+        )],
+        vec![config("FromClaim", &[], mps)],
+    );
+    let record = plan_shared(&c, Some(4));
+    let share = record.devices[0].share.clone().unwrap();
+    assert_eq!(share.share_id, "5e0a1c2d-0000-4000-8000-000000000002");
+    assert_eq!(share.memory_bytes, Some(20 << 30));
+    assert_eq!((share.shares, share.total_shares), (Some(1), Some(4)));
+
+    // MPS enforces the share: the pinned limit is the memory consumed, threads follow shares.
+    let daemon = crate::sharing::mps_daemon(UID, &record).unwrap();
+    assert_eq!(daemon.devices[0].pinned_memory_limit_bytes, Some(20 << 30));
+    assert_eq!(daemon.active_thread_percentage, Some(25));
+
+    // The container is told its part, per request like the visible devices.
+    let spec = crate::cdi_spec::claim_spec(
+        UID,
+        &record,
+        &crate::mig::MigCapMinors::parse(""),
+        &crate::injection::DriverInjection::none(),
+    )
+    .unwrap();
+    let env = &spec.devices[0].container_edits.env;
+    for wanted in [
+        format!("TESSERA_GPU_MEMORY_LIMIT={}", 20u64 << 30),
+        "TESSERA_GPU_SHARES=1".to_owned(),
+        "TESSERA_GPU_SHARES_TOTAL=4".to_owned(),
+    ] {
+        assert!(env.contains(&wanted), "{wanted} not in {env:?}");
+    }
+}
+
+#[test]
+fn a_lower_configured_mps_limit_wins_and_no_request_means_no_limit() {
+    let mps = gpu_config(json!({"strategy": "MPS", "mps": {
+        "defaultActiveThreadPercentage": 10, "defaultPinnedDeviceMemoryLimit": "8Gi"}}));
+    let c = claim(
+        vec![shared_result(
+            "gpu-0",
+            "s-1",
+            json!({"memory": "20Gi", "shares": "2"}),
+        )],
+        vec![config("FromClaim", &[], mps.clone())],
+    );
+    let daemon = crate::sharing::mps_daemon(UID, &plan_shared(&c, Some(4))).unwrap();
+    assert_eq!(daemon.devices[0].pinned_memory_limit_bytes, Some(8 << 30));
+    assert_eq!(daemon.active_thread_percentage, Some(10));
+
+    // A configured limit above the share is cut to the share.
+    let generous = gpu_config(json!({"strategy": "MPS", "mps": {
+        "defaultActiveThreadPercentage": 90, "defaultPinnedDeviceMemoryLimit": "40Gi"}}));
+    let c = claim(
+        vec![shared_result(
+            "gpu-0",
+            "s-1",
+            json!({"memory": "20Gi", "shares": "2"}),
+        )],
+        vec![config("FromClaim", &[], generous)],
+    );
+    let daemon = crate::sharing::mps_daemon(UID, &plan_shared(&c, Some(4))).unwrap();
+    assert_eq!(daemon.devices[0].pinned_memory_limit_bytes, Some(20 << 30));
+    assert_eq!(daemon.active_thread_percentage, Some(50));
+
+    // `unlimited` mode, nothing asked: no memory consumed, so no limit is invented.
+    let c = claim(
+        vec![shared_result("gpu-0", "s-1", json!({"memory": "0"}))],
+        vec![config(
+            "FromClaim",
+            &[],
+            gpu_config(json!({"strategy": "MPS"})),
+        )],
+    );
+    let record = plan_shared(&c, None);
+    let daemon = crate::sharing::mps_daemon(UID, &record).unwrap();
+    assert_eq!(daemon.devices[0].pinned_memory_limit_bytes, None);
+    assert_eq!(daemon.active_thread_percentage, None);
+
+    // A device allocated whole has no share and no share environment.
+    let c = claim(vec![result("gpu", "gpu-0")], vec![]);
+    let record = plan_shared(&c, Some(4));
+    assert_eq!(record.devices[0].share, None);
 }

@@ -33,6 +33,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tessera_api::names::{FIELD_MANAGER, TOPOLOGY_MANAGED_LABEL, TOPOLOGY_MANAGED_TAINT};
+use tessera_api::shares::ConsumableShares;
 use tessera_topology::{
     Inventory, RenderError, RenderOptions, ServerVersion, Violation, check_slice, render_slices,
 };
@@ -52,6 +53,8 @@ pub struct PublisherConfig {
     pub driver_name: String,
     /// Publish MIG-enabled GPUs as partitionable devices.
     pub dynamic_mig: bool,
+    /// How devices are published for sharing between claims.
+    pub consumable_shares: ConsumableShares,
 }
 
 /// Why publishing failed; the publish loop retries with backoff.
@@ -257,6 +260,7 @@ impl Publisher {
             topology_managed,
             pool_generation: generation,
             device_taints,
+            consumable_shares: self.config.consumable_shares,
         }
     }
 

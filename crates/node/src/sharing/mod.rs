@@ -19,12 +19,14 @@ mod recording;
 mod simulated;
 mod system;
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use tessera_api::checkpoint::{ClaimRecord, DeviceTarget};
 use tessera_api::config::{SharingStrategy, TimeSliceInterval};
+use tessera_api::shares::thread_percentage;
 
 pub use pods::{MpsPodTemplate, PodMpsControl};
 pub use recording::{GpuCall, GpuOperation, RecordingGpuControl};
@@ -112,6 +114,14 @@ pub trait GpuControl: Send + Sync {
     }
 }
 
+/// The UUIDs of the whole GPUs a claim's devices are on (a MIG device's parent included).
+pub fn gpus_of(record: &ClaimRecord) -> impl Iterator<Item = &str> {
+    record.devices.iter().map(|d| match &d.target {
+        DeviceTarget::Gpu { uuid, .. } => uuid.as_str(),
+        DeviceTarget::Mig { parent_uuid, .. } => parent_uuid.as_str(),
+    })
+}
+
 /// The time slices a claim sets: one per whole GPU shared with `TimeSlicing`. (MIG devices
 /// time-slice with the driver's default; the plan refuses other intervals for them.)
 pub fn time_slices(record: &ClaimRecord) -> Vec<(String, TimeSliceInterval)> {
@@ -145,6 +155,11 @@ pub fn mps_directories(record: &ClaimRecord) -> Option<MpsDirectories> {
 
 /// The MPS daemon a claim needs, if it uses MPS. Devices without a UUID yet (a dynamic MIG
 /// device not created) are left out.
+///
+/// On a shared device (consumable shares) the claim's part is enforced: the pinned device-memory
+/// limit is the memory the claim consumed (or the configured limit if that is lower), and the
+/// active thread percentage follows its shares (`100·shares/N`, or the configured percentage if
+/// that is lower). A claim that consumed no memory (`unlimited` mode, no request) gets no limit.
 pub fn mps_daemon(claim_uid: &str, record: &ClaimRecord) -> Option<MpsDaemon> {
     let directories = mps_directories(record)?;
     let mut active_thread_percentage = None;
@@ -154,13 +169,20 @@ pub fn mps_daemon(claim_uid: &str, record: &ClaimRecord) -> Option<MpsDaemon> {
         .filter(|d| d.uses_mps())
         .filter_map(|device| {
             let mps = device.sharing.as_ref().and_then(|s| s.mps.as_ref());
-            if let Some(pct) = mps.and_then(|m| m.default_active_thread_percentage) {
+            let share = device.share.as_ref();
+            let configured = mps.and_then(|m| m.default_active_thread_percentage);
+            let from_shares =
+                share.and_then(|s| Some(thread_percentage(s.shares?, s.total_shares?)));
+            if let Some(pct) = lower(configured, from_shares) {
                 active_thread_percentage = Some(pct);
             }
+            let consumed = share.and_then(|s| s.memory_bytes).filter(|&b| b > 0);
             Some(MpsDevice {
                 uuid: device.target.visible_uuid()?.to_owned(),
-                pinned_memory_limit_bytes: mps
-                    .and_then(|m| m.pinned_memory_limit_bytes(&device.device)),
+                pinned_memory_limit_bytes: lower(
+                    mps.and_then(|m| m.pinned_memory_limit_bytes(&device.device)),
+                    consumed,
+                ),
             })
         })
         .collect();
@@ -170,6 +192,14 @@ pub fn mps_daemon(claim_uid: &str, record: &ClaimRecord) -> Option<MpsDaemon> {
         devices,
         active_thread_percentage,
     })
+}
+
+/// The lower of two optional limits.
+fn lower<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// Puts a claim's sharing into effect (time slices, then the MPS daemon).
@@ -188,9 +218,14 @@ pub(crate) fn apply(
 }
 
 /// Undoes a claim's sharing: stops its MPS daemon and puts its GPUs back to the default time
-/// slice. Every step is attempted; the first error is returned (the daemon's, if it could not
-/// be stopped).
-pub(crate) fn reset(control: &dyn GpuControl, record: &ClaimRecord) -> Result<(), SharingError> {
+/// slice, except GPUs in `still_used` (UUIDs of GPUs another recorded claim holds, which a shared
+/// device has): their time slice is a GPU-wide setting the other claim still runs under. Every
+/// step is attempted; the first error is returned (the daemon's, if it could not be stopped).
+pub(crate) fn reset(
+    control: &dyn GpuControl,
+    record: &ClaimRecord,
+    still_used: &BTreeSet<String>,
+) -> Result<(), SharingError> {
     let mut first_error = None;
     if let Some(directories) = mps_directories(record)
         && let Err(e) = control.stop_mps(&directories)
@@ -198,7 +233,7 @@ pub(crate) fn reset(control: &dyn GpuControl, record: &ClaimRecord) -> Result<()
         first_error.get_or_insert(e);
     }
     for (gpu, interval) in time_slices(record) {
-        if interval == TimeSliceInterval::Default {
+        if interval == TimeSliceInterval::Default || still_used.contains(&gpu) {
             continue;
         }
         if let Err(e) = control.set_time_slice(&gpu, TimeSliceInterval::Default) {

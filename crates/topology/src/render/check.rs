@@ -5,7 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use k8s_openapi::api::resource::v1::{CounterSet, Device, DeviceAttribute, ResourceSlice};
+use k8s_openapi::api::resource::v1::{
+    CapacityRequestPolicy, CounterSet, Device, DeviceAttribute, ResourceSlice,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use tessera_api::validation::{
     MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE, MAX_COUNTERS_PER_SET, MAX_DEVICES_PER_SLICE,
     MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS, MAX_POOL_NAME_LENGTH, check_qualified_name,
@@ -318,6 +321,12 @@ fn check_device_fields(v: &mut Violations, at: &str, device: &Device, per_device
                 format!("`{}` is not a quantity", capacity.value.0),
             );
         }
+        if let Some(policy) = &capacity.request_policy {
+            let multi = device.allow_multiple_allocations == Some(true);
+            if let Err(e) = check_request_policy(policy, &capacity.value.0, multi) {
+                v.add(format!("{}.requestPolicy", field()), e);
+            }
+        }
     }
     let node_fields =
         device.node_name.is_some() || device.node_selector.is_some() || device.all_nodes.is_some();
@@ -340,6 +349,67 @@ fn check_device_fields(v: &mut Violations, at: &str, device: &Device, per_device
                 format!("{at}.{field}"),
                 format!("{count} entries, at most {MAX_BINDING_CONDITIONS} are allowed"),
             );
+        }
+    }
+}
+
+/// A capacity's request policy as the API server validates it (for the integer quantities Tessera
+/// publishes): only on multi-allocatable devices; `validRange` or `validValues`, not both, each
+/// with a `default`; `min <= default <= max <= value`, `default` and `max` reachable from `min` in
+/// whole steps; valid values ascending, at most 10, listing the default.
+fn check_request_policy(
+    policy: &CapacityRequestPolicy,
+    value: &str,
+    multi: bool,
+) -> Result<(), String> {
+    if !multi {
+        return Err("a request policy needs allowMultipleAllocations: true".to_owned());
+    }
+    let number = |q: &Quantity| tessera_api::config::quantity_bytes(&q.0);
+    let value = number(&Quantity(value.to_owned()))?;
+    let default = policy.default.as_ref().map(number).transpose()?;
+    match (&policy.valid_range, &policy.valid_values) {
+        (Some(_), Some(_)) => Err("validRange and validValues are mutually exclusive".to_owned()),
+        (None, None) => match default {
+            Some(d) if d > value => Err(format!("default {d} exceeds the capacity {value}")),
+            _ => Ok(()),
+        },
+        (Some(range), None) => {
+            let default = default.ok_or("validRange needs a default")?;
+            let min = number(&range.min)?;
+            let max = range.max.as_ref().map(number).transpose()?.unwrap_or(value);
+            if !(min <= default && default <= max && max <= value) {
+                return Err(format!(
+                    "needs min <= default <= max <= capacity, got {min}, {default}, {max}, {value}"
+                ));
+            }
+            if let Some(step) = range.step.as_ref().map(number).transpose()? {
+                if step == 0 {
+                    return Err("validRange.step must be positive".to_owned());
+                }
+                if (default - min) % step != 0 || (max - min) % step != 0 {
+                    return Err(format!(
+                        "default {default} and max {max} must be min {min} plus whole steps of {step}"
+                    ));
+                }
+            }
+            Ok(())
+        }
+        (None, Some(values)) => {
+            let values: Vec<u64> = values.iter().map(number).collect::<Result<_, _>>()?;
+            if values.is_empty() || values.len() > 10 {
+                return Err(format!(
+                    "validValues has {} entries, 1 to 10 are allowed",
+                    values.len()
+                ));
+            }
+            if values.windows(2).any(|w| w[0] >= w[1]) || values.last() > Some(&value) {
+                return Err("validValues must ascend and not exceed the capacity".to_owned());
+            }
+            match default {
+                Some(d) if values.contains(&d) => Ok(()),
+                _ => Err("validValues needs a default that it lists".to_owned()),
+            }
         }
     }
 }

@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::{
-    Counter, CounterSet, Device, DeviceAttribute, DeviceCapacity, DeviceCounterConsumption,
-    DeviceTaint,
+    CapacityRequestPolicy, CapacityRequestPolicyRange, Counter, CounterSet, Device,
+    DeviceAttribute, DeviceCapacity, DeviceCounterConsumption, DeviceTaint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use tessera_api::names::{TOPOLOGY_MANAGED_TAINT, attr, capacity, counter, device_type};
+use tessera_api::shares::{ConsumableShares, MEMORY_STEP_BYTES, memory_rounded};
 
 use crate::device_name::DeviceName;
 use crate::islands::{NvlinkIsland, island_of};
@@ -133,14 +134,18 @@ impl NodeFacts<'_> {
             quantity(u64::from(gpu.multiprocessors)),
         );
         let taints = self.taints(&name);
-        Device {
+        let mut device = Device {
             name,
             attributes: Some(attributes),
             capacity: Some(capacities),
             consumes_counters: consumes.map(|c| vec![c]),
             taints,
             ..Device::default()
+        };
+        if device.consumes_counters.is_none() {
+            share(&mut device, self.options.consumable_shares);
         }
+        device
     }
 
     fn mig_instance(&self, gpu: &Gpu, profile: &MigProfile, instance: &MigInstance) -> Device {
@@ -150,7 +155,9 @@ impl NodeFacts<'_> {
             instance.multiprocessors,
             &instance.engines,
         );
-        self.mig_device(gpu, name, profile, Some(&instance.uuid), capacities)
+        let mut device = self.mig_device(gpu, name, profile, Some(&instance.uuid), capacities);
+        share(&mut device, self.options.consumable_shares);
+        device
     }
 
     fn mig_device(
@@ -227,6 +234,66 @@ impl NodeFacts<'_> {
             taints.extend(extra.iter().cloned());
         }
         (!taints.is_empty()).then_some(taints)
+    }
+}
+
+/// Publishes `device` for consumable shares in `mode`: multi-allocatable, its `memory` rounded
+/// down to whole MiB with the mode's request policy, and in the N-shares mode a `shares` capacity.
+/// Every other capacity (multiprocessors, engines) gets a policy with default 0: a capacity
+/// without a policy is consumed whole by a claim that does not ask for it (upstream's rule), which
+/// would let only one claim have the device.
+fn share(device: &mut Device, mode: ConsumableShares) {
+    if !mode.enabled() {
+        return;
+    }
+    let capacities = device.capacity.get_or_insert_with(Capacities::new);
+    if !capacities.contains_key(capacity::MEMORY) {
+        return;
+    }
+    device.allow_multiple_allocations = Some(true);
+    for (name, other) in capacities.iter_mut() {
+        if name != capacity::MEMORY
+            && let Ok(value) = other.value.0.parse::<u64>()
+        {
+            other.request_policy = Some(range_policy(0, 0, value, 1));
+        }
+    }
+    let Some(memory) = capacities.get_mut(capacity::MEMORY) else {
+        return;
+    };
+    let bytes = memory
+        .value
+        .0
+        .parse::<u64>()
+        .map(memory_rounded)
+        .unwrap_or_default();
+    memory.value = Quantity(bytes.to_string());
+    let (default, min) = match mode {
+        ConsumableShares::Memory => (bytes, MEMORY_STEP_BYTES),
+        _ => (0, 0),
+    };
+    memory.request_policy = Some(range_policy(default, min, bytes, MEMORY_STEP_BYTES));
+    if let Some(shares) = mode.shares() {
+        let shares = u64::from(shares);
+        capacities.insert(
+            capacity::SHARES.into(),
+            DeviceCapacity {
+                value: Quantity(shares.to_string()),
+                request_policy: Some(range_policy(1, 1, shares, 1)),
+            },
+        );
+    }
+}
+
+fn range_policy(default: u64, min: u64, max: u64, step: u64) -> CapacityRequestPolicy {
+    CapacityRequestPolicy {
+        default: Some(Quantity(default.to_string())),
+        valid_range: Some(CapacityRequestPolicyRange {
+            min: Quantity(min.to_string()),
+            max: Some(Quantity(max.to_string())),
+            step: Some(Quantity(step.to_string())),
+        }),
+        valid_values: None,
     }
 }
 

@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 use k8s_openapi::api::resource::v1::DeviceTaint;
 use tessera_api::DRIVER_NAME;
+use tessera_api::shares::ConsumableShares;
 
 /// The Kubernetes minor release the slices are written for. It decides the shape of dynamic MIG
 /// (1.34: counter sets and the devices consuming them in one slice; 1.35+: counter sets in slices
@@ -105,11 +106,15 @@ pub struct RenderOptions {
     pub pool_generation: i64,
     /// Further taints by device name (health monitoring), after the topology-managed taint.
     pub device_taints: BTreeMap<String, Vec<DeviceTaint>>,
+    /// Consumable shares (`tessera_api::shares`): whole GPUs and static MIG devices are published
+    /// with `allowMultipleAllocations: true` and the mode's request policies. Devices that consume
+    /// counters (dynamic MIG) are never shared.
+    pub consumable_shares: ConsumableShares,
 }
 
 impl RenderOptions {
     /// Options for `node_name` with Tessera's driver name, server 1.34, static MIG, not
-    /// topology-managed, generation 0, no extra taints.
+    /// topology-managed, generation 0, no extra taints, no consumable shares.
     pub fn new(node_name: impl Into<String>) -> Self {
         RenderOptions {
             node_name: node_name.into(),
@@ -119,6 +124,7 @@ impl RenderOptions {
             topology_managed: false,
             pool_generation: 0,
             device_taints: BTreeMap::new(),
+            consumable_shares: ConsumableShares::Disabled,
         }
     }
 }

@@ -90,7 +90,7 @@ mean <kubeletRootDir>/plugins_registry and <kubeletRootDir>/plugins.
 {{- end }}
 {{- $registrar = default $registrar .kubeletRegistrarDirectoryPath }}
 {{- $plugins = default $plugins .kubeletPluginsDirectoryPath }}
-{{- $groups = append $groups (dict "name" $name "nodeSelector" .nodeSelector "topology" (default $plugin.mock.topology .topology) "registrar" $registrar "plugins" $plugins "cdiRoot" (default $plugin.cdiRoot .cdiRoot) "stateDir" (default $plugin.stateDir .stateDir) "driverRoot" (default $plugin.driverRoot .driverRoot) "devRoot" (default $plugin.devRoot .devRoot)) }}
+{{- $groups = append $groups (dict "name" $name "nodeSelector" .nodeSelector "topology" (default $plugin.mock.topology .topology) "registrar" $registrar "plugins" $plugins "cdiRoot" (default $plugin.cdiRoot .cdiRoot) "stateDir" (default $plugin.stateDir .stateDir) "driverRoot" (default $plugin.driverRoot .driverRoot) "devRoot" (default $plugin.devRoot .devRoot) "consumableShares" (toString (dig "sharing" "consumableShares" $plugin.sharing.consumableShares .))) }}
 {{- end }}
 {{- toYaml (dict "groups" $groups) }}
 {{- end }}
