@@ -58,6 +58,10 @@ kubectl create namespace "$namespace" --dry-run=client -o yaml | kubectl apply -
   echo "# Written by tests/e2e/local-up: how Tessera runs on this cluster (read by tests/e2e/run)."
   echo "TESSERA_E2E_INSTALL=helm"
   echo "TESSERA_E2E_NAMESPACE=$namespace"
+  # What the sharing scenarios need to switch a node group's consumable shares and back.
+  echo "TESSERA_E2E_HELM=$helm_bin"
+  echo "TESSERA_E2E_CHART=$root/deploy/helm/tessera"
+  echo "TESSERA_E2E_VALUES=$values"
   for i in $(seq 1 "$nodes"); do
     name_var="TESSERA_NODE_${i}_NAME"
     echo "TESSERA_E2E_PLUGIN_${i}_STATE_DIR=$state_dir/nodes/${!name_var}/tessera"

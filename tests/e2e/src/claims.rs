@@ -16,6 +16,10 @@ pub struct AllocatedDevice {
     pub pool: String,
     pub device: String,
     pub admin_access: bool,
+    /// `shareID` of a multi-allocatable device's allocation (consumable shares).
+    pub share_id: Option<String>,
+    /// `consumedCapacity`: capacity name → quantity as the scheduler wrote it.
+    pub consumed: std::collections::BTreeMap<String, String>,
 }
 
 /// One config entry of an allocation.
@@ -52,6 +56,13 @@ impl Allocation {
                 pool: r.pool.clone(),
                 device: r.device.clone(),
                 admin_access: r.admin_access.unwrap_or(false),
+                share_id: r.share_id.clone(),
+                consumed: r
+                    .consumed_capacity
+                    .iter()
+                    .flatten()
+                    .map(|(k, q)| (k.clone(), q.0.clone()))
+                    .collect(),
             })
             .collect();
         let config = result

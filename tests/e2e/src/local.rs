@@ -25,6 +25,18 @@ pub enum Install {
     Helm { namespace: String },
 }
 
+/// The helm release local-up installed, for scenarios that change its values and restore them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelmRelease {
+    /// The helm binary tests/cluster built.
+    pub helm: PathBuf,
+    /// deploy/helm/tessera.
+    pub chart: PathBuf,
+    /// The values file local-up installed with.
+    pub values: PathBuf,
+    pub namespace: String,
+}
+
 /// A Tessera process local-up started.
 #[derive(Debug, Clone)]
 pub struct Process {
@@ -65,6 +77,8 @@ pub struct LocalCluster {
     pub kubeconfig: PathBuf,
     pub nodes: BTreeMap<String, LocalNode>,
     pub install: Install,
+    /// The helm release (install `Helm`, from a local-up that records it).
+    pub helm: Option<HelmRelease>,
     pub controller: Option<Process>,
     /// Control-plane logs worth a tail on failure (scheduler, controller-manager).
     pub control_plane_logs: Vec<PathBuf>,
@@ -147,11 +161,31 @@ impl LocalCluster {
         .iter()
         .filter_map(|k| env.optional(k).map(PathBuf::from))
         .collect();
+        let helm = match (&install, processes) {
+            (Install::Helm { namespace }, Some(p)) => {
+                let path = |k: &str| p.optional(k).map(PathBuf::from);
+                match (
+                    path("TESSERA_E2E_HELM"),
+                    path("TESSERA_E2E_CHART"),
+                    path("TESSERA_E2E_VALUES"),
+                ) {
+                    (Some(helm), Some(chart), Some(values)) => Some(HelmRelease {
+                        helm,
+                        chart,
+                        values,
+                        namespace: namespace.clone(),
+                    }),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
         Ok(Self {
             state_dir,
             kubeconfig: env.path("KUBECONFIG")?,
             nodes,
             install,
+            helm,
             controller,
             control_plane_logs,
         })
@@ -367,13 +401,23 @@ mod tests {
              TESSERA_NODE_COUNT=1\nTESSERA_NODE_1_NAME=tessera-node-1\n\
              TESSERA_NODE_1_CDI_SPEC_DIR=/s/n1/cdi\nTESSERA_NODE_1_KUBELET_LOG=/s/logs/k1\n");
         let install = env("TESSERA_E2E_INSTALL=helm\nTESSERA_E2E_NAMESPACE=ns\n\
-             TESSERA_E2E_PLUGIN_1_STATE_DIR=/s/nodes/tessera-node-1/tessera\n");
+             TESSERA_E2E_PLUGIN_1_STATE_DIR=/s/nodes/tessera-node-1/tessera\n\
+             TESSERA_E2E_HELM=/c/helm\nTESSERA_E2E_CHART=/r/chart\nTESSERA_E2E_VALUES=/s/v.yaml\n");
         let local = LocalCluster::from_env(&cluster, Some(&install)).unwrap();
         assert_eq!(
             local.install,
             Install::Helm {
                 namespace: "ns".to_owned()
             }
+        );
+        assert_eq!(
+            local.helm,
+            Some(HelmRelease {
+                helm: "/c/helm".into(),
+                chart: "/r/chart".into(),
+                values: "/s/v.yaml".into(),
+                namespace: "ns".into(),
+            })
         );
         let node = &local.nodes["tessera-node-1"];
         assert!(node.plugin.is_none() && node.cdi_record_dir.is_none());

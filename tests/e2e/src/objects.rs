@@ -10,7 +10,7 @@ use tessera_api::names::{GPU_DEVICE_CLASS, TOPOLOGY_AWARE_GATE};
 
 /// What the example containers run: print the GPU environment, then idle until stopped.
 pub const PRINT_GPU_ENV: &str = "command -v tessera-gpu-check >/dev/null && tessera-gpu-check; \
-     env | grep -E '^(NVIDIA|CUDA)_' | sort; trap 'exit 0' TERM; sleep 86400 & wait";
+     env | grep -E '^(NVIDIA|CUDA|TESSERA)_' | sort; trap 'exit 0' TERM; sleep 86400 & wait";
 
 /// A claim for `count` whole GPUs, optionally narrowed by one CEL selector.
 pub fn gpu_claim(

@@ -5,6 +5,7 @@ mod examples;
 mod invalid_config;
 mod mps_restart;
 mod restart;
+mod sharing;
 mod slices;
 mod topology;
 
@@ -140,6 +141,16 @@ pub fn all() -> Vec<Scenario> {
             "mps-restart",
             "MPS claim: its daemon pod outlives a plugin rollout and pod deletion; unprepare stops it",
             mps_restart::mps_restart
+        ),
+        scenario!(
+            "shares-memory",
+            "consumable shares `memory`: 3 Deployment replicas asking 20Gi share one H100, a whole-GPU claim gets another",
+            sharing::shares_memory
+        ),
+        scenario!(
+            "shares-replicas",
+            "consumable shares `4`: four one-share pods run on gpu-0, the fifth waits Unschedulable until one goes",
+            sharing::shares_replicas
         ),
     ]
 }
