@@ -19,7 +19,12 @@ use tessera_allocator::{
     AllocateOptions, AllocatedState, Allocation, DeviceId, Inventory, Outcome, PlacementMode,
 };
 use tessera_api::names::{DRIVER_NAME, GPU_DEVICE_CLASS, attr};
+use tessera_api::shares::ConsumableShares;
 use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
+
+mod sharing;
+
+pub use sharing::SharingSpec;
 
 pub const LONG_ABOUT: &str = "\
 Allocates a trace of GPU claims (arriving and departing) on a synthetic cluster, once with \
@@ -42,7 +47,19 @@ NVLink island, percent of allocated multi-GPU claims), meanCommCost (mean over a
 multi-GPU claims of the average pair cost of the TopologyScore), rejectedWhileFree (claims \
 rejected although the cluster had at least as many free GPUs as they asked for), \
 p50LatencyMicros and p99LatencyMicros (per allocation). All metrics except the two latencies \
-are deterministic for a scenario and seed; the latencies are measurements.";
+are deterministic for a scenario and seed; the latencies are measurements.
+
+With --sharing it runs a sharing trace instead: single-GPU claims each needing some device memory, \
+allocated first fit once on the nodes published whole (a GPU per claim) and once with consumable \
+shares in `memory` mode (claims share a GPU while their memory fits), and reports the GPUs in use \
+(peak and mean over the arrivals), claims per GPU and the GPUs sharing saved. The default trace is \
+3000 claims of 5/10/20/40 GiB (weights 40/30/20/10) living 1-480 arrivals; a scenario file may set \
+its own:
+
+  sharing:
+    claims: 3000
+    memoryGiB: {5: 40, 10: 30, 20: 20, 40: 10}   # GiB per claim: relative weight
+    lifetime: {min: 1, max: 480}";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
@@ -71,6 +88,10 @@ pub struct SimulateArgs {
         default_value = "text"
     )]
     pub output: OutputFormat,
+
+    /// Run the sharing trace (GPUs saved by consumable shares) instead of the placement comparison.
+    #[arg(long, env = "TESSERA_SHARING")]
+    pub sharing: bool,
 }
 
 /// A scenario: the cluster and the trace.
@@ -79,6 +100,9 @@ pub struct SimulateArgs {
 pub struct Scenario {
     pub nodes: Vec<NodeGroup>,
     pub trace: TraceSpec,
+    /// The sharing trace (`--sharing`); the default one when absent.
+    #[serde(default)]
+    pub sharing: Option<SharingSpec>,
 }
 
 /// `count` nodes rendered from one topology.
@@ -129,6 +153,7 @@ impl Scenario {
                 sizes: [(1, 40), (2, 25), (4, 20), (8, 15)].into(),
                 lifetime: Lifetime { min: 1, max: 480 },
             },
+            sharing: None,
         }
     }
 
@@ -156,6 +181,9 @@ impl Scenario {
         }
         if let Some(size) = self.trace.sizes.keys().find(|s| **s == 0 || **s > 32) {
             bail!("trace.sizes: {size} GPUs per claim is outside 1..=32");
+        }
+        if let Some(sharing) = &self.sharing {
+            sharing.check()?;
         }
         if self.trace.lifetime.min > self.trace.lifetime.max {
             bail!(
@@ -249,6 +277,11 @@ fn gpu_class() -> DeviceClass {
 }
 
 fn cluster(scenario: &Scenario) -> anyhow::Result<Cluster> {
+    cluster_with(scenario, ConsumableShares::Disabled)
+}
+
+/// The cluster with every node's devices published in consumable-shares mode `shares`.
+fn cluster_with(scenario: &Scenario, shares: ConsumableShares) -> anyhow::Result<Cluster> {
     let mut slices: Vec<ResourceSlice> = Vec::new();
     for group in &scenario.nodes {
         let inventory = MockSource::new(&group.topology)
@@ -259,7 +292,10 @@ fn cluster(scenario: &Scenario) -> anyhow::Result<Cluster> {
             .clone()
             .unwrap_or_else(|| group.topology.clone());
         for i in 0..group.count {
-            let options = RenderOptions::new(format!("{prefix}-{i:03}"));
+            let options = RenderOptions {
+                consumable_shares: shares,
+                ..RenderOptions::new(format!("{prefix}-{i:03}"))
+            };
             slices.extend(
                 render_slices(&inventory, &options)
                     .with_context(|| format!("render topology {}", group.topology))?,
@@ -499,6 +535,14 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
     } else {
         Scenario::load(Path::new(&args.scenario))?
     };
+    if args.sharing {
+        return sharing::run(
+            &scenario,
+            args.seed,
+            matches!(args.output, OutputFormat::Json),
+            out,
+        );
+    }
     let cluster = cluster(&scenario)?;
     let trace = trace(&scenario.trace, args.seed);
     let report = Report {
