@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 use tessera_api::names::attr;
+use tessera_api::shares::ConsumableShares;
 use tessera_topology::nvml::{NvmlSource, Sysfs};
 use tessera_topology::{
     DeviceSource, MockSource, RenderOptions, ServerVersion, render_slices, shipped_topology_names,
@@ -73,6 +74,11 @@ pub struct InventoryArgs {
     /// Taint every device gpu.tessera.dev/topology-managed:NoSchedule, as on a topology-managed node.
     #[arg(long, env = "TESSERA_TOPOLOGY_MANAGED")]
     pub topology_managed: bool,
+
+    /// Publish for sharing between claims, as the plugin's `--consumable-shares`: `disabled`,
+    /// `unlimited`, `memory` or a number of equal shares.
+    #[arg(long, env = "TESSERA_CONSUMABLE_SHARES", default_value = "disabled")]
+    pub consumable_shares: ConsumableShares,
 }
 
 /// The pool name when no `--node-name` is given.
@@ -95,6 +101,7 @@ pub fn run(args: &InventoryArgs, out: &mut impl Write) -> anyhow::Result<()> {
         server_version: args.server_version,
         dynamic_mig: args.dynamic_mig,
         topology_managed: args.topology_managed,
+        consumable_shares: args.consumable_shares,
         ..RenderOptions::new(args.node_name.as_deref().unwrap_or(DEFAULT_NODE_NAME))
     };
     let slices = render_slices(&inventory, &options)
@@ -233,6 +240,7 @@ mod tests {
             server_version: ServerVersion::V1_34,
             dynamic_mig: false,
             topology_managed: false,
+            consumable_shares: ConsumableShares::Disabled,
         }
     }
 

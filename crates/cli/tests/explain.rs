@@ -476,3 +476,106 @@ spec:
     let report = explain_json(dir.path(), &["--claim", "team-a/share"]);
     assert_eq!(devices(&report), ["node-b/gpu-5"], "{report}");
 }
+
+/// A claim of `memory` on one GPU; `allocated` = (node, gpu, share id) writes its allocation as
+/// the scheduler does for a multi-allocatable device.
+fn memory_claim(name: &str, memory: &str, allocated: Option<(&str, u32, &str)>) -> String {
+    let claim = format!(
+        r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: {name}
+  namespace: team-a
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly:
+        deviceClassName: gpu.tessera.dev
+        capacity:
+          requests:
+            memory: {memory}
+"#
+    );
+    match allocated {
+        None => claim,
+        Some((node, gpu, share)) => format!(
+            "{claim}status:\n  allocation:\n    devices:\n      results:\n      - request: gpu\n        driver: gpu.tessera.dev\n        pool: {node}\n        device: gpu-{gpu}\n        shareID: {share}\n        consumedCapacity:\n          memory: {memory}\n          multiprocessors: \"0\"\n"
+        ),
+    }
+}
+
+#[test]
+fn shared_devices_are_explained_with_what_their_claims_consumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = ok(&tessera(&[
+        "inventory",
+        "--topology",
+        "dgx-h100",
+        "--node-name",
+        "node-s",
+        "--consumable-shares",
+        "memory",
+        "-o",
+        "yaml",
+    ]));
+    assert!(
+        shared.contains("allowMultipleAllocations: true"),
+        "{shared}"
+    );
+    std::fs::write(dir.path().join("node-s.yaml"), shared).unwrap();
+    std::fs::write(dir.path().join("class.yaml"), CLASS).unwrap();
+    let claims = [
+        memory_claim(
+            "r0",
+            "20Gi",
+            Some(("node-s", 0, "a0000000-0000-4000-8000-000000000000")),
+        ),
+        memory_claim(
+            "r1",
+            "20Gi",
+            Some(("node-s", 0, "a0000000-0000-4000-8000-000000000001")),
+        ),
+        memory_claim(
+            "r2",
+            "20Gi",
+            Some(("node-s", 0, "a0000000-0000-4000-8000-000000000002")),
+        ),
+        memory_claim("small", "15Gi", None),
+        memory_claim("large", "30Gi", None),
+    ];
+    std::fs::write(dir.path().join("claims.yaml"), claims.join("\n---\n")).unwrap();
+
+    // 60Gi of gpu-0's 81559Mi are consumed: 15Gi still fits there, 30Gi goes to gpu-1.
+    let small = explain_json(dir.path(), &["--claim", "team-a/small"]);
+    assert_eq!(devices(&small), ["node-s/gpu-0"]);
+    let result = &small["allocation"]["devices"]["results"][0];
+    assert!(result["shareID"].is_string(), "{result}");
+    assert_eq!(result["consumedCapacity"]["memory"], "15Gi");
+    let large = explain_json(dir.path(), &["--claim", "team-a/large"]);
+    assert_eq!(devices(&large), ["node-s/gpu-1"]);
+
+    let text = ok(&tessera(&[
+        "explain",
+        "--objects",
+        dir.path().to_str().unwrap(),
+        "--claim",
+        "team-a/small",
+    ]));
+    assert!(text.contains("share "), "the text names the share: {text}");
+
+    // Pinned to gpu-0, the large claim is explained by the memory left there.
+    let pinned = memory_claim("large", "30Gi", None).replace(
+        "deviceClassName: gpu.tessera.dev\n",
+        "deviceClassName: gpu.tessera.dev\n        selectors:\n        - cel:\n            expression: device.attributes[\"gpu.tessera.dev\"].minor == 0\n",
+    );
+    let claims = [&claims[..3], &[pinned]].concat();
+    std::fs::write(dir.path().join("claims.yaml"), claims.join("\n---\n")).unwrap();
+    let report = explain_json(dir.path(), &["--claim", "team-a/large"]);
+    let reasons = report["unsatisfiable"][0]["reasons"].to_string();
+    assert!(
+        reasons.contains("gpu-0") && reasons.contains("memory"),
+        "the refusal names the device and its exhausted memory: {reasons}"
+    );
+}
