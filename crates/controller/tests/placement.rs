@@ -402,3 +402,109 @@ async fn an_unknown_class_is_reported_until_it_exists() {
     allocated_claim(&api, "a").await;
     controller.stop().await;
 }
+
+/// `claim` asking `memory` of one GPU, allocated on `node`'s `device` as a share when `share` is
+/// given (what the scheduler writes for a multi-allocatable device).
+fn memory_claim(name: &str, memory: &str, share: Option<(&str, &str)>) -> ResourceClaim {
+    use k8s_openapi::api::resource::v1::CapacityRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let mut c = gpu_claim(name, 1);
+    let request = &mut c
+        .spec
+        .as_mut()
+        .unwrap()
+        .devices
+        .as_mut()
+        .unwrap()
+        .requests
+        .as_mut()
+        .unwrap()[0];
+    request.exactly.as_mut().unwrap().capacity = Some(CapacityRequirements {
+        requests: Some([("memory".to_owned(), Quantity(memory.to_owned()))].into()),
+    });
+    let Some((node, device)) = share else {
+        return c;
+    };
+    let mut c = allocated(c, node, &[device]);
+    let result = &mut c
+        .status
+        .as_mut()
+        .unwrap()
+        .allocation
+        .as_mut()
+        .unwrap()
+        .devices
+        .as_mut()
+        .unwrap()
+        .results
+        .as_mut()
+        .unwrap()[0];
+    result.share_id = Some(format!("0000000{}-0000-4000-8000-000000000000", name.len()));
+    result.consumed_capacity = Some(
+        [
+            ("memory".to_owned(), Quantity(memory.to_owned())),
+            ("multiprocessors".to_owned(), Quantity("0".to_owned())),
+        ]
+        .into(),
+    );
+    c
+}
+
+/// On a managed node published with consumable shares (`memory`), the controller allocates
+/// shares: a claim that fits next to what others consumed gets a share of a used GPU, with its
+/// own shareID and consumed memory, and nothing is allocated beyond a device's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_shared_devices_the_controller_allocates_shares_within_capacity() {
+    use tessera_topology::{DeviceSource, MockSource, RenderOptions, ServerVersion, render_slices};
+    let api = tessera_fake_apiserver::FakeApiServer::new();
+    for class in shipped_classes() {
+        api.seed(&class);
+    }
+    api.seed(&node("dgx-0", true));
+    let inventory = MockSource::new("dgx-h100").unwrap().inventory().unwrap();
+    let mut options = RenderOptions::new("dgx-0");
+    options.server_version = ServerVersion::V1_35;
+    options.topology_managed = true;
+    options.consumable_shares = "memory".parse().unwrap();
+    for slice in render_slices(&inventory, &options).unwrap() {
+        api.seed(&slice);
+    }
+    // gpu-0..6 hold 60Gi each in three shares; gpu-7 is free.
+    for gpu in 0..7 {
+        for i in 0..3 {
+            api.seed(&memory_claim(
+                &format!("r{gpu}{i}"),
+                "20Gi",
+                Some(("dgx-0", &format!("gpu-{gpu}"))),
+            ));
+        }
+    }
+    api.seed(&memory_claim("small", "15Gi", None));
+    api.seed(&memory_claim("whole", "70Gi", None));
+    api.seed(&gated_pod("whole-pod", &[("gpu", Source::Claim("whole"))]));
+    let controller = start(&api);
+    released(&api, "whole-pod").await;
+    let (_, whole) = allocated_claim(&api, "whole").await;
+    assert_eq!(whole, ["gpu-7"], "70Gi fits only the free GPU");
+    // gpu-7 has 9879Mi left now: 15Gi fits only next to three 20Gi shares.
+    api.seed(&gated_pod("small-pod", &[("gpu", Source::Claim("small"))]));
+    released(&api, "small-pod").await;
+    let (_, small) = allocated_claim(&api, "small").await;
+    assert_ne!(small, ["gpu-7"], "15Gi cannot fit next to 70Gi");
+    for name in ["small", "whole"] {
+        let c = claim(&api, name);
+        let result = &c
+            .status
+            .unwrap()
+            .allocation
+            .unwrap()
+            .devices
+            .unwrap()
+            .results
+            .unwrap()[0];
+        assert!(result.share_id.is_some(), "{name}: {result:?}");
+        let memory = &result.consumed_capacity.as_ref().unwrap()["memory"].0;
+        assert_eq!(memory, if name == "small" { "15Gi" } else { "70Gi" });
+    }
+    controller.stop().await;
+}
