@@ -2,9 +2,9 @@
 //!
 //! The allocator decides which devices of which node a set of ResourceClaims gets, exactly as
 //! kube-scheduler's structured allocator would ([`PlacementMode::FirstFit`]), or by the topology
-//! score of design.md §4 ([`PlacementMode::TopologyAware`]). Inputs are `resource.k8s.io/v1`
-//! objects; the output is what goes into each claim's `status.allocation`, or an account of why
-//! the claims fit nowhere ([`Unsatisfiable`]).
+//! score of docs/ARCHITECTURE.md, "The allocator" ([`PlacementMode::TopologyAware`]). Inputs are
+//! `resource.k8s.io/v1` objects; the output is what goes into each claim's `status.allocation`, or
+//! an account of why the claims fit nowhere ([`Unsatisfiable`]).
 //!
 //! ```text
 //! Inventory::new(slices, classes, nodes)      index once, share between allocations

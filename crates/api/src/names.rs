@@ -15,7 +15,7 @@ pub const GPU_DEVICE_CLASS: &str = "gpu.tessera.dev";
 /// Shipped DeviceClass selecting MIG slices.
 pub const MIG_DEVICE_CLASS: &str = "mig.gpu.tessera.dev";
 
-/// Node label that opts a node into topology-managed allocation (design.md §4).
+/// Node label that opts a node into topology-managed allocation (docs/protocol.md).
 pub const TOPOLOGY_MANAGED_LABEL: &str = "gpu.tessera.dev/topology-managed";
 /// Taint key carried by every device of a topology-managed node, effect `NoSchedule`.
 pub const TOPOLOGY_MANAGED_TAINT: &str = "gpu.tessera.dev/topology-managed";

@@ -1,5 +1,5 @@
 //! The device schema: every attribute and capacity Tessera publishes, with its type and the device
-//! types that carry it (design.md §3). `tessera validate` checks selectors against it and the
+//! types that carry it (docs/attributes.md shows it to users). `tessera validate` checks selectors against it and the
 //! renderer's tests check published devices against it, so the two cannot drift apart.
 
 use crate::names::{DRIVER_NAME, STANDARD_ATTRIBUTE_PREFIX, attr, capacity};

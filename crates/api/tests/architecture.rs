@@ -153,3 +153,141 @@ fn the_dependency_invariants_hold() {
         broken.join("\n")
     );
 }
+
+/// The workspace root.
+fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Every text file of the project (sources, docs, chart, scripts), skipping build outputs, VCS
+/// data and vendored or generated trees.
+fn project_files() -> Vec<std::path::PathBuf> {
+    const SKIP_DIRS: &[&str] = &["target", ".git", "node_modules", "vendor", "testdata"];
+    const TEXT: &[&str] = &[
+        "rs", "md", "toml", "yaml", "yml", "tpl", "txt", "sh", "go", "json", "proto",
+    ];
+    let mut files = Vec::new();
+    let mut stack = vec![root()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("project directories are readable") {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                if !SKIP_DIRS.contains(&name.as_str()) {
+                    stack.push(path);
+                }
+            } else if kind.is_file() {
+                let ext = path.extension().map(|e| e.to_string_lossy().into_owned());
+                let script = path.parent().is_some_and(|p| {
+                    p.ends_with("scripts")
+                        || p.file_name().is_some_and(|n| n == ".ci")
+                        || p.ends_with("tests/e2e")
+                });
+                if ext.as_deref().is_some_and(|e| TEXT.contains(&e)) || (ext.is_none() && script) {
+                    files.push(path);
+                }
+            }
+        }
+    }
+    files
+}
+
+/// The project documents itself: code comments, help texts and docs cite only files in the
+/// tree. A `docs/<name>.md` named anywhere exists, and nothing refers to documents outside the
+/// repository (design notes the project does not ship).
+#[test]
+fn docs_cite_only_files_in_the_tree() {
+    let outside = regex::Regex::new(r"\bdesign\.md\b|\.\./shared/").unwrap();
+    let doc_ref = regex::Regex::new(r"\bdocs/([A-Za-z0-9_-]+\.md)\b").unwrap();
+    let mut problems = Vec::new();
+    let files = project_files();
+    assert!(
+        files.len() > 100,
+        "the walk found only {} files: is the root right?",
+        files.len()
+    );
+    let this_file = std::path::Path::new(file!())
+        .file_name()
+        .unwrap()
+        .to_owned();
+    for file in &files {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        let shown = file
+            .strip_prefix(root())
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        for (n, line) in text.lines().enumerate() {
+            if file.file_name() != Some(this_file.as_os_str()) && outside.is_match(line) {
+                problems.push(format!(
+                    "{shown}:{}: cites a document outside the repository: {}",
+                    n + 1,
+                    line.trim()
+                ));
+            }
+            for cap in doc_ref.captures_iter(line) {
+                if !root().join("docs").join(&cap[1]).is_file() {
+                    problems.push(format!(
+                        "{shown}:{}: names docs/{}, which does not exist",
+                        n + 1,
+                        &cap[1]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "cite files in the tree (bring what is needed into docs/ in our own words):\n{}",
+        problems.join("\n")
+    );
+}
+
+/// Every entry of `[workspace.dependencies]` is used by some member: a dependency nobody uses
+/// is build time, audit surface and lock-file churn for nothing.
+#[test]
+fn every_workspace_dependency_is_used() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let table = manifest
+        .split("[workspace.dependencies]")
+        .nth(1)
+        .expect("the root manifest has [workspace.dependencies]");
+    let table = table.split("\n[").next().unwrap();
+    let declared: Vec<&str> = table
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                return None;
+            }
+            line.split_once('=').map(|(name, _)| name.trim())
+        })
+        .collect();
+    assert!(declared.len() > 20, "parsed only {declared:?}");
+    let members: Vec<String> = project_files()
+        .into_iter()
+        .filter(|f| {
+            f.file_name().is_some_and(|n| n == "Cargo.toml") && *f != root().join("Cargo.toml")
+        })
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    let unused: Vec<&str> = declared
+        .into_iter()
+        .filter(|name| {
+            let uses = regex::Regex::new(&format!(
+                r"(?m)^\s*{}\s*(\.workspace\s*=\s*true|=\s*\{{[^}}]*workspace\s*=\s*true)",
+                regex::escape(name)
+            ))
+            .unwrap();
+            !members.iter().any(|m| uses.is_match(m))
+        })
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "[workspace.dependencies] entries no member uses (remove them): {unused:?}"
+    );
+}

@@ -30,7 +30,7 @@ pub enum OutputFormat {
 pub enum Mode {
     /// What kube-scheduler would pick.
     FirstFit,
-    /// Tessera's topology score (docs/topology-aware-placement.md).
+    /// Tessera's topology score (docs/user-guide.md, "Well-connected multi-GPU claims").
     TopologyAware,
 }
 

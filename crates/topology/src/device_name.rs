@@ -1,4 +1,4 @@
-//! Device names in the published pool (design.md §3) and their resolution back to hardware, which
+//! Device names in the published pool (docs/attributes.md) and their resolution back to hardware, which
 //! the node plugin needs to prepare an allocated device.
 //!
 //! - whole GPU: `gpu-<minor>`

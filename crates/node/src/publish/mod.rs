@@ -9,7 +9,7 @@
 //!   restarts (it is recovered from the slices in the API), and stays put otherwise.
 //! - Slices of this node and driver that are no longer rendered are deleted after the new ones
 //!   are written (at start, and when the pool shrinks).
-//! - Topology-managed nodes (design.md §4): every device carries the
+//! - Topology-managed nodes (docs/protocol.md): every device carries the
 //!   `gpu.tessera.dev/topology-managed:NoSchedule` taint. If the taint does not survive the write
 //!   (DRADeviceTaints off: the API server drops device taints), managed mode is refused for the
 //!   rest of the process: logged, reported as a Warning event on the Node, and the slices are

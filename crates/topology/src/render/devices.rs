@@ -1,4 +1,4 @@
-//! Inventory → `resource.k8s.io/v1` devices (design.md §3), grouped per GPU with the GPU's
+//! Inventory → `resource.k8s.io/v1` devices (docs/attributes.md), grouped per GPU with the GPU's
 //! counter set when it is published as partitionable (dynamic MIG).
 
 use std::collections::BTreeMap;
@@ -185,7 +185,7 @@ impl NodeFacts<'_> {
         }
     }
 
-    /// Attributes a GPU and its MIG devices share (design.md §3, carriers "all").
+    /// Attributes a GPU and its MIG devices share (carriers "gpu, mig" in docs/attributes.md).
     fn shared_attributes(&self, gpu: &Gpu) -> Attributes {
         let mut a = Attributes::new();
         a.insert(attr::PRODUCT_NAME.into(), string(&gpu.product_name));

@@ -1,4 +1,4 @@
-//! Inventory → the ResourceSlices of the node's pool (design.md §3). Pure: no IO, no clock.
+//! Inventory → the ResourceSlices of the node's pool (docs/attributes.md). Pure: no IO, no clock.
 //!
 //! One pool per node, named after the node, `spec.nodeName` set on every slice. Devices:
 //!

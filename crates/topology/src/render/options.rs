@@ -99,7 +99,7 @@ pub struct RenderOptions {
     /// Publish MIG-enabled GPUs as partitionable devices (every placement of every profile,
     /// consuming the GPU's counter set) instead of their existing MIG instances.
     pub dynamic_mig: bool,
-    /// The node is topology-managed (design.md §4): every device carries the taint
+    /// The node is topology-managed (docs/protocol.md): every device carries the taint
     /// `gpu.tessera.dev/topology-managed` with effect `NoSchedule`.
     pub topology_managed: bool,
     /// `spec.pool.generation` of every slice; the node plugin bumps it when the device set changes.
