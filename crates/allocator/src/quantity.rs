@@ -2,7 +2,9 @@
 //! it: counters and consumable capacity are added, subtracted, compared and rounded up to a step.
 //!
 //! An [`Amount`] holds a quantity in nano-units in an `i128`, which is exact for every suffix the
-//! API accepts (`n` … `E`, `Ki` … `Ei`) and for values up to about 10^29.
+//! API accepts (`n` … `E`, `Ki` … `Ei`) and for values up to about 10^29. Parsing is
+//! `tessera_api::quantity`'s; this module adds the saturating arithmetic and the canonical text the
+//! allocator writes.
 
 use std::fmt;
 
@@ -18,8 +20,8 @@ pub struct Amount(i128);
 pub struct QuantityError {
     /// The rejected text.
     pub text: String,
-    /// What is wrong with it.
-    pub why: &'static str,
+    /// What is wrong with it, in upstream's words.
+    pub why: tessera_api::quantity::QuantityError,
 }
 
 const NANO: i128 = 1_000_000_000;
@@ -28,66 +30,16 @@ impl Amount {
     /// Zero.
     pub const ZERO: Amount = Amount(0);
 
-    /// Parses the Kubernetes quantity syntax: `[+-]digits[.digits][suffix]` where the suffix is a
-    /// binary SI suffix (`Ki`…`Ei`), a decimal SI suffix (`n u m k M G T P E`) or an exponent
-    /// (`e3`, `E-2`).
+    /// Parses the Kubernetes quantity syntax with upstream's rounding (finer than a nano rounds
+    /// away from zero, binary quantities cap at 2^63-1), by the project's one parser
+    /// ([`tessera_api::quantity`]).
     pub fn parse(text: &str) -> Result<Amount, QuantityError> {
-        let err = |why| QuantityError {
-            text: text.to_owned(),
-            why,
-        };
-        let s = text.trim();
-        let (negative, s) = match s.as_bytes().first() {
-            Some(b'-') => (true, &s[1..]),
-            Some(b'+') => (false, &s[1..]),
-            Some(_) => (false, s),
-            None => return Err(err("empty")),
-        };
-        let number_end = s
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(s.len());
-        let (number, suffix) = s.split_at(number_end);
-        if number.is_empty() || number == "." {
-            return Err(err("no digits"));
-        }
-        let (int_part, frac_part) = match number.split_once('.') {
-            Some((i, f)) => (i, f),
-            None => (number, ""),
-        };
-        if frac_part.contains('.') {
-            return Err(err("more than one decimal point"));
-        }
-        // mantissa = digits as integer, scaled by 10^-frac_len.
-        let mut mantissa: i128 = 0;
-        for c in int_part.chars().chain(frac_part.chars()) {
-            let digit = i128::from(c as u8 - b'0');
-            mantissa = mantissa
-                .checked_mul(10)
-                .and_then(|m| m.checked_add(digit))
-                .ok_or_else(|| err("too large"))?;
-        }
-        let frac_len = i32::try_from(frac_part.len()).map_err(|_| err("too many digits"))?;
-        // value in nano-units = mantissa * multiplier * 10^9 / 10^frac_len
-        let (numerator, exp10) = suffix_scale(suffix)
-            .ok_or_else(|| err("unknown suffix"))?
-            .map_err(err)?;
-        let shift = exp10 + 9 - frac_len;
-        let scaled = mantissa
-            .checked_mul(numerator)
-            .ok_or_else(|| err("too large"))?;
-        let value = if shift >= 0 {
-            let factor = 10i128
-                .checked_pow(shift.unsigned_abs())
-                .ok_or_else(|| err("too large"))?;
-            scaled.checked_mul(factor).ok_or_else(|| err("too large"))?
-        } else {
-            // Finer than a nano-unit: Kubernetes rounds up to its smallest unit too.
-            let divisor = 10i128
-                .checked_pow(shift.unsigned_abs())
-                .ok_or_else(|| err("too small"))?;
-            (scaled + divisor - 1) / divisor
-        };
-        Ok(Amount(if negative { -value } else { value }))
+        tessera_api::quantity::Quantity::parse(text)
+            .map(|q| Amount(q.nanos()))
+            .map_err(|why| QuantityError {
+                text: text.to_owned(),
+                why,
+            })
     }
 
     /// Parses a k8s-openapi [`Quantity`].
@@ -135,40 +87,6 @@ impl Amount {
     pub fn to_quantity(self) -> Quantity {
         Quantity(self.to_string())
     }
-}
-
-/// The multiplier a suffix stands for: a binary factor and a power of ten (`Err` for a malformed
-/// exponent, `None` for an unknown suffix).
-fn suffix_scale(suffix: &str) -> Option<Result<(i128, i32), &'static str>> {
-    let scale = match suffix {
-        "" => (1, 0),
-        "Ki" => (1 << 10, 0),
-        "Mi" => (1 << 20, 0),
-        "Gi" => (1 << 30, 0),
-        "Ti" => (1 << 40, 0),
-        "Pi" => (1 << 50, 0),
-        "Ei" => (1 << 60, 0),
-        "n" => (1, -9),
-        "u" => (1, -6),
-        "m" => (1, -3),
-        "k" => (1, 3),
-        "M" => (1, 6),
-        "G" => (1, 9),
-        "T" => (1, 12),
-        "P" => (1, 15),
-        "E" => (1, 18),
-        other => {
-            let exp = other
-                .strip_prefix('e')
-                .or_else(|| other.strip_prefix('E'))?;
-            return Some(
-                exp.parse::<i32>()
-                    .map(|e| (1, e))
-                    .map_err(|_| "bad exponent"),
-            );
-        }
-    };
-    Some(Ok(scale))
 }
 
 impl fmt::Display for Amount {

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use kube_quantity::ParsedQuantity;
+use crate::quantity::Quantity;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -356,11 +356,12 @@ fn check_memory_limit(field: &str, limit: &str) -> Result<(), ConfigError> {
 
 /// Parses a Kubernetes quantity into whole bytes.
 pub fn quantity_bytes(quantity: &str) -> Result<u64, String> {
-    let parsed = ParsedQuantity::try_from(quantity).map_err(|e| {
+    let parsed = Quantity::parse(quantity).map_err(|e| {
         format!("`{quantity}` is not a Kubernetes quantity ({e}); write e.g. `512Mi` or `10Gi`")
     })?;
     parsed
-        .to_bytes_u64()
+        .as_integer()
+        .and_then(|bytes| u64::try_from(bytes).ok())
         .ok_or_else(|| format!("`{quantity}` is not a whole, non-negative number of bytes"))
 }
 

@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod names;
 pub mod nvidia;
+pub mod quantity;
 pub mod schema;
 pub mod shares;
 pub mod validation;
