@@ -357,132 +357,78 @@ pub(crate) struct DraV1Service<D>(pub(crate) Arc<ClaimCalls<D>>);
 /// `v1beta1.DRAPlugin`.
 pub(crate) struct DraV1beta1Service<D>(pub(crate) Arc<ClaimCalls<D>>);
 
-const V1_PREPARE: &str = "v1.DRAPlugin/NodePrepareResources";
-const V1_UNPREPARE: &str = "v1.DRAPlugin/NodeUnprepareResources";
-const V1BETA1_PREPARE: &str = "v1beta1.DRAPlugin/NodePrepareResources";
-const V1BETA1_UNPREPARE: &str = "v1beta1.DRAPlugin/NodeUnprepareResources";
+/// Implements one gRPC version's `DRAPlugin` over [`ClaimCalls`]. The versions' messages differ
+/// only in their package (and in v1beta1 lacking a share id, which `$device` handles), so the
+/// plumbing is written once.
+macro_rules! dra_plugin_service {
+    ($service:ident, $proto:ident, $device:ident, $version:literal) => {
+        #[tonic::async_trait]
+        impl<D: DraDriver> $proto::dra_plugin_server::DraPlugin for $service<D> {
+            async fn node_prepare_resources(
+                &self,
+                request: Request<$proto::NodePrepareResourcesRequest>,
+            ) -> Result<Response<$proto::NodePrepareResourcesResponse>, Status> {
+                let claims = request
+                    .into_inner()
+                    .claims
+                    .into_iter()
+                    .map(WireClaim::from)
+                    .collect();
+                let method = concat!($version, ".DRAPlugin/NodePrepareResources");
+                let results = self.0.prepare(method, claims).await?;
+                let claims = results
+                    .into_iter()
+                    .map(|(uid, result)| {
+                        let response = match result {
+                            Ok(devices) => $proto::NodePrepareResourceResponse {
+                                devices: devices.into_iter().map($device).collect(),
+                                error: String::new(),
+                            },
+                            Err(error) => $proto::NodePrepareResourceResponse {
+                                devices: Vec::new(),
+                                error,
+                            },
+                        };
+                        (uid.to_string(), response)
+                    })
+                    .collect();
+                Ok(Response::new($proto::NodePrepareResourcesResponse {
+                    claims,
+                }))
+            }
 
-#[tonic::async_trait]
-impl<D: DraDriver> dra_v1::dra_plugin_server::DraPlugin for DraV1Service<D> {
-    async fn node_prepare_resources(
-        &self,
-        request: Request<dra_v1::NodePrepareResourcesRequest>,
-    ) -> Result<Response<dra_v1::NodePrepareResourcesResponse>, Status> {
-        let claims = request
-            .into_inner()
-            .claims
-            .into_iter()
-            .map(WireClaim::from)
-            .collect();
-        let results = self.0.prepare(V1_PREPARE, claims).await?;
-        let claims = results
-            .into_iter()
-            .map(|(uid, result)| {
-                let response = match result {
-                    Ok(devices) => dra_v1::NodePrepareResourceResponse {
-                        devices: devices.into_iter().map(device_v1).collect(),
-                        error: String::new(),
-                    },
-                    Err(error) => dra_v1::NodePrepareResourceResponse {
-                        devices: Vec::new(),
-                        error,
-                    },
-                };
-                (uid.to_string(), response)
-            })
-            .collect();
-        Ok(Response::new(dra_v1::NodePrepareResourcesResponse {
-            claims,
-        }))
-    }
-
-    async fn node_unprepare_resources(
-        &self,
-        request: Request<dra_v1::NodeUnprepareResourcesRequest>,
-    ) -> Result<Response<dra_v1::NodeUnprepareResourcesResponse>, Status> {
-        let claims = request
-            .into_inner()
-            .claims
-            .into_iter()
-            .map(WireClaim::from)
-            .collect();
-        let results = self.0.unprepare(V1_UNPREPARE, claims).await?;
-        let claims = results
-            .into_iter()
-            .map(|(uid, result)| {
-                let error = result.err().unwrap_or_default();
-                (
-                    uid.to_string(),
-                    dra_v1::NodeUnprepareResourceResponse { error },
-                )
-            })
-            .collect();
-        Ok(Response::new(dra_v1::NodeUnprepareResourcesResponse {
-            claims,
-        }))
-    }
+            async fn node_unprepare_resources(
+                &self,
+                request: Request<$proto::NodeUnprepareResourcesRequest>,
+            ) -> Result<Response<$proto::NodeUnprepareResourcesResponse>, Status> {
+                let claims = request
+                    .into_inner()
+                    .claims
+                    .into_iter()
+                    .map(WireClaim::from)
+                    .collect();
+                let method = concat!($version, ".DRAPlugin/NodeUnprepareResources");
+                let results = self.0.unprepare(method, claims).await?;
+                let claims = results
+                    .into_iter()
+                    .map(|(uid, result)| {
+                        let error = result.err().unwrap_or_default();
+                        (
+                            uid.to_string(),
+                            $proto::NodeUnprepareResourceResponse { error },
+                        )
+                    })
+                    .collect();
+                Ok(Response::new($proto::NodeUnprepareResourcesResponse {
+                    claims,
+                }))
+            }
+        }
+    };
 }
 
-#[tonic::async_trait]
-impl<D: DraDriver> dra_v1beta1::dra_plugin_server::DraPlugin for DraV1beta1Service<D> {
-    async fn node_prepare_resources(
-        &self,
-        request: Request<dra_v1beta1::NodePrepareResourcesRequest>,
-    ) -> Result<Response<dra_v1beta1::NodePrepareResourcesResponse>, Status> {
-        let claims = request
-            .into_inner()
-            .claims
-            .into_iter()
-            .map(WireClaim::from)
-            .collect();
-        let results = self.0.prepare(V1BETA1_PREPARE, claims).await?;
-        let claims = results
-            .into_iter()
-            .map(|(uid, result)| {
-                let response = match result {
-                    Ok(devices) => dra_v1beta1::NodePrepareResourceResponse {
-                        devices: devices.into_iter().map(device_v1beta1).collect(),
-                        error: String::new(),
-                    },
-                    Err(error) => dra_v1beta1::NodePrepareResourceResponse {
-                        devices: Vec::new(),
-                        error,
-                    },
-                };
-                (uid.to_string(), response)
-            })
-            .collect();
-        Ok(Response::new(dra_v1beta1::NodePrepareResourcesResponse {
-            claims,
-        }))
-    }
-
-    async fn node_unprepare_resources(
-        &self,
-        request: Request<dra_v1beta1::NodeUnprepareResourcesRequest>,
-    ) -> Result<Response<dra_v1beta1::NodeUnprepareResourcesResponse>, Status> {
-        let claims = request
-            .into_inner()
-            .claims
-            .into_iter()
-            .map(WireClaim::from)
-            .collect();
-        let results = self.0.unprepare(V1BETA1_UNPREPARE, claims).await?;
-        let claims = results
-            .into_iter()
-            .map(|(uid, result)| {
-                let error = result.err().unwrap_or_default();
-                (
-                    uid.to_string(),
-                    dra_v1beta1::NodeUnprepareResourceResponse { error },
-                )
-            })
-            .collect();
-        Ok(Response::new(dra_v1beta1::NodeUnprepareResourcesResponse {
-            claims,
-        }))
-    }
-}
+dra_plugin_service!(DraV1Service, dra_v1, device_v1, "v1");
+dra_plugin_service!(DraV1beta1Service, dra_v1beta1, device_v1beta1, "v1beta1");
 
 fn device_v1(device: PreparedDevice) -> dra_v1::Device {
     dra_v1::Device {

@@ -195,6 +195,40 @@ pub struct KubeletSimulator {
     dra: Channel,
 }
 
+/// The claims of a request in one DRA version's message type.
+macro_rules! wire_claims {
+    ($proto:ident, $claims:expr) => {
+        $claims
+            .iter()
+            .map(|c| $proto::Claim {
+                namespace: c.namespace.clone(),
+                uid: c.uid.to_string(),
+                name: c.name.clone(),
+            })
+            .collect()
+    };
+}
+
+/// Runs `$body` with `$proto` naming the chosen DRA version's generated module and `$device_from`
+/// its device conversion: the versions' messages differ only in their package (and v1beta1 lacking
+/// a share id), so each call is written once for both.
+macro_rules! per_dra_version {
+    ($version:expr, $proto:ident, $device_from:ident => $body:expr) => {
+        match $version {
+            DraApiVersion::V1 => {
+                use dra_v1 as $proto;
+                let $device_from = device_from_v1;
+                $body
+            }
+            DraApiVersion::V1beta1 => {
+                use dra_v1beta1 as $proto;
+                let $device_from = device_from_v1beta1;
+                $body
+            }
+        }
+    };
+}
+
 impl KubeletSimulator {
     /// Registers the plugin behind `registration_socket`: `GetInfo`, the kubelet's checks,
     /// `NotifyRegistrationStatus` (a rejection is reported to the plugin and returned as
@@ -266,47 +300,22 @@ impl KubeletSimulator {
             method: METHOD,
             status,
         };
-        let results: BTreeMap<ClaimUid, PrepareResult> = match version {
-            DraApiVersion::V1 => {
-                let request = dra_v1::NodePrepareResourcesRequest {
-                    claims: claims.iter().map(claim_v1).collect(),
-                };
-                let mut client = dra_v1::dra_plugin_client::DraPluginClient::new(self.dra.clone());
-                let response = client
-                    .node_prepare_resources(request)
-                    .await
-                    .map_err(call_error)?;
-                response
-                    .into_inner()
-                    .claims
-                    .into_iter()
-                    .map(|(uid, claim)| {
-                        let devices = claim.devices.into_iter().map(device_from_v1).collect();
-                        (ClaimUid::new(uid), outcome(claim.error, devices))
-                    })
-                    .collect()
-            }
-            DraApiVersion::V1beta1 => {
-                let request = dra_v1beta1::NodePrepareResourcesRequest {
-                    claims: claims.iter().map(claim_v1beta1).collect(),
-                };
-                let mut client =
-                    dra_v1beta1::dra_plugin_client::DraPluginClient::new(self.dra.clone());
-                let response = client
-                    .node_prepare_resources(request)
-                    .await
-                    .map_err(call_error)?;
-                response
-                    .into_inner()
-                    .claims
-                    .into_iter()
-                    .map(|(uid, claim)| {
-                        let devices = claim.devices.into_iter().map(device_from_v1beta1).collect();
-                        (ClaimUid::new(uid), outcome(claim.error, devices))
-                    })
-                    .collect()
-            }
-        };
+        let results: BTreeMap<ClaimUid, PrepareResult> = per_dra_version!(version, proto, device_from => {
+            let request = proto::NodePrepareResourcesRequest {
+                claims: wire_claims!(proto, claims),
+            };
+            let mut client = proto::dra_plugin_client::DraPluginClient::new(self.dra.clone());
+            let response = client.node_prepare_resources(request).await.map_err(call_error)?;
+            response
+                .into_inner()
+                .claims
+                .into_iter()
+                .map(|(uid, claim)| {
+                    let devices = claim.devices.into_iter().map(device_from).collect();
+                    (ClaimUid::new(uid), outcome(claim.error, devices))
+                })
+                .collect()
+        });
         require_all(METHOD, claims, results)
     }
 
@@ -321,41 +330,19 @@ impl KubeletSimulator {
             method: METHOD,
             status,
         };
-        let results: BTreeMap<ClaimUid, UnprepareResult> = match version {
-            DraApiVersion::V1 => {
-                let request = dra_v1::NodeUnprepareResourcesRequest {
-                    claims: claims.iter().map(claim_v1).collect(),
-                };
-                let mut client = dra_v1::dra_plugin_client::DraPluginClient::new(self.dra.clone());
-                let response = client
-                    .node_unprepare_resources(request)
-                    .await
-                    .map_err(call_error)?;
-                response
-                    .into_inner()
-                    .claims
-                    .into_iter()
-                    .map(|(uid, claim)| (ClaimUid::new(uid), outcome(claim.error, ())))
-                    .collect()
-            }
-            DraApiVersion::V1beta1 => {
-                let request = dra_v1beta1::NodeUnprepareResourcesRequest {
-                    claims: claims.iter().map(claim_v1beta1).collect(),
-                };
-                let mut client =
-                    dra_v1beta1::dra_plugin_client::DraPluginClient::new(self.dra.clone());
-                let response = client
-                    .node_unprepare_resources(request)
-                    .await
-                    .map_err(call_error)?;
-                response
-                    .into_inner()
-                    .claims
-                    .into_iter()
-                    .map(|(uid, claim)| (ClaimUid::new(uid), outcome(claim.error, ())))
-                    .collect()
-            }
-        };
+        let results: BTreeMap<ClaimUid, UnprepareResult> = per_dra_version!(version, proto, _device_from => {
+            let request = proto::NodeUnprepareResourcesRequest {
+                claims: wire_claims!(proto, claims),
+            };
+            let mut client = proto::dra_plugin_client::DraPluginClient::new(self.dra.clone());
+            let response = client.node_unprepare_resources(request).await.map_err(call_error)?;
+            response
+                .into_inner()
+                .claims
+                .into_iter()
+                .map(|(uid, claim)| (ClaimUid::new(uid), outcome(claim.error, ())))
+                .collect()
+        });
         require_all(METHOD, claims, results)
     }
 
@@ -466,22 +453,6 @@ fn outcome<T>(error: String, value: T) -> Result<T, String> {
         Ok(value)
     } else {
         Err(error)
-    }
-}
-
-fn claim_v1(claim: &ClaimRef) -> dra_v1::Claim {
-    dra_v1::Claim {
-        namespace: claim.namespace.clone(),
-        uid: claim.uid.to_string(),
-        name: claim.name.clone(),
-    }
-}
-
-fn claim_v1beta1(claim: &ClaimRef) -> dra_v1beta1::Claim {
-    dra_v1beta1::Claim {
-        namespace: claim.namespace.clone(),
-        uid: claim.uid.to_string(),
-        name: claim.name.clone(),
     }
 }
 
