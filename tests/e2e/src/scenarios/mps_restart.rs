@@ -411,7 +411,16 @@ mod tests {
             .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
             .spawn()
             .unwrap();
-        let found = processes_using(pipe).unwrap();
+        // The child's environment is its own only once it has exec'd, which `spawn` returning
+        // does not promise: look until it shows (or 10 s pass).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let found = loop {
+            let found = processes_using(pipe).unwrap();
+            if !found.is_empty() || std::time::Instant::now() > deadline {
+                break found;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
         let other = processes_using(Path::new("/nonexistent/tessera-e2e-test/other")).unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
