@@ -211,6 +211,30 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
+
+    /// A key of `weights` drawn with probability proportional to its weight (1 if all are 0).
+    fn weighted(&mut self, weights: &BTreeMap<u32, u32>) -> u32 {
+        let total: u64 = weights.values().map(|w| u64::from(*w)).sum();
+        let mut pick = self.below(total);
+        weights
+            .iter()
+            .find(|(_, w)| {
+                let w = u64::from(**w);
+                if pick < w {
+                    true
+                } else {
+                    pick -= w;
+                    false
+                }
+            })
+            .map(|(key, _)| *key)
+            .unwrap_or(1)
+    }
+
+    /// A lifetime drawn uniformly from `lifetime.min..=lifetime.max`.
+    fn lifetime(&mut self, lifetime: &Lifetime) -> u64 {
+        lifetime.min + self.below(lifetime.max - lifetime.min + 1)
+    }
 }
 
 /// One claim of the trace: when it arrives (its index), how many GPUs, how long it stays.
@@ -222,29 +246,10 @@ struct TraceClaim {
 
 fn trace(spec: &TraceSpec, seed: u64) -> Vec<TraceClaim> {
     let mut rng = Rng(seed);
-    let total: u64 = spec.sizes.values().map(|w| u64::from(*w)).sum();
     (0..spec.claims)
-        .map(|_| {
-            let mut pick = rng.below(total);
-            let gpus = spec
-                .sizes
-                .iter()
-                .find(|(_, w)| {
-                    let w = u64::from(**w);
-                    if pick < w {
-                        true
-                    } else {
-                        pick -= w;
-                        false
-                    }
-                })
-                .map(|(s, _)| *s)
-                .unwrap_or(1);
-            let span = spec.lifetime.max - spec.lifetime.min + 1;
-            TraceClaim {
-                gpus,
-                lifetime: spec.lifetime.min + rng.below(span),
-            }
+        .map(|_| TraceClaim {
+            gpus: rng.weighted(&spec.sizes),
+            lifetime: rng.lifetime(&spec.lifetime),
         })
         .collect()
 }

@@ -70,29 +70,10 @@ struct SharingClaim {
 
 fn trace(spec: &SharingSpec, seed: u64) -> Vec<SharingClaim> {
     let mut rng = Rng(seed);
-    let total: u64 = spec.memory_gib.values().map(|w| u64::from(*w)).sum();
     (0..spec.claims)
-        .map(|_| {
-            let mut pick = rng.below(total);
-            let memory_gib = spec
-                .memory_gib
-                .iter()
-                .find(|(_, w)| {
-                    let w = u64::from(**w);
-                    if pick < w {
-                        true
-                    } else {
-                        pick -= w;
-                        false
-                    }
-                })
-                .map(|(s, _)| *s)
-                .unwrap_or(1);
-            let span = spec.lifetime.max - spec.lifetime.min + 1;
-            SharingClaim {
-                memory_gib,
-                lifetime: spec.lifetime.min + rng.below(span),
-            }
+        .map(|_| SharingClaim {
+            memory_gib: rng.weighted(&spec.memory_gib),
+            lifetime: rng.lifetime(&spec.lifetime),
         })
         .collect()
 }
