@@ -229,7 +229,8 @@ impl ClaimSource for KubeClaimSource {
     }
 }
 
-fn truncate(text: &str, max: usize) -> String {
+/// `text` cut to at most `max` bytes, at a character boundary (Event notes have a size limit).
+pub(crate) fn truncate(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }

@@ -12,6 +12,7 @@ use super::Core;
 use super::effects::{EffectError, has_node_local_effects};
 use super::error::{ClaimError, ClaimFailure, logged};
 use super::placements::HeldPlacements;
+use crate::checkpoint::CheckpointStoreError;
 use crate::claims::ClaimSourceError;
 use crate::plan::{ClaimIdentity, PlanContext, PlanError, plan_claim};
 
@@ -41,6 +42,19 @@ fn failed<T>(
     let error = ClaimError::new(claim, failure);
     tracing::warn!(claim = %logged(&claim), error = %logged(&error.failure), "{operation} failed");
     Err(error)
+}
+
+/// Fails every claim of a batch whose intent record could not be written.
+fn fail_all<'a, T>(
+    claims: impl IntoIterator<Item = &'a ClaimRef>,
+    operation: &str,
+    error: &Arc<CheckpointStoreError>,
+    results: &mut BTreeMap<ClaimUid, Result<T, ClaimError>>,
+) {
+    for claim in claims {
+        let failure = EffectError::checkpoint(error);
+        results.insert(claim.uid.clone(), failed(claim, operation, failure));
+    }
 }
 
 impl Core {
@@ -151,59 +165,75 @@ impl Core {
         work: Vec<(ClaimRef, Fetched)>,
     ) -> BTreeMap<ClaimUid, PrepareResult<ClaimError>> {
         let admission = self.admission.lock().unwrap_or_else(|e| e.into_inner());
-        let mut results = BTreeMap::new();
-        let mut claims: BTreeMap<String, ClaimRef> = BTreeMap::new();
-        let mut planned: BTreeMap<String, ClaimRecord> = BTreeMap::new();
-        for (claim, fetched) in work {
-            match self.admit(&claim, fetched, &planned) {
-                Ok(Admitted::Done(devices)) => {
-                    results.insert(claim.uid.clone(), Ok(devices));
-                }
-                Ok(Admitted::Planned(record)) => {
-                    planned.insert(claim.uid.to_string(), record);
-                    claims.insert(claim.uid.to_string(), claim);
-                }
-                Err(message) => {
-                    results.insert(claim.uid.clone(), Err(message));
-                }
-            }
-        }
+        let Admissions {
+            mut results,
+            claims,
+            planned,
+        } = self.admit_batch(work);
         if planned.is_empty() {
             return results;
         }
-
-        // Step 3: one write records every planned claim that has node-local side effects
-        // before the first of them. A claim whose only side effect is its CDI spec needs no
-        // such record: a spec without a record is removed at the next start.
-        let intents: Vec<(&String, &ClaimRecord)> = planned
-            .iter()
-            .filter(|(_, record)| has_node_local_effects(record))
-            .collect();
-        if !intents.is_empty()
-            && let Err(e) = self
-                .store
-                .update(|records| {
-                    records.extend(intents.iter().map(|(u, r)| ((*u).clone(), (*r).clone())));
-                })
-                .map_err(Arc::new)
-        {
-            for claim in claims.values() {
-                results.insert(
-                    claim.uid.clone(),
-                    failed(
-                        claim,
-                        "recording PrepareStarted",
-                        EffectError::checkpoint(&e),
-                    ),
-                );
-            }
+        if let Err(e) = self.record_prepare_started(&planned) {
+            fail_all(
+                claims.values(),
+                "recording PrepareStarted",
+                &e,
+                &mut results,
+            );
             return results;
         }
         drop(admission);
         crate::crash::point("prepare:started-recorded");
+        let outcome = self.establish_batch(planned);
+        self.record_prepare_completed(outcome, &claims, &mut results);
+        results
+    }
 
-        // Step 4: node-local side effects claim by claim, then the CDI specs of the claims
-        // that got that far as one batch (one directory fsync). A failure undoes that claim.
+    /// Steps 1–2 for every claim of a batch, in order (a claim's placements are checked
+    /// against those planned before it in the same batch).
+    fn admit_batch(&self, work: Vec<(ClaimRef, Fetched)>) -> Admissions {
+        let mut admissions = Admissions::default();
+        for (claim, fetched) in work {
+            match self.admit(&claim, fetched, &admissions.planned) {
+                Ok(Admitted::Done(devices)) => {
+                    admissions.results.insert(claim.uid.clone(), Ok(devices));
+                }
+                Ok(Admitted::Planned(record)) => {
+                    admissions.planned.insert(claim.uid.to_string(), record);
+                    admissions.claims.insert(claim.uid.to_string(), claim);
+                }
+                Err(message) => {
+                    admissions.results.insert(claim.uid.clone(), Err(message));
+                }
+            }
+        }
+        admissions
+    }
+
+    /// Step 3: one write records every planned claim that has node-local side effects
+    /// before the first of them. A claim whose only side effect is its CDI spec needs no
+    /// such record: a spec without a record is removed at the next start.
+    fn record_prepare_started(
+        &self,
+        planned: &BTreeMap<String, ClaimRecord>,
+    ) -> Result<(), Arc<CheckpointStoreError>> {
+        let intents: Vec<(&String, &ClaimRecord)> = planned
+            .iter()
+            .filter(|(_, record)| has_node_local_effects(record))
+            .collect();
+        if intents.is_empty() {
+            return Ok(());
+        }
+        self.store
+            .update(|records| {
+                records.extend(intents.iter().map(|(u, r)| ((*u).clone(), (*r).clone())));
+            })
+            .map_err(Arc::new)
+    }
+
+    /// Step 4: node-local side effects claim by claim, then the CDI specs of the claims
+    /// that got that far as one batch (one directory fsync). A failure undoes that claim.
+    fn establish_batch(&self, planned: BTreeMap<String, ClaimRecord>) -> BTreeMap<String, Outcome> {
         let mut outcome: BTreeMap<String, Outcome> = BTreeMap::new();
         let mut established = BTreeMap::new();
         for (uid, mut record) in planned {
@@ -232,8 +262,17 @@ impl Core {
                 }
             }
         }
+        outcome
+    }
 
-        // Step 5: one write records the finished claims and drops the undone ones.
+    /// Step 5: one write records the finished claims and drops the undone ones; then each
+    /// claim's answer to the kubelet.
+    fn record_prepare_completed(
+        &self,
+        outcome: BTreeMap<String, Outcome>,
+        claims: &BTreeMap<String, ClaimRef>,
+        results: &mut BTreeMap<ClaimUid, PrepareResult<ClaimError>>,
+    ) {
         let committed = self
             .store
             .update(|records| {
@@ -268,13 +307,37 @@ impl Core {
             };
             results.insert(claim.uid.clone(), answer);
         }
-        results
     }
 
     pub(super) fn unprepare_batch(
         &self,
         claims: Vec<ClaimRef>,
     ) -> BTreeMap<ClaimUid, UnprepareResult<ClaimError>> {
+        let (mut results, undoing) = self.sort_unprepare_batch(claims);
+        if undoing.is_empty() {
+            return results;
+        }
+        if let Err(e) = self.record_unprepare_started(&undoing) {
+            let claims = undoing.iter().map(|(claim, _)| claim);
+            fail_all(claims, "recording UnprepareStarted", &e, &mut results);
+            return results;
+        }
+        crate::crash::point("unprepare:started-recorded");
+        let done = self.undo_batch(&undoing, &mut results);
+        self.drop_unprepared_records(done, &mut results);
+        results
+    }
+
+    /// The claims of an unprepare batch that have a record, with it; the answers for the
+    /// others (nothing to do, or what can be found without a record undone).
+    #[allow(clippy::type_complexity)]
+    fn sort_unprepare_batch(
+        &self,
+        claims: Vec<ClaimRef>,
+    ) -> (
+        BTreeMap<ClaimUid, UnprepareResult<ClaimError>>,
+        Vec<(ClaimRef, ClaimRecord)>,
+    ) {
         let mut results = BTreeMap::new();
         let mut undoing: Vec<(ClaimRef, ClaimRecord)> = Vec::new();
         for claim in claims {
@@ -293,43 +356,42 @@ impl Core {
                 Some(record) => undoing.push((claim, record)),
             }
         }
-        if undoing.is_empty() {
-            return results;
-        }
-        // As in prepare: only claims with node-local side effects need the intent recorded.
-        // For the others, a crash between removing the spec and dropping the record leaves a
-        // prepared record whose spec the next start rewrites; the kubelet's retry removes both.
+        (results, undoing)
+    }
+
+    /// As in prepare: only claims with node-local side effects need the intent recorded.
+    /// For the others, a crash between removing the spec and dropping the record leaves a
+    /// prepared record whose spec the next start rewrites; the kubelet's retry removes both.
+    fn record_unprepare_started(
+        &self,
+        undoing: &[(ClaimRef, ClaimRecord)],
+    ) -> Result<(), Arc<CheckpointStoreError>> {
         let intents: Vec<&(ClaimRef, ClaimRecord)> = undoing
             .iter()
             .filter(|(_, record)| has_node_local_effects(record))
             .collect();
-        if !intents.is_empty()
-            && let Err(e) = self
-                .store
-                .update(|records| {
-                    for (claim, record) in &intents {
-                        let mut started = record.clone();
-                        started.state = ClaimState::UnprepareStarted;
-                        records.insert(claim.uid.to_string(), started);
-                    }
-                })
-                .map_err(Arc::new)
-        {
-            for (claim, _) in &undoing {
-                results.insert(
-                    claim.uid.clone(),
-                    failed(
-                        claim,
-                        "recording UnprepareStarted",
-                        EffectError::checkpoint(&e),
-                    ),
-                );
-            }
-            return results;
+        if intents.is_empty() {
+            return Ok(());
         }
-        crate::crash::point("unprepare:started-recorded");
-        // CDI specs first, all in one batch (one directory fsync), so no new container gets
-        // the devices; then each claim's node-local effects.
+        self.store
+            .update(|records| {
+                for (claim, record) in &intents {
+                    let mut started = record.clone();
+                    started.state = ClaimState::UnprepareStarted;
+                    records.insert(claim.uid.to_string(), started);
+                }
+            })
+            .map_err(Arc::new)
+    }
+
+    /// CDI specs first, all in one batch (one directory fsync), so no new container gets
+    /// the devices; then each claim's node-local effects. Returns the claims fully undone;
+    /// the others get their error in `results`.
+    fn undo_batch<'a>(
+        &self,
+        undoing: &'a [(ClaimRef, ClaimRecord)],
+        results: &mut BTreeMap<ClaimUid, UnprepareResult<ClaimError>>,
+    ) -> Vec<&'a (ClaimRef, ClaimRecord)> {
         let uids: Vec<&str> = undoing
             .iter()
             .map(|(claim, _)| claim.uid.as_str())
@@ -337,7 +399,7 @@ impl Core {
         let mut removed = self.remove_specs(&uids);
         crate::crash::point("unprepare:specs-removed");
         let mut done = Vec::new();
-        for entry in &undoing {
+        for entry in undoing {
             let (claim, record) = entry;
             let uid = claim.uid.as_str();
             let spec_removed = removed.remove(uid).unwrap_or(Ok(()));
@@ -351,6 +413,15 @@ impl Core {
                 }
             }
         }
+        done
+    }
+
+    /// One write drops the records of the undone claims; then each one's answer.
+    fn drop_unprepared_records(
+        &self,
+        done: Vec<&(ClaimRef, ClaimRecord)>,
+        results: &mut BTreeMap<ClaimUid, UnprepareResult<ClaimError>>,
+    ) {
         let committed = self
             .store
             .update(|records| {
@@ -380,13 +451,21 @@ impl Core {
             };
             results.insert(claim.uid.clone(), answer);
         }
-        results
     }
 }
 
 /// How step 4 went for a claim: its completed record, or the error and the record to keep
 /// when the undo did not finish ([`Core::undo_failed`]).
 type Outcome = Result<ClaimRecord, (EffectError, Option<ClaimRecord>)>;
+
+/// What steps 1–2 decided for a batch: the answers already known, and the claims to
+/// prepare with their plans (keyed by UID).
+#[derive(Default)]
+struct Admissions {
+    results: BTreeMap<ClaimUid, PrepareResult<ClaimError>>,
+    claims: BTreeMap<String, ClaimRef>,
+    planned: BTreeMap<String, ClaimRecord>,
+}
 
 /// What step 1–2 decided for a claim.
 enum Admitted {

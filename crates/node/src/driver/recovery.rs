@@ -142,34 +142,17 @@ pub(super) async fn start(
     parts: DriverParts,
 ) -> Result<(NodeDriver, StartupReport), StartError> {
     let boot_id = read_boot_id(&config.boot_id_path)?;
-    let owner = CheckpointOwner {
-        node_name: config.node_name.clone(),
-        // A node's devices are published in one pool named after the node.
-        pool_name: config.node_name.clone(),
-        gpu_uuids: parts
-            .inventory
-            .current()
-            .gpus
-            .iter()
-            .map(|gpu| gpu.uuid.clone())
-            .collect(),
-    };
+    let owner = checkpoint_owner(&config, &parts);
     let (store, loaded, outcome) = CheckpointStore::open(&config.state_dir, &boot_id, &owner)?;
     let specs = SpecDir::new(&config.cdi_root, cdi_spec::kind());
     specs.remove_stale_temp_files(STALE_TEMP_FILE_AGE)?;
     let rebooted =
         matches!(&outcome, LoadOutcome::Loaded { boot_id: before, .. } if *before != boot_id);
-    let mut report = StartupReport::new(outcome.clone(), rebooted);
-    let quarantines = AtomicU64::new(0);
-    if let LoadOutcome::Quarantined { moved_to, error } = &outcome {
-        quarantines.fetch_add(1, Ordering::Relaxed);
-        report.error(format!(
-            "the checkpoint {} could not be trusted ({error}); moved it to {} and rebuilding \
-             state from the CDI specs and the API server",
-            store.path().display(),
-            moved_to.display()
-        ));
-    }
+    let report = startup_report(&outcome, rebooted, &store);
+    let quarantines = AtomicU64::new(u64::from(matches!(
+        outcome,
+        LoadOutcome::Quarantined { .. }
+    )));
     let lost = matches!(
         outcome,
         LoadOutcome::Missing | LoadOutcome::Quarantined { .. }
@@ -204,7 +187,45 @@ pub(super) async fn start(
         quarantines,
         recovery_errors: AtomicU64::new(0),
     });
-    match attempt(&core, report.clone()).await {
+    let report = recover_or_retry_later(&core, report).await;
+    Ok((NodeDriver { core }, report))
+}
+
+/// Who the checkpoint belongs to: this node, its pool (named after the node) and its GPUs.
+fn checkpoint_owner(config: &NodeDriverConfig, parts: &DriverParts) -> CheckpointOwner {
+    CheckpointOwner {
+        node_name: config.node_name.clone(),
+        // A node's devices are published in one pool named after the node.
+        pool_name: config.node_name.clone(),
+        gpu_uuids: parts
+            .inventory
+            .current()
+            .gpus
+            .iter()
+            .map(|gpu| gpu.uuid.clone())
+            .collect(),
+    }
+}
+
+/// The start's report as loading the checkpoint left it (a quarantined checkpoint is an
+/// error in it).
+fn startup_report(outcome: &LoadOutcome, rebooted: bool, store: &CheckpointStore) -> StartupReport {
+    let mut report = StartupReport::new(outcome.clone(), rebooted);
+    if let LoadOutcome::Quarantined { moved_to, error } = outcome {
+        report.error(format!(
+            "the checkpoint {} could not be trusted ({error}); moved it to {} and rebuilding \
+             state from the CDI specs and the API server",
+            store.path().display(),
+            moved_to.display()
+        ));
+    }
+    report
+}
+
+/// Runs recovery once; if it does not finish, marks recovery pending (new prepares are
+/// refused) and retries in the background.
+async fn recover_or_retry_later(core: &Arc<Core>, mut report: StartupReport) -> StartupReport {
+    match attempt(core, report.clone()).await {
         Ok(recovered) => {
             report = recovered;
             tracing::info!(?report, "node driver recovered");
@@ -215,10 +236,10 @@ pub(super) async fn start(
                  refusing new prepares, and retrying"
             ));
             core.recovery.pending.send_replace(Some(error.to_string()));
-            tokio::spawn(retry_recovery(Arc::downgrade(&core), report.clone()));
+            tokio::spawn(retry_recovery(Arc::downgrade(core), report.clone()));
         }
     }
-    Ok((NodeDriver { core }, report))
+    report
 }
 
 /// First delay between recovery attempts after a failed one; doubles up to the maximum.

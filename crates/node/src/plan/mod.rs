@@ -21,7 +21,7 @@ use tessera_api::checkpoint::{
 };
 use tessera_api::config::{ConfigError, Sharing, SharingStrategy, TimeSliceInterval};
 use tessera_api::names::capacity;
-use tessera_topology::{Inventory, ResolvedDevice};
+use tessera_topology::{Gpu, Inventory, MigInstance, MigProfile, ResolvedDevice};
 
 pub use config::{ConfigSource, translation_notes};
 
@@ -292,7 +292,6 @@ fn resolve_result(
         .inventory
         .resolve_device(&result.device)
         .ok_or_else(unknown)?;
-    let admin_access = result.admin_access == Some(true);
     let target = match resolved {
         ResolvedDevice::Gpu(gpu) => DeviceTarget::Gpu {
             uuid: gpu.uuid.clone(),
@@ -304,43 +303,13 @@ fn resolve_result(
             placement_start,
             instance,
         } => {
-            let instance = instance.map(|i| MigInstanceRecord {
-                uuid: i.uuid.clone(),
-                gpu_instance_id: i.gpu_instance_id,
-                compute_instance_id: i.compute_instance_id,
-            });
-            let lifecycle = match context.mig_mode {
-                // Admin access never creates what the device's real user would own.
-                MigMode::Dynamic if !admin_access => MigLifecycle::Dynamic,
-                _ => MigLifecycle::Static,
-            };
-            match lifecycle {
-                MigLifecycle::Static if instance.is_none() => {
-                    return Err(PlanError::MigInstanceMissing {
-                        device: result.device.clone(),
-                        gpu_uuid: gpu.uuid.clone(),
-                    });
-                }
-                MigLifecycle::Dynamic if !gpu.mig_enabled() => {
-                    return Err(PlanError::MigModeDisabled {
-                        device: result.device.clone(),
-                        gpu_uuid: gpu.uuid.clone(),
-                    });
-                }
-                _ => {}
-            }
-            DeviceTarget::Mig {
-                parent_uuid: gpu.uuid.clone(),
-                parent_minor: gpu.minor,
-                profile: profile.name.clone(),
+            let at = MigPlacement {
+                gpu,
+                profile,
                 placement_start,
-                lifecycle,
-                // A dynamic device gets its instance when prepare creates (or adopts) it.
-                instance: match lifecycle {
-                    MigLifecycle::Static => instance,
-                    MigLifecycle::Dynamic => None,
-                },
-            }
+                instance,
+            };
+            mig_target(result, at, context.mig_mode)?
         }
     };
     Ok(DeviceRecord {
@@ -351,6 +320,66 @@ fn resolve_result(
         target,
         sharing: None,
         share: device_share(result, context.total_shares),
+    })
+}
+
+/// What a MIG device name resolved to ([`ResolvedDevice::Mig`]).
+struct MigPlacement<'a> {
+    gpu: &'a Gpu,
+    profile: &'a MigProfile,
+    placement_start: u32,
+    instance: Option<&'a MigInstance>,
+}
+
+/// The record of a MIG device: dynamic (created at prepare) when the node creates MIG
+/// devices on demand and the result is not admin access, else static (the instance must exist).
+fn mig_target(
+    result: &DeviceRequestAllocationResult,
+    at: MigPlacement<'_>,
+    mig_mode: MigMode,
+) -> Result<DeviceTarget, PlanError> {
+    let MigPlacement {
+        gpu,
+        profile,
+        placement_start,
+        instance,
+    } = at;
+    let instance = instance.map(|i| MigInstanceRecord {
+        uuid: i.uuid.clone(),
+        gpu_instance_id: i.gpu_instance_id,
+        compute_instance_id: i.compute_instance_id,
+    });
+    let lifecycle = match mig_mode {
+        // Admin access never creates what the device's real user would own.
+        MigMode::Dynamic if result.admin_access != Some(true) => MigLifecycle::Dynamic,
+        _ => MigLifecycle::Static,
+    };
+    match lifecycle {
+        MigLifecycle::Static if instance.is_none() => {
+            return Err(PlanError::MigInstanceMissing {
+                device: result.device.clone(),
+                gpu_uuid: gpu.uuid.clone(),
+            });
+        }
+        MigLifecycle::Dynamic if !gpu.mig_enabled() => {
+            return Err(PlanError::MigModeDisabled {
+                device: result.device.clone(),
+                gpu_uuid: gpu.uuid.clone(),
+            });
+        }
+        _ => {}
+    }
+    Ok(DeviceTarget::Mig {
+        parent_uuid: gpu.uuid.clone(),
+        parent_minor: gpu.minor,
+        profile: profile.name.clone(),
+        placement_start,
+        lifecycle,
+        // A dynamic device gets its instance when prepare creates (or adopts) it.
+        instance: match lifecycle {
+            MigLifecycle::Static => instance,
+            MigLifecycle::Dynamic => None,
+        },
     })
 }
 

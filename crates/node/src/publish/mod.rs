@@ -417,7 +417,7 @@ impl Publisher {
         let event = Event {
             type_: EventType::Warning,
             reason: MANAGED_MODE_REFUSED_REASON.into(),
-            note: Some(truncate(&reason, 1024)),
+            note: Some(crate::claims::truncate(&reason, 1024)),
             action: "PublishResourceSlices".into(),
             secondary: None,
         };
@@ -471,15 +471,4 @@ fn every_device_has_taint(slices: &[ResourceSlice], key: &str) -> bool {
         .iter()
         .flat_map(|s| s.spec.devices.iter().flatten())
         .all(|d| d.taints.iter().flatten().any(|t| t.key == key))
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
 }

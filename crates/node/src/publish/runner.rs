@@ -58,6 +58,13 @@ struct PublishedFrom {
     findings: HealthFindings,
 }
 
+/// A failed publish waiting for its next try.
+struct Retry {
+    /// Failures in a row so far.
+    failures: u32,
+    at: Instant,
+}
+
 /// Why the loop woke up.
 enum Wake {
     Rescan,
@@ -77,8 +84,7 @@ impl PublishLoop {
         let mut findings_changed = self.findings.subscribe();
         let mut inventory: Option<Arc<Inventory>> = None;
         let mut last: Option<PublishedFrom> = None;
-        let mut failures = 0u32;
-        let mut retry_at: Option<Instant> = None;
+        let mut retry: Option<Retry> = None;
         let mut waiting_for_node_logged = false;
         loop {
             self.heartbeat.beat();
@@ -90,7 +96,7 @@ impl PublishLoop {
                 () = changed(&mut self.registration) => {
                     if self.registration.borrow().is_registered() { Wake::Registered } else { Wake::Changed }
                 }
-                () = sleep_until(retry_at) => Wake::Retry,
+                () = sleep_until(retry.as_ref().map(|r| r.at)) => Wake::Retry,
             };
             self.heartbeat.beat();
             if matches!(wake, Wake::Stop) {
@@ -117,24 +123,10 @@ impl PublishLoop {
             let input_changed = last.as_ref().is_none_or(|last| {
                 *last.inventory != **current || last.node != node || last.findings != findings
             });
-            let mut needed = input_changed || retry_at.is_some();
-            if !needed && matches!(wake, Wake::Rescan | Wake::Registered) {
-                needed = match self.publisher.verify().await {
-                    Ok(intact) => {
-                        if !intact {
-                            tracing::info!(
-                                "the published slices changed in the API server; republishing"
-                            );
-                        }
-                        !intact
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot check the published slices");
-                        false
-                    }
-                };
-            }
-            if !needed {
+            if !self
+                .publish_needed(&wake, input_changed || retry.is_some())
+                .await
+            {
                 continue;
             }
             let input = PublishInput {
@@ -142,23 +134,61 @@ impl PublishLoop {
                 node: &node,
                 findings: &findings,
             };
-            match self.publisher.publish(input).await {
-                Ok(_) => {
-                    failures = 0;
-                    retry_at = None;
-                    self.published.send_replace(true);
-                    last = Some(PublishedFrom {
-                        inventory: Arc::clone(current),
-                        node,
-                        findings,
-                    });
+            if self.publish_or_schedule_retry(input, &mut retry).await {
+                last = Some(PublishedFrom {
+                    inventory: Arc::clone(current),
+                    node,
+                    findings,
+                });
+            }
+        }
+    }
+
+    /// Whether to publish now: the input changed or a retry is due (`changed`), or — on a
+    /// rescan or a new registration — the API server no longer holds what was published.
+    async fn publish_needed(&self, wake: &Wake, changed: bool) -> bool {
+        if changed {
+            return true;
+        }
+        if !matches!(wake, Wake::Rescan | Wake::Registered) {
+            return false;
+        }
+        match self.publisher.verify().await {
+            Ok(intact) => {
+                if !intact {
+                    tracing::info!("the published slices changed in the API server; republishing");
                 }
-                Err(error) => {
-                    failures = failures.saturating_add(1);
-                    let delay = backoff(failures, self.rescan_interval);
-                    tracing::error!(%error, retry_in = ?delay, "publishing the node's ResourceSlices failed");
-                    retry_at = Some(Instant::now() + delay);
-                }
+                !intact
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot check the published slices");
+                false
+            }
+        }
+    }
+
+    /// Publishes `input`; on failure schedules the next try in `retry` (exponential backoff),
+    /// on success clears it and marks the loop published. Returns whether it succeeded.
+    async fn publish_or_schedule_retry(
+        &mut self,
+        input: PublishInput<'_>,
+        retry: &mut Option<Retry>,
+    ) -> bool {
+        match self.publisher.publish(input).await {
+            Ok(_) => {
+                *retry = None;
+                self.published.send_replace(true);
+                true
+            }
+            Err(error) => {
+                let failures = retry.as_ref().map_or(0, |r| r.failures).saturating_add(1);
+                let delay = backoff(failures, self.rescan_interval);
+                tracing::error!(%error, retry_in = ?delay, "publishing the node's ResourceSlices failed");
+                *retry = Some(Retry {
+                    failures,
+                    at: Instant::now() + delay,
+                });
+                false
             }
         }
     }

@@ -112,6 +112,62 @@ fn host_path(name: &str, path: &Path, mount_at: &str, read_only: bool) -> (Volum
 
 /// The pod that runs `daemon` (pure).
 pub fn daemon_pod(template: &MpsPodTemplate, daemon: &MpsDaemon) -> Pod {
+    let (volumes, volume_mounts) = daemon_volumes(template, daemon);
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(&daemon.claim_uid)),
+            namespace: Some(template.namespace.clone()),
+            labels: Some(daemon_labels(template, daemon)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(template.node_name.clone()),
+            restart_policy: Some("OnFailure".to_owned()),
+            automount_service_account_token: Some(false),
+            // MPS clients in other pods talk to the server by process id.
+            host_pid: Some(true),
+            priority_class_name: template.priority_class.clone(),
+            termination_grace_period_seconds: Some(10),
+            tolerations: Some(vec![Toleration {
+                operator: Some("Exists".to_owned()),
+                ..Toleration::default()
+            }]),
+            containers: vec![daemon_container(template, daemon, volume_mounts)],
+            volumes: Some(volumes),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The daemon pod's one container: `tessera-mps-daemon` with the daemon's flags and the
+/// MPS environment.
+fn daemon_container(
+    template: &MpsPodTemplate,
+    daemon: &MpsDaemon,
+    volume_mounts: Vec<VolumeMount>,
+) -> Container {
+    Container {
+        name: COMPONENT.to_owned(),
+        image: Some(template.image.clone()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        command: Some(vec![DAEMON_PROGRAM.to_owned()]),
+        args: Some(daemon_args(template, daemon)),
+        env: Some(daemon_env(daemon)),
+        security_context: Some(SecurityContext {
+            privileged: Some(template.privileged),
+            run_as_user: Some(0),
+            read_only_root_filesystem: Some(true),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(volume_mounts),
+        ..Container::default()
+    }
+}
+
+/// `tessera-mps-daemon`'s flags: the control binary and libraries inside the pod, the
+/// thread percentage and each device's pinned-memory limit.
+fn daemon_args(template: &MpsPodTemplate, daemon: &MpsDaemon) -> Vec<String> {
     let mut args = vec![
         "--control".to_owned(),
         in_pod(&template.control),
@@ -134,12 +190,36 @@ pub fn daemon_pod(template: &MpsPodTemplate, daemon: &MpsDaemon) -> Pod {
             ]);
         }
     }
+    args
+}
+
+/// The MPS environment: the daemon's GPUs and its pipe and log directories.
+fn daemon_env(daemon: &MpsDaemon) -> Vec<EnvVar> {
     let env = |name: &str, value: String| EnvVar {
         name: name.to_owned(),
         value: Some(value),
         ..EnvVar::default()
     };
     let devices: Vec<&str> = daemon.devices.iter().map(|d| d.uuid.as_str()).collect();
+    vec![
+        env("CUDA_VISIBLE_DEVICES", devices.join(",")),
+        env(
+            "CUDA_MPS_PIPE_DIRECTORY",
+            daemon.directories.pipe.display().to_string(),
+        ),
+        env(
+            "CUDA_MPS_LOG_DIRECTORY",
+            daemon.directories.log.display().to_string(),
+        ),
+    ]
+}
+
+/// The host directories the daemon needs: the driver root (read-only), the claim's MPS
+/// directory and, when devices live elsewhere than `/dev`, the device root.
+fn daemon_volumes(
+    template: &MpsPodTemplate,
+    daemon: &MpsDaemon,
+) -> (Vec<Volume>, Vec<VolumeMount>) {
     // The claim's MPS directory holds the pipe and log directories; mounted at its host path,
     // which the claim's containers and the plugin use too.
     let claim_dir = daemon
@@ -165,8 +245,12 @@ pub fn daemon_pod(template: &MpsPodTemplate, daemon: &MpsDaemon) -> Pod {
             true,
         ));
     }
-    let (volumes, volume_mounts): (Vec<Volume>, Vec<VolumeMount>) = mounts.into_iter().unzip();
-    let labels = BTreeMap::from([
+    mounts.into_iter().unzip()
+}
+
+/// The labels the plugin finds its daemon pods by (node and claim).
+fn daemon_labels(template: &MpsPodTemplate, daemon: &MpsDaemon) -> BTreeMap<String, String> {
+    BTreeMap::from([
         ("app.kubernetes.io/name".to_owned(), "tessera".to_owned()),
         (
             "app.kubernetes.io/component".to_owned(),
@@ -174,57 +258,7 @@ pub fn daemon_pod(template: &MpsPodTemplate, daemon: &MpsDaemon) -> Pod {
         ),
         (NODE_LABEL.to_owned(), template.node_name.clone()),
         (CLAIM_LABEL.to_owned(), daemon.claim_uid.clone()),
-    ]);
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(pod_name(&daemon.claim_uid)),
-            namespace: Some(template.namespace.clone()),
-            labels: Some(labels),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(template.node_name.clone()),
-            restart_policy: Some("OnFailure".to_owned()),
-            automount_service_account_token: Some(false),
-            // MPS clients in other pods talk to the server by process id.
-            host_pid: Some(true),
-            priority_class_name: template.priority_class.clone(),
-            termination_grace_period_seconds: Some(10),
-            tolerations: Some(vec![Toleration {
-                operator: Some("Exists".to_owned()),
-                ..Toleration::default()
-            }]),
-            containers: vec![Container {
-                name: COMPONENT.to_owned(),
-                image: Some(template.image.clone()),
-                image_pull_policy: Some("IfNotPresent".to_owned()),
-                command: Some(vec![DAEMON_PROGRAM.to_owned()]),
-                args: Some(args),
-                env: Some(vec![
-                    env("CUDA_VISIBLE_DEVICES", devices.join(",")),
-                    env(
-                        "CUDA_MPS_PIPE_DIRECTORY",
-                        daemon.directories.pipe.display().to_string(),
-                    ),
-                    env(
-                        "CUDA_MPS_LOG_DIRECTORY",
-                        daemon.directories.log.display().to_string(),
-                    ),
-                ]),
-                security_context: Some(SecurityContext {
-                    privileged: Some(template.privileged),
-                    run_as_user: Some(0),
-                    read_only_root_filesystem: Some(true),
-                    ..SecurityContext::default()
-                }),
-                volume_mounts: Some(volume_mounts),
-                ..Container::default()
-            }],
-            volumes: Some(volumes),
-            ..PodSpec::default()
-        }),
-        status: None,
-    }
+    ])
 }
 
 /// The claim a claim's MPS directories belong to: `<mps root>/<claim uid>/pipe`.
