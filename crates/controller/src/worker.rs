@@ -16,7 +16,7 @@ use crate::metrics::Metrics;
 use crate::queue::Outcome;
 use crate::trim;
 use tessera_placement::message::{CONDITION_MESSAGE_LIMIT, claim_list, truncate};
-use tessera_placement::planner::{Action, Decision, Placement};
+use tessera_placement::planner::{Action, Decision, Failure, Placement};
 use tessera_placement::pods::is_candidate;
 use tessera_placement::protocol::{ClaimMark, PodPlacement, is_gated, object_key};
 use tessera_placement::resolve::{Resolution, resolve_claims};
@@ -147,64 +147,87 @@ impl Worker {
                 if let Some(node) = node {
                     record.node = node;
                 }
-                record.placed_at = Timestamp::now().to_string();
-                let message =
-                    "every claim of the pod was already allocated; released it to the scheduler"
-                        .to_owned();
-                let report = Report {
-                    placed: true,
-                    reason: "AlreadyAllocated",
-                    message,
-                    warning: false,
-                };
-                self.release(pod, gated, &record, report, || {}).await
+                self.release_allocated(pod, gated, record).await
             }
             Action::LeaveToScheduler { message } => {
-                // No placement record: the controller has nothing more to do with this pod.
-                let gate = gated.then_some(self.config.gate.as_str());
-                let patch = pod_patch(&pod, None, gate);
-                match self.writer.patch_pod("release", &pod, &patch).await {
-                    Ok(updated) => pod = self.assume_pod(updated),
-                    Err(e) => return self.write_failed(&pod, e),
-                }
-                self.metrics.pods_left_to_scheduler.inc();
-                self.report(
-                    &pod,
-                    Report {
-                        placed: false,
-                        reason: "LeftToScheduler",
-                        message,
-                        warning: false,
-                    },
-                )
-                .await;
-                Outcome::Done
+                self.leave_to_scheduler(pod, gated, message).await
             }
             Action::CannotPlace {
                 failure,
                 message,
                 undo,
-            } => {
-                for claim in undo {
-                    if let Err(e) = self.undo(&[ClaimProgress::of_own(claim)], &pod).await {
-                        return self.write_failed(&pod, e);
-                    }
-                }
-                self.metrics.failure(failure.reason());
-                self.report(
-                    &pod,
-                    Report {
-                        placed: false,
-                        reason: failure.reason(),
-                        message,
-                        warning: true,
-                    },
-                )
-                .await;
-                Outcome::Park
-            }
+            } => self.cannot_place(pod, failure, message, undo).await,
             Action::Place(placement) => self.place(pod, gated, record, placement, started).await,
         }
+    }
+
+    /// Every claim of the pod is already allocated: release the pod to the scheduler.
+    async fn release_allocated(
+        &self,
+        pod: Arc<Pod>,
+        gated: bool,
+        mut record: PodPlacement,
+    ) -> Outcome {
+        record.placed_at = Timestamp::now().to_string();
+        let message =
+            "every claim of the pod was already allocated; released it to the scheduler".to_owned();
+        let report = Report {
+            placed: true,
+            reason: "AlreadyAllocated",
+            message,
+            warning: false,
+        };
+        self.release(pod, gated, &record, report, || {}).await
+    }
+
+    /// The scheduler can allocate what the pod asks and the controller cannot: remove the gate
+    /// without a placement record (the controller has nothing more to do with this pod).
+    async fn leave_to_scheduler(&self, mut pod: Arc<Pod>, gated: bool, message: String) -> Outcome {
+        let gate = gated.then_some(self.config.gate.as_str());
+        let patch = pod_patch(&pod, None, gate);
+        match self.writer.patch_pod("release", &pod, &patch).await {
+            Ok(updated) => pod = self.assume_pod(updated),
+            Err(e) => return self.write_failed(&pod, e),
+        }
+        self.metrics.pods_left_to_scheduler.inc();
+        self.report(
+            &pod,
+            Report {
+                placed: false,
+                reason: "LeftToScheduler",
+                message,
+                warning: false,
+            },
+        )
+        .await;
+        Outcome::Done
+    }
+
+    /// The pod fits nowhere now: undo its own partial allocations, report why and park it.
+    async fn cannot_place(
+        &self,
+        pod: Arc<Pod>,
+        failure: Failure,
+        message: String,
+        undo: Vec<Arc<ResourceClaim>>,
+    ) -> Outcome {
+        for claim in undo {
+            if let Err(e) = self.undo(&[ClaimProgress::of_own(claim)], &pod).await {
+                return self.write_failed(&pod, e);
+            }
+        }
+        self.metrics.failure(failure.reason());
+        self.report(
+            &pod,
+            Report {
+                placed: false,
+                reason: failure.reason(),
+                message,
+                warning: true,
+            },
+        )
+        .await;
+        Outcome::Park
     }
 
     async fn place(

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodResourceClaim, PodResourceClaimStatus};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
 /// One claim of a pod.
@@ -49,59 +49,16 @@ pub fn resolve_claims(
         .and_then(|s| s.resource_claims.as_deref())
         .unwrap_or_default()
     {
-        let name = match (
-            &entry.resource_claim_name,
-            &entry.resource_claim_template_name,
-        ) {
-            (Some(claim_name), None) => claim_name.clone(),
-            (None, Some(template)) => {
-                let Some(status) = statuses.iter().find(|s| s.name == entry.name) else {
-                    if !template_exists(template) {
-                        return Resolution::Invalid(format!(
-                            "pod {pod_name}: resource claim {}: ResourceClaimTemplate {template} does not exist; \
-                             create it or fix resourceClaimTemplateName",
-                            entry.name
-                        ));
-                    }
-                    return Resolution::Waiting(format!(
-                        "pod {pod_name}: resource claim {}: the claim from template {template} has not been \
-                         generated yet (the kube-controller-manager's ResourceClaim controller creates it)",
-                        entry.name
-                    ));
-                };
-                match &status.resource_claim_name {
-                    // The ResourceClaim controller decided no claim is needed.
-                    None => continue,
-                    Some(generated) => generated.clone(),
-                }
-            }
-            _ => {
-                return Resolution::Invalid(format!(
-                    "pod {pod_name}: resource claim {} must set exactly one of resourceClaimName and \
-                     resourceClaimTemplateName",
-                    entry.name
-                ));
-            }
+        let name = match claim_name(entry, statuses, pod_name, &template_exists) {
+            Ok(Some(name)) => name,
+            // The ResourceClaim controller decided no claim is needed.
+            Ok(None) => continue,
+            Err(unresolved) => return unresolved,
         };
-        let Some(found) = claim(&name) else {
-            return Resolution::Waiting(format!(
-                "pod {pod_name}: resource claim {}: ResourceClaim {name} does not exist yet",
-                entry.name
-            ));
+        let found = match usable_claim(entry, &name, claim(&name), pod_name, pod_uid) {
+            Ok(found) => found,
+            Err(unresolved) => return unresolved,
         };
-        if entry.resource_claim_template_name.is_some() && !owned_by(&found, pod_uid) {
-            return Resolution::Waiting(format!(
-                "pod {pod_name}: resource claim {}: ResourceClaim {name} belongs to another pod; \
-                 waiting for the ResourceClaim controller to replace it",
-                entry.name
-            ));
-        }
-        if found.metadata.deletion_timestamp.is_some() {
-            return Resolution::Waiting(format!(
-                "pod {pod_name}: resource claim {}: ResourceClaim {name} is being deleted",
-                entry.name
-            ));
-        }
         if !resolved
             .iter()
             .any(|p| p.claim.metadata.name.as_deref() == Some(name.as_str()))
@@ -113,6 +70,76 @@ pub fn resolve_claims(
         }
     }
     Resolution::Resolved(resolved)
+}
+
+/// The name of the ResourceClaim behind one `spec.resourceClaims` entry: the one it names, or
+/// the one generated from its template (`None` when the ResourceClaim controller decided no
+/// claim is needed); `Err` when the pod must wait or is invalid.
+fn claim_name(
+    entry: &PodResourceClaim,
+    statuses: &[PodResourceClaimStatus],
+    pod_name: &str,
+    template_exists: impl Fn(&str) -> bool,
+) -> Result<Option<String>, Resolution> {
+    match (
+        &entry.resource_claim_name,
+        &entry.resource_claim_template_name,
+    ) {
+        (Some(claim_name), None) => Ok(Some(claim_name.clone())),
+        (None, Some(template)) => {
+            let Some(status) = statuses.iter().find(|s| s.name == entry.name) else {
+                if !template_exists(template) {
+                    return Err(Resolution::Invalid(format!(
+                        "pod {pod_name}: resource claim {}: ResourceClaimTemplate {template} does not exist; \
+                         create it or fix resourceClaimTemplateName",
+                        entry.name
+                    )));
+                }
+                return Err(Resolution::Waiting(format!(
+                    "pod {pod_name}: resource claim {}: the claim from template {template} has not been \
+                     generated yet (the kube-controller-manager's ResourceClaim controller creates it)",
+                    entry.name
+                )));
+            };
+            Ok(status.resource_claim_name.clone())
+        }
+        _ => Err(Resolution::Invalid(format!(
+            "pod {pod_name}: resource claim {} must set exactly one of resourceClaimName and \
+             resourceClaimTemplateName",
+            entry.name
+        ))),
+    }
+}
+
+/// The claim `name` found for `entry`, if the pod can use it now: it exists, a generated one
+/// belongs to this pod, and it is not being deleted; otherwise why the pod waits.
+fn usable_claim(
+    entry: &PodResourceClaim,
+    name: &str,
+    found: Option<Arc<ResourceClaim>>,
+    pod_name: &str,
+    pod_uid: &str,
+) -> Result<Arc<ResourceClaim>, Resolution> {
+    let Some(found) = found else {
+        return Err(Resolution::Waiting(format!(
+            "pod {pod_name}: resource claim {}: ResourceClaim {name} does not exist yet",
+            entry.name
+        )));
+    };
+    if entry.resource_claim_template_name.is_some() && !owned_by(&found, pod_uid) {
+        return Err(Resolution::Waiting(format!(
+            "pod {pod_name}: resource claim {}: ResourceClaim {name} belongs to another pod; \
+             waiting for the ResourceClaim controller to replace it",
+            entry.name
+        )));
+    }
+    if found.metadata.deletion_timestamp.is_some() {
+        return Err(Resolution::Waiting(format!(
+            "pod {pod_name}: resource claim {}: ResourceClaim {name} is being deleted",
+            entry.name
+        )));
+    }
+    Ok(found)
 }
 
 /// `resourceclaim.IsForPod`: a generated claim is controlled by its pod.
