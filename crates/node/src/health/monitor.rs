@@ -209,6 +209,15 @@ mod tests {
 
     use super::*;
 
+    /// Waits for the monitor's thread to end after its stop; it notices within
+    /// [`POLL_INTERVAL`], so a few seconds is ample.
+    async fn join_in_time(task: JoinHandle<()>) {
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("the monitor stops within its poll interval")
+            .expect("the monitor loop does not panic");
+    }
+
     #[tokio::test]
     async fn events_become_findings_and_wake_subscribers() {
         let (send, receive) = std::sync::mpsc::channel();
@@ -223,6 +232,9 @@ mod tests {
         };
         let stop = Stop::new();
         let task = monitor.spawn(stop.clone());
+        // A failed assertion must still stop the blocking loop, or the runtime waits for it
+        // forever and the test hangs instead of failing.
+        let _stop_on_panic = stop.clone().drop_guard();
         let event = |kind| HealthEvent {
             gpu_uuid: "GPU-1".into(),
             kind,
@@ -242,7 +254,7 @@ mod tests {
         );
         assert!(!findings.snapshot().is_empty());
         stop.cancel();
-        task.await.unwrap();
+        join_in_time(task).await;
     }
 
     #[tokio::test]
@@ -291,6 +303,6 @@ mod tests {
             .unwrap();
         assert!(findings.snapshot().is_empty(), "{:?}", findings.snapshot());
         stop.cancel();
-        task.await.unwrap();
+        join_in_time(task).await;
     }
 }
