@@ -19,22 +19,14 @@
 //! - `budget`: an unsatisfiable claim (upstream issue 131730's shape): time until the search
 //!   (pruning, under the default bound) says it does not fit.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::resource::v1::{
-    CELDeviceSelector, Device, DeviceAttribute, DeviceCapacity, DeviceClaim, DeviceClass,
-    DeviceClassSpec, DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaim,
-    ResourceClaimSpec, ResourcePool, ResourceSlice, ResourceSliceSpec,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::resource::v1::{Device, ResourceClaim, ResourceSlice};
 use serde::Serialize;
 use tessera_allocator::{
     AllocateError, AllocateOptions, AllocatedState, Inventory, Outcome, PlacementMode,
 };
-
-const PERF_DRIVER: &str = "test-driver.cdi.k8s.io";
+use tessera_test_support::scheduler_perf::{self as perf, DRIVER as PERF_DRIVER, class};
 
 /// Runs per scenario; the fastest is reported.
 const RUNS: usize = 3;
@@ -54,106 +46,9 @@ struct Result {
     max_micros: u64,
 }
 
-fn class(name: &str, expression: &str) -> DeviceClass {
-    DeviceClass {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(DeviceClassSpec {
-            selectors: Some(vec![DeviceSelector {
-                cel: Some(CELDeviceSelector {
-                    expression: expression.into(),
-                }),
-            }]),
-            ..Default::default()
-        }),
-    }
-}
-
+/// Claim `claim-<index>` with one request for `count` devices of `class`.
 fn claim(index: usize, class: &str, count: i64) -> ResourceClaim {
-    ResourceClaim {
-        metadata: ObjectMeta {
-            name: Some(format!("claim-{index}")),
-            namespace: Some("bench".into()),
-            ..Default::default()
-        },
-        spec: Some(ResourceClaimSpec {
-            devices: Some(DeviceClaim {
-                requests: Some(vec![DeviceRequest {
-                    name: "req-0".into(),
-                    exactly: Some(ExactDeviceRequest {
-                        device_class_name: class.into(),
-                        count: Some(count),
-                        ..Default::default()
-                    }),
-                    first_available: None,
-                }]),
-                ..Default::default()
-            }),
-        }),
-        status: None,
-    }
-}
-
-/// scheduler_perf's node: 10 devices with 4 attributes and 1Gi memory.
-fn perf_slice(node: usize) -> ResourceSlice {
-    let name = format!("node-{node:03}");
-    let devices = (0..10)
-        .map(|d| Device {
-            name: format!("device-{d:02}"),
-            attributes: Some(BTreeMap::from([
-                ("model".into(), string("A100")),
-                ("family".into(), string("GPU")),
-                (
-                    "driverVersion".into(),
-                    DeviceAttribute {
-                        version: Some("1.2.3".into()),
-                        ..Default::default()
-                    },
-                ),
-                (
-                    "index".into(),
-                    DeviceAttribute {
-                        int: Some(d),
-                        ..Default::default()
-                    },
-                ),
-            ])),
-            capacity: Some(BTreeMap::from([(
-                "memory".into(),
-                DeviceCapacity {
-                    value: Quantity("1Gi".into()),
-                    request_policy: None,
-                },
-            )])),
-            ..Default::default()
-        })
-        .collect();
-    ResourceSlice {
-        metadata: ObjectMeta {
-            name: Some(format!("{name}-slice")),
-            ..Default::default()
-        },
-        spec: ResourceSliceSpec {
-            driver: PERF_DRIVER.into(),
-            node_name: Some(name.clone()),
-            pool: ResourcePool {
-                name,
-                generation: 1,
-                resource_slice_count: 1,
-            },
-            devices: Some(devices),
-            ..Default::default()
-        },
-    }
-}
-
-fn string(s: &str) -> DeviceAttribute {
-    DeviceAttribute {
-        string: Some(s.into()),
-        ..Default::default()
-    }
+    perf::claim(index, vec![perf::request("req-0", class, count)])
 }
 
 /// Allocates `claims` one after the other (each into the state), timing every call.
@@ -203,7 +98,7 @@ fn run(
 }
 
 fn scheduler_perf() -> Result {
-    let slices: Vec<ResourceSlice> = (0..500).map(perf_slice).collect();
+    let slices: Vec<ResourceSlice> = (0..500).map(|n| perf::slice(n, 10)).collect();
     let inventory = Inventory::new(
         slices,
         vec![class(
@@ -249,7 +144,7 @@ fn dgx_topology_aware(mode: PlacementMode) -> Result {
 
 fn budget() -> (f64, String) {
     let slice = {
-        let mut s = perf_slice(0);
+        let mut s = perf::slice(0, 10);
         s.spec.devices = Some(
             (0..40)
                 .map(|d| Device {
@@ -275,15 +170,7 @@ fn budget() -> (f64, String) {
         .and_then(|s| s.devices.as_mut())
         .and_then(|d| d.requests.as_mut())
         .expect("requests");
-    spec.push(DeviceRequest {
-        name: "req-1".into(),
-        exactly: Some(ExactDeviceRequest {
-            device_class_name: "none".into(),
-            count: Some(1),
-            ..Default::default()
-        }),
-        first_available: None,
-    });
+    spec.push(perf::request("req-1", "none", 1));
     let start = Instant::now();
     let outcome = inventory.allocate(
         &[c],

@@ -4,7 +4,8 @@
 //! - the pure crates depend on none of `kube`, `tokio`, `tonic`, `hyper`, `axum`;
 //! - only `runtime`, `node`, `controller` and `cli` (and the test-only `fake-apiserver` and
 //!   `e2e`) depend on `kube`; only `kubelet` and `node` depend on `tonic`;
-//! - `fake-apiserver` is nobody's normal dependency.
+//! - `fake-apiserver` is nobody's normal dependency; `test-support` is none but the parity
+//!   tool's (test tooling, never shipped).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -39,6 +40,9 @@ const KUBE_USERS: &[&str] = &[
     "tessera-e2e",
 ];
 const TONIC_USERS: &[&str] = &["tessera-kubelet", "tessera-node"];
+/// Test tooling that is never shipped and may take `tessera-test-support` as a normal
+/// dependency (the parity tool's benchmark shares the scheduler_perf fixture).
+const TEST_TOOLS: &[&str] = &["tessera-parity"];
 
 /// Workspace member name → names of every package it depends on (normal dependencies,
 /// transitively).
@@ -144,6 +148,11 @@ fn the_dependency_invariants_hold() {
         if deps.contains("tessera-fake-apiserver") {
             broken.push(format!(
                 "{member} depends on tessera-fake-apiserver (a dev-dependency only)"
+            ));
+        }
+        if deps.contains("tessera-test-support") && !TEST_TOOLS.contains(&member.as_str()) {
+            broken.push(format!(
+                "{member} depends on tessera-test-support (a dev-dependency only)"
             ));
         }
     }

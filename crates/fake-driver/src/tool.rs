@@ -7,6 +7,16 @@ use std::process::ExitCode;
 
 use crate::{mps, smi};
 
+/// For a test executable that is also a fake root's binaries (the root hard-links it under
+/// their names): when `argv[0]` names one of [`crate::layout::BINARIES`], runs that stand-in
+/// and returns its exit status; otherwise `None` (run the tests).
+pub fn main_if_named(argv: &[String]) -> Option<ExitCode> {
+    let name = Path::new(argv.first()?).file_name()?.to_string_lossy();
+    crate::layout::BINARIES
+        .contains(&name.as_ref())
+        .then(|| main(argv.to_vec()))
+}
+
 /// Runs the stand-in named by `argv[0]` (or the first argument).
 pub fn main(argv: Vec<String>) -> ExitCode {
     let name = argv

@@ -10,6 +10,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use serde_json::Value;
 use tessera_fake_driver::layout::{self, Artifacts, Layout, NodeKind};
+use tessera_test_support::{harness, needed_libraries};
 use tessera_topology::{DeviceSource, Inventory, MockSource};
 
 const CHECKER: &str = env!("CARGO_BIN_EXE_tessera-gpu-check");
@@ -260,23 +261,6 @@ fn mps_clients_see_the_daemon_and_its_limits() {
     );
 }
 
-/// The libraries `binary` needs, as `ldd` resolves them on this machine.
-fn needed_libraries(binary: &Path) -> Vec<PathBuf> {
-    let output = Command::new("ldd").arg(binary).output().unwrap();
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| {
-            let path = line
-                .split("=>")
-                .nth(1)
-                .unwrap_or(line)
-                .split_whitespace()
-                .next()?;
-            path.starts_with('/').then(|| PathBuf::from(path))
-        })
-        .collect()
-}
-
 fn copy_into(rootfs: &Path, host: &Path, at: &str) {
     let target = rootfs.join(at.trim_start_matches('/'));
     std::fs::create_dir_all(target.parent().unwrap()).unwrap();
@@ -351,57 +335,37 @@ fn the_loader_finds_the_driver_through_the_hooks_cache() {
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
-    let name = Path::new(&argv[0])
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    if layout::BINARIES.contains(&name.as_str()) {
-        return tessera_fake_driver::tool::main(argv);
+    // Run under a fake driver binary's name (a hard link in the fake root), act as it.
+    if let Some(status) = tessera_fake_driver::tool::main_if_named(&argv) {
+        return status;
     }
-    let tests: [(&str, fn()); 6] = [
-        (
-            "a_claimed_gpu_is_the_only_one_cuda_nvml_and_nvidia_smi_see",
-            a_claimed_gpu_is_the_only_one_cuda_nvml_and_nvidia_smi_see,
-        ),
-        (
-            "cuda_visible_devices_selects_among_the_gpus_a_container_has",
-            cuda_visible_devices_selects_among_the_gpus_a_container_has,
-        ),
-        (
-            "a_mig_device_is_named_by_its_mig_uuid",
-            a_mig_device_is_named_by_its_mig_uuid,
-        ),
-        (
-            "without_a_driver_nothing_is_found_and_the_report_says_so",
-            without_a_driver_nothing_is_found_and_the_report_says_so,
-        ),
-        (
-            "mps_clients_see_the_daemon_and_its_limits",
-            mps_clients_see_the_daemon_and_its_limits,
-        ),
-        (
-            "the_loader_finds_the_driver_through_the_hooks_cache",
-            the_loader_finds_the_driver_through_the_hooks_cache,
-        ),
-    ];
-    let filter = argv.iter().skip(1).find(|a| !a.starts_with('-'));
-    let mut failed = 0;
-    for (name, test) in tests {
-        if filter.is_some_and(|f| !name.contains(f.as_str())) {
-            continue;
-        }
-        match std::panic::catch_unwind(test) {
-            Ok(()) => println!("test {name} ... ok"),
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                failed += 1;
-            }
-        }
-    }
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    harness::run(
+        &argv,
+        &[
+            (
+                "a_claimed_gpu_is_the_only_one_cuda_nvml_and_nvidia_smi_see",
+                &a_claimed_gpu_is_the_only_one_cuda_nvml_and_nvidia_smi_see,
+            ),
+            (
+                "cuda_visible_devices_selects_among_the_gpus_a_container_has",
+                &cuda_visible_devices_selects_among_the_gpus_a_container_has,
+            ),
+            (
+                "a_mig_device_is_named_by_its_mig_uuid",
+                &a_mig_device_is_named_by_its_mig_uuid,
+            ),
+            (
+                "without_a_driver_nothing_is_found_and_the_report_says_so",
+                &without_a_driver_nothing_is_found_and_the_report_says_so,
+            ),
+            (
+                "mps_clients_see_the_daemon_and_its_limits",
+                &mps_clients_see_the_daemon_and_its_limits,
+            ),
+            (
+                "the_loader_finds_the_driver_through_the_hooks_cache",
+                &the_loader_finds_the_driver_through_the_hooks_cache,
+            ),
+        ],
+    )
 }

@@ -24,6 +24,7 @@ use serde_json::json;
 use tessera_fake_apiserver::FakeApiServer;
 use tessera_kubelet::simulator::KubeletSimulator;
 use tessera_kubelet::{ClaimRef, PreparedDevice};
+use tessera_test_support::SplitMix64;
 use tessera_topology::{DeviceSource, Inventory, MockSource};
 
 use support::harness::{allocated_claim, claim_config, uid_of};
@@ -37,36 +38,6 @@ const CYCLES: usize = 200;
 const KILL_CHANCE: f64 = 0.2;
 /// Chance that a restarted plugin is killed again while it recovers.
 const KILL_DURING_RECOVERY_CHANCE: f64 = 0.1;
-
-/// SplitMix64: small, seedable, good enough to pick batches and delays.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
-    }
-
-    /// A random non-empty subset of `items` of at most `max` elements.
-    fn subset<T: Clone>(&mut self, items: &[T], max: usize) -> Vec<T> {
-        let mut pool = items.to_vec();
-        let count = 1 + self.below(max.min(pool.len()) as u64) as usize;
-        (0..count)
-            .map(|_| pool.remove(self.below(pool.len() as u64) as usize))
-            .collect()
-    }
-}
 
 /// A claim of the run: name, allocation results (request, device), claim configs.
 type ClaimSpec = (
@@ -118,7 +89,7 @@ enum Call {
 /// The test's side: the plugin process, its kubelet, what the kubelet believes.
 struct Run {
     seed: u64,
-    rng: Rng,
+    rng: SplitMix64,
     kubeconfig: std::path::PathBuf,
     dirs: PluginDirs,
     inventory: Inventory,
@@ -380,7 +351,7 @@ async fn random_kills_during_200_cycles_leave_every_claim_prepared_once_or_not_a
     let kubelet = register(&dirs).await;
     let mut run = Run {
         seed,
-        rng: Rng(seed),
+        rng: SplitMix64::new(seed),
         kubeconfig,
         inventory: MockSource::new(TOPOLOGY).unwrap().inventory().unwrap(),
         dirs,

@@ -29,6 +29,7 @@ use support::process::*;
 use tessera_fake_apiserver::FakeApiServer;
 use tessera_fake_driver::layout::{self, Artifacts, Layout, NodeKind};
 use tessera_kubelet::ClaimRef;
+use tessera_test_support::harness;
 use tessera_topology::{DeviceSource, Inventory, MockSource};
 
 const TOPOLOGY: &str = "dgx-h100";
@@ -682,60 +683,40 @@ async fn a_root_without_a_driver_stops_the_plugin_with_the_reason() {
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
-    let name = Path::new(&argv[0])
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    if layout::BINARIES.contains(&name.as_str()) {
-        return tessera_fake_driver::tool::main(argv);
+    // Run under a fake driver binary's name (a hard link in the fake root), act as it.
+    if let Some(status) = tessera_fake_driver::tool::main_if_named(&argv) {
+        return status;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    type Test = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
-    let tests: [(&str, Test); 5] = [
-        (
-            "the_spec_injects_the_drivers_files_and_device_nodes",
-            || Box::pin(the_spec_injects_the_drivers_files_and_device_nodes()),
-        ),
-        ("time_slicing_runs_the_drivers_nvidia_smi", || {
-            Box::pin(time_slicing_runs_the_drivers_nvidia_smi())
-        }),
-        (
-            "an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare",
-            || Box::pin(an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare()),
-        ),
-        (
-            "an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim",
-            || Box::pin(an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim()),
-        ),
-        (
-            "a_root_without_a_driver_stops_the_plugin_with_the_reason",
-            || Box::pin(a_root_without_a_driver_stops_the_plugin_with_the_reason()),
-        ),
-    ];
-    let filter = argv.iter().skip(1).find(|a| !a.starts_with('-'));
-    let mut failed = 0;
-    for (name, test) in tests {
-        if filter.is_some_and(|f| !name.contains(f.as_str())) {
-            continue;
-        }
-        let outcome =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(test())));
-        match outcome {
-            Ok(()) => println!("test {name} ... ok"),
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                failed += 1;
-            }
-        }
-    }
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    harness::run(
+        &argv,
+        &[
+            (
+                "the_spec_injects_the_drivers_files_and_device_nodes",
+                &|| runtime.block_on(the_spec_injects_the_drivers_files_and_device_nodes()),
+            ),
+            ("time_slicing_runs_the_drivers_nvidia_smi", &|| {
+                runtime.block_on(time_slicing_runs_the_drivers_nvidia_smi())
+            }),
+            (
+                "an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare",
+                &|| runtime.block_on(an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare()),
+            ),
+            (
+                "an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim",
+                &|| {
+                    runtime
+                        .block_on(an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim())
+                },
+            ),
+            (
+                "a_root_without_a_driver_stops_the_plugin_with_the_reason",
+                &|| runtime.block_on(a_root_without_a_driver_stops_the_plugin_with_the_reason()),
+            ),
+        ],
+    )
 }

@@ -14,26 +14,20 @@
 //!
 //! Each side's fastest round is reported (the machine is shared).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::resource::v1::{
-    CELDeviceSelector, Device, DeviceAttribute, DeviceCapacity, DeviceClaim, DeviceClass,
-    DeviceClassSpec, DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaim,
-    ResourceClaimSpec, ResourcePool, ResourceSlice, ResourceSliceSpec,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::resource::v1::{Device, DeviceClass, ResourceClaim, ResourceSlice};
 use serde::{Deserialize, Serialize};
 use tessera_allocator::{AllocateOptions, AllocatedState, Outcome, PlacementMode};
 use tessera_cel::{DeviceContext, SelectorCompiler};
+use tessera_test_support::scheduler_perf::{
+    self as perf, DRIVER as PERF_DRIVER, claim, class, device as perf_device, request,
+};
 
 use crate::cel::CelDevice;
 use crate::instance::{Instance, Kind, apply_defaults};
 use crate::oracle::Oracle;
 use crate::ours;
-
-const PERF_DRIVER: &str = "test-driver.cdi.k8s.io";
 
 /// A workload: a cluster, claims in arrival order and the node each is allocated on.
 pub struct Workload {
@@ -95,113 +89,8 @@ pub struct Row {
     pub speedup: f64,
 }
 
-fn class(name: &str, expression: &str) -> DeviceClass {
-    DeviceClass {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(DeviceClassSpec {
-            selectors: Some(vec![DeviceSelector {
-                cel: Some(CELDeviceSelector {
-                    expression: expression.into(),
-                }),
-            }]),
-            ..Default::default()
-        }),
-    }
-}
-
-fn request(name: &str, class: &str, count: i64) -> DeviceRequest {
-    DeviceRequest {
-        name: name.into(),
-        exactly: Some(ExactDeviceRequest {
-            device_class_name: class.into(),
-            allocation_mode: Some("ExactCount".into()),
-            count: Some(count),
-            ..Default::default()
-        }),
-        first_available: None,
-    }
-}
-
-fn claim(index: usize, requests: Vec<DeviceRequest>) -> ResourceClaim {
-    ResourceClaim {
-        metadata: ObjectMeta {
-            name: Some(format!("claim-{index}")),
-            namespace: Some("bench".into()),
-            uid: Some(format!("uid-{index}")),
-            ..Default::default()
-        },
-        spec: Some(ResourceClaimSpec {
-            devices: Some(DeviceClaim {
-                requests: Some(requests),
-                ..Default::default()
-            }),
-        }),
-        status: None,
-    }
-}
-
-fn attr_string(s: &str) -> DeviceAttribute {
-    DeviceAttribute {
-        string: Some(s.into()),
-        ..Default::default()
-    }
-}
-
-/// scheduler_perf's device: 4 attributes and 1Gi of memory.
-fn perf_device(d: i64) -> Device {
-    Device {
-        name: format!("device-{d:02}"),
-        attributes: Some(BTreeMap::from([
-            ("model".into(), attr_string("A100")),
-            ("family".into(), attr_string("GPU")),
-            (
-                "driverVersion".into(),
-                DeviceAttribute {
-                    version: Some("1.2.3".into()),
-                    ..Default::default()
-                },
-            ),
-            (
-                "index".into(),
-                DeviceAttribute {
-                    int: Some(d),
-                    ..Default::default()
-                },
-            ),
-        ])),
-        capacity: Some(BTreeMap::from([(
-            "memory".into(),
-            DeviceCapacity {
-                value: Quantity("1Gi".into()),
-                request_policy: None,
-            },
-        )])),
-        ..Default::default()
-    }
-}
-
 fn perf_slice(node: usize, devices: i64) -> ResourceSlice {
-    let name = format!("node-{node:03}");
-    ResourceSlice {
-        metadata: ObjectMeta {
-            name: Some(format!("{name}-slice")),
-            ..Default::default()
-        },
-        spec: ResourceSliceSpec {
-            driver: PERF_DRIVER.into(),
-            node_name: Some(name.clone()),
-            pool: ResourcePool {
-                name,
-                generation: 1,
-                resource_slice_count: 1,
-            },
-            devices: Some((0..devices).map(perf_device).collect()),
-            ..Default::default()
-        },
-    }
+    perf::slice(node, devices)
 }
 
 fn instance(
