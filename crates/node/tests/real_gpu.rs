@@ -1,16 +1,6 @@
-//! `tessera-kubelet-plugin` on a real NVIDIA node. Ignored everywhere else: run it as root on a
-//! GPU machine, after building every binary of the workspace in the same profile:
-//!
-//! ```text
-//! cargo build --release --bins
-//! TESSERA_REAL_DRIVER_ROOT=/usr/local/nvidia NVML_LIB=/usr/local/nvidia/lib64/libnvidia-ml.so.1 \
-//!   cargo test --release -p tessera-node --test real_gpu -- --ignored --nocapture --test-threads=1
-//! ```
-//!
-//! The plugin inherits `NVML_LIB` (its `--nvml-lib`) and `NVIDIA_DEV_ROOT` (its `--dev-root`,
-//! `/` by default). On a machine without a GPU the same run against a fake driver root checks the
-//! test itself: lay one out with `tessera-fake-driver-root --layout gke --node-name node-a`
-//! (crates/fake-driver) and point the three variables at it.
+//! `tessera-kubelet-plugin` on an NVIDIA driver through its NVML backend, the way a container
+//! sees a claim: against a real GPU when one is named, and on every CI run against a fake driver
+//! root (crates/fake-driver) so the code path is exercised without one.
 //!
 //! The plugin runs its NVML backend against the driver (API server fake and kubelet simulator as
 //! in the other process tests). A claim's CDI spec is then applied to a root filesystem the way a
@@ -18,13 +8,34 @@
 //! and `tessera-gpu-check`, chrooted there, must see exactly the claimed GPU through CUDA, NVML
 //! and `nvidia-smi`. The MPS test checks the daemon the plugin starts from the driver root and
 //! what a client sees of it; the time-slicing test, that the driver's setting changes for the
-//! claim and comes back after it. Each test prints the spec and the checker's report, so a run on
-//! new hardware is also a record of it.
+//! claim and comes back after it. On a real GPU each test prints the spec and the checker's
+//! report, so a run on new hardware is also a record of it.
+//!
+//! Both modes need root (bind mounts, chroot) and `tessera-gpu-check` and `tessera-cdi-hook` built
+//! next to the plugin, in the same profile (`cargo test --workspace` builds them; so does
+//! `cargo build --bins`). Without them the tests say so and pass, except under `CI=true`, where
+//! they fail.
+//!
+//! **Fake driver (default).** `cargo test -p tessera-node --test real_gpu`: each test lays out a
+//! driver root and device root for the plugin's node (the `dgx-h100` topology; fake-nvml, fake
+//! CUDA, and this executable as the driver's `nvidia-smi` and MPS binaries, so it has its own
+//! `main`) and gives the plugin `NVML_LIB` and `NVIDIA_DEV_ROOT` pointing into them.
+//!
+//! **Real GPU.** Name the node's driver root; the plugin inherits `NVML_LIB` (its `--nvml-lib`)
+//! and `NVIDIA_DEV_ROOT` (its `--dev-root`, `/` by default). As root on the GPU machine:
+//!
+//! ```text
+//! cargo build --release --bins
+//! TESSERA_REAL_DRIVER_ROOT=/usr/local/nvidia NVML_LIB=/usr/local/nvidia/lib64/libnvidia-ml.so.1 \
+//!   cargo test --release -p tessera-node --test real_gpu
+//! ```
+//!
+//! A test name (or part of one) as the argument runs only the matching tests.
 
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use kube::ResourceExt;
@@ -32,16 +43,22 @@ use serde_json::{Value, json};
 use support::harness::{allocated_claim, claim_config};
 use support::process::*;
 use tessera_fake_apiserver::FakeApiServer;
+use tessera_fake_driver::layout::{self, Artifacts, Layout, NodeKind};
 use tessera_kubelet::ClaimRef;
 use tessera_kubelet::simulator::KubeletSimulator;
+use tessera_test_support::{harness, needed_libraries};
+use tessera_topology::{DeviceSource, MockSource};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn driver_root() -> String {
-    std::env::var("TESSERA_REAL_DRIVER_ROOT").expect(
-        "TESSERA_REAL_DRIVER_ROOT=<the node's NVIDIA driver root, e.g. / or /usr/local/nvidia>",
-    )
-}
+/// The variable naming a real driver root; unset, the tests run against a fake one.
+const REAL_DRIVER_ROOT: &str = "TESSERA_REAL_DRIVER_ROOT";
+
+/// The fake driver's node: the topology its GPUs come from.
+const FAKE_TOPOLOGY: &str = "dgx-h100";
+
+/// The binaries the tests run besides the plugin, built next to it.
+const SIBLINGS: &[&str] = &["tessera-gpu-check", "tessera-cdi-hook"];
 
 /// A binary built next to the plugin (`cargo build --bins` in the same profile).
 fn sibling(name: &str) -> PathBuf {
@@ -54,18 +71,140 @@ fn sibling(name: &str) -> PathBuf {
     path
 }
 
+/// Prints what a run on real hardware records of it (specs, checker reports); against the
+/// fake driver they are known and only make the log long.
+fn record(what: &str, value: &Value) {
+    if std::env::var_os(REAL_DRIVER_ROOT).is_some() {
+        println!("{what}: {value}");
+    }
+}
+
+/// Why these tests cannot run here (not root, a sibling binary missing), if so.
+fn cannot_run() -> Option<String> {
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Uid:")
+                .map(|u| u.split_whitespace().next().unwrap_or("").to_owned())
+        })
+        .unwrap_or_default();
+    if uid != "0" {
+        return Some("bind mounts and chroot need root".to_owned());
+    }
+    let plugin = Path::new(env!("CARGO_BIN_EXE_tessera-kubelet-plugin"));
+    SIBLINGS
+        .iter()
+        .find(|name| !plugin.with_file_name(name).exists())
+        .map(|name| {
+            format!("{name} is not built next to the plugin (cargo build --bins, same profile)")
+        })
+}
+
+/// The driver the plugin runs on: the real one named by [`REAL_DRIVER_ROOT`], or a fake one laid
+/// out for the test (removed when dropped).
+enum Driver {
+    Real {
+        root: PathBuf,
+    },
+    Fake {
+        _dir: tempfile::TempDir,
+        root: PathBuf,
+        dev_root: PathBuf,
+        library_dir: PathBuf,
+    },
+}
+
+impl Driver {
+    fn new() -> Driver {
+        if let Ok(root) = std::env::var(REAL_DRIVER_ROOT) {
+            return Driver::Real { root: root.into() };
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("driver");
+        let dev_root = dir.path().join("dev-root");
+        let inventory = MockSource::new(FAKE_TOPOLOGY)
+            .unwrap()
+            .for_node(NODE)
+            .inventory()
+            .unwrap();
+        layout::write_dev_root(&dev_root, &inventory, NodeKind::RegularFile).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let target = exe.parent().unwrap().parent().unwrap().to_path_buf();
+        let artifacts = Artifacts::in_dir(target).with_tool(exe);
+        let summary =
+            layout::write_driver_root(&root, Layout::Host, NODE, &inventory, &dev_root, &artifacts)
+                .unwrap();
+        let library_dir = root.join(summary.library_dir.strip_prefix("/").unwrap());
+        Driver::Fake {
+            _dir: dir,
+            root,
+            dev_root,
+            library_dir,
+        }
+    }
+
+    fn root(&self) -> &Path {
+        match self {
+            Driver::Real { root } | Driver::Fake { root, .. } => root,
+        }
+    }
+
+    /// What the plugin is given besides `--driver-root`: nothing for a real driver (it inherits
+    /// `NVML_LIB` and `NVIDIA_DEV_ROOT`), the fake's NVML and device root otherwise.
+    fn plugin_env(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Driver::Real { .. } => Vec::new(),
+            Driver::Fake {
+                dev_root,
+                library_dir,
+                ..
+            } => vec![
+                (
+                    "NVML_LIB",
+                    library_dir.join("libnvidia-ml.so.1").display().to_string(),
+                ),
+                ("NVIDIA_DEV_ROOT", dev_root.display().to_string()),
+            ],
+        }
+    }
+
+    /// The directory holding the driver's libraries, as the plugin puts it on the loader's
+    /// path for the driver's tools.
+    fn library_dir(&self) -> String {
+        match self {
+            Driver::Real { .. } => std::env::var("NVML_LIB")
+                .ok()
+                .and_then(|lib| Some(Path::new(&lib).parent()?.display().to_string()))
+                .unwrap_or_default(),
+            Driver::Fake { library_dir, .. } => library_dir.display().to_string(),
+        }
+    }
+
+    /// The driver's `nvidia-smi`.
+    fn nvidia_smi(&self) -> PathBuf {
+        ["bin/nvidia-smi", "usr/bin/nvidia-smi"]
+            .iter()
+            .map(|at| self.root().join(at))
+            .find(|path| path.exists())
+            .unwrap_or_else(|| panic!("no nvidia-smi in {}", self.root().display()))
+    }
+}
+
 fn run(program: &str, args: &[&str]) {
     let status = Command::new(program).args(args).status().unwrap();
     assert!(status.success(), "{program} {args:?}: {status}");
 }
 
-/// The plugin on the real driver, registered with a simulated kubelet.
+/// The plugin on the driver, registered with a simulated kubelet.
 struct RealNode {
     server: FakeApiServer,
     dirs: PluginDirs,
     _plugin: PluginProcess,
     kubelet: KubeletSimulator,
     _http: tessera_fake_apiserver::HttpServer,
+    /// Last: a fake driver root is removed only after the plugin using it has stopped.
+    driver: Driver,
 }
 
 impl RealNode {
@@ -74,12 +213,13 @@ impl RealNode {
         let http = server.serve_http().await.unwrap();
         seed_node(&server);
         let dirs = PluginDirs::new();
-        let root = driver_root();
+        let driver = Driver::new();
+        let root = driver.root().display().to_string();
         let plugin = PluginProcess::start(
             http.kubeconfig_path(),
             &dirs,
             &["--driver-root", &root],
-            &[],
+            &driver.plugin_env(),
         );
         let kubelet = register(&dirs).await;
         RealNode {
@@ -88,6 +228,7 @@ impl RealNode {
             _plugin: plugin,
             kubelet,
             _http: http,
+            driver,
         }
     }
 
@@ -127,7 +268,7 @@ impl RealNode {
             plugin_logs(&self.dirs)
         );
         let spec = spec_of(&self.dirs);
-        println!("spec of {name}: {spec}");
+        record(&format!("spec of {name}"), &spec);
         let parsed: tessera_cdi::Spec = serde_json::from_value(spec.clone()).unwrap();
         parsed.validate().unwrap();
         (reference, spec)
@@ -318,7 +459,7 @@ impl ContainerRoot {
             .unwrap();
         assert!(output.status.success(), "{output:?}");
         let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-        println!("checker: {report}");
+        record("checker", &report);
         report
     }
 }
@@ -331,23 +472,6 @@ impl Drop for ContainerRoot {
     }
 }
 
-/// The libraries `binary` needs, as `ldd` resolves them on this machine.
-fn needed_libraries(binary: &Path) -> Vec<PathBuf> {
-    let output = Command::new("ldd").arg(binary).output().unwrap();
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| {
-            let path = line
-                .split("=>")
-                .nth(1)
-                .unwrap_or(line)
-                .split_whitespace()
-                .next()?;
-            path.starts_with('/').then(|| PathBuf::from(path))
-        })
-        .collect()
-}
-
 fn uuids(report: &Value, pointer: &str) -> Vec<String> {
     report
         .pointer(pointer)
@@ -358,8 +482,6 @@ fn uuids(report: &Value, pointer: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a real NVIDIA GPU and root: see the module docs"]
 async fn a_claimed_gpu_is_all_a_container_sees() {
     let node = RealNode::start().await;
     let gpus = node.gpus().await;
@@ -381,8 +503,6 @@ async fn a_claimed_gpu_is_all_a_container_sees() {
     assert_eq!(std::fs::read_dir(node.dirs.path("cdi")).unwrap().count(), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a real NVIDIA GPU and root: see the module docs"]
 async fn an_mps_claim_runs_the_drivers_daemon_and_its_clients_see_the_limits() {
     let node = RealNode::start().await;
     let gpus = node.gpus().await;
@@ -404,34 +524,42 @@ async fn an_mps_claim_runs_the_drivers_daemon_and_its_clients_see_the_limits() {
     drop(root);
 
     node.unprepare(&reference).await;
+    let state = node.dirs.path("state").display().to_string();
+    let daemons = processes_with_env_under("CUDA_MPS_PIPE_DIRECTORY", &state);
     assert!(
-        !Command::new("pgrep")
-            .args(["-f", "nvidia-cuda-mps-control"])
-            .status()
-            .unwrap()
-            .success(),
-        "an MPS control daemon still runs after unprepare"
+        daemons.is_empty(),
+        "MPS processes of this plugin still run after unprepare: {daemons:?}"
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a real NVIDIA GPU and root: see the module docs"]
+/// The processes whose environment sets `variable` to a path under `dir`: (pid, command line).
+fn processes_with_env_under(variable: &str, dir: &str) -> Vec<(u32, String)> {
+    let prefix = format!("{variable}={dir}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let environ = std::fs::read(entry.path().join("environ")).ok()?;
+            environ
+                .split(|&b| b == 0)
+                .any(|var| var.starts_with(prefix.as_bytes()))
+                .then(|| {
+                    let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+                    (pid, String::from_utf8_lossy(&cmdline).replace('\0', " "))
+                })
+        })
+        .collect()
+}
+
 async fn a_time_slicing_claim_sets_and_restores_the_drivers_time_slice() {
     let node = RealNode::start().await;
     let gpus = node.gpus().await;
     let (device, uuid) = gpus[0].clone();
-    let smi = Path::new(&driver_root()).join("bin/nvidia-smi");
-    let smi = if smi.exists() {
-        smi
-    } else {
-        Path::new(&driver_root()).join("usr/bin/nvidia-smi")
-    };
+    let smi = node.driver.nvidia_smi();
     let policy = || {
         // As the plugin runs it: the driver's library directory on the loader's path.
-        let library_dir = std::env::var("NVML_LIB")
-            .ok()
-            .and_then(|lib| Some(Path::new(&lib).parent()?.display().to_string()))
-            .unwrap_or_default();
+        let library_dir = node.driver.library_dir();
         let output = Command::new(&smi)
             .args(["compute-policy", "-l", "-i", &uuid])
             .env("LD_LIBRARY_PATH", library_dir)
@@ -455,4 +583,55 @@ async fn a_time_slicing_claim_sets_and_restores_the_drivers_time_slice() {
     println!("after: {after}");
     assert_ne!(before, during, "the claim's time slice was not visible");
     assert_eq!(before, after, "unprepare did not restore the time slice");
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    // Run under a fake driver binary's name (a hard link in the fake root), act as it.
+    if let Some(status) = tessera_fake_driver::tool::main_if_named(&argv) {
+        return status;
+    }
+    if !argv.iter().any(|a| a == "--list") {
+        if let Some(reason) = cannot_run() {
+            if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+                println!("real_gpu: cannot run under CI=true: {reason}");
+                return ExitCode::FAILURE;
+            }
+            println!("real_gpu: skipped: {reason}");
+            return ExitCode::SUCCESS;
+        }
+        let mode = match std::env::var(REAL_DRIVER_ROOT) {
+            Ok(root) => format!("the real driver at {root}"),
+            Err(_) => format!("a fake driver root ({FAKE_TOPOLOGY})"),
+        };
+        println!("real_gpu: against {mode}");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    harness::run(
+        &argv,
+        &[
+            ("a_claimed_gpu_is_all_a_container_sees", &|| {
+                runtime.block_on(a_claimed_gpu_is_all_a_container_sees())
+            }),
+            (
+                "an_mps_claim_runs_the_drivers_daemon_and_its_clients_see_the_limits",
+                &|| {
+                    runtime.block_on(
+                        an_mps_claim_runs_the_drivers_daemon_and_its_clients_see_the_limits(),
+                    )
+                },
+            ),
+            (
+                "a_time_slicing_claim_sets_and_restores_the_drivers_time_slice",
+                &|| {
+                    runtime
+                        .block_on(a_time_slicing_claim_sets_and_restores_the_drivers_time_slice())
+                },
+            ),
+        ],
+    )
 }
