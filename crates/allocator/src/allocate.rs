@@ -14,6 +14,7 @@ use crate::result::allocation_results;
 use crate::search::{NodeSearch, SearchMode, Solution};
 use crate::state::AllocatedState;
 use crate::topology::TopologyScore;
+use crate::verdicts::{NodeUse, PlanResults, Stored, plan_key};
 
 /// Steps one node's search may take by default (each checked candidate or recursion is a step).
 /// About 50 ms of work on one core (docs/benchmarks.md); past it the search stops.
@@ -81,7 +82,8 @@ pub struct Allocation {
     pub claims: Vec<ClaimAllocation>,
     /// The placement's score (computed in both modes).
     pub score: TopologyScore,
-    /// Search steps taken, over all nodes evaluated.
+    /// Search steps taken, over all nodes searched in this call (topology-aware choice among
+    /// nodes answers unchanged nodes from stored results, which take none).
     pub steps: u64,
     /// Topology-aware search stopped at the step budget on the chosen node: the placement is valid
     /// and at least as good as first fit, but a better one may exist.
@@ -222,17 +224,50 @@ impl Inventory {
         let to_find = nodes_to_find(self.nodes().len());
         let mut found = 0usize;
         let mut first_error: Option<AllocateError> = None;
+        // Topology-aware choice among nodes: results of earlier allocations of the same claim
+        // shape are reused on nodes whose devices in use did not change (module `verdicts`).
+        let reuse = self
+            .reuse_results
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let mut cache =
+            (reuse && !first_fit && skip_quickly && !plan.has_first_available()).then(|| {
+                self.verdicts
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+            });
+        let mut cached = cache.as_mut().map(|c| {
+            let key = plan_key(plan.claims.iter().map(|c| c.claim), options.step_budget);
+            c.plan(key, self.nodes().len())
+        });
         for &position in positions {
             let pools = self.pools_for(position);
             if !first_fit && skip_quickly && !fits_at_all(self, pools, state, plan, min_devices) {
                 out.failed.push(position);
                 continue;
             }
+            let bound = out.best.as_ref().map(|(_, s, _)| s.score.comm_cost);
+            if let Some(results) = cached.as_deref_mut()
+                && let Some(stored) = self.stored_verdict(
+                    results,
+                    (position, pools),
+                    state,
+                    plan,
+                    options,
+                    (bound, &mut out.steps),
+                )
+            {
+                match stored {
+                    Some(s) if out.best.as_ref().is_none_or(|(_, b, _)| s.score < b.score) => {
+                        out.best = Some((position, s.clone(), false));
+                    }
+                    Some(_) => {}
+                    None => out.failed.push(position),
+                }
+                continue;
+            }
             let mode = match options.mode {
                 PlacementMode::FirstFit => SearchMode::FirstFit,
-                PlacementMode::TopologyAware => SearchMode::Best {
-                    bound: out.best.as_ref().map(|(_, s, _)| s.score.comm_cost),
-                },
+                PlacementMode::TopologyAware => SearchMode::Best { bound },
             };
             let verdict = NodeSearch::new(self, pools, state, plan, mode, options.step_budget)
                 .and_then(NodeSearch::run);
@@ -266,6 +301,46 @@ impl Inventory {
             Some(e) => Err(e),
             None => Ok(out),
         }
+    }
+
+    /// What the bounded best-of search on the node at `position` would return, answered from
+    /// the node's stored unbounded result (searched and stored first when the node's devices in
+    /// use changed): `Some(Some(solution))` a solution within `bound`, `Some(None)` nothing within
+    /// it. `None` when only the live search can tell (it stopped at the budget or failed).
+    /// The steps of a search run here are added to `steps`.
+    fn stored_verdict<'r>(
+        &self,
+        results: &'r mut PlanResults,
+        (position, pools): (usize, &NodePools),
+        state: &AllocatedState,
+        plan: &Plan<'_>,
+        options: &AllocateOptions,
+        (bound, steps): (Option<u64>, &mut u64),
+    ) -> Option<Option<&'r Solution>> {
+        let slot = &mut results.nodes[position];
+        if !slot
+            .as_ref()
+            .is_some_and(|s| s.uses.matches(self, pools, state))
+        {
+            *slot = None;
+            let mode = SearchMode::Best { bound: None };
+            let verdict = NodeSearch::new(self, pools, state, plan, mode, options.step_budget)
+                .and_then(NodeSearch::run)
+                .ok()
+                .filter(|v| !v.truncated)?;
+            *steps += verdict.steps;
+            *slot = Some(Stored {
+                uses: NodeUse::of(self, pools, state),
+                solution: verdict.solution,
+            });
+        }
+        let stored = slot.as_ref()?;
+        Some(
+            stored
+                .solution
+                .as_ref()
+                .filter(|s| bound.is_none_or(|b| s.score.comm_cost <= b)),
+        )
     }
 }
 

@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::api::core::v1::{Node, NodeSelector};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
@@ -15,6 +16,7 @@ use crate::node::NodeInfo;
 use crate::pools::NodePools;
 use crate::quantity::Amount;
 use crate::selection::{ClassEntry, SelectorCache, Verdict};
+use crate::verdicts::VerdictCache;
 
 /// A counter set published in a slice.
 #[derive(Debug)]
@@ -68,6 +70,10 @@ pub struct Inventory {
     /// Per node (same index as `nodes`): its pools, gathered on first use.
     node_pools: Vec<OnceLock<NodePools>>,
     pub(crate) selectors: SelectorCache,
+    /// Per-node search results of recent claim shapes (topology-aware choice among nodes).
+    pub(crate) verdicts: Mutex<VerdictCache>,
+    /// Whether [`Inventory::set_reuse_results`] left the stored results on.
+    pub(crate) reuse_results: AtomicBool,
 }
 
 impl Inventory {
@@ -90,6 +96,8 @@ impl Inventory {
             slices_by_pool: HashMap::new(),
             node_pools: Vec::new(),
             selectors: SelectorCache::default(),
+            verdicts: Mutex::default(),
+            reuse_results: AtomicBool::new(true),
         };
         let mut derived_nodes = BTreeSet::new();
         for slice in slices {
@@ -239,6 +247,20 @@ impl Inventory {
             }
         }
         Some(Ok(selected))
+    }
+
+    /// Whether a topology-aware choice among nodes may answer a node from the result stored for
+    /// an earlier claim of the same shape when the node's devices in use did not change (on by
+    /// default). The choice is the same either way; off, every node is searched again, which
+    /// the tests and benchmarks use to compare.
+    pub fn set_reuse_results(&self, reuse: bool) {
+        self.reuse_results.store(reuse, Ordering::Relaxed);
+        if !reuse {
+            *self
+                .verdicts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = VerdictCache::default();
+        }
     }
 
     /// Index of a node by name.

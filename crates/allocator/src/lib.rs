@@ -37,6 +37,7 @@ mod state;
 mod symmetry;
 mod taints;
 pub mod topology;
+mod verdicts;
 
 pub use allocate::{
     AllocateOptions, Allocation, ClaimAllocation, DEFAULT_STEP_BUDGET, Outcome, PlacementMode,

@@ -112,6 +112,14 @@ impl Plan<'_> {
     pub fn has_admin_access(&self) -> bool {
         self.slots.iter().any(|s| s.admin_access)
     }
+
+    /// Some request lists alternatives (`firstAvailable`).
+    pub fn has_first_available(&self) -> bool {
+        self.claims
+            .iter()
+            .flat_map(|c| &c.requests)
+            .any(|r| r.first_available)
+    }
 }
 
 /// `namespace/name` of a claim.
