@@ -16,6 +16,13 @@
 //!   by the allocator;
 //! - `dgx-topology-aware`: 128 dgx-h100 nodes rendered by crates/topology, 4-GPU claims until the
 //!   cluster is full (256), topology-aware;
+//! - `dgx-5000-fragmented`: 5,000 dgx-h100 nodes (40,000 GPUs), three of every four fragmented as
+//!   in the controller's placement benchmark (1 GPU; 2 GPUs across both NUMA nodes; 3 + 1 GPUs in
+//!   use), then 500 claims of 1, 2, 4 or 8 GPUs (weights 40/25/20/15, fixed seed), topology-aware,
+//!   once searching every node for every claim and once reusing each node's stored result while
+//!   its devices in use are unchanged (`Inventory::set_reuse_results`), one run each;
+//! - `step-bound`: a topology-aware search that runs into the default step bound (10 of 80
+//!   interchangeable-looking devices, too many for symmetry classes): time until it stops;
 //! - `budget`: an unsatisfiable claim (upstream issue 131730's shape): time until the search
 //!   (pruning, under the default bound) says it does not fit.
 
@@ -58,12 +65,22 @@ fn run(
     claims: Vec<ResourceClaim>,
     mode: PlacementMode,
 ) -> std::result::Result<Result, AllocateError> {
+    run_from(scenario, inventory, claims, mode, AllocatedState::new())
+}
+
+/// [`run`] from the devices in use in `state`.
+fn run_from(
+    scenario: &'static str,
+    inventory: &Inventory,
+    claims: Vec<ResourceClaim>,
+    mode: PlacementMode,
+    mut state: AllocatedState,
+) -> std::result::Result<Result, AllocateError> {
     let options = AllocateOptions {
         mode,
         explain: false,
         ..AllocateOptions::default()
     };
-    let mut state = AllocatedState::new();
     let mut latencies: Vec<Duration> = Vec::with_capacity(claims.len());
     let mut allocated = 0;
     let start = Instant::now();
@@ -142,6 +159,124 @@ fn dgx_topology_aware(mode: PlacementMode) -> Result {
     run("dgx-128-4gpu", &inventory, claims, mode).expect("allocation runs")
 }
 
+/// Claim sizes 1, 2, 4, 8 GPUs with weights 40/25/20/15 from a fixed seed (xorshift), as the
+/// controller's placement benchmark draws them.
+fn sizes(count: usize) -> Vec<i64> {
+    let mut x: u64 = 42;
+    (0..count)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x % 100 {
+                0..40 => 1,
+                40..65 => 2,
+                65..85 => 4,
+                _ => 8,
+            }
+        })
+        .collect()
+}
+
+fn dgx_5000(reuse: bool) -> Result {
+    const NODES: usize = 5000;
+    let inventory_of = tessera_topology::MockSource::new("dgx-h100")
+        .and_then(|s| tessera_topology::DeviceSource::inventory(&s))
+        .expect("shipped topology");
+    let name = |n: usize| format!("dgx-{n:04}");
+    let slices: Vec<ResourceSlice> = (0..NODES)
+        .flat_map(|n| {
+            tessera_topology::render_slices(
+                &inventory_of,
+                &tessera_topology::RenderOptions::new(name(n)),
+            )
+            .expect("renders")
+        })
+        .collect();
+    let inventory = Inventory::new(
+        slices,
+        vec![class(
+            "gpu.tessera.dev",
+            "device.driver == \"gpu.tessera.dev\" && device.attributes[\"gpu.tessera.dev\"].type == \"gpu\"",
+        )],
+        vec![],
+    );
+    inventory.set_reuse_results(reuse);
+    let mut state = AllocatedState::new();
+    for n in 0..NODES {
+        let taken: &[&str] = match n % 4 {
+            0 => &[],
+            1 => &["gpu-3"],
+            2 => &["gpu-1", "gpu-6"],
+            _ => &["gpu-0", "gpu-2", "gpu-5", "gpu-7"],
+        };
+        for device in taken {
+            state.insert_device(tessera_allocator::DeviceId::new(
+                "gpu.tessera.dev",
+                &name(n),
+                device,
+            ));
+        }
+    }
+    let claims = sizes(500)
+        .into_iter()
+        .enumerate()
+        .map(|(i, count)| claim(i, "gpu.tessera.dev", count))
+        .collect();
+    let scenario = if reuse {
+        "dgx-5000-fragmented, reusing stored results"
+    } else {
+        "dgx-5000-fragmented, searching every node"
+    };
+    run_from(
+        scenario,
+        &inventory,
+        claims,
+        PlacementMode::TopologyAware,
+        state,
+    )
+    .expect("allocation runs")
+}
+
+/// A topology-aware search that stops at the default step bound: milliseconds, and whether it
+/// stopped there (`truncated`).
+fn step_bound() -> (f64, bool) {
+    let mut slice = perf::slice(0, 10);
+    slice.spec.devices = Some(
+        (0..80)
+            .map(|d| Device {
+                name: format!("device-{d:02}"),
+                ..Default::default()
+            })
+            .collect(),
+    );
+    let inventory = Inventory::new(
+        vec![slice],
+        vec![class(
+            "perf",
+            &format!("device.driver == \"{PERF_DRIVER}\""),
+        )],
+        vec![],
+    );
+    let options = AllocateOptions {
+        mode: PlacementMode::TopologyAware,
+        explain: false,
+        ..AllocateOptions::default()
+    };
+    let start = Instant::now();
+    let outcome = inventory.allocate(
+        &[claim(0, "perf", 10)],
+        &AllocatedState::new(),
+        None,
+        &options,
+    );
+    let millis = start.elapsed().as_secs_f64() * 1e3;
+    match outcome {
+        Ok(Outcome::Allocated(a)) => (millis, a.truncated),
+        other => panic!("10 of 80 free devices fit: {other:?}"),
+    }
+}
+
 fn budget() -> (f64, String) {
     let slice = {
         let mut s = perf::slice(0, 10);
@@ -201,11 +336,14 @@ fn main() {
             .max_by(|a, b| a.claims_per_second.total_cmp(&b.claims_per_second))
             .expect("runs")
     };
-    let results = vec![
+    let mut results = vec![
         best(&scheduler_perf),
         best(&|| dgx_topology_aware(PlacementMode::TopologyAware)),
         best(&|| dgx_topology_aware(PlacementMode::FirstFit)),
     ];
+    results.push(dgx_5000(false));
+    results.push(dgx_5000(true));
+    let (bound_ms, bound_truncated) = step_bound();
     let (budget_ms, budget_error) = budget();
     let mut md = String::from(
         "| scenario | mode | claims | allocated | claims/s | mean µs | p50 µs | p99 µs | max µs |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
@@ -227,10 +365,19 @@ fn main() {
     md.push_str(&format!(
         "\nUnsatisfiable claim (12 of 40 devices + one impossible request): decided after {budget_ms:.2} ms.\n"
     ));
+    md.push_str(&format!(
+        "\nTopology-aware search of 10 of 80 devices: stopped at the default step bound ({} steps, truncated: {bound_truncated}) after {bound_ms:.0} ms.\n",
+        tessera_allocator::DEFAULT_STEP_BUDGET
+    ));
     print!("{md}");
     println!("unsatisfiable claim: {budget_error}");
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let json = serde_json::json!({ "results": results, "budgetMillis": budget_ms });
+    let json = serde_json::json!({
+        "results": results,
+        "budgetMillis": budget_ms,
+        "stepBoundMillis": bound_ms,
+        "stepBoundTruncated": bound_truncated,
+    });
     std::fs::write(
         dir.join("allocator.json"),
         serde_json::to_string_pretty(&json).expect("serializes"),

@@ -241,10 +241,6 @@ impl Inventory {
         });
         for &position in positions {
             let pools = self.pools_for(position);
-            if !first_fit && skip_quickly && !fits_at_all(self, pools, state, plan, min_devices) {
-                out.failed.push(position);
-                continue;
-            }
             let bound = out.best.as_ref().map(|(_, s, _)| s.score.comm_cost);
             if let Some(results) = cached.as_deref_mut()
                 && let Some(stored) = self.stored_verdict(
@@ -253,7 +249,7 @@ impl Inventory {
                     state,
                     plan,
                     options,
-                    (bound, &mut out.steps),
+                    (bound, min_devices, &mut out.steps),
                 )
             {
                 match stored {
@@ -263,6 +259,10 @@ impl Inventory {
                     Some(_) => {}
                     None => out.failed.push(position),
                 }
+                continue;
+            }
+            if !first_fit && skip_quickly && !fits_at_all(self, pools, state, plan, min_devices) {
+                out.failed.push(position);
                 continue;
             }
             let mode = match options.mode {
@@ -306,8 +306,9 @@ impl Inventory {
     /// What the bounded best-of search on the node at `position` would return, answered from
     /// the node's stored unbounded result (searched and stored first when the node's devices in
     /// use changed): `Some(Some(solution))` a solution within `bound`, `Some(None)` nothing within
-    /// it. `None` when only the live search can tell (it stopped at the budget or failed).
-    /// The steps of a search run here are added to `steps`.
+    /// it, or too few free devices to try ([`fits_at_all`]). `None` when only the live search can
+    /// tell (it stopped at the budget or failed). The steps of a search run here are added to
+    /// `steps`.
     fn stored_verdict<'r>(
         &self,
         results: &'r mut PlanResults,
@@ -315,7 +316,7 @@ impl Inventory {
         state: &AllocatedState,
         plan: &Plan<'_>,
         options: &AllocateOptions,
-        (bound, steps): (Option<u64>, &mut u64),
+        (bound, min_devices, steps): (Option<u64>, usize, &mut u64),
     ) -> Option<Option<&'r Solution>> {
         let slot = &mut results.nodes[position];
         if !slot
@@ -323,15 +324,20 @@ impl Inventory {
             .is_some_and(|s| s.uses.matches(self, pools, state))
         {
             *slot = None;
-            let mode = SearchMode::Best { bound: None };
-            let verdict = NodeSearch::new(self, pools, state, plan, mode, options.step_budget)
-                .and_then(NodeSearch::run)
-                .ok()
-                .filter(|v| !v.truncated)?;
-            *steps += verdict.steps;
+            let solution = if fits_at_all(self, pools, state, plan, min_devices) {
+                let mode = SearchMode::Best { bound: None };
+                let verdict = NodeSearch::new(self, pools, state, plan, mode, options.step_budget)
+                    .and_then(NodeSearch::run)
+                    .ok()
+                    .filter(|v| !v.truncated)?;
+                *steps += verdict.steps;
+                verdict.solution
+            } else {
+                None
+            };
             *slot = Some(Stored {
                 uses: NodeUse::of(self, pools, state),
-                solution: verdict.solution,
+                solution,
             });
         }
         let stored = slot.as_ref()?;

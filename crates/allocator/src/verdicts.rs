@@ -110,7 +110,8 @@ fn consumers<'i>(inv: &'i Inventory, np: &'i NodePools) -> impl Iterator<Item = 
 #[derive(Debug)]
 pub(crate) struct Stored {
     pub uses: NodeUse,
-    /// The node's best solution without a bound, `None` when nothing fits.
+    /// The node's best solution without a bound, `None` when nothing fits (or too few devices are
+    /// free to try).
     pub solution: Option<Solution>,
 }
 
