@@ -361,6 +361,26 @@ pub(crate) fn check_resource_version(
     let stored = old
         .pointer("/metadata/resourceVersion")
         .and_then(Value::as_str);
+    // A UID in the body is a precondition too, as upstream's: the object must be that one, not
+    // another created under the same name.
+    let uid = |object: &Value| {
+        object
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    if let (Some(wanted), Some(stored)) = (uid(body), uid(old))
+        && !wanted.is_empty()
+        && wanted != stored
+    {
+        return Err(ApiError::new(
+            409,
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {wanted}, UID in object meta: {stored}",
+                target.resource_name()
+            ),
+        ));
+    }
     match wanted {
         Some(wanted) if !wanted.is_empty() && Some(wanted) != stored => {
             Err(ApiError::conflict(&target.resource_name(), name))

@@ -42,6 +42,7 @@
 
 pub mod cdi_spec;
 pub mod checkpoint;
+pub mod claim_status;
 pub mod claims;
 pub mod crash;
 pub mod driver;

@@ -1,7 +1,8 @@
 //! The node plugin's composition root: [`NodePlugin`] starts its parts in order and stops them
 //! with one [`Stop`].
 //!
-//! Parts: claim preparation ([`NodeDriver`], served to the kubelet on its sockets), the publish
+//! Parts: claim preparation ([`NodeDriver`], served to the kubelet on its sockets), the writer of
+//! prepared claims' `status.devices` ([`crate::claim_status`]), the publish
 //! loop and the watch of this node's Node object ([`crate::publish`]), the health monitor when
 //! there is NVML ([`crate::health`]), and the HTTP endpoints (`tessera-runtime`).
 //!
@@ -33,6 +34,7 @@ use tessera_topology::{DeviceSource, MockSource, SourceError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::claim_status::StatusWriter;
 use crate::claims::KubeClaimSource;
 use crate::health::monitor::{HealthMonitor, HealthSettings, MAX_SILENCE};
 use crate::health::{SharedFindings, WithDeviceHealth};
@@ -171,7 +173,14 @@ impl NodePlugin {
         let mut registry = Registry::default();
         let metrics = NodeMetrics::new(&mut registry);
         let (kubelet_health, kubelet_health_feed) = watch::channel(Vec::new());
-        let driver = start_driver(&config, &clients.requests, &devices, injection).await?;
+        let stop = Stop::new();
+        let stop_on_drop = stop.clone().drop_guard();
+        // status.devices of prepared claims, written in the background (prepare never waits).
+        let (status_writer, status_task) =
+            StatusWriter::spawn(clients.requests.clone(), stop.clone());
+        let driver = start_driver(&config, &clients.requests, &devices, injection)
+            .await?
+            .report_status(status_writer);
         let recovery = driver.recovery();
         let driver = InstrumentedDriver::new(driver, metrics.clone(), Some(NodeDriver::stats));
         let kubelet = PluginConfig::new(DRIVER_NAME)
@@ -183,7 +192,6 @@ impl NodePlugin {
             .bind(Arc::new(WithDeviceHealth::new(driver, kubelet_health_feed)))
             .map_err(PluginError::Sockets)?;
 
-        let stop = Stop::new();
         let shared = Shared {
             config: &config,
             clients,
@@ -194,6 +202,7 @@ impl NodePlugin {
         };
         let (published, published_feed) = watch::channel(false);
         let mut background = Background::default();
+        background.parts.push(("claim status writer", status_task));
         background.publish(&shared, &kubelet, kubelet_health, published);
         if let Some(events) = devices.health_events {
             background.monitor(&shared, events);
@@ -212,7 +221,7 @@ impl NodePlugin {
         Ok(NodePlugin {
             node_name: config.node_name.clone(),
             kubelet,
-            _stop_on_drop: stop.clone().drop_guard(),
+            _stop_on_drop: stop_on_drop,
             stop,
             parts,
             endpoints,

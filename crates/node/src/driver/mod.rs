@@ -81,6 +81,7 @@ pub use error::{ClaimError, ClaimFailure};
 pub use recovery::StartupReport;
 
 use crate::checkpoint::{CheckpointStore, CheckpointStoreError, DEFAULT_BOOT_ID_PATH};
+use crate::claim_status::{ClaimKey, ClaimStatusSink, device_statuses};
 use crate::claims::ClaimSource;
 use crate::injection::DriverInjection;
 use crate::inventory::NodeInventory;
@@ -235,6 +236,8 @@ impl Core {
 #[derive(Clone)]
 pub struct NodeDriver {
     core: Arc<Core>,
+    /// Where prepared and unprepared claims are reported (`status.devices`), if anywhere.
+    status: Option<Arc<dyn ClaimStatusSink>>,
 }
 
 impl std::fmt::Debug for NodeDriver {
@@ -254,6 +257,19 @@ impl NodeDriver {
         parts: DriverParts,
     ) -> Result<(NodeDriver, StartupReport), StartError> {
         recovery::start(config, parts).await
+    }
+
+    /// Reports every claim prepared from now on to `sink` (and unprepared: its entries go), and
+    /// at once every claim already prepared (a restarted plugin writes its entries again; writes
+    /// are idempotent). Prepare never waits for the sink.
+    pub fn report_status(mut self, sink: Arc<dyn ClaimStatusSink>) -> Self {
+        for (uid, record) in self.core.store.records() {
+            if record.state == tessera_api::checkpoint::ClaimState::PrepareCompleted {
+                sink.prepared(claim_key(&uid, &record), self.core.device_statuses(&record));
+            }
+        }
+        self.status = Some(sink);
+        self
     }
 
     /// The counters.
@@ -286,6 +302,28 @@ impl NodeDriver {
     /// The CDI spec file of claim `claim_uid` (whether or not it exists).
     pub fn cdi_spec_path(&self, claim_uid: &str) -> Option<PathBuf> {
         self.core.specs.path_of(claim_uid).ok()
+    }
+}
+
+fn claim_key(uid: &str, record: &tessera_api::checkpoint::ClaimRecord) -> ClaimKey {
+    ClaimKey {
+        namespace: record.namespace.clone(),
+        name: record.name.clone(),
+        uid: uid.to_owned(),
+    }
+}
+
+impl Core {
+    /// The `status.devices` entries of a prepared claim, products from the inventory.
+    fn device_statuses(
+        &self,
+        record: &tessera_api::checkpoint::ClaimRecord,
+    ) -> Vec<k8s_openapi::api::resource::v1::AllocatedDeviceStatus> {
+        let inventory = self.inventory();
+        device_statuses(record, |uuid| {
+            let gpu = inventory.gpus.iter().find(|g| g.uuid == uuid)?;
+            Some(gpu.product_name.clone())
+        })
     }
 }
 
@@ -382,6 +420,16 @@ impl DraDriver for NodeDriver {
         });
         results.extend(prepared.await);
         drop(gate);
+        if let Some(sink) = &self.status {
+            let records = self.core.store.records();
+            for claim in &to_read {
+                let record = records.get(claim.uid.as_str());
+                if let (Some(Ok(_)), Some(record)) = (results.get(&claim.uid), record) {
+                    let key = claim_key(claim.uid.as_str(), record);
+                    sink.prepared(key, self.core.device_statuses(record));
+                }
+            }
+        }
         for (uid, object, notes) in translated {
             if matches!(results.get(&uid), Some(Ok(_))) {
                 self.note_translation(object, notes);
@@ -398,10 +446,22 @@ impl DraDriver for NodeDriver {
         let held = self.core.locks.lock(&uids_of(&claims)).await;
         let core = Arc::clone(&self.core);
         let batch = claims.clone();
-        blocking(&claims, move || {
+        let results = blocking(&claims, move || {
             let _held = held;
             core.unprepare_batch(batch)
         })
-        .await
+        .await;
+        if let Some(sink) = &self.status {
+            for claim in &claims {
+                if matches!(results.get(&claim.uid), Some(Ok(_))) {
+                    sink.unprepared(ClaimKey {
+                        namespace: claim.namespace.clone(),
+                        name: claim.name.clone(),
+                        uid: claim.uid.to_string(),
+                    });
+                }
+            }
+        }
+        results
     }
 }

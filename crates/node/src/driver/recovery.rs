@@ -188,7 +188,7 @@ pub(super) async fn start(
         recovery_errors: AtomicU64::new(0),
     });
     let report = recover_or_retry_later(&core, report).await;
-    Ok((NodeDriver { core }, report))
+    Ok((NodeDriver { core, status: None }, report))
 }
 
 /// Who the checkpoint belongs to: this node, its pool (named after the node) and its GPUs.

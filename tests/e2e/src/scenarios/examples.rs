@@ -149,14 +149,21 @@ fn count(claim: &AllocatedClaim, expected: usize) -> anyhow::Result<()> {
 }
 
 pub async fn single_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
-    let outcome = run_example(ctx, "single-gpu", |run| {
+    let expect = |run: &ExampleRun| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
         untainted(run, &claim)?;
         let device = &claim.devices(&run.published)?[0];
         ensure!(device.is_whole_gpu(), "{} is not a whole GPU", device.name);
         Ok(())
-    })
+    };
+    // While it runs, the plugin has told the claim which GPU it is (status.devices).
+    let outcome = run_example_with(
+        ctx,
+        "single-gpu",
+        expect,
+        Some(super::live::device_status_holds_uuid),
+    )
     .await?;
     if ctx.observer.expects_checker() {
         // The other side: a pod without a claim, on a node with GPUs and a driver, sees none.

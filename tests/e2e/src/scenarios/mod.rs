@@ -3,6 +3,7 @@
 
 mod examples;
 mod invalid_config;
+mod live;
 mod mps_restart;
 mod restart;
 mod sharing;
@@ -49,7 +50,7 @@ pub fn all() -> Vec<Scenario> {
         ),
         scenario!(
             "single-gpu",
-            "deploy/examples/single-gpu: one whole GPU, prepared and unprepared",
+            "deploy/examples/single-gpu: one whole GPU, prepared (its claim's status.devices holds the GPU's UUID) and unprepared",
             examples::single_gpu
         ),
         scenario!(

@@ -1,0 +1,193 @@
+//! `status.devices` (KEP-4817): what the driver reports for prepared and unprepared claims, and
+//! how the writer puts it on the claim through the API server (server-side apply of the status,
+//! retried in the background, never for a claim that is gone).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
+use tessera_kubelet::DraDriver;
+use tessera_node::claim_status::{ClaimKey, ClaimStatusSink, RecordedStatus, StatusWriter};
+use tessera_node::plan::MigMode;
+use tessera_runtime::Stop;
+
+use support::harness::{Harness, allocated_claim, uid_of};
+
+fn data(status: &k8s_openapi::api::resource::v1::AllocatedDeviceStatus) -> Value {
+    status
+        .data
+        .as_ref()
+        .map(|d| d.0.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn prepare_reports_each_device_with_its_uuid_and_unprepare_takes_it_back() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let (driver, _) = h.start().await;
+    let recorded = Arc::new(RecordedStatus::default());
+    // A claim prepared before the sink is attached is reported when it is attached (restart).
+    let early = h.claim("early", &[("gpu", "gpu-2")], vec![]);
+    driver.prepare(vec![early.clone()]).await[&early.uid]
+        .clone()
+        .unwrap();
+    let driver = driver.report_status(recorded.clone());
+    let reported = |uid: &str| recorded.claims.lock().unwrap().get(uid).cloned();
+    let early_devices = reported(early.uid.as_str()).expect("the earlier claim is reported");
+    assert_eq!(data(&early_devices[0])["uuid"], json!(h.gpu_uuid(2)));
+
+    let claim = h.claim("train", &[("gpus", "gpu-0"), ("gpus", "gpu-3")], vec![]);
+    driver.prepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    let devices = reported(claim.uid.as_str()).expect("the prepared claim is reported");
+    assert_eq!(devices.len(), 2);
+    assert_eq!(devices[1].driver, "gpu.tessera.dev");
+    assert_eq!(devices[1].pool, "node-a");
+    assert_eq!(devices[1].device, "gpu-3");
+    assert_eq!(devices[1].share_id, None);
+    let gpu3 = data(&devices[1]);
+    assert_eq!(gpu3["uuid"], json!(h.gpu_uuid(3)));
+    assert_eq!(gpu3["gpuUUID"], json!(h.gpu_uuid(3)));
+    assert_eq!(gpu3["minor"], json!(3));
+    assert!(
+        gpu3["product"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("H100"),
+        "{gpu3}"
+    );
+    assert_eq!(gpu3.get("migProfile"), None);
+
+    // A failed claim is not reported.
+    let bad = h.claim("bad", &[("gpu", "gpu-99")], vec![]);
+    assert!(driver.prepare(vec![bad.clone()]).await[&bad.uid].is_err());
+    assert_eq!(reported(bad.uid.as_str()), None);
+
+    driver.unprepare(vec![claim.clone()]).await[&claim.uid]
+        .clone()
+        .unwrap();
+    assert_eq!(reported(claim.uid.as_str()), Some(Vec::new()));
+}
+
+#[tokio::test]
+async fn mig_devices_report_the_mig_uuid_and_profile() {
+    let h = Harness::new("hgx-a100-mig", MigMode::Static);
+    let (driver, _) = h.start().await;
+    let recorded = Arc::new(RecordedStatus::default());
+    let driver = driver.report_status(recorded.clone());
+    let mig = h
+        .inventory
+        .gpus
+        .iter()
+        .find_map(|g| {
+            let state = g.mig.as_ref()?;
+            let instance = state.instances.first()?;
+            let profile = state.profiles.iter().find(|p| p.name == instance.profile)?;
+            let label = tessera_topology::profile_label(&profile.name);
+            Some((
+                format!("gpu-{}-mig-{label}-{}", g.minor, instance.placement_start),
+                instance.uuid.clone(),
+                profile.name.clone(),
+            ))
+        })
+        .expect("hgx-a100-mig has a MIG instance");
+    let claim = h.claim("slice", &[("mig", &mig.0)], vec![]);
+    let prepared = driver.prepare(vec![claim.clone()]).await;
+    prepared[&claim.uid].clone().unwrap();
+    let devices = recorded.claims.lock().unwrap()[claim.uid.as_str()].clone();
+    let slice = data(&devices[0]);
+    assert_eq!(slice["uuid"], json!(mig.1));
+    assert_eq!(slice["migProfile"], json!(mig.2));
+    assert_ne!(slice["gpuUUID"], slice["uuid"]);
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn devices_on_server(server: &FakeApiServer, name: &str) -> Value {
+    let claim = server
+        .get_json("resourceclaims", Some("ml"), name)
+        .expect("the claim exists");
+    claim["status"]["devices"].clone()
+}
+
+#[tokio::test]
+async fn the_writer_applies_entries_retries_failures_and_removes_them() {
+    let server = FakeApiServer::new();
+    server.seed(&allocated_claim("train", &[("gpus", "gpu-0")], vec![]));
+    let stop = Stop::new();
+    let (writer, task) = StatusWriter::spawn(server.client(), stop.clone());
+    let key = ClaimKey {
+        namespace: "ml".into(),
+        name: "train".into(),
+        uid: uid_of("train"),
+    };
+    let entry: k8s_openapi::api::resource::v1::AllocatedDeviceStatus =
+        serde_json::from_value(json!({
+            "driver": "gpu.tessera.dev", "pool": "node-a", "device": "gpu-0",
+            "data": {"uuid": "GPU-0000", "gpuUUID": "GPU-0000", "minor": 0},
+        }))
+        .unwrap();
+
+    // The first two writes fail; the writer keeps the claim and tries again.
+    server.inject(Fault::on(Verb::Apply, "resourceclaims/status").times(2));
+    writer.prepared(key.clone(), vec![entry.clone()]);
+    eventually("status.devices written", || {
+        devices_on_server(&server, "train")[0]["data"]["uuid"] == json!("GPU-0000")
+    })
+    .await;
+    assert!(server.request_count(Verb::Apply, "resourceclaims/status") >= 3);
+    eventually("nothing pending", || writer.pending() == 0).await;
+    let written = devices_on_server(&server, "train");
+    assert_eq!(written[0]["device"], json!("gpu-0"));
+    assert_eq!(written[0]["pool"], json!("node-a"));
+
+    writer.unprepared(key.clone());
+    eventually("status.devices removed", || {
+        devices_on_server(&server, "train")
+            .as_array()
+            .is_none_or(Vec::is_empty)
+    })
+    .await;
+
+    // A claim that is gone, or replaced under the same name (another UID), is not retried.
+    writer.prepared(
+        ClaimKey {
+            name: "gone".into(),
+            uid: uid_of("gone"),
+            ..key.clone()
+        },
+        vec![entry.clone()],
+    );
+    writer.prepared(
+        ClaimKey {
+            uid: "another-uid".into(),
+            ..key.clone()
+        },
+        vec![entry],
+    );
+    eventually("both dropped", || writer.pending() == 0).await;
+    assert!(
+        devices_on_server(&server, "train")
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "a write with another claim's UID must not land"
+    );
+
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the writer stops")
+        .unwrap();
+}
