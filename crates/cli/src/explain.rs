@@ -44,14 +44,32 @@ impl From<Mode> for PlacementMode {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("target").required(true).args(["claim", "pod"])))]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["claim", "pod", "target"])))]
 pub struct ExplainArgs {
+    /// What to explain, kubectl style: `pod/NAME` or `claim/NAME` (`resourceclaim/NAME`), in
+    /// `--namespace`; the same as `--pod` / `--claim`.
+    #[arg(value_name = "TYPE/NAME", conflicts_with_all = ["claim", "pod"])]
+    pub target: Option<String>,
+
+    /// The namespace of `TYPE/NAME` (and of a `--pod`/`--claim` given without one).
+    #[arg(
+        short = 'n',
+        long,
+        env = "TESSERA_NAMESPACE",
+        default_value = "default"
+    )]
+    pub namespace: String,
+
     /// Files or directories of YAML/JSON: ResourceSlices, DeviceClasses, ResourceClaims (allocated
     /// ones count as in use), Nodes (for a claim optional: without them the nodes are those named
     /// by the slices; for a pod required), and for `--pod` the Pods (bound ones count on their
     /// node) and ResourceClaimTemplates. `List` objects are unpacked; other kinds are skipped.
-    #[arg(long, env = "TESSERA_OBJECTS", num_args = 1.., required = true, value_delimiter = ',')]
+    /// Without it, the same objects are read from the live cluster (kubeconfig).
+    #[arg(long, env = "TESSERA_OBJECTS", num_args = 1.., value_delimiter = ',')]
     pub objects: Vec<PathBuf>,
+
+    #[command(flatten)]
+    pub cluster: crate::live::ClusterArgs,
 
     /// The claim to explain, as NAMESPACE/NAME (a claim without a namespace is in `default`):
     /// allocated as written, as kube-scheduler's allocator would (a topology-managed device's
@@ -220,18 +238,36 @@ fn qualified(claim: &ResourceClaim) -> String {
     }
 }
 
-/// `NAMESPACE/NAME`, `default/NAME` for a bare name.
-fn namespaced(key: &str) -> String {
+/// `NAMESPACE/NAME`, `<namespace>/NAME` for a bare name.
+fn namespaced(key: &str, namespace: &str) -> String {
     if key.contains('/') {
         key.to_owned()
     } else {
-        format!("default/{key}")
+        format!("{namespace}/{key}")
+    }
+}
+
+/// The pod and claim to explain, from `--pod`/`--claim` or `TYPE/NAME`.
+fn targets(args: &ExplainArgs) -> anyhow::Result<(Option<String>, Option<String>)> {
+    let Some(target) = &args.target else {
+        return Ok((args.pod.clone(), args.claim.clone()));
+    };
+    let Some((kind, name)) = target.split_once('/') else {
+        bail!("`{target}`: name what to explain as pod/NAME or claim/NAME");
+    };
+    let name = format!("{}/{name}", args.namespace);
+    match kind.to_ascii_lowercase().as_str() {
+        "pod" | "pods" | "po" => Ok((Some(name), None)),
+        "claim" | "claims" | "resourceclaim" | "resourceclaims" => Ok((None, Some(name))),
+        other => bail!("`{target}`: cannot explain a `{other}`; name a pod/NAME or a claim/NAME"),
     }
 }
 
 pub fn run(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
-    let objects = Objects::load(&args.objects)?;
-    match (&args.pod, &args.claim) {
+    let (pod, claim) = targets(args)?;
+    let objects = crate::live::objects(&args.objects, &args.cluster)?;
+    let namespaced = |key: &str| namespaced(key, &args.namespace);
+    match (&pod, &claim) {
         (Some(pod), _) => {
             let mut settings = Settings::new(&args.gate_name);
             settings.options.step_budget = args.step_budget;

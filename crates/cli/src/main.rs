@@ -1,19 +1,23 @@
 //! `tessera`: what a node would publish, why a claim can or cannot be allocated, placement
-//! quality on a synthetic cluster, a linter for DeviceClasses and claims, and the migration of
-//! NVIDIA DRA manifests and device-plugin configs.
+//! quality on a synthetic cluster, a linter for DeviceClasses and claims, the migration of
+//! NVIDIA DRA manifests and device-plugin configs, and who holds which GPU (`top`).
 //!
 //! Each subcommand lives in a module of its own; `main` only parses arguments and dispatches.
+//! Installed as `kubectl-tessera` (a link or copy of the same binary), it is the kubectl plugin
+//! `kubectl tessera`: the name it was started under picks the name its help and completions use.
 
 mod explain;
 mod inventory;
+mod live;
 mod migrate;
 mod schema;
 mod simulate;
+mod top;
 mod validate;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -46,10 +50,48 @@ enum Command {
     /// when everything was carried over, 1 when something was not, 2 on unreadable input.
     #[command(long_about = None)]
     Migrate(migrate::MigrateArgs),
+    /// Show the cluster's GPUs and who holds them: per node each GPU (and MIG device in use)
+    /// with its product, NVLink island, claim and pods, then free GPUs per island. Reads the live
+    /// cluster (kubeconfig) or --objects files.
+    Top(top::TopArgs),
+    /// Print a shell completion script: `source <(tessera completions bash)`; as a kubectl plugin,
+    /// `kubectl-tessera completions bash`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// The kubectl plugin's file name: started under it, the CLI calls itself `kubectl tessera`.
+const KUBECTL_PLUGIN: &str = "kubectl-tessera";
+
+/// The command, named after how it was started.
+fn command() -> clap::Command {
+    let started_as = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let command = Args::command();
+    if started_as.starts_with(KUBECTL_PLUGIN) {
+        command.bin_name("kubectl tessera").name(KUBECTL_PLUGIN)
+    } else {
+        command
+    }
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let mut command = command();
+    let args = match Args::from_arg_matches(&command.clone().get_matches()) {
+        Ok(args) => args,
+        Err(e) => e.format(&mut command).exit(),
+    };
+    if let Command::Completions { shell } = &args.command {
+        let name = command.get_name().to_owned();
+        clap_complete::generate(*shell, &mut command, name, &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
     match run(args) {
         Ok(code) => code,
         Err(e) => {
@@ -70,5 +112,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Simulate(a) => simulate::run(&a, out).map(|()| ExitCode::SUCCESS),
         Command::Validate(a) => validate::run(&a, out, &mut std::io::stderr().lock()),
         Command::Migrate(a) => migrate::run(&a, out, &mut std::io::stderr().lock()),
+        Command::Top(a) => top::run(&a, out).map(|()| ExitCode::SUCCESS),
+        Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     }
 }

@@ -30,10 +30,36 @@ pub struct ValidateArgs {
     /// documents per file and `kind: List` are fine; other kinds are skipped with a note).
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
+
+    /// Output format: `text` (one finding a line) or `json` (`{"findings": [{"file", "object",
+    /// "path", "problem"}], "checked", "files", "unreadable": [{"file", "error"}]}` on stdout).
+    #[arg(
+        short = 'o',
+        long,
+        env = "TESSERA_OUTPUT",
+        value_enum,
+        default_value = "text"
+    )]
+    output: crate::explain::OutputFormat,
+}
+
+/// What `-o json` prints.
+#[derive(Debug, Default, serde::Serialize)]
+struct JsonReport {
+    findings: Vec<Finding>,
+    checked: usize,
+    files: usize,
+    unreadable: Vec<Unreadable>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Unreadable {
+    file: String,
+    error: String,
 }
 
 /// One problem found in one object.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Finding {
     pub file: String,
     pub object: String,
@@ -62,12 +88,18 @@ pub fn run(
     let mut findings = 0usize;
     let mut checked = 0usize;
     let mut unreadable = 0usize;
+    let json = args.output == crate::explain::OutputFormat::Json;
+    let mut report = JsonReport::default();
     for path in &args.files {
         let file = path.display().to_string();
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(e) => {
                 writeln!(err, "error: {file}: cannot read: {e}")?;
+                report.unreadable.push(Unreadable {
+                    file,
+                    error: format!("cannot read: {e}"),
+                });
                 unreadable += 1;
                 continue;
             }
@@ -76,6 +108,10 @@ pub fn run(
             Ok(objects) => objects,
             Err(e) => {
                 writeln!(err, "error: {file}: not valid YAML: {e}")?;
+                report.unreadable.push(Unreadable {
+                    file,
+                    error: format!("not valid YAML: {e}"),
+                });
                 unreadable += 1;
                 continue;
             }
@@ -96,12 +132,22 @@ pub fn run(
                 .into_iter()
                 .chain(across)
             {
-                writeln!(out, "{finding}")?;
+                if json {
+                    report.findings.push(finding);
+                } else {
+                    writeln!(out, "{finding}")?;
+                }
                 findings += 1;
             }
         }
     }
     let files = args.files.len() - unreadable;
+    if json {
+        report.checked = checked;
+        report.files = files;
+        serde_json::to_writer_pretty(&mut *out, &report)?;
+        writeln!(out)?;
+    }
     let summary = if findings == 0 {
         format!("{checked} object(s) in {files} file(s): no findings")
     } else {

@@ -42,22 +42,64 @@ fn write_objects(api: &FakeApiServer, dir: &Path) {
     std::fs::write(dir.join("objects.yaml"), text.join("---\n")).unwrap();
 }
 
-/// What `tessera explain --pod` says the controller does.
-fn explained(api: &FakeApiServer, pod: &str) -> (Value, Verdict) {
-    let dir = tempfile::tempdir().unwrap();
-    write_objects(api, dir.path());
-    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["explain", "--objects"])
-        .arg(dir.path())
-        .args(["--pod", &format!("{NS}/{pod}"), "-o", "json"])
-        .output()
-        .expect("the tessera binary runs");
+/// `value` without `allocationTimestamp`s (each run decides at its own time).
+fn without_timestamps(mut value: Value) -> Value {
+    fn strip(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                map.remove("allocationTimestamp");
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut value);
+    value
+}
+
+/// Runs `command`, requires success and returns its JSON output.
+fn json_of(command: &mut Command) -> Value {
+    let out = command.output().expect("the tessera binary runs");
     assert!(
         out.status.success(),
         "tessera explain failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON output");
+    serde_json::from_slice(&out.stdout).expect("JSON output")
+}
+
+/// What `tessera explain --pod` says the controller does, from the objects written to files; and
+/// `kubectl tessera explain pod/NAME` (the binary started as `kubectl-tessera`) reading the same
+/// objects from the API server through a kubeconfig must say exactly the same.
+async fn explained(api: &FakeApiServer, pod: &str) -> (Value, Verdict) {
+    let dir = tempfile::tempdir().unwrap();
+    write_objects(api, dir.path());
+    let report = json_of(
+        Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["explain", "--objects"])
+            .arg(dir.path())
+            .args(["--pod", &format!("{NS}/{pod}"), "-o", "json"]),
+    );
+    let server = api.serve_http().await.expect("the fake serves HTTP");
+    let plugin = dir.path().join("kubectl-tessera");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tessera"), &plugin).unwrap();
+    let kubeconfig = server.kubeconfig_path().to_owned();
+    let target = format!("pod/{pod}");
+    let live = tokio::task::spawn_blocking(move || {
+        json_of(
+            Command::new(plugin)
+                .args(["explain", &target, "-n", NS, "-o", "json", "--kubeconfig"])
+                .arg(kubeconfig),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        without_timestamps(live),
+        without_timestamps(report.clone()),
+        "explain on the live cluster and on its objects as files disagree"
+    );
     let verdict = match report["action"].as_str() {
         Some("Place") => Some(
             report["claims"]
@@ -107,7 +149,7 @@ async fn controlled(api: &FakeApiServer, pod: &str, claims: &[&str]) -> Verdict 
 
 /// Runs `pod` (with `claims`) through both and requires the same verdict; returns it.
 async fn agree(api: &FakeApiServer, pod: &str, claims: &[&str]) -> Verdict {
-    let (report, explained) = explained(api, pod);
+    let (report, explained) = explained(api, pod).await;
     let controlled = controlled(api, pod, claims).await;
     assert_eq!(
         explained, controlled,

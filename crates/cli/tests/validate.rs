@@ -163,3 +163,53 @@ fn a_second_class_with_the_charts_extended_resource_name_is_a_finding() {
         "{text}"
     );
 }
+
+#[test]
+fn json_output_carries_the_same_findings_and_the_unreadable_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(&dir, "classes.yaml", BROKEN);
+    let missing = dir.path().join("missing.yaml");
+    let text = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["validate", "-o", "json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(text.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&text.stdout).expect("JSON on stdout");
+    let findings = report["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 3, "{report}");
+    assert_eq!(findings[0]["object"], "DeviceClass/misspelled");
+    assert_eq!(findings[0]["path"], "spec.selectors[1]");
+    assert!(
+        findings[0]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean `memory`?"),
+        "{report}"
+    );
+    assert_eq!(findings[2]["object"], "DeviceClass/bad-config");
+    assert_eq!(report["checked"], 3);
+    assert_eq!(report["files"], 1);
+    assert_eq!(report["unreadable"], serde_json::json!([]));
+
+    // An unreadable file: exit status 2, named in the report.
+    let both = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["validate", "--output=json"])
+        .arg(&file)
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2));
+    let report: serde_json::Value = serde_json::from_slice(&both.stdout).unwrap();
+    assert_eq!(
+        report["unreadable"][0]["file"],
+        missing.display().to_string()
+    );
+    assert!(
+        report["unreadable"][0]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot read")
+    );
+    assert_eq!(report["findings"].as_array().unwrap().len(), 3);
+}

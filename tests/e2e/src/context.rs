@@ -55,6 +55,8 @@ pub struct Ctx {
     pub timeouts: Timeouts,
     /// deploy/examples.
     pub examples_dir: PathBuf,
+    /// The kubeconfig the suite reads the cluster with, for the CLI it runs (`kubectl tessera`).
+    pub kubeconfig: Option<PathBuf>,
     /// Namespaces the running scenario created; dumped on failure, deleted afterwards.
     namespaces: Mutex<Vec<String>>,
 }
@@ -73,6 +75,7 @@ impl Ctx {
             plugins,
             timeouts,
             examples_dir,
+            kubeconfig: None,
             namespaces: Mutex::new(Vec::new()),
         }
     }

@@ -186,13 +186,15 @@ async fn build_context(args: &Args) -> anyhow::Result<Ctx> {
         "{} is not the deploy/examples directory (--examples)",
         args.examples.display()
     );
-    Ok(Ctx::new(
+    let mut ctx = Ctx::new(
         client,
         observer,
         plugins,
         Timeouts::scaled(args.timeout_scale),
         args.examples.clone(),
-    ))
+    );
+    ctx.kubeconfig = kubeconfig;
+    Ok(ctx)
 }
 
 /// Prints what the suite runs against; fails early when nothing is published.

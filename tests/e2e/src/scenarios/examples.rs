@@ -157,12 +157,13 @@ pub async fn single_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
         ensure!(device.is_whole_gpu(), "{} is not a whole GPU", device.name);
         Ok(())
     };
-    // While it runs, the plugin has told the claim which GPU it is (status.devices).
+    // While it runs, the plugin has told the claim which GPU it is (status.devices), and
+    // `kubectl tessera` shows it (top) and explains it as from files (explain).
     let outcome = run_example_with(
         ctx,
         "single-gpu",
         expect,
-        Some(super::live::device_status_holds_uuid),
+        Some(super::live::single_gpu_live),
     )
     .await?;
     if ctx.observer.expects_checker() {

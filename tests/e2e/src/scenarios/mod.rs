@@ -50,7 +50,7 @@ pub fn all() -> Vec<Scenario> {
         ),
         scenario!(
             "single-gpu",
-            "deploy/examples/single-gpu: one whole GPU, prepared (its claim's status.devices holds the GPU's UUID) and unprepared",
+            "deploy/examples/single-gpu: one whole GPU, prepared (status.devices holds the GPU's UUID; kubectl tessera top and explain on the live cluster) and unprepared",
             examples::single_gpu
         ),
         scenario!(
