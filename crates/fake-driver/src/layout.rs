@@ -233,6 +233,20 @@ impl Artifacts {
         }
     }
 
+    /// For a test executable that also plays the stand-in binary
+    /// ([`crate::tool::main_if_named`]): the files cargo built next to it (it runs from
+    /// `target/<profile>/deps/`), with the executable itself as the tool.
+    pub fn of_test_executable() -> std::io::Result<Self> {
+        let exe = std::env::current_exe()?;
+        let profile_dir = exe.parent().and_then(Path::parent).ok_or_else(|| {
+            std::io::Error::other(format!(
+                "{} is not under target/<profile>/deps",
+                exe.display()
+            ))
+        })?;
+        Ok(Artifacts::in_dir(profile_dir).with_tool(exe.clone()))
+    }
+
     /// Uses `tool` as the multi-call stand-in binary (tests use their own executable).
     pub fn with_tool(mut self, tool: impl Into<PathBuf>) -> Self {
         self.tool = tool.into();

@@ -10,7 +10,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use serde_json::Value;
 use tessera_fake_driver::layout::{self, Artifacts, Layout, NodeKind};
-use tessera_test_support::{harness, needed_libraries};
+use tessera_test_support::{harness, needed_libraries, running_as_root};
 use tessera_topology::{DeviceSource, Inventory, MockSource};
 
 const CHECKER: &str = env!("CARGO_BIN_EXE_tessera-gpu-check");
@@ -41,14 +41,7 @@ impl FakeNode {
                 std::fs::remove_file(dev_root.join(format!("dev/nvidia{}", gpu.minor))).unwrap();
             }
         }
-        let target = std::env::current_exe()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .to_path_buf();
-        let artifacts = Artifacts::in_dir(target).with_tool(std::env::current_exe().unwrap());
+        let artifacts = Artifacts::of_test_executable().unwrap();
         let summary =
             layout::write_driver_root(&root, Layout::Host, NODE, &inventory, &dev_root, &artifacts)
                 .unwrap();
@@ -271,15 +264,7 @@ fn copy_into(rootfs: &Path, host: &Path, at: &str) {
 /// /usr/local/nvidia/lib64, which no distribution's loader searches): libcuda.so.1 is found only
 /// once the CDI hook has written its loader cache entries.
 fn the_loader_finds_the_driver_through_the_hooks_cache() {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("Uid:")
-                .map(|u| u.split_whitespace().next().unwrap_or("").to_owned())
-        })
-        .unwrap_or_default();
-    if uid != "0" {
+    if !running_as_root() {
         println!("(skipped: chroot needs root; CI runs as root)");
         return;
     }

@@ -54,14 +54,7 @@ impl FakeDriver {
             .inventory()
             .unwrap();
         layout::write_dev_root(&dev_root, &inventory, NodeKind::RegularFile).unwrap();
-        let target = std::env::current_exe()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .to_path_buf();
-        let artifacts = Artifacts::in_dir(target).with_tool(std::env::current_exe().unwrap());
+        let artifacts = Artifacts::of_test_executable().unwrap();
         layout::write_driver_root(&root, Layout::Host, NODE, &inventory, &dev_root, &artifacts)
             .unwrap();
         // The hook as the chart installs it; these tests read specs, they do not run containers.

@@ -46,7 +46,7 @@ use tessera_fake_apiserver::FakeApiServer;
 use tessera_fake_driver::layout::{self, Artifacts, Layout, NodeKind};
 use tessera_kubelet::ClaimRef;
 use tessera_kubelet::simulator::KubeletSimulator;
-use tessera_test_support::{harness, needed_libraries};
+use tessera_test_support::{harness, needed_libraries, running_as_root};
 use tessera_topology::{DeviceSource, MockSource};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -81,15 +81,7 @@ fn record(what: &str, value: &Value) {
 
 /// Why these tests cannot run here (not root, a sibling binary missing), if so.
 fn cannot_run() -> Option<String> {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("Uid:")
-                .map(|u| u.split_whitespace().next().unwrap_or("").to_owned())
-        })
-        .unwrap_or_default();
-    if uid != "0" {
+    if !running_as_root() {
         return Some("bind mounts and chroot need root".to_owned());
     }
     let plugin = Path::new(env!("CARGO_BIN_EXE_tessera-kubelet-plugin"));
@@ -129,9 +121,7 @@ impl Driver {
             .inventory()
             .unwrap();
         layout::write_dev_root(&dev_root, &inventory, NodeKind::RegularFile).unwrap();
-        let exe = std::env::current_exe().unwrap();
-        let target = exe.parent().unwrap().parent().unwrap().to_path_buf();
-        let artifacts = Artifacts::in_dir(target).with_tool(exe);
+        let artifacts = Artifacts::of_test_executable().unwrap();
         let summary =
             layout::write_driver_root(&root, Layout::Host, NODE, &inventory, &dev_root, &artifacts)
                 .unwrap();

@@ -2,14 +2,17 @@
 //! a normal dependency of anything shipped; `crates/api/tests/architecture.rs` checks that):
 //!
 //! - [`SplitMix64`]: a small seedable generator for randomized tests;
+//! - [`objects`]: builders of the Kubernetes objects many tests are made of;
 //! - [`scheduler_perf`]: the cluster and claims of scheduler_perf's
 //!   `SchedulingWithResourceClaimTemplate`, the fixture the allocator benchmark and the parity
 //!   benchmark share;
 //! - [`harness`]: the runner of test executables that have their own `main` (they also play a
 //!   fake driver's binaries);
-//! - [`needed_libraries`]: what a binary needs from the machine, for building a container's root.
+//! - [`needed_libraries`]: what a binary needs from the machine, for building a container's root;
+//!   [`running_as_root`], for the tests that mount or chroot.
 
 pub mod harness;
+pub mod objects;
 pub mod scheduler_perf;
 
 use std::path::{Path, PathBuf};
@@ -74,6 +77,16 @@ pub fn needed_libraries(binary: &Path) -> Vec<PathBuf> {
             path.starts_with('/').then(|| PathBuf::from(path))
         })
         .collect()
+}
+
+/// Whether this process runs as root (its real uid is 0): bind mounts and chroot need it.
+pub fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|uids| uids.split_whitespace().next())
+        == Some("0")
 }
 
 #[cfg(test)]

@@ -7,8 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::{
-    CELDeviceSelector, Device, DeviceAttribute, DeviceCapacity, DeviceClaim, DeviceClass,
-    DeviceClassSpec, DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaim,
+    Device, DeviceAttribute, DeviceCapacity, DeviceClaim, DeviceRequest, ResourceClaim,
     ResourceClaimSpec, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -17,37 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 /// scheduler_perf's driver name.
 pub const DRIVER: &str = "test-driver.cdi.k8s.io";
 
-/// A DeviceClass with one CEL selector.
-pub fn class(name: &str, expression: &str) -> DeviceClass {
-    DeviceClass {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(DeviceClassSpec {
-            selectors: Some(vec![DeviceSelector {
-                cel: Some(CELDeviceSelector {
-                    expression: expression.into(),
-                }),
-            }]),
-            ..Default::default()
-        }),
-    }
-}
-
-/// An `ExactCount` request for `count` devices of `class`.
-pub fn request(name: &str, class: &str, count: i64) -> DeviceRequest {
-    DeviceRequest {
-        name: name.into(),
-        exactly: Some(ExactDeviceRequest {
-            device_class_name: class.into(),
-            allocation_mode: Some("ExactCount".into()),
-            count: Some(count),
-            ..Default::default()
-        }),
-        first_available: None,
-    }
-}
+pub use crate::objects::{cel_class as class, exact_request as request};
 
 /// Claim `claim-<index>` (uid `uid-<index>`) in namespace `bench` with `requests`.
 pub fn claim(index: usize, requests: Vec<DeviceRequest>) -> ResourceClaim {

@@ -173,16 +173,7 @@ pub fn simple_claim(name: &str, req: &str, class: &str) -> ResourceClaim {
 }
 
 pub fn request(name: &str, class: &str, count: i64) -> DeviceRequest {
-    DeviceRequest {
-        name: name.into(),
-        exactly: Some(ExactDeviceRequest {
-            device_class_name: class.into(),
-            allocation_mode: Some("ExactCount".into()),
-            count: Some(count),
-            ..Default::default()
-        }),
-        first_available: None,
-    }
+    tessera_test_support::objects::exact_request(name, class, count)
 }
 
 pub fn request_with(

@@ -12,9 +12,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, CELDeviceSelector, DeviceAllocationResult, DeviceClaim, DeviceClass,
-    DeviceClassSpec, DeviceRequest, DeviceRequestAllocationResult, DeviceSelector,
-    ExactDeviceRequest, ResourceClaim, ResourceClaimSpec, ResourceClaimStatus, ResourceSlice,
+    AllocationResult, DeviceAllocationResult, DeviceClaim, DeviceClass, DeviceRequest,
+    DeviceRequestAllocationResult, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec,
+    ResourceClaimStatus, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -48,20 +48,7 @@ pub fn shipped_classes() -> Vec<DeviceClass> {
 
 /// A class with one CEL selector.
 pub fn class(name: &str, expression: &str) -> DeviceClass {
-    DeviceClass {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(DeviceClassSpec {
-            selectors: Some(vec![DeviceSelector {
-                cel: Some(CELDeviceSelector {
-                    expression: expression.into(),
-                }),
-            }]),
-            ..Default::default()
-        }),
-    }
+    tessera_test_support::objects::cel_class(name, expression)
 }
 
 /// A node with 64 cpus, 512Gi, 110 pods; labelled topology-managed when `managed`.
