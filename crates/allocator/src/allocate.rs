@@ -17,7 +17,8 @@ use crate::topology::TopologyScore;
 use crate::verdicts::{NodeUse, PlanResults, Stored, plan_key};
 
 /// Steps one node's search may take by default (each checked candidate or recursion is a step).
-/// About 50 ms of work on one core (docs/benchmarks.md); past it the search stops.
+/// About 0.8 s of best-of search on one core (770 ms for 10 of 80 devices, docs/benchmarks.md,
+/// "Allocation"); past it the search stops.
 pub const DEFAULT_STEP_BUDGET: u64 = 2_000_000;
 
 /// How devices and nodes are chosen.
