@@ -214,6 +214,21 @@ impl Inventory {
         self.node_index.get(name).map(|&i| &self.nodes[i])
     }
 
+    /// The devices of the slices published for `node` by name (counter slices have none), as
+    /// the slices list them. Devices of slices shared between nodes are not included. Used to
+    /// read node-wide facts a driver publishes on every device (a fabric clique).
+    pub fn node_devices<'a>(
+        &'a self,
+        node: &str,
+    ) -> impl Iterator<Item = (&'a DeviceId, &'a k8s_openapi::api::resource::v1::Device)> + 'a {
+        self.slices_by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .flat_map(move |&s| self.devices[self.slices[s].devices.clone()].iter())
+            .map(|d| (&d.id, &d.device))
+    }
+
     /// Number of devices in all slices.
     pub fn device_count(&self) -> usize {
         self.devices.len()

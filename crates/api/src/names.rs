@@ -22,6 +22,19 @@ pub const TOPOLOGY_MANAGED_TAINT: &str = "gpu.tessera.dev/topology-managed";
 /// Scheduling gate with which a pod asks the controller for topology-aware placement.
 pub const TOPOLOGY_AWARE_GATE: &str = "gpu.tessera.dev/topology-aware";
 
+/// Pod label naming the gang (group) a gated pod belongs to, where the cluster does not serve the
+/// upstream PodGroup API (`scheduling.k8s.io/v1beta1`, feature gate `GenericWorkload`).
+pub const GROUP_LABEL: &str = "gpu.tessera.dev/group";
+
+/// Pod annotation with the group's `minCount`: how many of its pods must be placed together.
+pub const GROUP_MIN_COUNT_ANNOTATION: &str = "gpu.tessera.dev/group-min-count";
+
+/// Default node label of a rack, the finest level of the controller's node-label hierarchy.
+pub const RACK_LABEL: &str = "gpu.tessera.dev/rack";
+
+/// Default node label of a network block (racks under one spine), the next level up.
+pub const BLOCK_LABEL: &str = "gpu.tessera.dev/block";
+
 /// Device taint keys set by health monitoring.
 pub mod taints {
     /// An XID error was reported for the device; the value is the XID number.

@@ -179,6 +179,32 @@ impl ApiWriter {
         }
     }
 
+    /// Reads a `scheduling.k8s.io/v1beta1` PodGroup. `None` when it does not exist or the API
+    /// server does not serve the API (the `GenericWorkload` feature gate is off): both answer 404.
+    pub async fn get_pod_group(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::scheduling::v1beta1::PodGroup>, WriteError> {
+        let object = format!("PodGroup {namespace}/{name}");
+        let api: Api<k8s_openapi::api::scheduling::v1beta1::PodGroup> =
+            Api::namespaced(self.client.clone(), namespace);
+        match tokio::time::timeout(WRITE_TIMEOUT, api.get_opt(name)).await {
+            Ok(Ok(found)) => Ok(found),
+            Ok(Err(kube::Error::Api(status))) if status.code == 404 => Ok(None),
+            Ok(Err(source)) => Err(WriteError::Api {
+                action: "read",
+                object,
+                source,
+            }),
+            Err(_) => Err(WriteError::Timeout {
+                action: "read",
+                object,
+                timeout: WRITE_TIMEOUT,
+            }),
+        }
+    }
+
     /// Merge-patches a pod.
     pub async fn patch_pod(
         &self,

@@ -12,8 +12,10 @@ use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tessera_allocator::{AllocatedState, Inventory};
 use tessera_placement::DeviceView;
+use tessera_placement::group::{GroupKey, group_key};
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::pods::{devices_in_use, node_usage};
+use tessera_placement::protocol::is_terminal;
 use tessera_placement::resources::NodeUsage;
 
 use crate::slices::{EncodedSlice, SliceCache, decode};
@@ -224,6 +226,19 @@ impl Cluster {
             .templates
             .get(&ObjectRef::new(name).within(namespace))
             .is_some()
+    }
+
+    /// The pods of a group that still matter: not deleted, not finished.
+    pub fn group_pods(&self, key: &GroupKey) -> Vec<Arc<Pod>> {
+        let pods = self.pods.overlay(self.stores.pods.state());
+        pods.into_iter()
+            .filter(|p| {
+                p.metadata.namespace.as_deref() == Some(key.namespace.as_str())
+                    && p.metadata.deletion_timestamp.is_none()
+                    && !is_terminal(p)
+                    && group_key(p).as_ref() == Some(key)
+            })
+            .collect()
     }
 
     /// Every device allocated by any claim ([`devices_in_use`]; a claim whose allocation does not

@@ -9,6 +9,9 @@ use k8s_openapi::jiff::SignedDuration;
 use kube::Client;
 use tessera_allocator::DEFAULT_STEP_BUDGET;
 use tessera_placement::Settings;
+use tessera_placement::group::{DEFAULT_GROUP_BUDGET, DEFAULT_GROUP_HOLD, Hierarchy};
+
+use crate::group::WaitingGroups;
 use tessera_runtime::{Endpoints, Heartbeat, Liveness, Probe};
 use tokio::sync::watch;
 
@@ -39,6 +42,12 @@ pub struct ControllerConfig {
     pub step_budget: u64,
     /// This replica's name in events (the pod name, usually).
     pub instance: Option<String>,
+    /// Node labels of topology domains, finest first, for groups.
+    pub topology_levels: Hierarchy,
+    /// Pod decisions one group decision may take.
+    pub group_budget: usize,
+    /// How long a group waits for capacity before it holds back later arrivals.
+    pub group_hold: Duration,
 }
 
 impl ControllerConfig {
@@ -50,6 +59,9 @@ impl ControllerConfig {
             avoid_for: Duration::from_secs(300),
             step_budget: DEFAULT_STEP_BUDGET,
             instance: None,
+            topology_levels: Hierarchy::default(),
+            group_budget: DEFAULT_GROUP_BUDGET,
+            group_hold: DEFAULT_GROUP_HOLD.unsigned_abs(),
         }
     }
 
@@ -59,6 +71,10 @@ impl ControllerConfig {
         let mut settings = Settings::new(&self.gate);
         settings.avoid_for = SignedDuration::try_from(self.avoid_for).unwrap_or(settings.avoid_for);
         settings.options.step_budget = self.step_budget;
+        settings.group.hierarchy = self.topology_levels.clone();
+        settings.group.budget = self.group_budget;
+        settings.group_hold =
+            SignedDuration::try_from(self.group_hold).unwrap_or(settings.group_hold);
         settings
     }
 }
@@ -165,6 +181,7 @@ impl Controller {
             ),
             metrics: self.metrics.clone(),
             config: self.config.settings(),
+            waiting: WaitingGroups::default(),
         };
         self.work(&worker, shutdown).await;
         tracing::info!("shutting down: releasing the lease");

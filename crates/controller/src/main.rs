@@ -9,7 +9,12 @@ use anyhow::Context;
 use clap::{ArgAction, Parser};
 use tessera_api::names::TOPOLOGY_AWARE_GATE;
 use tessera_controller::{Controller, ControllerConfig, LeaseConfig, Metrics};
+use tessera_placement::group::{DEFAULT_GROUP_BUDGET, Hierarchy};
 use tessera_runtime::{EndpointServer, LogFormat, Stop, parse_duration};
+
+/// The default `--topology-levels`: rack, block, zone.
+const DEFAULT_TOPOLOGY_LEVELS: &str =
+    "gpu.tessera.dev/rack,gpu.tessera.dev/block,topology.kubernetes.io/zone";
 
 /// Allocates the ResourceClaims of gated pods on the best-connected topology-managed GPUs.
 #[derive(Debug, Parser)]
@@ -55,6 +60,20 @@ struct Args {
     #[arg(long, env = "TESSERA_AVOID_NODE_FOR", default_value = "5m", value_parser = parse_duration)]
     avoid_node_for: Duration,
 
+    /// Node labels of the topology domains groups are kept within, finest first, separated by
+    /// commas (docs/protocol.md, "Groups"); empty: fabric cliques only.
+    #[arg(long, env = "TESSERA_TOPOLOGY_LEVELS", default_value = DEFAULT_TOPOLOGY_LEVELS)]
+    topology_levels: String,
+
+    /// Pod decisions one group (gang) decision may take before it keeps the best group found.
+    #[arg(long, env = "TESSERA_GROUP_BUDGET", default_value_t = DEFAULT_GROUP_BUDGET)]
+    group_budget: usize,
+
+    /// How long a group waits for capacity before pods and groups that arrived after it wait
+    /// behind it.
+    #[arg(long, env = "TESSERA_GROUP_HOLD", default_value = "60s", value_parser = parse_duration)]
+    group_hold: Duration,
+
     /// Log format (the level comes from RUST_LOG, default info).
     #[arg(long, env = "TESSERA_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -96,6 +115,10 @@ async fn main() -> anyhow::Result<()> {
     let mut config = ControllerConfig::new(&args.gate_name);
     config.avoid_for = args.avoid_node_for;
     config.instance = Some(identity.clone());
+    config.topology_levels =
+        Hierarchy::parse(&args.topology_levels).context("--topology-levels")?;
+    config.group_budget = args.group_budget;
+    config.group_hold = args.group_hold;
     if args.leader_elect {
         let namespace = args
             .lease_namespace
@@ -152,6 +175,12 @@ mod tests {
         assert!(args.leader_elect);
         assert_eq!(args.gate_name, TOPOLOGY_AWARE_GATE);
         assert_eq!(args.lease_name, "tessera-controller");
+        assert_eq!(
+            Hierarchy::parse(&args.topology_levels).unwrap(),
+            Hierarchy::default(),
+            "the flag's default is the library's"
+        );
+        assert_eq!(args.group_hold, Duration::from_secs(60));
         let args = Args::try_parse_from(["tessera-controller", "--leader-elect=false"]).unwrap();
         assert!(!args.leader_elect);
     }

@@ -12,6 +12,7 @@ use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use tessera_api::names::{GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION};
 
 use tessera_placement::protocol::{
     CLAIM_MARK_ANNOTATION, PLACEMENT_CONDITION, POD_PLACEMENT_ANNOTATION,
@@ -51,11 +52,22 @@ fn requests_only(c: &Container) -> Container {
 /// phase and the controller's condition.
 pub fn pod(pod: &mut Pod) {
     let mut meta = identity(&pod.metadata);
-    meta.annotations = pod.metadata.annotations.take();
-    keep_annotation(&mut meta, POD_PLACEMENT_ANNOTATION);
+    // Group membership and arrival order (crates/placement/src/group.rs).
+    meta.creation_timestamp = pod.metadata.creation_timestamp.take();
+    meta.labels = pod.metadata.labels.take().and_then(|mut l| {
+        l.remove(GROUP_LABEL)
+            .map(|v| BTreeMap::from([(GROUP_LABEL.to_owned(), v)]))
+    });
+    let mut annotations = pod.metadata.annotations.take().unwrap_or_default();
+    let kept: BTreeMap<String, String> = [POD_PLACEMENT_ANNOTATION, GROUP_MIN_COUNT_ANNOTATION]
+        .into_iter()
+        .filter_map(|name| annotations.remove_entry(name))
+        .collect();
+    meta.annotations = (!kept.is_empty()).then_some(kept);
     let spec = pod.spec.take().map(|s| PodSpec {
         node_name: s.node_name,
         scheduling_gates: s.scheduling_gates,
+        scheduling_group: s.scheduling_group,
         resource_claims: s.resource_claims,
         node_selector: s.node_selector,
         affinity: s.affinity.and_then(|a| {
@@ -165,8 +177,12 @@ mod tests {
                 annotations: Some(BTreeMap::from([
                     ("big".to_owned(), "x".repeat(1000)),
                     (POD_PLACEMENT_ANNOTATION.to_owned(), "{}".to_owned()),
+                    (GROUP_MIN_COUNT_ANNOTATION.to_owned(), "2".to_owned()),
                 ])),
-                labels: Some(BTreeMap::from([("app".to_owned(), "x".to_owned())])),
+                labels: Some(BTreeMap::from([
+                    ("app".to_owned(), "x".to_owned()),
+                    (GROUP_LABEL.to_owned(), "train".to_owned()),
+                ])),
                 managed_fields: Some(vec![ManagedFieldsEntry::default()]),
                 ..Default::default()
             },
@@ -222,9 +238,17 @@ mod tests {
                 .unwrap()
                 .keys()
                 .collect::<Vec<_>>(),
-            [POD_PLACEMENT_ANNOTATION]
+            [GROUP_MIN_COUNT_ANNOTATION, POD_PLACEMENT_ANNOTATION]
         );
-        assert!(meta.labels.is_none() && meta.managed_fields.is_none());
+        assert_eq!(
+            meta.labels,
+            Some(BTreeMap::from([(
+                GROUP_LABEL.to_owned(),
+                "train".to_owned()
+            )])),
+            "only the group label is kept"
+        );
+        assert!(meta.managed_fields.is_none());
         let spec = p.spec.as_ref().unwrap();
         assert!(spec.scheduling_gates.is_some());
         let affinity = spec.affinity.as_ref().unwrap();

@@ -12,9 +12,11 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{ApiWriter, WriteError, current_condition};
 use crate::cluster::Cluster;
+use crate::group::WaitingGroups;
 use crate::metrics::Metrics;
 use crate::queue::Outcome;
 use crate::trim;
+use tessera_placement::group::group_key;
 use tessera_placement::message::{CONDITION_MESSAGE_LIMIT, claim_list, truncate};
 use tessera_placement::planner::{Action, Decision, Failure, Placement};
 use tessera_placement::pods::is_candidate;
@@ -27,11 +29,11 @@ use tessera_placement::writes::{
 };
 
 /// What the pod's condition and event say.
-struct Report<'a> {
-    placed: bool,
-    reason: &'a str,
-    message: String,
-    warning: bool,
+pub(crate) struct Report<'a> {
+    pub placed: bool,
+    pub reason: &'a str,
+    pub message: String,
+    pub warning: bool,
 }
 
 /// Processes pods, one at a time.
@@ -40,6 +42,8 @@ pub struct Worker {
     pub writer: ApiWriter,
     pub metrics: Arc<Metrics>,
     pub config: Settings,
+    /// Groups waiting for capacity (the starvation policy, [`crate::group`]).
+    pub waiting: WaitingGroups,
 }
 
 fn claim_key(claim: &ResourceClaim) -> String {
@@ -50,14 +54,45 @@ impl Worker {
     /// Processes the pod `namespace/name`.
     pub async fn process(&self, key: &str) -> Outcome {
         let started = Instant::now();
-        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
-        let Some(pod) = self.cluster.pod(namespace, name) else {
+        let (pod_namespace, name) = key.split_once('/').unwrap_or(("", key));
+        let Some(pod) = self.cluster.pod(pod_namespace, name) else {
             return Outcome::Done;
         };
         if !is_candidate(&pod, &self.config.gate) {
             return Outcome::Done;
         }
+        if is_gated(&pod, &self.config.gate)
+            && let Some(key) = group_key(&pod)
+        {
+            return self.process_group(pod, key, started).await;
+        }
+        self.process_single(pod, started).await
+    }
+
+    /// Processes a pod that is placed alone.
+    pub(crate) async fn process_single(&self, pod: Arc<Pod>, started: Instant) -> Outcome {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let namespace = namespace.as_str();
         let gated = is_gated(&pod, &self.config.gate);
+        if gated && let Some(by) = self.held_back(&pod, None) {
+            self.metrics.failure("WaitingBehindGroup");
+            let message = format!(
+                "waiting behind {}, which arrived earlier and has waited for capacity since {}: \
+                 pods that arrived later are not placed before it",
+                by.key, by.since
+            );
+            self.report(
+                &pod,
+                Report {
+                    placed: false,
+                    reason: "WaitingBehindGroup",
+                    message,
+                    warning: false,
+                },
+            )
+            .await;
+            return Outcome::Park;
+        }
         let resolution = resolve_claims(
             &pod,
             |claim| self.cluster.claim(namespace, claim),
@@ -238,42 +273,15 @@ impl Worker {
         placement: Placement,
         started: Instant,
     ) -> Outcome {
-        let mut newest: HashMap<String, Arc<ResourceClaim>> = HashMap::new();
-        for claim in &placement.undo {
-            match self
-                .undo(&[ClaimProgress::of_own(claim.clone())], &pod)
-                .await
-            {
-                Ok(updated) => {
-                    newest.extend(updated.into_iter().map(|c| (claim_key(&c), c)));
-                }
-                Err(e) => return self.write_failed(&pod, e),
-            }
-        }
         let mut progress: Vec<ClaimProgress> = Vec::new();
-        for write in &placement.writes {
-            let claim = newest
-                .get(&claim_key(&write.claim))
-                .cloned()
-                .unwrap_or_else(|| write.claim.clone());
-            if let Err(e) = self
-                .write_claim(
-                    &pod,
-                    &placement.node,
-                    claim,
-                    &write.allocation,
-                    &mut progress,
-                )
-                .await
-            {
-                tracing::info!(pod = %object_key(&pod.metadata), error = %e,
-                    "writing the placement failed; undoing what was written");
-                if let Err(undo) = self.undo(&progress, &pod).await {
-                    tracing::warn!(pod = %object_key(&pod.metadata), error = %undo,
-                        "undoing a partial placement failed; the next attempt completes or undoes it");
-                }
-                return self.write_failed(&pod, e);
+        if let Err(e) = self.write_placement(&pod, &placement, &mut progress).await {
+            tracing::info!(pod = %object_key(&pod.metadata), error = %e,
+                "writing the placement failed; undoing what was written");
+            if let Err(undo) = self.undo(&progress, &pod).await {
+                tracing::warn!(pod = %object_key(&pod.metadata), error = %undo,
+                    "undoing a partial placement failed; the next attempt completes or undoes it");
             }
+            return self.write_failed(&pod, e);
         }
         record.node = placement.node.clone();
         record.placed_at = Timestamp::now().to_string();
@@ -294,6 +302,32 @@ impl Worker {
                 .observe(started.elapsed().as_secs_f64());
         })
         .await
+    }
+
+    /// Undoes the controller's earlier allocations the placement replaces, then writes its
+    /// claims in order; `progress` records what was written, for undoing.
+    pub(crate) async fn write_placement(
+        &self,
+        pod: &Pod,
+        placement: &Placement,
+        progress: &mut Vec<ClaimProgress>,
+    ) -> Result<(), WriteError> {
+        let mut newest: HashMap<String, Arc<ResourceClaim>> = HashMap::new();
+        for claim in &placement.undo {
+            let updated = self
+                .undo(&[ClaimProgress::of_own(claim.clone())], pod)
+                .await?;
+            newest.extend(updated.into_iter().map(|c| (claim_key(&c), c)));
+        }
+        for write in &placement.writes {
+            let claim = newest
+                .get(&claim_key(&write.claim))
+                .cloned()
+                .unwrap_or_else(|| write.claim.clone());
+            self.write_claim(pod, &placement.node, claim, &write.allocation, progress)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Writes one claim: mark and finalizer, then the allocation. `progress` records what was
@@ -345,7 +379,7 @@ impl Worker {
     }
 
     /// Undoes `progress` (see [`undo_plan`]); returns the claims as they are afterwards.
-    async fn undo(
+    pub(crate) async fn undo(
         &self,
         progress: &[ClaimProgress],
         pod: &Pod,
@@ -427,7 +461,7 @@ impl Worker {
     }
 
     /// Removes the gate (if gated) and records the placement, then (after `released`) reports.
-    async fn release(
+    pub(crate) async fn release(
         &self,
         pod: Arc<Pod>,
         gated: bool,
@@ -449,14 +483,14 @@ impl Worker {
         Outcome::Done
     }
 
-    fn write_failed(&self, pod: &Pod, e: WriteError) -> Outcome {
+    pub(crate) fn write_failed(&self, pod: &Pod, e: WriteError) -> Outcome {
         self.metrics.failure(e.reason());
         tracing::info!(pod = %object_key(&pod.metadata), error = %e, "write failed; retrying later");
         Outcome::Retry
     }
 
     /// Sets the condition and publishes an event, unless the condition already says the same.
-    async fn report(&self, pod: &Pod, report: Report<'_>) {
+    pub(crate) async fn report(&self, pod: &Pod, report: Report<'_>) {
         let message = truncate(&report.message, CONDITION_MESSAGE_LIMIT);
         let status = if report.placed { "True" } else { "False" };
         let unchanged = current_condition(pod).is_some_and(|c| {
@@ -496,7 +530,7 @@ impl Worker {
 }
 
 /// `allocated claims ns/a (gpu-4, gpu-5), ns/b (gpu-6) on node n (topology-aware, score …)`.
-fn placed_message(placement: &Placement) -> String {
+pub(crate) fn placed_message(placement: &Placement) -> String {
     let claims: Vec<String> = placement
         .writes
         .iter()

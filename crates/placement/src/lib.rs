@@ -7,6 +7,7 @@
 //! - [`nodes`] and [`resources`]: which nodes a pod may run on before devices are looked at;
 //! - [`managed`]: which devices are topology-managed (the only ones the controller allocates);
 //! - [`claims`]: a pod's claims sorted by who allocated them, the managed-taint toleration;
+//! - [`group`]: gangs, placed all or nothing and close together across nodes;
 //! - [`extended`]: extended resources backed by DeviceClasses, which only the scheduler allocates;
 //! - [`planner`]: the decision ([`planner::decide`]); [`message`]: what the pod is told;
 //! - [`view`]: the cluster as a decision reads it and [`view::decide_pod`];
@@ -16,6 +17,7 @@
 
 pub mod claims;
 pub mod extended;
+pub mod group;
 pub mod managed;
 pub mod message;
 pub mod nodes;

@@ -162,6 +162,7 @@ impl std::fmt::Display for Rejection {
             Rejection::ClaimsAllocatedElsewhere => {
                 f.write_str("do not match where the pod's other claims are allocated")
             }
+
         }
     }
 }

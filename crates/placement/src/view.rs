@@ -20,6 +20,7 @@ use tessera_allocator::{
 };
 
 use crate::extended::ExtendedResources;
+use crate::group::{DEFAULT_GROUP_HOLD, GroupSettings};
 use crate::managed::{managed_slices, unmanaged_slices};
 use crate::nodes::{NodeFacts, NodeFilter, PodRequirements};
 use crate::planner::{Decision, PlacementInput, decide};
@@ -36,11 +37,16 @@ pub struct Settings {
     pub avoid_for: SignedDuration,
     /// Allocator options.
     pub options: AllocateOptions,
+    /// How groups (gangs) are decided ([`crate::group`]).
+    pub group: GroupSettings,
+    /// How long a group waits for capacity before it holds back later arrivals
+    /// ([`crate::group::held_back_by`]).
+    pub group_hold: SignedDuration,
 }
 
 impl Settings {
     /// The controller's defaults for `gate`: topology-aware, the default step budget, brief
-    /// accounts, nodes avoided for 5 minutes.
+    /// accounts, nodes avoided for 5 minutes, the default group settings and hold time.
     pub fn new(gate: &str) -> Settings {
         Settings {
             gate: gate.to_owned(),
@@ -50,6 +56,8 @@ impl Settings {
                 step_budget: DEFAULT_STEP_BUDGET,
                 explain: false,
             },
+            group: GroupSettings::default(),
+            group_hold: DEFAULT_GROUP_HOLD,
         }
     }
 }
@@ -122,12 +130,35 @@ pub fn decide_pod(
     settings: &Settings,
     now: Timestamp,
 ) -> Decision {
-    let nodes = NodeFilter::run(
-        &PodRequirements::of(pod),
-        &context.devices.nodes,
-        &context.devices.managed_nodes,
-        context.usage,
-    );
+    decide_pod_within(pod, claims, context, settings, now, None)
+}
+
+/// [`decide_pod`] with the nodes looked at restricted to `within` (indices into
+/// [`DeviceView::nodes`]): a group's decision tries one topology domain at a time.
+pub fn decide_pod_within(
+    pod: &Pod,
+    claims: &[PodClaim],
+    context: &PodContext<'_>,
+    settings: &Settings,
+    now: Timestamp,
+    within: Option<&[usize]>,
+) -> Decision {
+    let requirements = PodRequirements::of(pod);
+    let all = &context.devices.nodes;
+    let nodes = match within {
+        None => NodeFilter::run(
+            &requirements,
+            all,
+            &context.devices.managed_nodes,
+            context.usage,
+        ),
+        Some(within) => NodeFilter::run(
+            &requirements,
+            within.iter().filter_map(|&i| all.get(i)),
+            &context.devices.managed_nodes,
+            context.usage,
+        ),
+    };
     decide(&PlacementInput {
         pod,
         gated: is_gated(pod, &settings.gate),

@@ -1,0 +1,391 @@
+//! Processing a group (gang): gather its pods from the cache, let `placement::group` decide,
+//! write every member's claims, and only then release the pods. A write that fails undoes every
+//! claim the group's decision wrote, so a group never keeps a partial allocation across
+//! decisions; a group that waits also undoes allocations left by an earlier leader that stopped
+//! half-way. Also the starvation policy's memory: the groups waiting for capacity.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use tessera_placement::claims::PodClaims;
+use tessera_placement::group::{
+    GroupInput, GroupKey, GroupOutcome, GroupSource, Member, Waiting, decide_group, fits_when_free,
+    held_back_by, label_min_count, pod_group_min_count,
+};
+use tessera_placement::planner::Action;
+use tessera_placement::protocol::{PodPlacement, is_gated, object_key};
+use tessera_placement::resolve::{PodClaim, Resolution, resolve_claims};
+use tessera_placement::view::PodContext;
+use tessera_placement::writes::ClaimProgress;
+
+use crate::queue::Outcome;
+use crate::worker::{Report, Worker};
+
+/// The groups waiting for capacity, for [`held_back_by`].
+#[derive(Debug, Default)]
+pub struct WaitingGroups {
+    groups: Mutex<HashMap<GroupKey, Waiting>>,
+}
+
+impl WaitingGroups {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<GroupKey, Waiting>> {
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every waiting group.
+    pub fn all(&self) -> Vec<Waiting> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn insert(&self, waiting: Waiting) {
+        self.lock().entry(waiting.key.clone()).or_insert(waiting);
+    }
+
+    fn remove(&self, key: &GroupKey) {
+        self.lock().remove(key);
+    }
+
+    fn contains(&self, key: &GroupKey) -> bool {
+        self.lock().contains_key(key)
+    }
+}
+
+/// When a pod was created (its place in line); the epoch when unknown, so it is never held back.
+pub fn arrival(pod: &Pod) -> Timestamp {
+    pod.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// A gated member with its resolved claims.
+struct Resolved {
+    pod: Arc<Pod>,
+    claims: Vec<PodClaim>,
+}
+
+impl Worker {
+    /// The waiting group that holds back `pod` (of group `own`, if any), forgetting groups that
+    /// no longer have gated pods.
+    pub(crate) fn held_back(&self, pod: &Pod, own: Option<&GroupKey>) -> Option<Waiting> {
+        let waiting = self.waiting.all();
+        for w in &waiting {
+            let gated = self
+                .cluster
+                .group_pods(&w.key)
+                .iter()
+                .any(|p| is_gated(p, &self.config.gate));
+            if !gated {
+                self.waiting.remove(&w.key);
+            }
+        }
+        let waiting = self.waiting.all();
+        held_back_by(
+            arrival(pod),
+            own,
+            &waiting,
+            Timestamp::now(),
+            self.config.group_hold,
+        )
+        .cloned()
+    }
+
+    /// Processes the group of `pod` (a gated member).
+    pub(crate) async fn process_group(
+        &self,
+        pod: Arc<Pod>,
+        key: GroupKey,
+        started: Instant,
+    ) -> Outcome {
+        let pods = self.cluster.group_pods(&key);
+        let gated: Vec<Arc<Pod>> = pods
+            .iter()
+            .filter(|p| is_gated(p, &self.config.gate))
+            .cloned()
+            .collect();
+        let placed = u32::try_from(pods.len() - gated.len()).unwrap_or(u32::MAX);
+        let min_count = match key.source {
+            GroupSource::Label => label_min_count(&key, pods.iter().map(|p| &**p)),
+            GroupSource::PodGroup => {
+                match self.writer.get_pod_group(&key.namespace, &key.name).await {
+                    Err(e) => return self.write_failed(&pod, e),
+                    Ok(None) => {
+                        let message = format!(
+                            "the pod names {key} in spec.schedulingGroup.podGroupName, which does not exist \
+                             (or the cluster does not serve scheduling.k8s.io/v1beta1: enable the GenericWorkload \
+                             feature gate, or name the group with the label {} instead)",
+                            tessera_api::names::GROUP_LABEL
+                        );
+                        return self
+                            .wait_all(&gated, "WaitingForGroup", &message, false)
+                            .await;
+                    }
+                    Ok(Some(group)) => match pod_group_min_count(&group) {
+                        // The basic policy: the pods are placed one by one.
+                        Ok(None) => return self.process_single(pod, started).await,
+                        Ok(Some(n)) => Ok(n),
+                        Err(e) => Err(e),
+                    },
+                }
+            }
+        };
+        let min_count = match min_count {
+            Ok(n) => n,
+            Err(e) => {
+                self.metrics.failure("InvalidInput");
+                return self
+                    .wait_all(&gated, "InvalidInput", &e.to_string(), true)
+                    .await;
+            }
+        };
+        let mut resolved: Vec<Resolved> = Vec::new();
+        let mut unresolved = 0;
+        for member in &gated {
+            let namespace = member.metadata.namespace.as_deref().unwrap_or_default();
+            match resolve_claims(
+                member,
+                |claim| self.cluster.claim(namespace, claim),
+                |template| self.cluster.template_exists(namespace, template),
+            ) {
+                Resolution::Resolved(claims) => resolved.push(Resolved {
+                    pod: member.clone(),
+                    claims,
+                }),
+                Resolution::Waiting(_) => unresolved += 1,
+                Resolution::Invalid(message) => {
+                    self.metrics.failure("InvalidInput");
+                    let message = format!("{key}: pod {}: {message}", object_key(&member.metadata));
+                    return self.wait_all(&gated, "InvalidInput", &message, true).await;
+                }
+            }
+        }
+        resolved.sort_by(|a, b| {
+            (arrival(&a.pod), object_key(&a.pod.metadata))
+                .cmp(&(arrival(&b.pod), object_key(&b.pod.metadata)))
+        });
+        let arrived = resolved
+            .iter()
+            .map(|r| arrival(&r.pod))
+            .chain(gated.iter().map(|p| arrival(p)))
+            .min()
+            .unwrap_or(Timestamp::UNIX_EPOCH);
+        if let Some(by) = self.held_back(&pod, Some(&key))
+            && by.arrived < arrived
+        {
+            let message = format!(
+                "{key} waits behind {}, which arrived earlier and has waited for capacity since {}",
+                by.key, by.since
+            );
+            return self
+                .wait_all(&gated, "WaitingBehindGroup", &message, false)
+                .await;
+        }
+        let input = GroupInput {
+            key: &key,
+            min_count,
+            placed,
+            members: resolved
+                .iter()
+                .map(|r| Member {
+                    pod: &r.pod,
+                    claims: &r.claims,
+                })
+                .collect(),
+            unresolved,
+        };
+        let snapshot = self.cluster.inventory(|| {
+            self.metrics.inventory_rebuilds.inc();
+        });
+        let in_use = self.cluster.devices_in_use();
+        let usage = self.cluster.node_usage("");
+        let (decision, fits_free) = {
+            let unmanaged = || snapshot.unmanaged();
+            let context = PodContext {
+                devices: &snapshot.devices,
+                unmanaged: &unmanaged,
+                in_use: &in_use,
+                usage: &usage,
+            };
+            let now = Timestamp::now();
+            let decision = decide_group(&input, &context, &self.config, &self.config.group, now);
+            let capacity = matches!(
+                decision.outcome,
+                GroupOutcome::Wait {
+                    reason: "GroupUnsatisfiable",
+                    ..
+                }
+            );
+            let fits_free = (capacity && !self.waiting.contains(&key)).then(|| {
+                fits_when_free(
+                    &input,
+                    &snapshot.devices,
+                    &unmanaged,
+                    &self.config,
+                    &self.config.group,
+                    now,
+                )
+            });
+            (decision, fits_free)
+        };
+        self.metrics
+            .decision_seconds
+            .observe(started.elapsed().as_secs_f64());
+        match decision.outcome {
+            GroupOutcome::Place {
+                decisions,
+                domain,
+                score,
+            } => {
+                self.waiting.remove(&key);
+                let placed: Vec<(Arc<Pod>, Action)> = decisions
+                    .into_iter()
+                    .map(|(i, d)| (resolved[i].pod.clone(), d.action))
+                    .collect();
+                let summary = format!(
+                    "{key}: {} pods placed together in {domain} ({} nodes{})",
+                    placed.len(),
+                    score.nodes,
+                    if decision.truncated {
+                        "; the search stopped at its budget, a closer placement may exist"
+                    } else {
+                        ""
+                    }
+                );
+                self.place_group(placed, &summary, started).await
+            }
+            GroupOutcome::Wait {
+                failure,
+                reason,
+                message,
+                ..
+            } => {
+                if let Some(fits) = fits_free {
+                    self.waiting.insert(Waiting {
+                        key: key.clone(),
+                        arrived,
+                        since: Timestamp::now(),
+                        fits_when_free: fits,
+                    });
+                }
+                self.metrics.failure(failure.reason());
+                // Allocations an earlier leader left for members are undone: a waiting group
+                // holds no devices.
+                for r in &resolved {
+                    let own = PodClaims::sort(&r.pod, &r.claims).own;
+                    for claim in own {
+                        if let Err(e) = self.undo(&[ClaimProgress::of_own(claim)], &r.pod).await {
+                            return self.write_failed(&r.pod, e);
+                        }
+                    }
+                }
+                self.wait_all(&gated, reason, &message, true).await
+            }
+        }
+    }
+
+    /// Writes every member's claims, then releases the members. A failed claim write undoes
+    /// everything this group's decision wrote.
+    async fn place_group(
+        &self,
+        placed: Vec<(Arc<Pod>, Action)>,
+        summary: &str,
+        started: Instant,
+    ) -> Outcome {
+        let mut progress: Vec<(Arc<Pod>, Vec<ClaimProgress>)> = Vec::new();
+        let mut released: Vec<(Arc<Pod>, PodPlacement, String)> = Vec::new();
+        for (pod, action) in &placed {
+            let record = PodPlacement::of(pod).unwrap_or_default();
+            match action {
+                Action::Place(placement) => {
+                    let mut written = Vec::new();
+                    let result = self.write_placement(pod, placement, &mut written).await;
+                    progress.push((pod.clone(), written));
+                    if let Err(e) = result {
+                        tracing::info!(pod = %object_key(&pod.metadata), error = %e,
+                            "writing a group's placement failed; undoing every claim the group wrote");
+                        for (member, written) in progress.iter().rev() {
+                            if let Err(undo) = self.undo(written, member).await {
+                                tracing::warn!(pod = %object_key(&member.metadata), error = %undo,
+                                    "undoing a partial group placement failed; the next attempt undoes it");
+                            }
+                        }
+                        return self.write_failed(pod, e);
+                    }
+                    self.metrics
+                        .claims_allocated
+                        .inc_by(placement.writes.len() as u64);
+                    let mut record = record;
+                    record.node = placement.node.clone();
+                    released.push((
+                        pod.clone(),
+                        record,
+                        crate::worker::placed_message(placement),
+                    ));
+                }
+                Action::Release { node } => {
+                    let mut record = record;
+                    if let Some(node) = node {
+                        record.node = node.clone();
+                    }
+                    released.push((
+                        pod.clone(),
+                        record,
+                        "every claim of the pod was already allocated".to_owned(),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        // Every claim is written: release the pods. A release that fails is finished by the next
+        // decision, which finds the member's claims allocated and releases it.
+        let mut outcome = Outcome::Done;
+        for (pod, mut record, message) in released {
+            record.placed_at = Timestamp::now().to_string();
+            let report = Report {
+                placed: true,
+                reason: "Allocated",
+                message: format!("{summary}; {message}"),
+                warning: false,
+            };
+            let result = self
+                .release(pod, true, &record, report, || {
+                    self.metrics.pods_placed.inc();
+                    self.metrics
+                        .placement_seconds
+                        .observe(started.elapsed().as_secs_f64());
+                })
+                .await;
+            if result != Outcome::Done {
+                outcome = result;
+            }
+        }
+        outcome
+    }
+
+    /// Reports `reason`/`message` on every gated member and parks the pod.
+    async fn wait_all(
+        &self,
+        gated: &[Arc<Pod>],
+        reason: &'static str,
+        message: &str,
+        warning: bool,
+    ) -> Outcome {
+        for member in gated {
+            self.report(
+                member,
+                Report {
+                    placed: false,
+                    reason,
+                    message: message.to_owned(),
+                    warning,
+                },
+            )
+            .await;
+        }
+        Outcome::Park
+    }
+}
