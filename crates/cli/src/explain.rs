@@ -16,6 +16,7 @@ use tessera_allocator::{
 use tessera_placement::extended::extended_resource_claim_owner;
 use tessera_placement::{ClusterObjects, Settings};
 
+mod group;
 mod pod;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -115,6 +116,8 @@ pub struct ExplainArgs {
 #[derive(Debug, Default)]
 pub struct Objects {
     pub cluster: ClusterObjects,
+    /// Upstream PodGroups (`scheduling.k8s.io/v1beta1`) that gangs name.
+    pub pod_groups: Vec<k8s_openapi::api::scheduling::v1beta1::PodGroup>,
     /// Kinds that were skipped, with where they came from.
     pub skipped: Vec<String>,
 }
@@ -192,13 +195,17 @@ impl Objects {
             "Pod" => cluster
                 .pods
                 .push(serde_yaml::from_value(value).with_context(|| parse("Pod"))?),
+            "PodGroup" => self
+                .pod_groups
+                .push(serde_yaml::from_value(value).with_context(|| parse("PodGroup"))?),
             "List"
             | "ResourceSliceList"
             | "DeviceClassList"
             | "ResourceClaimList"
             | "ResourceClaimTemplateList"
             | "NodeList"
-            | "PodList" => {
+            | "PodList"
+            | "PodGroupList" => {
                 let items = value
                     .get("items")
                     .and_then(|i| i.as_sequence())

@@ -22,6 +22,7 @@ use tessera_api::names::{DRIVER_NAME, GPU_DEVICE_CLASS, attr};
 use tessera_api::shares::ConsumableShares;
 use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
 
+mod gangs;
 mod sharing;
 
 pub use sharing::SharingSpec;
@@ -29,6 +30,10 @@ pub use sharing::SharingSpec;
 pub const LONG_ABOUT: &str = "\
 Allocates a trace of GPU claims (arriving and departing) on a synthetic cluster, once with \
 first fit (what kube-scheduler does) and once topology-aware, and compares placement quality.
+
+With --gangs it runs a gang trace instead (groups of pods that must start together), placed \
+by the controller's group decision (all or nothing, one fabric clique or rack first) and by \
+per-pod first fit; see docs/benchmarks.md, section Gangs.
 
 The default scenario is 64 dgx-h100 and 64 pcie-l40s nodes and 3000 claims of 1, 2, 4 or 8 GPUs \
 (weights 40/25/20/15) living 1-480 arrivals each. A scenario file (YAML) describes its own:
@@ -90,8 +95,23 @@ pub struct SimulateArgs {
     pub output: OutputFormat,
 
     /// Run the sharing trace (GPUs saved by consumable shares) instead of the placement comparison.
-    #[arg(long, env = "TESSERA_SHARING")]
+    #[arg(long, env = "TESSERA_SHARING", conflicts_with = "gangs")]
     pub sharing: bool,
+
+    /// Run the gang trace instead: gangs of 4-GPU pods on 8 racks of 8 dgx-h100 nodes and 2
+    /// GB200 fabric cliques of 18 trays, placed by the controller's group decision and by
+    /// per-pod first fit.
+    #[arg(long, env = "TESSERA_GANGS")]
+    pub gangs: bool,
+
+    /// Gangs in the gang trace.
+    #[arg(
+        long,
+        env = "TESSERA_GANG_COUNT",
+        default_value_t = 400,
+        requires = "gangs"
+    )]
+    pub gang_count: usize,
 }
 
 /// A scenario: the cluster and the trace.
@@ -540,6 +560,21 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
     } else {
         Scenario::load(Path::new(&args.scenario))?
     };
+    if args.gangs {
+        let scenario = gangs::GangScenario {
+            gangs: args.gang_count,
+            ..gangs::GangScenario::default()
+        };
+        let report = gangs::run(&scenario, args.seed)?;
+        match args.output {
+            OutputFormat::Json => {
+                serde_json::to_writer_pretty(&mut *out, &report)?;
+                writeln!(out)?;
+            }
+            OutputFormat::Text => gangs::write_table(out, &scenario, args.seed, &report)?,
+        }
+        return Ok(());
+    }
     if args.sharing {
         return sharing::run(
             &scenario,

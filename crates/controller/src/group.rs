@@ -15,6 +15,7 @@ use tessera_placement::group::{
     GroupInput, GroupKey, GroupOutcome, GroupSource, Member, Waiting, decide_group, fits_when_free,
     held_back_by, label_min_count, pod_group_min_count,
 };
+use tessera_placement::objects::member_arrival as arrival;
 use tessera_placement::planner::Action;
 use tessera_placement::protocol::{PodPlacement, is_gated, object_key};
 use tessera_placement::resolve::{PodClaim, Resolution, resolve_claims};
@@ -51,15 +52,6 @@ impl WaitingGroups {
     fn contains(&self, key: &GroupKey) -> bool {
         self.lock().contains_key(key)
     }
-}
-
-/// When a pod was created (its place in line); the epoch when unknown, so it is never held back.
-pub fn arrival(pod: &Pod) -> Timestamp {
-    pod.metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0)
-        .unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
 /// A gated member with its resolved claims.

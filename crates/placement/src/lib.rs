@@ -30,6 +30,6 @@ pub mod resources;
 pub mod view;
 pub mod writes;
 
-pub use objects::{ClusterObjects, PodVerdict};
+pub use objects::{ClusterObjects, GroupVerdict, PodVerdict};
 pub use planner::{Action, Decision, Failure, Placement};
 pub use view::{DeviceView, PodContext, Settings, decide_pod};

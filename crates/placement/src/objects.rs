@@ -10,13 +10,18 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::Timestamp;
 use tessera_allocator::Inventory;
 
+use crate::group::{
+    GroupDecision, GroupInput, GroupKey, GroupSource, Member, decide_group, group_key,
+    label_min_count, pod_group_min_count,
+};
 use crate::nodes::NodeFacts;
 use crate::planner::Decision;
 use crate::pods::{devices_in_use, is_candidate, node_usage};
-use crate::protocol::{is_bound, is_terminal, object_key};
+use crate::protocol::{is_bound, is_gated, is_terminal, object_key};
 use crate::resolve::{Resolution, resolve_claims};
 use crate::view::{DeviceView, PodContext, Settings, decide_pod};
 
@@ -65,8 +70,20 @@ impl ClusterObjects {
         if !is_candidate(pod, &settings.gate) {
             return PodVerdict::NotCandidate(not_candidate_reason(pod, &settings.gate));
         }
+        let claims = match self.resolve(pod) {
+            Resolution::Resolved(claims) => claims,
+            Resolution::Waiting(why) => return PodVerdict::WaitingForClaims(why),
+            Resolution::Invalid(why) => return PodVerdict::InvalidClaims(why),
+        };
+        let usage = node_usage(&self.pods, pod.metadata.uid.as_deref().unwrap_or_default());
+        self.with_context(&usage, |context| {
+            PodVerdict::Decided(decide_pod(pod, &claims, context, settings, now))
+        })
+    }
+
+    fn resolve(&self, pod: &Pod) -> Resolution {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let resolution = resolve_claims(
+        resolve_claims(
             pod,
             |name| {
                 self.claims
@@ -79,12 +96,14 @@ impl ClusterObjects {
                     .iter()
                     .any(|t| in_namespace(&t.metadata, namespace, name))
             },
-        );
-        let claims = match resolution {
-            Resolution::Resolved(claims) => claims,
-            Resolution::Waiting(why) => return PodVerdict::WaitingForClaims(why),
-            Resolution::Invalid(why) => return PodVerdict::InvalidClaims(why),
-        };
+        )
+    }
+
+    fn with_context<T>(
+        &self,
+        usage: &std::collections::HashMap<String, crate::resources::NodeUsage>,
+        decide: impl FnOnce(&PodContext<'_>) -> T,
+    ) -> T {
         let devices = DeviceView::new(
             self.slices.clone(),
             self.classes.clone(),
@@ -99,15 +118,136 @@ impl ClusterObjects {
                 .clone()
         };
         let (in_use, _) = devices_in_use(&self.claims);
-        let usage = node_usage(&self.pods, pod.metadata.uid.as_deref().unwrap_or_default());
         let context = PodContext {
             devices: &devices,
             unmanaged: &unmanaged,
             in_use: &in_use,
-            usage: &usage,
+            usage,
         };
-        PodVerdict::Decided(decide_pod(pod, &claims, &context, settings, now))
+        decide(&context)
     }
+
+    /// What the controller does with the group of `pod` (gated, naming a group): the group's
+    /// decision with each waiting pod's account, as the controller's worker gathers it.
+    /// `pod_groups` are the upstream PodGroups among the objects. `None`: the pod is not placed as
+    /// part of a group (no group, not gated, or a PodGroup with the basic policy).
+    pub fn decide_group_of(
+        &self,
+        pod: &Pod,
+        pod_groups: &[PodGroup],
+        settings: &Settings,
+        now: Timestamp,
+    ) -> Option<GroupVerdict> {
+        if !is_gated(pod, &settings.gate) {
+            return None;
+        }
+        let key = group_key(pod)?;
+        let pods: Vec<&Pod> = self
+            .pods
+            .iter()
+            .filter(|p| {
+                p.metadata.namespace.as_deref().unwrap_or("default") == key.namespace
+                    && p.metadata.deletion_timestamp.is_none()
+                    && !is_terminal(p)
+                    && group_key(p).as_ref() == Some(&key)
+            })
+            .collect();
+        let min_count = match key.source {
+            GroupSource::Label => label_min_count(&key, pods.iter().copied()),
+            GroupSource::PodGroup => {
+                let Some(group) = pod_groups
+                    .iter()
+                    .find(|g| in_namespace(&g.metadata, &key.namespace, &key.name))
+                else {
+                    return Some(GroupVerdict::Invalid(format!(
+                        "{key} is not among the objects; without it the group waits (WaitingForGroup)"
+                    )));
+                };
+                match pod_group_min_count(group) {
+                    Ok(None) => return None,
+                    Ok(Some(n)) => Ok(n),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        let min_count = match min_count {
+            Ok(n) => n,
+            Err(e) => return Some(GroupVerdict::Invalid(e.to_string())),
+        };
+        let gated: Vec<&Pod> = pods
+            .iter()
+            .copied()
+            .filter(|p| is_gated(p, &settings.gate))
+            .collect();
+        let placed = u32::try_from(pods.len() - gated.len()).unwrap_or(u32::MAX);
+        let mut resolved: Vec<(&Pod, Vec<crate::resolve::PodClaim>)> = Vec::new();
+        let mut unresolved = 0;
+        for member in &gated {
+            match self.resolve(member) {
+                Resolution::Resolved(claims) => resolved.push((member, claims)),
+                Resolution::Waiting(_) => unresolved += 1,
+                Resolution::Invalid(why) => {
+                    return Some(GroupVerdict::Invalid(format!(
+                        "{key}: pod {}: {why}",
+                        object_key(&member.metadata)
+                    )));
+                }
+            }
+        }
+        resolved.sort_by_key(|(p, _)| (member_arrival(p), object_key(&p.metadata)));
+        let input = GroupInput {
+            key: &key,
+            min_count,
+            placed,
+            members: resolved
+                .iter()
+                .map(|(pod, claims)| Member { pod, claims })
+                .collect(),
+            unresolved,
+        };
+        let mut group = settings.group.clone();
+        group.accounts = true;
+        let usage = node_usage(&self.pods, "");
+        let decision = self.with_context(&usage, |context| {
+            decide_group(&input, context, settings, &group, now)
+        });
+        let members = input
+            .members
+            .iter()
+            .map(|m| object_key(&m.pod.metadata))
+            .collect();
+        Some(GroupVerdict::Decided {
+            key: key.clone(),
+            min_count,
+            placed,
+            members,
+            decision,
+        })
+    }
+}
+
+/// When a pod was created: its place in the group's order (the epoch when unknown).
+pub fn member_arrival(pod: &Pod) -> Timestamp {
+    pod.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// What the controller does with a group.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GroupVerdict {
+    /// The group's definition is wrong or missing (why).
+    Invalid(String),
+    /// The group's decision; `members` are the gated pods with their claims, in the order tried.
+    Decided {
+        key: GroupKey,
+        min_count: u32,
+        placed: u32,
+        members: Vec<String>,
+        decision: GroupDecision,
+    },
 }
 
 fn not_candidate_reason(pod: &Pod, gate: &str) -> String {

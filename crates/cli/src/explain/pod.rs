@@ -154,6 +154,9 @@ pub fn explain(
              selectors, taints and resources): add them to --objects (kubectl get nodes -o yaml)"
         );
     }
+    if super::group::explain(objects, pod, wanted, settings, output, out)? {
+        return Ok(());
+    }
     let mut report = report(wanted, cluster.decide(pod, settings, Timestamp::now()));
     report.extended_resource_claim = pod
         .status

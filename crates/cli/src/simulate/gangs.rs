@@ -1,0 +1,556 @@
+//! `tessera simulate --gangs`: gangs (groups of pods that must start together) on a synthetic
+//! cluster with racks and GB200 fabric cliques, placed once by the controller's group decision
+//! (`tessera_placement::group::decide_group`: all or nothing, one clique / rack first) and once
+//! per pod with first fit (what kube-scheduler does for pods that are not a gang: each pod takes
+//! the first node that fits, a gang runs when its last pod is placed, and placed pods hold their
+//! GPUs while the rest wait).
+//!
+//! One gang arrives per step; every step, departures first, then each waiting gang in arrival
+//! order is tried. Metrics per mode: gangs started, share started within one fabric clique (of
+//! those on clique nodes) and within one rack, gangs that waited at some step while the cluster
+//! had at least their GPUs free, mean wait in steps, GPUs held by incomplete gangs at the end.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{
+    Node, NodeStatus, Pod, PodResourceClaim, PodSchedulingGate, PodSpec,
+};
+use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceSlice};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use tessera_allocator::{AllocateOptions, AllocatedState, Inventory, Outcome, PlacementMode};
+use tessera_api::names::{RACK_LABEL, TOPOLOGY_AWARE_GATE, TOPOLOGY_MANAGED_LABEL};
+use tessera_placement::claims::tolerating_managed_taint;
+use tessera_placement::group::{
+    GroupInput, GroupKey, GroupOutcome, GroupSettings, GroupSource, Member, decide_group,
+};
+use tessera_placement::nodes::NodeFacts;
+use tessera_placement::planner::Action;
+use tessera_placement::resolve::PodClaim;
+use tessera_placement::view::{DeviceView, PodContext, Settings};
+use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
+
+use super::{Lifetime, Rng, claim, gpu_class};
+
+/// The default gang scenario: 64 dgx-h100 nodes in 8 racks of 8, and 36 GB200 trays (4 GPUs) in
+/// 2 fabric cliques of 18 (one rack each); 400 gangs of 2/4/8/16 pods × 4 GPUs (weights
+/// 40/30/20/10) living 5-120 arrivals.
+pub struct GangScenario {
+    pub racks: usize,
+    pub nodes_per_rack: usize,
+    pub cliques: usize,
+    pub trays_per_clique: usize,
+    pub gangs: usize,
+    pub pods: BTreeMap<u32, u32>,
+    pub gpus_per_pod: u32,
+    pub lifetime: Lifetime,
+}
+
+impl Default for GangScenario {
+    fn default() -> GangScenario {
+        GangScenario {
+            racks: 8,
+            nodes_per_rack: 8,
+            cliques: 2,
+            trays_per_clique: 18,
+            gangs: 400,
+            pods: [(2, 40), (4, 30), (8, 20), (16, 10)].into(),
+            gpus_per_pod: 4,
+            lifetime: Lifetime { min: 5, max: 120 },
+        }
+    }
+}
+
+/// What one mode achieved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GangMetrics {
+    pub gangs: usize,
+    pub started: usize,
+    /// Of the gangs started on GB200 trays, percent within one fabric clique.
+    pub one_clique_percent: f64,
+    /// Of the gangs started, percent within one rack.
+    pub one_rack_percent: f64,
+    /// Gangs that waited at some step although the cluster had at least their GPUs free.
+    pub rejected_while_free: usize,
+    /// Mean steps from arrival to start, over the gangs started.
+    pub mean_wait: f64,
+    /// GPUs held at the end by gangs that never completed.
+    pub gpus_held_by_incomplete: usize,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GangReport {
+    pub per_pod_first_fit: GangMetrics,
+    pub controller: GangMetrics,
+}
+
+struct Cluster {
+    view: DeviceView,
+    /// node → (rack, clique).
+    domains: HashMap<String, (String, Option<String>)>,
+    gpus: usize,
+}
+
+fn node(name: &str, rack: &str) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(
+                [
+                    (TOPOLOGY_MANAGED_LABEL.to_owned(), "true".to_owned()),
+                    (RACK_LABEL.to_owned(), rack.to_owned()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(NodeStatus {
+            allocatable: Some(
+                [
+                    ("cpu".to_owned(), Quantity("256".into())),
+                    ("memory".to_owned(), Quantity("2Ti".into())),
+                    ("pods".to_owned(), Quantity("110".into())),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        }),
+    }
+}
+
+fn cluster(s: &GangScenario) -> anyhow::Result<Cluster> {
+    let mut slices: Vec<ResourceSlice> = Vec::new();
+    let mut nodes = Vec::new();
+    let mut domains = HashMap::new();
+    let mut gpus = 0;
+    let dgx = MockSource::new("dgx-h100")
+        .and_then(|m| m.inventory())
+        .context("topology dgx-h100")?;
+    for r in 0..s.racks {
+        for i in 0..s.nodes_per_rack {
+            let name = format!("dgx-{r:02}-{i:02}");
+            let rack = format!("rack-{r:02}");
+            let options = RenderOptions {
+                topology_managed: true,
+                ..RenderOptions::new(name.clone())
+            };
+            slices.extend(render_slices(&dgx, &options).context("render dgx-h100")?);
+            gpus += dgx.gpus.len();
+            nodes.push(node(&name, &rack));
+            domains.insert(name, (rack, None));
+        }
+    }
+    let mut tray = MockSource::new("gb200-tray")
+        .and_then(|m| m.inventory())
+        .context("topology gb200-tray")?;
+    for c in 0..s.cliques {
+        let clique_id = u32::try_from(c + 1).unwrap_or(u32::MAX);
+        let mut clique = None;
+        for gpu in &mut tray.gpus {
+            if let Some(f) = gpu.fabric.as_mut() {
+                f.clique_id = clique_id;
+                clique = Some(format!("{}.{}", f.cluster_uuid, f.clique_id));
+            }
+        }
+        for i in 0..s.trays_per_clique {
+            let name = format!("gb200-{c:02}-{i:02}");
+            let rack = format!("nvl-{c:02}");
+            let options = RenderOptions {
+                topology_managed: true,
+                ..RenderOptions::new(name.clone())
+            };
+            slices.extend(render_slices(&tray, &options).context("render gb200-tray")?);
+            gpus += tray.gpus.len();
+            nodes.push(node(&name, &rack));
+            domains.insert(name, (rack, clique.clone()));
+        }
+    }
+    let facts = nodes.iter().map(NodeFacts::from).collect();
+    Ok(Cluster {
+        view: DeviceView::new(slices, vec![gpu_class()], facts),
+        domains,
+        gpus,
+    })
+}
+
+/// One gang of the trace.
+struct Gang {
+    pods: Vec<Pod>,
+    claims: Vec<Arc<ResourceClaim>>,
+    lifetime: u64,
+}
+
+fn trace(s: &GangScenario, seed: u64) -> Vec<Gang> {
+    let mut rng = Rng(seed);
+    let mut index = 0;
+    (0..s.gangs)
+        .map(|g| {
+            let size = rng.weighted(&s.pods);
+            let lifetime = rng.lifetime(&s.lifetime);
+            let mut pods = Vec::new();
+            let mut claims = Vec::new();
+            for p in 0..size {
+                let c = claim(index, s.gpus_per_pod);
+                index += 1;
+                pods.push(pod(g, p, c.metadata.name.as_deref().unwrap_or_default()));
+                claims.push(Arc::new(tolerating_managed_taint(&c)));
+            }
+            Gang {
+                pods,
+                claims,
+                lifetime,
+            }
+        })
+        .collect()
+}
+
+fn pod(gang: usize, index: u32, claim: &str) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("gang-{gang}-{index}")),
+            namespace: Some("simulate".into()),
+            uid: Some(format!("gang-{gang}-{index}")),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            scheduling_gates: Some(vec![PodSchedulingGate {
+                name: TOPOLOGY_AWARE_GATE.into(),
+            }]),
+            resource_claims: Some(vec![PodResourceClaim {
+                name: "gpus".into(),
+                resource_claim_name: Some(claim.into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// Where a gang's pods went, and what they hold.
+struct Placed {
+    nodes: Vec<String>,
+    allocations: Vec<AllocationResult>,
+}
+
+/// One mode's running state.
+struct Run<'c> {
+    cluster: &'c Cluster,
+    state: AllocatedState,
+    free: usize,
+    /// Per gang: pods placed so far (per-pod first fit keeps partial gangs).
+    partial: HashMap<usize, Placed>,
+    /// Gang → step it ends.
+    running: BTreeMap<usize, u64>,
+    started: Vec<(usize, u64)>,
+    rejected_while_free: BTreeSet<usize>,
+    clique_started: usize,
+    clique_local: usize,
+    rack_local: usize,
+}
+
+impl<'c> Run<'c> {
+    fn new(cluster: &'c Cluster) -> Run<'c> {
+        Run {
+            cluster,
+            state: AllocatedState::new(),
+            free: cluster.gpus,
+            partial: HashMap::new(),
+            running: BTreeMap::new(),
+            started: Vec::new(),
+            rejected_while_free: BTreeSet::new(),
+            clique_started: 0,
+            clique_local: 0,
+            rack_local: 0,
+        }
+    }
+
+    fn hold(&mut self, allocation: &AllocationResult) -> anyhow::Result<()> {
+        self.state.add_allocation(allocation)?;
+        self.free -= allocation
+            .devices
+            .as_ref()
+            .and_then(|d| d.results.as_ref())
+            .map_or(0, Vec::len);
+        Ok(())
+    }
+
+    fn depart(&mut self, now: u64) -> anyhow::Result<()> {
+        let ended: Vec<usize> = self
+            .running
+            .iter()
+            .filter(|(_, end)| **end <= now)
+            .map(|(g, _)| *g)
+            .collect();
+        for g in ended {
+            self.running.remove(&g);
+            if let Some(placed) = self.partial.remove(&g) {
+                for a in &placed.allocations {
+                    self.state.remove_allocation(a)?;
+                    self.free += a
+                        .devices
+                        .as_ref()
+                        .and_then(|d| d.results.as_ref())
+                        .map_or(0, Vec::len);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, g: usize, gang: &Gang, arrived: u64, now: u64) {
+        self.running.insert(g, now + gang.lifetime);
+        self.started.push((g, now - arrived));
+        let Some(placed) = self.partial.get(&g) else {
+            return;
+        };
+        let racks: BTreeSet<&String> = placed
+            .nodes
+            .iter()
+            .filter_map(|n| self.cluster.domains.get(n).map(|d| &d.0))
+            .collect();
+        if racks.len() == 1 {
+            self.rack_local += 1;
+        }
+        let cliques: Vec<Option<&String>> = placed
+            .nodes
+            .iter()
+            .map(|n| self.cluster.domains.get(n).and_then(|d| d.1.as_ref()))
+            .collect();
+        if cliques.iter().any(Option::is_some) {
+            self.clique_started += 1;
+            let distinct: BTreeSet<Option<&String>> = cliques.into_iter().collect();
+            if distinct.len() == 1 {
+                self.clique_local += 1;
+            }
+        }
+    }
+
+    fn metrics(&self, gangs: usize) -> GangMetrics {
+        let percent = |a: usize, b: usize| {
+            if b == 0 {
+                0.0
+            } else {
+                super::round2(100.0 * a as f64 / b as f64)
+            }
+        };
+        let waits: u64 = self.started.iter().map(|(_, w)| *w).sum();
+        let held = self
+            .partial
+            .iter()
+            .filter(|(g, _)| !self.running.contains_key(g))
+            .flat_map(|(_, p)| &p.allocations)
+            .map(|a| {
+                a.devices
+                    .as_ref()
+                    .and_then(|d| d.results.as_ref())
+                    .map_or(0, Vec::len)
+            })
+            .sum();
+        GangMetrics {
+            gangs,
+            started: self.started.len(),
+            one_clique_percent: percent(self.clique_local, self.clique_started),
+            one_rack_percent: percent(self.rack_local, self.started.len()),
+            rejected_while_free: self.rejected_while_free.len(),
+            mean_wait: if self.started.is_empty() {
+                0.0
+            } else {
+                super::round2(waits as f64 / self.started.len() as f64)
+            },
+            gpus_held_by_incomplete: held,
+        }
+    }
+}
+
+/// Per-pod first fit: each pod not placed yet takes the first node that fits; `true` when the
+/// gang's last pod is placed.
+fn first_fit(run: &mut Run<'_>, g: usize, gang: &Gang) -> anyhow::Result<bool> {
+    let options = AllocateOptions {
+        mode: PlacementMode::FirstFit,
+        ..AllocateOptions::default()
+    };
+    let inventory: &Inventory = &run.cluster.view.managed;
+    let done = run.partial.get(&g).map_or(0, |p| p.nodes.len());
+    for claim in &gang.claims[done..] {
+        match inventory.allocate(std::slice::from_ref(&**claim), &run.state, None, &options)? {
+            Outcome::Allocated(a) => {
+                let result = a.claims[0].result.clone();
+                run.hold(&result)?;
+                let placed = run.partial.entry(g).or_insert(Placed {
+                    nodes: Vec::new(),
+                    allocations: Vec::new(),
+                });
+                placed.nodes.push(a.node);
+                placed.allocations.push(result);
+            }
+            Outcome::Unsatisfiable(_) => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
+/// The controller's group decision: all or nothing.
+fn controller(
+    run: &mut Run<'_>,
+    g: usize,
+    gang: &Gang,
+    settings: &Settings,
+) -> anyhow::Result<bool> {
+    let claims: Vec<Vec<PodClaim>> = gang
+        .claims
+        .iter()
+        .map(|c| {
+            vec![PodClaim {
+                pod_claim: "gpus".into(),
+                claim: c.clone(),
+            }]
+        })
+        .collect();
+    let key = GroupKey {
+        namespace: "simulate".into(),
+        name: format!("gang-{g}"),
+        source: GroupSource::Label,
+    };
+    let input = GroupInput {
+        key: &key,
+        min_count: u32::try_from(gang.pods.len()).unwrap_or(u32::MAX),
+        placed: 0,
+        members: gang
+            .pods
+            .iter()
+            .zip(&claims)
+            .map(|(pod, claims)| Member { pod, claims })
+            .collect(),
+        unresolved: 0,
+    };
+    let usage = HashMap::new();
+    let unmanaged = Arc::new(Inventory::new(Vec::new(), Vec::new(), Vec::new()));
+    let unmanaged_fn = || unmanaged.clone();
+    let context = PodContext {
+        devices: &run.cluster.view,
+        unmanaged: &unmanaged_fn,
+        in_use: &run.state,
+        usage: &usage,
+    };
+    let decision = decide_group(
+        &input,
+        &context,
+        settings,
+        &GroupSettings::default(),
+        Timestamp::UNIX_EPOCH,
+    );
+    let GroupOutcome::Place { decisions, .. } = decision.outcome else {
+        return Ok(false);
+    };
+    let mut placed = Placed {
+        nodes: Vec::new(),
+        allocations: Vec::new(),
+    };
+    for (_, d) in decisions {
+        if let Action::Place(p) = d.action {
+            for w in p.writes {
+                run.hold(&w.allocation)?;
+                placed.allocations.push(w.allocation);
+            }
+            placed.nodes.push(p.node);
+        }
+    }
+    run.partial.insert(g, placed);
+    Ok(true)
+}
+
+/// Runs both modes over the trace.
+pub fn run(s: &GangScenario, seed: u64) -> anyhow::Result<GangReport> {
+    let cluster = cluster(s)?;
+    let gangs = trace(s, seed);
+    let settings = Settings::new(TOPOLOGY_AWARE_GATE);
+    let mut report = Vec::new();
+    for per_pod in [true, false] {
+        let mut run = Run::new(&cluster);
+        let mut waiting: Vec<(usize, u64)> = Vec::new();
+        let steps = gangs.len() as u64 + s.lifetime.max;
+        for now in 0..steps {
+            run.depart(now)?;
+            if let Some(g) = usize::try_from(now).ok().filter(|g| *g < gangs.len()) {
+                waiting.push((g, now));
+            }
+            let mut still = Vec::new();
+            for (g, arrived) in std::mem::take(&mut waiting) {
+                let gang = &gangs[g];
+                let demand = gang.claims.len() * s.gpus_per_pod as usize;
+                let free_before = run.free;
+                let started = if per_pod {
+                    first_fit(&mut run, g, gang)?
+                } else {
+                    controller(&mut run, g, gang, &settings)?
+                };
+                if started {
+                    run.start(g, gang, arrived, now);
+                } else {
+                    if free_before >= demand {
+                        run.rejected_while_free.insert(g);
+                    }
+                    still.push((g, arrived));
+                }
+            }
+            waiting = still;
+        }
+        report.push(run.metrics(gangs.len()));
+    }
+    let controller = report.pop().context("two runs")?;
+    let per_pod_first_fit = report.pop().context("two runs")?;
+    Ok(GangReport {
+        per_pod_first_fit,
+        controller,
+    })
+}
+
+/// The comparison as a table.
+pub fn write_table(
+    out: &mut impl std::io::Write,
+    s: &GangScenario,
+    seed: u64,
+    report: &GangReport,
+) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "{} dgx-h100 nodes in {} racks, {} GB200 trays in {} fabric cliques; {} gangs of {:?} pods × {} GPUs (seed {seed})\n",
+        s.racks * s.nodes_per_rack,
+        s.racks,
+        s.cliques * s.trays_per_clique,
+        s.cliques,
+        s.gangs,
+        s.pods.keys().collect::<Vec<_>>(),
+        s.gpus_per_pod
+    )?;
+    writeln!(
+        out,
+        "| mode | started | one clique % | one rack % | rejected while free | mean wait | GPUs held by incomplete gangs |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|")?;
+    for (name, m) in [
+        ("per-pod first fit", &report.per_pod_first_fit),
+        ("controller (group decision)", &report.controller),
+    ] {
+        writeln!(
+            out,
+            "| {name} | {} of {} | {} | {} | {} | {} | {} |",
+            m.started,
+            m.gangs,
+            m.one_clique_percent,
+            m.one_rack_percent,
+            m.rejected_while_free,
+            m.mean_wait,
+            m.gpus_held_by_incomplete
+        )?;
+    }
+    Ok(())
+}

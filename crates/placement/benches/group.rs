@@ -1,0 +1,291 @@
+//! Group (gang) decision cost (a bench binary, not criterion: each case is one decision whose
+//! wall time is the result). Run with
+//!
+//! ```text
+//! cargo bench -p tessera-placement --bench group
+//! ```
+//!
+//! The cluster: 1,000 topology-managed dgx-h100 nodes rendered by crates/topology (8,000 GPUs), in
+//! racks of 16 nodes (`gpu.tessera.dev/rack`) and blocks of 8 racks (`gpu.tessera.dev/block`);
+//! every fourth node has 4 GPUs in use. Cases: one 64-pod gang of 8, 4 or 1 GPUs per pod, decided
+//! by `decide_group` with the controller's defaults (budget 4,096 pod decisions). Each case runs
+//! three times and the fastest is reported; the output is a markdown table, also written as
+//! `group.json` and `group.md` under Cargo's benchmark temporary directory.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{
+    Node, NodeStatus, Pod, PodResourceClaim, PodSchedulingGate, PodSpec,
+};
+use k8s_openapi::api::resource::v1::{
+    CELDeviceSelector, DeviceClaim, DeviceClass, DeviceClassSpec, DeviceRequest, DeviceSelector,
+    ExactDeviceRequest, ResourceClaim, ResourceClaimSpec, ResourceSlice,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use tessera_allocator::{AllocatedState, Inventory};
+use tessera_api::names::{
+    BLOCK_LABEL, DRIVER_NAME, GPU_DEVICE_CLASS, RACK_LABEL, TOPOLOGY_AWARE_GATE,
+    TOPOLOGY_MANAGED_LABEL,
+};
+use tessera_placement::claims::tolerating_managed_taint;
+use tessera_placement::group::{
+    GroupInput, GroupKey, GroupOutcome, GroupSettings, GroupSource, Member, decide_group,
+};
+use tessera_placement::nodes::NodeFacts;
+use tessera_placement::resolve::PodClaim;
+use tessera_placement::view::{DeviceView, PodContext, Settings};
+use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
+
+const NODES: usize = 1000;
+const RACK: usize = 16;
+const BLOCK: usize = 8;
+const PODS: usize = 64;
+const RUNS: usize = 3;
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Row {
+    case: String,
+    nodes: usize,
+    pods: usize,
+    gpus_per_pod: u32,
+    placed: bool,
+    domain: String,
+    nodes_used: usize,
+    racks_used: usize,
+    steps: usize,
+    truncated: bool,
+    millis: f64,
+}
+
+fn class() -> DeviceClass {
+    DeviceClass {
+        metadata: ObjectMeta {
+            name: Some(GPU_DEVICE_CLASS.into()),
+            ..Default::default()
+        },
+        spec: Some(DeviceClassSpec {
+            selectors: Some(vec![DeviceSelector {
+                cel: Some(CELDeviceSelector {
+                    expression: format!(
+                        "device.driver == \"{DRIVER_NAME}\" && device.attributes[\"{DRIVER_NAME}\"].type == \"gpu\""
+                    ),
+                }),
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+fn claim(name: &str, gpus: u32) -> ResourceClaim {
+    tolerating_managed_taint(&ResourceClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("bench".into()),
+            uid: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(ResourceClaimSpec {
+            devices: Some(DeviceClaim {
+                requests: Some(vec![DeviceRequest {
+                    name: "gpus".into(),
+                    exactly: Some(ExactDeviceRequest {
+                        device_class_name: GPU_DEVICE_CLASS.into(),
+                        count: Some(i64::from(gpus)),
+                        ..Default::default()
+                    }),
+                    first_available: None,
+                }]),
+                ..Default::default()
+            }),
+        }),
+        status: None,
+    })
+}
+
+fn node(i: usize) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(format!("dgx-{i:04}")),
+            labels: Some(
+                [
+                    (TOPOLOGY_MANAGED_LABEL.to_owned(), "true".to_owned()),
+                    (RACK_LABEL.to_owned(), format!("rack-{:03}", i / RACK)),
+                    (
+                        BLOCK_LABEL.to_owned(),
+                        format!("block-{:02}", i / (RACK * BLOCK)),
+                    ),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(NodeStatus {
+            allocatable: Some(
+                [
+                    ("cpu".to_owned(), Quantity("256".into())),
+                    ("memory".to_owned(), Quantity("2Ti".into())),
+                    ("pods".to_owned(), Quantity("110".into())),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        }),
+    }
+}
+
+fn pod(name: &str) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("bench".into()),
+            uid: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            scheduling_gates: Some(vec![PodSchedulingGate {
+                name: TOPOLOGY_AWARE_GATE.into(),
+            }]),
+            resource_claims: Some(vec![PodResourceClaim {
+                name: "gpus".into(),
+                resource_claim_name: Some(name.into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn main() {
+    let dgx = MockSource::new("dgx-h100")
+        .and_then(|m| m.inventory())
+        .expect("the shipped dgx-h100 topology loads");
+    let mut slices: Vec<ResourceSlice> = Vec::new();
+    let mut nodes = Vec::new();
+    for i in 0..NODES {
+        let options = RenderOptions {
+            topology_managed: true,
+            ..RenderOptions::new(format!("dgx-{i:04}"))
+        };
+        slices.extend(render_slices(&dgx, &options).expect("dgx-h100 renders"));
+        nodes.push(node(i));
+    }
+    let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::from).collect();
+    let view = DeviceView::new(slices, vec![class()], facts);
+    // Every fourth node has 4 GPUs in use.
+    let mut in_use = AllocatedState::new();
+    for i in (0..NODES).step_by(4) {
+        let c = claim(&format!("busy-{i}"), 4);
+        let outcome = view
+            .managed
+            .allocate(
+                std::slice::from_ref(&c),
+                &in_use,
+                Some(&format!("dgx-{i:04}")),
+                &Default::default(),
+            )
+            .expect("a busy claim allocates");
+        if let tessera_allocator::Outcome::Allocated(a) = outcome {
+            in_use
+                .add_allocation(&a.claims[0].result)
+                .expect("the state takes it");
+        }
+    }
+    let unmanaged = Arc::new(Inventory::new(Vec::new(), Vec::new(), Vec::new()));
+    let unmanaged_fn = || unmanaged.clone();
+    let usage = HashMap::new();
+    let settings = Settings::new(TOPOLOGY_AWARE_GATE);
+    let mut rows = Vec::new();
+    for gpus in [8u32, 4, 1] {
+        let pods: Vec<Pod> = (0..PODS).map(|p| pod(&format!("g{gpus}-{p}"))).collect();
+        let claims: Vec<Vec<PodClaim>> = (0..PODS)
+            .map(|p| {
+                vec![PodClaim {
+                    pod_claim: "gpus".into(),
+                    claim: Arc::new(claim(&format!("g{gpus}-{p}"), gpus)),
+                }]
+            })
+            .collect();
+        let key = GroupKey {
+            namespace: "bench".into(),
+            name: format!("gang-{gpus}"),
+            source: GroupSource::Label,
+        };
+        let input = GroupInput {
+            key: &key,
+            min_count: PODS as u32,
+            placed: 0,
+            members: pods
+                .iter()
+                .zip(&claims)
+                .map(|(pod, claims)| Member { pod, claims })
+                .collect(),
+            unresolved: 0,
+        };
+        let context = PodContext {
+            devices: &view,
+            unmanaged: &unmanaged_fn,
+            in_use: &in_use,
+            usage: &usage,
+        };
+        let mut best = f64::MAX;
+        let mut last = None;
+        for _ in 0..RUNS {
+            let started = Instant::now();
+            let decision = decide_group(
+                &input,
+                &context,
+                &settings,
+                &GroupSettings::default(),
+                Timestamp::now(),
+            );
+            best = best.min(started.elapsed().as_secs_f64() * 1000.0);
+            last = Some(decision);
+        }
+        let decision = last.expect("ran");
+        let (placed, domain, nodes_used, racks_used) = match &decision.outcome {
+            GroupOutcome::Place { domain, score, .. } => {
+                (true, domain.to_string(), score.nodes, score.domains[0])
+            }
+            GroupOutcome::Wait { reason, .. } => (false, (*reason).to_owned(), 0, 0),
+        };
+        rows.push(Row {
+            case: format!("{PODS} pods × {gpus} GPUs"),
+            nodes: NODES,
+            pods: PODS,
+            gpus_per_pod: gpus,
+            placed,
+            domain,
+            nodes_used,
+            racks_used,
+            steps: decision.steps,
+            truncated: decision.truncated,
+            millis: (best * 10.0).round() / 10.0,
+        });
+    }
+    let mut md = String::from(
+        "| gang | placed | domain | nodes | racks | pod decisions | truncated | decision ms |\n|---|---|---|---:|---:|---:|---|---:|\n",
+    );
+    for r in &rows {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.case, r.placed, r.domain, r.nodes_used, r.racks_used, r.steps, r.truncated, r.millis
+        ));
+    }
+    print!("{md}");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let json: BTreeMap<&str, &Vec<Row>> = [("cases", &rows)].into();
+    let _ = std::fs::write(
+        dir.join("group.json"),
+        serde_json::to_string_pretty(&json).unwrap_or_default(),
+    );
+    let _ = std::fs::write(dir.join("group.md"), &md);
+    println!("written: {}", dir.join("group.md").display());
+}
