@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use tessera_placement::claims::PodClaims;
 use tessera_placement::group::{
-    GroupInput, GroupKey, GroupOutcome, GroupSource, Member, Waiting, decide_group, fits_when_free,
-    held_back_by, label_min_count, pod_group_min_count,
+    Domain, GroupDecision, GroupInput, GroupKey, GroupOutcome, GroupScore, GroupSource, Member,
+    Waiting, decide_group, fits_when_free, held_back_by, label_min_count, pod_group_min_count,
 };
 use tessera_placement::objects::member_arrival as arrival;
 use tessera_placement::planner::Action;
@@ -100,129 +100,25 @@ impl Worker {
             .cloned()
             .collect();
         let placed = u32::try_from(pods.len() - gated.len()).unwrap_or(u32::MAX);
-        let min_count = match key.source {
-            GroupSource::Label => label_min_count(&key, pods.iter().map(|p| &**p)),
-            GroupSource::PodGroup => {
-                match self.writer.get_pod_group(&key.namespace, &key.name).await {
-                    Err(e) => return self.write_failed(&pod, e),
-                    Ok(None) => {
-                        let message = format!(
-                            "the pod names {key} in spec.schedulingGroup.podGroupName, which does not exist \
-                             (or the cluster does not serve scheduling.k8s.io/v1beta1: enable the GenericWorkload \
-                             feature gate, or name the group with the label {} instead)",
-                            tessera_api::names::GROUP_LABEL
-                        );
-                        return self
-                            .wait_all(&gated, "WaitingForGroup", &message, false)
-                            .await;
-                    }
-                    Ok(Some(group)) => match pod_group_min_count(&group) {
-                        // The basic policy: the pods are placed one by one.
-                        Ok(None) => return self.process_single(pod, started).await,
-                        Ok(Some(n)) => Ok(n),
-                        Err(e) => Err(e),
-                    },
-                }
-            }
+        let min_count = match self.min_count(&key, &pods, &gated).await {
+            Ok(Some(n)) => n,
+            // The basic policy: the pods are placed one by one.
+            Ok(None) => return self.process_single(pod, started).await,
+            Err(outcome) => return outcome,
         };
-        let min_count = match min_count {
-            Ok(n) => n,
-            Err(e) => {
-                self.metrics.failure("InvalidInput");
-                return self
-                    .wait_all(&gated, "InvalidInput", &e.to_string(), true)
-                    .await;
-            }
+        let (resolved, unresolved) = match self.resolve_members(&key, &gated).await {
+            Ok(members) => members,
+            Err(outcome) => return outcome,
         };
-        let mut resolved: Vec<Resolved> = Vec::new();
-        let mut unresolved = 0;
-        for member in &gated {
-            let namespace = member.metadata.namespace.as_deref().unwrap_or_default();
-            match resolve_claims(
-                member,
-                |claim| self.cluster.claim(namespace, claim),
-                |template| self.cluster.template_exists(namespace, template),
-            ) {
-                Resolution::Resolved(claims) => resolved.push(Resolved {
-                    pod: member.clone(),
-                    claims,
-                }),
-                Resolution::Waiting(_) => unresolved += 1,
-                Resolution::Invalid(message) => {
-                    self.metrics.failure("InvalidInput");
-                    let message = format!("{key}: pod {}: {message}", object_key(&member.metadata));
-                    return self.wait_all(&gated, "InvalidInput", &message, true).await;
-                }
-            }
-        }
-        resolved.sort_by(|a, b| {
-            (arrival(&a.pod), object_key(&a.pod.metadata))
-                .cmp(&(arrival(&b.pod), object_key(&b.pod.metadata)))
-        });
-        let arrived = resolved
+        let arrived = gated
             .iter()
-            .map(|r| arrival(&r.pod))
-            .chain(gated.iter().map(|p| arrival(p)))
+            .map(|p| arrival(p))
             .min()
             .unwrap_or(Timestamp::UNIX_EPOCH);
-        if let Some(by) = self.held_back(&pod, Some(&key))
-            && by.arrived < arrived
-        {
-            let message = format!(
-                "{key} waits behind {}, which arrived earlier and has waited for capacity since {}",
-                by.key, by.since
-            );
-            return self
-                .wait_all(&gated, "WaitingBehindGroup", &message, false)
-                .await;
+        if let Some(outcome) = self.held_back_group(&pod, &key, arrived, &gated).await {
+            return outcome;
         }
-        let input = GroupInput {
-            key: &key,
-            min_count,
-            placed,
-            members: resolved
-                .iter()
-                .map(|r| Member {
-                    pod: &r.pod,
-                    claims: &r.claims,
-                })
-                .collect(),
-            unresolved,
-        };
-        let snapshot = self.cluster.inventory(|| {
-            self.metrics.inventory_rebuilds.inc();
-        });
-        let in_use = self.cluster.devices_in_use();
-        let usage = self.cluster.node_usage("");
-        let (decision, fits_free) = {
-            let unmanaged = || snapshot.unmanaged();
-            let context = PodContext {
-                devices: &snapshot.devices,
-                unmanaged: &unmanaged,
-                in_use: &in_use,
-                usage: &usage,
-            };
-            let now = Timestamp::now();
-            let decision = decide_group(&input, &context, &self.config, &self.config.group, now);
-            let capacity = matches!(
-                decision.outcome,
-                GroupOutcome::Wait {
-                    reason: "GroupUnsatisfiable",
-                    ..
-                }
-            );
-            let fits_free = (capacity && !self.waiting.contains(&key)).then(|| {
-                fits_when_free(
-                    &input,
-                    &snapshot.devices,
-                    &unmanaged,
-                    &self.config,
-                    &self.config.group,
-                    now,
-                )
-            });
-            (decision, fits_free)
-        };
+        let (decision, fits_free) = self.decide(&key, (min_count, placed), &resolved, unresolved);
         self.metrics
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -237,16 +133,8 @@ impl Worker {
                     .into_iter()
                     .map(|(i, d)| (resolved[i].pod.clone(), d.action))
                     .collect();
-                let summary = format!(
-                    "{key}: {} pods placed together in {domain} ({} nodes{})",
-                    placed.len(),
-                    score.nodes,
-                    if decision.truncated {
-                        "; the search stopped at its budget, a closer placement may exist"
-                    } else {
-                        ""
-                    }
-                );
+                let summary =
+                    placed_summary(&key, placed.len(), &domain, &score, decision.truncated);
                 self.place_group(placed, &summary, started).await
             }
             GroupOutcome::Wait {
@@ -264,19 +152,181 @@ impl Worker {
                     });
                 }
                 self.metrics.failure(failure.reason());
-                // Allocations an earlier leader left for members are undone: a waiting group
-                // holds no devices.
-                for r in &resolved {
-                    let own = PodClaims::sort(&r.pod, &r.claims).own;
-                    for claim in own {
-                        if let Err(e) = self.undo(&[ClaimProgress::of_own(claim)], &r.pod).await {
-                            return self.write_failed(&r.pod, e);
-                        }
-                    }
+                match self.undo_members(&resolved).await {
+                    Err(outcome) => outcome,
+                    Ok(()) => self.wait_all(&gated, reason, &message, true).await,
                 }
-                self.wait_all(&gated, reason, &message, true).await
             }
         }
+    }
+
+    /// Parks the group when an earlier group holds it back, saying so on its pods.
+    async fn held_back_group(
+        &self,
+        pod: &Pod,
+        key: &GroupKey,
+        arrived: Timestamp,
+        gated: &[Arc<Pod>],
+    ) -> Option<Outcome> {
+        let by = self
+            .held_back(pod, Some(key))
+            .filter(|by| by.arrived < arrived)?;
+        let message = format!(
+            "{key} waits behind {}, which arrived earlier and has waited for capacity since {}",
+            by.key, by.since
+        );
+        Some(
+            self.wait_all(gated, "WaitingBehindGroup", &message, false)
+                .await,
+        )
+    }
+
+    /// The group's `minCount` (`None`: a PodGroup with the basic policy); `Err` when the pods
+    /// were told why the group cannot be decided.
+    async fn min_count(
+        &self,
+        key: &GroupKey,
+        pods: &[Arc<Pod>],
+        gated: &[Arc<Pod>],
+    ) -> Result<Option<u32>, Outcome> {
+        let count = match key.source {
+            GroupSource::Label => label_min_count(key, pods.iter().map(|p| &**p)).map(Some),
+            GroupSource::PodGroup => {
+                match self.writer.get_pod_group(&key.namespace, &key.name).await {
+                    Err(e) => {
+                        return Err(match gated.first() {
+                            Some(pod) => self.write_failed(pod, e),
+                            None => Outcome::Retry,
+                        });
+                    }
+                    Ok(None) => {
+                        let message = format!(
+                            "the pod names {key} in spec.schedulingGroup.podGroupName, which does not exist \
+                             (or the cluster does not serve scheduling.k8s.io/v1beta1: enable the GenericWorkload \
+                             feature gate, or name the group with the label {} instead)",
+                            tessera_api::names::GROUP_LABEL
+                        );
+                        return Err(self
+                            .wait_all(gated, "WaitingForGroup", &message, false)
+                            .await);
+                    }
+                    Ok(Some(group)) => pod_group_min_count(&group),
+                }
+            }
+        };
+        match count {
+            Ok(count) => Ok(count),
+            Err(e) => {
+                self.metrics.failure("InvalidInput");
+                Err(self
+                    .wait_all(gated, "InvalidInput", &e.to_string(), true)
+                    .await)
+            }
+        }
+    }
+
+    /// The gated members whose claims resolve, in the order to try them (arrival, then name),
+    /// and how many still wait for their claims.
+    async fn resolve_members(
+        &self,
+        key: &GroupKey,
+        gated: &[Arc<Pod>],
+    ) -> Result<(Vec<Resolved>, u32), Outcome> {
+        let mut resolved: Vec<Resolved> = Vec::new();
+        let mut unresolved = 0;
+        for member in gated {
+            let namespace = member.metadata.namespace.as_deref().unwrap_or_default();
+            match resolve_claims(
+                member,
+                |claim| self.cluster.claim(namespace, claim),
+                |template| self.cluster.template_exists(namespace, template),
+            ) {
+                Resolution::Resolved(claims) => resolved.push(Resolved {
+                    pod: member.clone(),
+                    claims,
+                }),
+                Resolution::Waiting(_) => unresolved += 1,
+                Resolution::Invalid(message) => {
+                    self.metrics.failure("InvalidInput");
+                    let message = format!("{key}: pod {}: {message}", object_key(&member.metadata));
+                    return Err(self.wait_all(gated, "InvalidInput", &message, true).await);
+                }
+            }
+        }
+        resolved.sort_by(|a, b| {
+            (arrival(&a.pod), object_key(&a.pod.metadata))
+                .cmp(&(arrival(&b.pod), object_key(&b.pod.metadata)))
+        });
+        Ok((resolved, unresolved))
+    }
+
+    /// The group's decision from the caches; when it waits for capacity and is not known to be
+    /// waiting yet, also whether it would fit the cluster when free.
+    fn decide(
+        &self,
+        key: &GroupKey,
+        (min_count, placed): (u32, u32),
+        resolved: &[Resolved],
+        unresolved: u32,
+    ) -> (GroupDecision, Option<bool>) {
+        let input = &GroupInput {
+            key,
+            min_count,
+            placed,
+            members: resolved
+                .iter()
+                .map(|r| Member {
+                    pod: &r.pod,
+                    claims: &r.claims,
+                })
+                .collect(),
+            unresolved,
+        };
+        let snapshot = self.cluster.inventory(|| {
+            self.metrics.inventory_rebuilds.inc();
+        });
+        let in_use = self.cluster.devices_in_use();
+        let usage = self.cluster.node_usage("");
+        let unmanaged = || snapshot.unmanaged();
+        let context = PodContext {
+            devices: &snapshot.devices,
+            unmanaged: &unmanaged,
+            in_use: &in_use,
+            usage: &usage,
+        };
+        let now = Timestamp::now();
+        let decision = decide_group(input, &context, &self.config, &self.config.group, now);
+        let capacity = matches!(
+            decision.outcome,
+            GroupOutcome::Wait {
+                reason: "GroupUnsatisfiable",
+                ..
+            }
+        );
+        let fits_free = (capacity && !self.waiting.contains(input.key)).then(|| {
+            fits_when_free(
+                input,
+                &snapshot.devices,
+                &unmanaged,
+                &self.config,
+                &self.config.group,
+                now,
+            )
+        });
+        (decision, fits_free)
+    }
+
+    /// Undoes the allocations an earlier leader left for members: a waiting group holds no
+    /// devices.
+    async fn undo_members(&self, resolved: &[Resolved]) -> Result<(), Outcome> {
+        for r in resolved {
+            for claim in PodClaims::sort(&r.pod, &r.claims).own {
+                if let Err(e) = self.undo(&[ClaimProgress::of_own(claim)], &r.pod).await {
+                    return Err(self.write_failed(&r.pod, e));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes every member's claims, then releases the members. A failed claim write undoes
@@ -380,4 +430,23 @@ impl Worker {
         }
         Outcome::Park
     }
+}
+
+/// `group ns/g: 2 pods placed together in gpu.tessera.dev/rack=r1 (2 nodes)`.
+fn placed_summary(
+    key: &GroupKey,
+    pods: usize,
+    domain: &Domain,
+    score: &GroupScore,
+    truncated: bool,
+) -> String {
+    let truncated = if truncated {
+        "; the search stopped at its budget, a closer placement may exist"
+    } else {
+        ""
+    };
+    format!(
+        "{key}: {pods} pods placed together in {domain} ({} nodes{truncated})",
+        score.nodes
+    )
 }

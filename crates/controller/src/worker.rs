@@ -69,29 +69,32 @@ impl Worker {
         self.process_single(pod, started).await
     }
 
+    /// Parks a pod that a waiting group holds back ([`crate::group`]), saying so on the pod.
+    async fn wait_behind_group(&self, pod: &Pod) -> Option<Outcome> {
+        let by = self.held_back(pod, None)?;
+        self.metrics.failure("WaitingBehindGroup");
+        let message = format!(
+            "waiting behind {}, which arrived earlier and has waited for capacity since {}: \
+             pods that arrived later are not placed before it",
+            by.key, by.since
+        );
+        let report = Report {
+            placed: false,
+            reason: "WaitingBehindGroup",
+            message,
+            warning: false,
+        };
+        self.report(pod, report).await;
+        Some(Outcome::Park)
+    }
+
     /// Processes a pod that is placed alone.
     pub(crate) async fn process_single(&self, pod: Arc<Pod>, started: Instant) -> Outcome {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let namespace = namespace.as_str();
         let gated = is_gated(&pod, &self.config.gate);
-        if gated && let Some(by) = self.held_back(&pod, None) {
-            self.metrics.failure("WaitingBehindGroup");
-            let message = format!(
-                "waiting behind {}, which arrived earlier and has waited for capacity since {}: \
-                 pods that arrived later are not placed before it",
-                by.key, by.since
-            );
-            self.report(
-                &pod,
-                Report {
-                    placed: false,
-                    reason: "WaitingBehindGroup",
-                    message,
-                    warning: false,
-                },
-            )
-            .await;
-            return Outcome::Park;
+        if gated && let Some(outcome) = self.wait_behind_group(&pod).await {
+            return outcome;
         }
         let resolution = resolve_claims(
             &pod,

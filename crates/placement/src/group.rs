@@ -535,7 +535,7 @@ fn score(
     placed: &[(usize, Decision)],
     clique: Option<&Level>,
     labels: &[Level],
-    index: &HashMap<&str, usize>,
+    index: &HashMap<String, usize>,
 ) -> GroupScore {
     let nodes: BTreeSet<&str> = placed
         .iter()
@@ -545,7 +545,7 @@ fn score(
         let mut values = BTreeSet::new();
         let mut unlabelled = 0;
         for node in &nodes {
-            match index.get(node).and_then(|&i| level.of_node[i].as_ref()) {
+            match index.get(*node).and_then(|&i| level.of_node[i].as_ref()) {
                 Some(v) => {
                     values.insert(v.clone());
                 }
@@ -558,7 +558,7 @@ fn score(
         outside_one_clique: clique.is_some_and(|c| {
             let values: BTreeSet<Option<&String>> = nodes
                 .iter()
-                .map(|n| index.get(n).and_then(|&i| c.of_node[i].as_ref()))
+                .map(|n| index.get(*n).and_then(|&i| c.of_node[i].as_ref()))
                 .collect();
             values.len() > 1 || values.contains(&None)
         }),
@@ -594,6 +594,155 @@ fn subdomains(nodes: &[usize], level: Option<&Level>, free: &[usize]) -> Vec<Vec
     out
 }
 
+/// The group waits for pods (or their claims) that do not exist yet.
+fn short_of_pods(input: &GroupInput<'_>) -> Option<GroupDecision> {
+    let needed = input.needed();
+    let have = input.members.len();
+    if have >= needed {
+        return None;
+    }
+    let missing = needed - have;
+    let claims = if input.unresolved > 0 {
+        format!(
+            " ({} of them exist but wait for their claims to be created)",
+            input.unresolved
+        )
+    } else {
+        String::new()
+    };
+    Some(GroupDecision {
+        outcome: GroupOutcome::Wait {
+            failure: Failure::Unsatisfiable,
+            reason: "WaitingForGroup",
+            message: format!(
+                "{} needs {} pods placed together (minCount {}, {} placed already); {} of them are gated \
+                 here with their claims, waiting for {missing} more{claims}",
+                input.key, needed, input.min_count, input.placed, have
+            ),
+            pods: Vec::new(),
+        },
+        steps: 0,
+        truncated: false,
+    })
+}
+
+/// The cluster's domains as one group decision reads them.
+struct Layout {
+    /// Node name → index into [`DeviceView::nodes`].
+    index: HashMap<String, usize>,
+    /// Nodes with managed devices.
+    managed: Vec<usize>,
+    /// Free devices per node.
+    free: Vec<usize>,
+    clique: Option<Level>,
+    labels: Vec<Level>,
+}
+
+impl Layout {
+    fn new(context: &PodContext<'_>, group: &GroupSettings) -> Layout {
+        let devices = context.devices;
+        Layout {
+            index: devices
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.info.name.clone(), i))
+                .collect(),
+            managed: (0..devices.nodes.len())
+                .filter(|&i| devices.managed_nodes.contains(&devices.nodes[i].info.name))
+                .collect(),
+            free: free_devices(devices, context.in_use),
+            clique: clique_level(devices),
+            labels: label_levels(devices, &group.hierarchy),
+        }
+    }
+
+    /// The levels some managed node has a value at, finest first.
+    fn levels(&self) -> Vec<&Level> {
+        self.clique
+            .iter()
+            .chain(self.labels.iter())
+            .filter(|l| self.managed.iter().any(|&n| l.of_node[n].is_some()))
+            .collect()
+    }
+
+    /// The domains at `depth` of `levels` (past the last: the whole cluster), fullest first, and
+    /// the level below them.
+    fn domains<'l>(
+        &self,
+        levels: &[&'l Level],
+        depth: usize,
+    ) -> (Vec<(Domain, Vec<usize>)>, Option<&'l Level>) {
+        let Some(level) = levels.get(depth) else {
+            let all = Domain {
+                level: "cluster".into(),
+                value: String::new(),
+            };
+            return (vec![(all, self.managed.clone())], levels.last().copied());
+        };
+        let mut by_value: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for &n in &self.managed {
+            if let Some(v) = level.of_node[n].as_deref() {
+                by_value.entry(v).or_default().push(n);
+            }
+        }
+        let mut domains: Vec<(Domain, Vec<usize>)> = by_value
+            .into_iter()
+            .map(|(v, nodes)| {
+                let domain = Domain {
+                    level: level.name.clone(),
+                    value: v.to_owned(),
+                };
+                (domain, nodes)
+            })
+            .collect();
+        // Best fit: the fullest domain first, so large domains stay whole.
+        domains.sort_by_key(|(_, nodes)| nodes.iter().map(|&n| self.free[n]).sum::<usize>());
+        (domains, depth.checked_sub(1).map(|d| levels[d]))
+    }
+}
+
+/// The best group in the domains of one level, and the closest failed attempt so far.
+fn search_level(
+    search: &mut Search<'_, '_>,
+    layout: &Layout,
+    domains: Vec<(Domain, Vec<usize>)>,
+    sub_level: Option<&Level>,
+    closest: &mut Option<(Domain, Attempt)>,
+) -> Option<(GroupScore, Domain, Attempt)> {
+    let needed = search.input.needed().max(1);
+    let mut best: Option<(GroupScore, Domain, Attempt)> = None;
+    let mut successes = 0;
+    for (domain, nodes) in domains {
+        if search.steps >= search.budget {
+            search.truncated = true;
+            break;
+        }
+        let attempt = search.attempt(&subdomains(&nodes, sub_level, &layout.free));
+        if attempt.placed.len() >= needed {
+            let s = score(
+                &attempt.placed,
+                layout.clique.as_ref(),
+                &layout.labels,
+                &layout.index,
+            );
+            if best.as_ref().is_none_or(|(b, _, _)| s < *b) {
+                best = Some((s, domain, attempt));
+            }
+            successes += 1;
+            if successes >= ALTERNATIVES {
+                break;
+            }
+        } else if closest
+            .as_ref()
+            .is_none_or(|(_, c)| attempt.placed.len() > c.placed.len())
+        {
+            *closest = Some((domain, attempt));
+        }
+    }
+    best
+}
+
 /// Decides the group: places at least [`GroupInput::needed`] members close together, or none.
 pub fn decide_group(
     input: &GroupInput<'_>,
@@ -602,48 +751,11 @@ pub fn decide_group(
     group: &GroupSettings,
     now: Timestamp,
 ) -> GroupDecision {
-    let needed = input.needed();
-    let have = input.members.len();
-    if have < needed {
-        let missing = needed - have;
-        let claims = if input.unresolved > 0 {
-            format!(
-                " ({} of them exist but wait for their claims to be created)",
-                input.unresolved
-            )
-        } else {
-            String::new()
-        };
-        return GroupDecision {
-            outcome: GroupOutcome::Wait {
-                failure: Failure::Unsatisfiable,
-                reason: "WaitingForGroup",
-                message: format!(
-                    "{} needs {} pods placed together (minCount {}, {} placed already); {} of them are gated \
-                     here with their claims, waiting for {missing} more{claims}",
-                    input.key, needed, input.min_count, input.placed, have
-                ),
-                pods: Vec::new(),
-            },
-            steps: 0,
-            truncated: false,
-        };
+    if let Some(waiting) = short_of_pods(input) {
+        return waiting;
     }
-    let devices = context.devices;
-    let index: HashMap<&str, usize> = devices
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.info.name.as_str(), i))
-        .collect();
-    let managed: Vec<usize> = (0..devices.nodes.len())
-        .filter(|&i| devices.managed_nodes.contains(&devices.nodes[i].info.name))
-        .collect();
-    let free = free_devices(devices, context.in_use);
-    let clique = clique_level(devices);
-    let labels = label_levels(devices, &group.hierarchy);
-    let mut levels: Vec<&Level> = clique.iter().chain(labels.iter()).collect();
-    levels.retain(|l| managed.iter().any(|&n| l.of_node[n].is_some()));
+    let layout = Layout::new(context, group);
+    let levels = layout.levels();
     let mut search = Search {
         input,
         context,
@@ -655,64 +767,11 @@ pub fn decide_group(
     };
     // The closest failed attempt: most members placed.
     let mut closest: Option<(Domain, Attempt)> = None;
-    let placed_enough = |a: &Attempt| a.placed.len() >= needed.max(1);
     for depth in 0..=levels.len() {
-        let (domains, sub_level): (Vec<(Domain, Vec<usize>)>, Option<&Level>) =
-            if depth < levels.len() {
-                let level = levels[depth];
-                let mut by_value: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-                for &n in &managed {
-                    if let Some(v) = level.of_node[n].as_deref() {
-                        by_value.entry(v).or_default().push(n);
-                    }
-                }
-                let mut domains: Vec<(Domain, Vec<usize>)> = by_value
-                    .into_iter()
-                    .map(|(v, nodes)| {
-                        (
-                            Domain {
-                                level: level.name.clone(),
-                                value: v.to_owned(),
-                            },
-                            nodes,
-                        )
-                    })
-                    .collect();
-                // Best fit: the fullest domain first, so large domains stay whole.
-                domains.sort_by_key(|(_, nodes)| nodes.iter().map(|&n| free[n]).sum::<usize>());
-                (domains, depth.checked_sub(1).map(|d| levels[d]))
-            } else {
-                let all = Domain {
-                    level: "cluster".into(),
-                    value: String::new(),
-                };
-                (vec![(all, managed.clone())], levels.last().copied())
-            };
-        let mut best: Option<(GroupScore, Domain, Attempt)> = None;
-        let mut successes = 0;
-        for (domain, nodes) in domains {
-            if search.steps >= search.budget {
-                search.truncated = true;
-                break;
-            }
-            let attempt = search.attempt(&subdomains(&nodes, sub_level, &free));
-            if placed_enough(&attempt) {
-                let s = score(&attempt.placed, clique.as_ref(), &labels, &index);
-                if best.as_ref().is_none_or(|(b, _, _)| s < *b) {
-                    best = Some((s, domain, attempt));
-                }
-                successes += 1;
-                if successes >= ALTERNATIVES {
-                    break;
-                }
-            } else if closest
-                .as_ref()
-                .is_none_or(|(_, c)| attempt.placed.len() > c.placed.len())
-            {
-                closest = Some((domain, attempt));
-            }
-        }
-        if let Some((score, domain, attempt)) = best {
+        let (domains, sub_level) = layout.domains(&levels, depth);
+        if let Some((score, domain, attempt)) =
+            search_level(&mut search, &layout, domains, sub_level, &mut closest)
+        {
             return GroupDecision {
                 outcome: GroupOutcome::Place {
                     decisions: attempt.placed,
@@ -724,8 +783,7 @@ pub fn decide_group(
             };
         }
     }
-    let steps = search.steps;
-    let truncated = search.truncated;
+    let (steps, truncated) = (search.steps, search.truncated);
     let outcome = wait_outcome(input, context, settings, group, now, closest, truncated);
     GroupDecision {
         outcome,
@@ -738,6 +796,86 @@ fn pod_name(member: &Member<'_>) -> String {
     object_key(&member.pod.metadata)
 }
 
+/// What the closest attempt placed and what it missed: a summary and the pods' accounts.
+fn closest_account(
+    input: &GroupInput<'_>,
+    domain: &Domain,
+    attempt: &Attempt,
+) -> (String, Vec<PodAccount>) {
+    let placed: Vec<String> = attempt
+        .placed
+        .iter()
+        .map(|(i, d)| {
+            format!(
+                "{} on {}",
+                pod_name(&input.members[*i]),
+                decision_node(d).unwrap_or("its node")
+            )
+        })
+        .collect();
+    let mut summary = format!(
+        "; the closest attempt, in {domain}, placed {} of them ({})",
+        attempt.placed.len(),
+        placed.join(", ")
+    );
+    if let Some((i, why)) = attempt.missed.first() {
+        summary.push_str(&format!(
+            "; {} did not fit there: {why}",
+            pod_name(&input.members[*i])
+        ));
+    }
+    let mut pods = Vec::new();
+    for (i, d) in &attempt.placed {
+        pods.push(PodAccount {
+            pod: pod_name(&input.members[*i]),
+            node: decision_node(d).map(str::to_owned),
+            message: "placed in the closest attempt".into(),
+        });
+    }
+    for (i, why) in &attempt.missed {
+        pods.push(PodAccount {
+            pod: pod_name(&input.members[*i]),
+            node: None,
+            message: why.clone(),
+        });
+    }
+    (summary, pods)
+}
+
+/// Each member decided alone against the whole cluster, and the first bad input found.
+fn alone_accounts(
+    input: &GroupInput<'_>,
+    context: &PodContext<'_>,
+    settings: &Settings,
+    now: Timestamp,
+) -> (Vec<PodAccount>, Option<String>) {
+    let mut pods = Vec::new();
+    let mut invalid = None;
+    for member in &input.members {
+        let decision = crate::view::decide_pod(member.pod, member.claims, context, settings, now);
+        let (node, message) = match &decision.action {
+            Action::Place(p) => (Some(p.node.clone()), "fits alone".to_owned()),
+            Action::Release { node } => (node.clone(), "already allocated".to_owned()),
+            Action::Nothing => (None, "nothing to do".to_owned()),
+            Action::LeaveToScheduler { message } => (None, message.clone()),
+            Action::CannotPlace {
+                failure, message, ..
+            } => {
+                if *failure == Failure::InvalidInput && invalid.is_none() {
+                    invalid = Some(format!("{}: {message}", pod_name(member)));
+                }
+                (None, message.clone())
+            }
+        };
+        pods.push(PodAccount {
+            pod: pod_name(member),
+            node,
+            message,
+        });
+    }
+    (pods, invalid)
+}
+
 fn wait_outcome(
     input: &GroupInput<'_>,
     context: &PodContext<'_>,
@@ -748,9 +886,6 @@ fn wait_outcome(
     truncated: bool,
 ) -> GroupOutcome {
     let needed = input.needed().max(1);
-    // Bad input of any member fails the group as such.
-    let mut pods = Vec::new();
-    let mut invalid = None;
     let mut summary = format!(
         "{} needs {needed} of its {} gated pods placed together (minCount {}, {} placed already)",
         input.key,
@@ -758,71 +893,19 @@ fn wait_outcome(
         input.min_count,
         input.placed
     );
-    if let Some((domain, attempt)) = &closest {
-        let placed: Vec<String> = attempt
-            .placed
-            .iter()
-            .map(|(i, d)| {
-                format!(
-                    "{} on {}",
-                    pod_name(&input.members[*i]),
-                    decision_node(d).unwrap_or("its node")
-                )
-            })
-            .collect();
-        summary.push_str(&format!(
-            "; the closest attempt, in {domain}, placed {} of them ({})",
-            attempt.placed.len(),
-            placed.join(", ")
-        ));
-        if let Some((i, why)) = attempt.missed.first() {
-            summary.push_str(&format!(
-                "; {} did not fit there: {why}",
-                pod_name(&input.members[*i])
-            ));
+    let mut pods = Vec::new();
+    match &closest {
+        Some((domain, attempt)) => {
+            let (text, accounts) = closest_account(input, domain, attempt);
+            summary.push_str(&text);
+            pods = accounts;
         }
-        for (i, d) in &attempt.placed {
-            pods.push(PodAccount {
-                pod: pod_name(&input.members[*i]),
-                node: decision_node(d).map(str::to_owned),
-                message: "placed in the closest attempt".into(),
-            });
-        }
-        for (i, why) in &attempt.missed {
-            pods.push(PodAccount {
-                pod: pod_name(&input.members[*i]),
-                node: None,
-                message: why.clone(),
-            });
-        }
-    } else {
-        summary.push_str("; no pod of the group fits on any eligible node");
+        None => summary.push_str("; no pod of the group fits on any eligible node"),
     }
+    // Bad input of any member fails the group as such.
+    let mut invalid = None;
     if group.accounts || closest.is_none() {
-        pods.clear();
-        for member in &input.members {
-            let decision =
-                crate::view::decide_pod(member.pod, member.claims, context, settings, now);
-            let (node, message) = match &decision.action {
-                Action::Place(p) => (Some(p.node.clone()), "fits alone".to_owned()),
-                Action::Release { node } => (node.clone(), "already allocated".to_owned()),
-                Action::Nothing => (None, "nothing to do".to_owned()),
-                Action::LeaveToScheduler { message } => (None, message.clone()),
-                Action::CannotPlace {
-                    failure, message, ..
-                } => {
-                    if *failure == Failure::InvalidInput && invalid.is_none() {
-                        invalid = Some(format!("{}: {message}", pod_name(member)));
-                    }
-                    (None, message.clone())
-                }
-            };
-            pods.push(PodAccount {
-                pod: pod_name(member),
-                node,
-                message,
-            });
-        }
+        (pods, invalid) = alone_accounts(input, context, settings, now);
         if closest.is_none()
             && let Some(first) = pods.first()
         {

@@ -152,27 +152,10 @@ impl ClusterObjects {
                     && group_key(p).as_ref() == Some(&key)
             })
             .collect();
-        let min_count = match key.source {
-            GroupSource::Label => label_min_count(&key, pods.iter().copied()),
-            GroupSource::PodGroup => {
-                let Some(group) = pod_groups
-                    .iter()
-                    .find(|g| in_namespace(&g.metadata, &key.namespace, &key.name))
-                else {
-                    return Some(GroupVerdict::Invalid(format!(
-                        "{key} is not among the objects; without it the group waits (WaitingForGroup)"
-                    )));
-                };
-                match pod_group_min_count(group) {
-                    Ok(None) => return None,
-                    Ok(Some(n)) => Ok(n),
-                    Err(e) => Err(e),
-                }
-            }
-        };
-        let min_count = match min_count {
-            Ok(n) => n,
-            Err(e) => return Some(GroupVerdict::Invalid(e.to_string())),
+        let min_count = match group_min_count(&key, &pods, pod_groups) {
+            Ok(Some(n)) => n,
+            Ok(None) => return None,
+            Err(why) => return Some(GroupVerdict::Invalid(why)),
         };
         let gated: Vec<&Pod> = pods
             .iter()
@@ -223,6 +206,29 @@ impl ClusterObjects {
             members,
             decision,
         })
+    }
+}
+
+/// A group's `minCount`: from the pods' annotation, or from its PodGroup among `pod_groups`
+/// (`None`: the basic policy, the pods are placed one by one).
+fn group_min_count(
+    key: &GroupKey,
+    pods: &[&Pod],
+    pod_groups: &[PodGroup],
+) -> Result<Option<u32>, String> {
+    match key.source {
+        GroupSource::Label => label_min_count(key, pods.iter().copied())
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        GroupSource::PodGroup => {
+            let group = pod_groups
+                .iter()
+                .find(|g| in_namespace(&g.metadata, &key.namespace, &key.name))
+                .ok_or_else(|| {
+                    format!("{key} is not among the objects; without it the group waits (WaitingForGroup)")
+                })?;
+            pod_group_min_count(group).map_err(|e| e.to_string())
+        }
     }
 }
 
