@@ -48,7 +48,8 @@ impl fmt::Display for ConfigSource {
 /// One of our configs, decoded.
 #[derive(Debug, Clone)]
 pub(super) struct DecodedConfig {
-    /// Index in `status.allocation.devices.config`.
+    /// Index among the allocation's configs of the same source: for a claim config, its index
+    /// in the claim's `spec.devices.config`.
     pub index: usize,
     pub source: ConfigSource,
     pub requests: Vec<String>,
@@ -79,7 +80,7 @@ pub(super) fn decode_configs(
     nvidia_devices: bool,
 ) -> Result<Vec<DecodedConfig>, PlanError> {
     let mut decoded = Vec::new();
-    for (index, entry) in configs.iter().enumerate() {
+    for (index, entry, position) in with_positions(configs) {
         let Some(opaque) = entry
             .opaque
             .as_ref()
@@ -100,14 +101,14 @@ pub(super) fn decode_configs(
         let requests = entry.requests.clone().unwrap_or_default();
         let accepted = config::decode_accepting_nvidia(&opaque.parameters.0).map_err(|error| {
             PlanError::InvalidConfig {
-                index,
+                index: position,
                 source_kind: source,
                 requests: requests.clone(),
                 error,
             }
         })?;
         decoded.push(DecodedConfig {
-            index,
+            index: position,
             source,
             requests,
             config: accepted.config,
@@ -140,7 +141,8 @@ pub fn translation_notes(claim: &k8s_openapi::api::resource::v1::ResourceClaim) 
         .flatten()
         .any(|r| r.driver == NVIDIA_DRIVER_NAME);
     let mut notes = Vec::new();
-    for (index, entry) in allocation.config.iter().flatten().enumerate() {
+    let configs = allocation.config.as_deref().unwrap_or_default();
+    for (_, entry, position) in with_positions(configs) {
         let Some(opaque) = entry
             .opaque
             .as_ref()
@@ -171,12 +173,26 @@ pub fn translation_notes(claim: &k8s_openapi::api::resource::v1::ResourceClaim) 
             ConfigSource::FromClaim
         };
         notes.push(format!(
-            "{source} config {index} (requests {}): {}",
-            super::requests_text(&requests),
+            "{}: {}",
+            super::config_label(source, position, &requests),
             parts.join("; ")
         ));
     }
     notes
+}
+
+/// Each allocation config with its index in the allocation and its index among the entries of
+/// the same source (`FromClaim` entries are the claim's `spec.devices.config`, copied in order).
+fn with_positions(
+    configs: &[DeviceAllocationConfiguration],
+) -> impl Iterator<Item = (usize, &DeviceAllocationConfiguration, usize)> {
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    configs.iter().enumerate().map(move |(index, entry)| {
+        let count = seen.entry(entry.source.as_str()).or_default();
+        let position = *count;
+        *count += 1;
+        (index, entry, position)
+    })
 }
 
 /// How a config's `requests` reaches a device's request.

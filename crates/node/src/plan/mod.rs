@@ -129,8 +129,8 @@ pub enum PlanError {
     UnknownConfigSource { index: usize, source_name: String },
     /// A config's parameters are not a valid Tessera configuration.
     #[error(
-        "{source_kind} config {index} (requests {}): {error}",
-        requests_text(requests)
+        "{}: {error}",
+        config_label(*source_kind, *index, requests)
     )]
     InvalidConfig {
         index: usize,
@@ -140,8 +140,9 @@ pub enum PlanError {
     },
     /// A config names a request whose device is of the other type.
     #[error(
-        "{source_kind} config {index} has kind {kind}, which configures {fits} devices, but it names \
-         request `{request}` whose device `{device}` is a {device_type} device; use kind {wanted}"
+        "{} has kind {kind}, which configures {fits} devices, but it names \
+         request `{request}` whose device `{device}` is a {device_type} device; use kind {wanted}",
+        config_name(*source_kind, *index)
     )]
     WrongConfigKind {
         index: usize,
@@ -155,9 +156,9 @@ pub enum PlanError {
     },
     /// A config applies to no allocated device of its kind.
     #[error(
-        "{source_kind} config {index} of kind {kind} (requests {}) applies to no allocated {fits} \
+        "{} of kind {kind} applies to no allocated {fits} \
          device of this claim; remove it or name the requests it is meant for",
-        requests_text(requests)
+        config_label(*source_kind, *index, requests)
     )]
     ConfigAppliesToNothing {
         index: usize,
@@ -183,11 +184,28 @@ pub enum PlanError {
     MpsSettingsConflict { first: String, second: String },
 }
 
-fn requests_text(requests: &[String]) -> String {
-    if requests.is_empty() {
-        "all".to_owned()
+/// A config as its author wrote it: a claim's `spec.devices.config[i]` (`index` counts the
+/// claim's own entries, which the allocator copies in order after the classes'), or the
+/// `index`-th DeviceClass config of the allocation; with the requests it names.
+pub(crate) fn config_label(source: ConfigSource, index: usize, requests: &[String]) -> String {
+    let requests = if requests.is_empty() {
+        "for every request".to_owned()
     } else {
-        requests.join(", ")
+        let names: Vec<String> = requests.iter().map(|r| format!("`{r}`")).collect();
+        format!(
+            "for request{} {}",
+            if names.len() == 1 { "" } else { "s" },
+            names.join(", ")
+        )
+    };
+    format!("{} ({requests})", config_name(source, index))
+}
+
+/// [`config_label`] without the requests.
+pub(crate) fn config_name(source: ConfigSource, index: usize) -> String {
+    match source {
+        ConfigSource::FromClaim => format!("claim config spec.devices.config[{index}]"),
+        ConfigSource::FromClass => format!("DeviceClass config {index} of the allocation"),
     }
 }
 

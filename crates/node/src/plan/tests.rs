@@ -344,12 +344,16 @@ fn nvidia_mps_config_means_our_mps_with_per_device_limits_resolved() {
     assert_eq!(notes.len(), 2, "{notes:?}");
     assert!(
         notes[0].starts_with(
-            "claim config 0 (requests gpus): driver gpu.nvidia.com taken as gpu.tessera.dev"
+            "claim config spec.devices.config[0] (for request `gpus`): driver gpu.nvidia.com taken as gpu.tessera.dev"
         ),
         "{notes:?}"
     );
     assert!(
         notes[0].contains("sharing.mpsConfig → sharing.mps"),
+        "{notes:?}"
+    );
+    assert!(
+        notes[1].starts_with("claim config spec.devices.config[1] (for request `other`): "),
         "{notes:?}"
     );
     assert!(
@@ -436,7 +440,32 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                 )],
             ),
             &dgx,
-            "claim config 0 (requests all): field `sharng`: unknown field",
+            "claim config spec.devices.config[0] (for every request): field `sharng`: unknown field",
+        ),
+        (
+            "a claim config is named by its index among the claim's configs, not the allocation's",
+            claim(
+                vec![result("gpu", "gpu-0")],
+                vec![
+                    config(
+                        "FromClass",
+                        &[],
+                        gpu_config(json!({"strategy": "TimeSlicing"})),
+                    ),
+                    config(
+                        "FromClaim",
+                        &["gpu"],
+                        gpu_config(json!({"strategy": "TimeSlicing"})),
+                    ),
+                    config(
+                        "FromClaim",
+                        &["gpu", "other"],
+                        json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "GpuConfig", "sharng": {}}),
+                    ),
+                ],
+            ),
+            &dgx,
+            "claim config spec.devices.config[1] (for requests `gpu`, `other`): field `sharng`",
         ),
         (
             "out of range",
@@ -451,7 +480,7 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                 )],
             ),
             &dgx,
-            "DeviceClass config 0 (requests gpu): field `sharing.mps.defaultActiveThreadPercentage`",
+            "DeviceClass config 0 of the allocation (for request `gpu`): field `sharing.mps.defaultActiveThreadPercentage`",
         ),
         (
             "unknown kind",
@@ -503,7 +532,7 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                 )],
             ),
             &dgx,
-            "(requests gpus) applies to no allocated gpu device",
+            "claim config spec.devices.config[0] (for request `gpus`) of kind GpuConfig applies to no allocated gpu device",
         ),
         (
             "NVIDIA multiUser",
@@ -516,7 +545,7 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                 )],
             ),
             &dgx,
-            "claim config 0 (requests all): field `sharing.mpsConfig.multiUser`: `true` cannot be honoured",
+            "claim config spec.devices.config[0] (for every request): field `sharing.mpsConfig.multiUser`: `true` cannot be honoured",
         ),
         (
             "NVIDIA per-device index past the config's devices",
