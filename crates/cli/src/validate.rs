@@ -6,7 +6,8 @@
 //! standard `resource.kubernetes.io` name) that Tessera does not publish, with the closest name
 //! it does; a constraint's `matchAttribute`/`distinctAttribute` naming such an attribute; an
 //! opaque `gpu.tessera.dev` configuration that does not decode (Tessera's own, or NVIDIA's
-//! `resource.nvidia.com/v1beta1`, which the node plugin reads as Tessera's); a DeviceClass's
+//! `resource.nvidia.com/v1beta1`, which the node plugin reads as Tessera's, also under NVIDIA's
+//! driver name `gpu.nvidia.com`, through the decoder prepare uses); a DeviceClass's
 //! `extendedResourceName` the API server refuses, or one another class (in any file) carries
 //! already. Each finding names the file, the
 //! object, the field path and the problem. Exit status: 0 clean, 1 with findings, 2 when an input
@@ -20,6 +21,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::Value;
+use tessera_api::nvidia::{NVIDIA_CONFIG_API_VERSION, NVIDIA_DRIVER_NAME};
 use tessera_cel::SelectorCompiler;
 
 use objects::{ObjectRef, documents, selector_fields};
@@ -285,6 +287,19 @@ impl Linter {
                 findings.push(finding(
                     path,
                     format!("invalid {} configuration: {e}", tessera_api::DRIVER_NAME),
+                ));
+            }
+        }
+        for (path, parameters) in fields.nvidia_configs {
+            // The node plugin takes these as its own (same decoder) when the claim gets no device
+            // of NVIDIA's driver: what it would refuse at prepare is refused here.
+            if let Err(e) = tessera_api::config::decode_accepting_nvidia(&parameters) {
+                findings.push(finding(
+                    path,
+                    format!(
+                        "invalid {NVIDIA_CONFIG_API_VERSION} configuration (driver {NVIDIA_DRIVER_NAME}, which the {} node plugin reads as its own): {e}",
+                        tessera_api::DRIVER_NAME
+                    ),
                 ));
             }
         }

@@ -4,6 +4,7 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde_json::Value;
+use tessera_api::nvidia::{NVIDIA_CONFIG_API_VERSION, NVIDIA_DRIVER_NAME};
 
 /// Parses every document of a multi-document YAML text, flattening `List` objects. Empty
 /// documents are skipped.
@@ -103,6 +104,10 @@ pub struct Fields {
     pub constraint_attributes: Vec<(String, String)>,
     /// `(path of the parameters, parameters)` of opaque configurations for Tessera's driver.
     pub tessera_configs: Vec<(String, Value)>,
+    /// `(path of the parameters, parameters)` of `resource.nvidia.com/v1beta1` configurations
+    /// for NVIDIA's driver (`gpu.nvidia.com`), which the node plugin takes as its own when no
+    /// device of the claim is NVIDIA's driver's.
+    pub nvidia_configs: Vec<(String, Value)>,
     /// `(path, problem)` for fields of the wrong shape.
     pub malformed: Vec<(String, String)>,
 }
@@ -161,11 +166,16 @@ fn selectors(value: &Value, path: &str, fields: &mut Fields) {
 fn configs(value: &Value, path: &str, fields: &mut Fields) {
     for (i, config) in entries(value, path, fields).iter().enumerate() {
         let opaque = &config["opaque"];
-        if opaque["driver"].as_str() == Some(tessera_api::DRIVER_NAME) {
-            let path = format!("{path}[{i}].opaque.parameters");
-            fields
-                .tessera_configs
-                .push((path, opaque["parameters"].clone()));
+        let path = format!("{path}[{i}].opaque.parameters");
+        let parameters = opaque["parameters"].clone();
+        match opaque["driver"].as_str() {
+            Some(tessera_api::DRIVER_NAME) => fields.tessera_configs.push((path, parameters)),
+            Some(NVIDIA_DRIVER_NAME)
+                if parameters["apiVersion"].as_str() == Some(NVIDIA_CONFIG_API_VERSION) =>
+            {
+                fields.nvidia_configs.push((path, parameters))
+            }
+            _ => {}
         }
     }
 }

@@ -280,3 +280,44 @@ fn extended_resource_names_must_be_valid_and_given_to_one_class() {
         assert!(!is_extended_resource_name(bad), "{bad}");
     }
 }
+
+#[test]
+fn nvidia_configs_under_nvidia_driver_name_are_decoded_as_prepare_decodes_them() {
+    let yaml = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {namespace: ml, name: mps}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu.tessera.dev}
+    config:
+    - opaque:
+        driver: gpu.nvidia.com
+        parameters:
+          apiVersion: resource.nvidia.com/v1beta1
+          kind: GpuConfig
+          sharing: {strategy: MPS, mpsConfig: {defaultActiveThreadPercentage: 50}}
+    - opaque:
+        driver: gpu.nvidia.com
+        parameters:
+          apiVersion: resource.nvidia.com/v1beta1
+          kind: GpuConfig
+          sharing: {strategy: MPS, mpsConfig: {multiUser: true}}
+    - opaque:
+        driver: gpu.nvidia.com
+        parameters: {apiVersion: other.nvidia.com/v1, kind: Whatever}
+"#;
+    let findings = lint(yaml);
+    // The first decodes (MPS, 50%); the second asks for what the plugin refuses at prepare; the
+    // third is no resource.nvidia.com/v1beta1 object, so not ours to judge.
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert!(
+        findings[0].starts_with(
+            "f.yaml: ResourceClaim/ml/mps: spec.devices.config[1].opaque.parameters: invalid resource.nvidia.com/v1beta1 configuration (driver gpu.nvidia.com, which the gpu.tessera.dev node plugin reads as its own): field `sharing.mpsConfig.multiUser`"
+        ),
+        "{}",
+        findings[0]
+    );
+}
