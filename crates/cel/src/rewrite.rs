@@ -3,6 +3,9 @@
 //! place by the parser's source offsets, so the rest of the expression (spacing, comments, quote
 //! style) stays as written. Only the literals and names the AST shows to be a domain, a driver
 //! or a lookup are touched; any other occurrence of the old domain is reported, not edited.
+//! A `cel.bind` variable bound to `device.attributes` / `device.capacity`, or to one domain's map
+//! of them, is followed like the expression it stands for (inner comprehension variables of the
+//! same name hide it), so names read through it are renamed and checked too.
 
 use cel::common::ast::{Expr, IdedExpr, LiteralValue, SourceInfo, operators};
 
@@ -51,6 +54,7 @@ pub fn rewrite_domain(
         fate,
         edits: Vec::new(),
         handled: Vec::new(),
+        aliases: Vec::new(),
         changes: Vec::new(),
         not_carried: Vec::new(),
     };
@@ -95,6 +99,8 @@ struct Walker<'a> {
     edits: Vec<(usize, usize, String)>,
     /// Ids of literals already dealt with.
     handled: Vec<u64>,
+    /// Comprehension and `cel.bind` variables in scope, innermost last.
+    aliases: Vec<(String, Bound)>,
     changes: Vec<String>,
     not_carried: Vec<String>,
 }
@@ -104,6 +110,17 @@ fn string_literal(expr: &IdedExpr) -> Option<&str> {
         Expr::Literal(LiteralValue::String(s)) => Some(s.inner()),
         _ => None,
     }
+}
+
+/// What a variable in scope stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    /// `device.attributes` or `device.capacity`.
+    DeviceMap(DeviceMap),
+    /// `device.attributes["<from>"]` (or capacity): the old domain's map.
+    OldDomainMap(DeviceMap),
+    /// Anything else (also hides an outer alias of the same name).
+    Other,
 }
 
 /// `device.<field>`.
@@ -173,15 +190,26 @@ impl Walker<'_> {
                 self.walk(&select.operand);
             }
             Expr::Comprehension(c) => {
-                for e in [
-                    &c.iter_range,
-                    &c.accu_init,
-                    &c.loop_cond,
-                    &c.loop_step,
-                    &c.result,
-                ] {
+                self.walk(&c.iter_range);
+                self.walk(&c.accu_init);
+                // `cel.bind(v, init, body)` is a comprehension whose accumulator is `init`.
+                let bound = if let Some(map) = self.old_domain_map(&c.accu_init) {
+                    Bound::OldDomainMap(map)
+                } else if let Some(map) = self.device_map(&c.accu_init) {
+                    Bound::DeviceMap(map)
+                } else {
+                    Bound::Other
+                };
+                let depth = self.aliases.len();
+                self.aliases.push((c.accu_var.clone(), bound));
+                self.aliases.push((c.iter_var.clone(), Bound::Other));
+                if let Some(second) = &c.iter_var2 {
+                    self.aliases.push((second.clone(), Bound::Other));
+                }
+                for e in [&c.loop_cond, &c.loop_step, &c.result] {
                     self.walk(e);
                 }
+                self.aliases.truncate(depth);
             }
             Expr::List(list) => {
                 for e in &list.elements {
@@ -209,7 +237,9 @@ impl Walker<'_> {
         let (from, to) = (self.from.to_owned(), self.to.to_owned());
         match (call.func_name.as_str(), call.args.as_slice()) {
             (operators::INDEX | operators::OPT_INDEX, [container, key]) => {
-                if device_map(container).is_some() && string_literal(key) == Some(from.as_str()) {
+                if self.device_map(container).is_some()
+                    && string_literal(key) == Some(from.as_str())
+                {
                     self.replace_literal(key, &to, "domain");
                 } else if let (Some(map), Some(name)) =
                     (self.old_domain_map(container), string_literal(key))
@@ -219,7 +249,9 @@ impl Walker<'_> {
                 }
             }
             (operators::IN, [key, container]) => {
-                if device_map(container).is_some() && string_literal(key) == Some(from.as_str()) {
+                if self.device_map(container).is_some()
+                    && string_literal(key) == Some(from.as_str())
+                {
                     self.replace_literal(key, &to, "domain");
                 } else if let (Some(map), Some(name)) =
                     (self.old_domain_map(container), string_literal(key))
@@ -239,14 +271,42 @@ impl Walker<'_> {
         }
     }
 
-    /// `device.attributes["<from>"]` (or capacity): the map of the old domain.
+    /// What the variable `expr` is bound to, if it is a variable in scope.
+    fn bound(&self, expr: &IdedExpr) -> Option<Bound> {
+        let Expr::Ident(name) = &expr.expr else {
+            return None;
+        };
+        self.aliases
+            .iter()
+            .rev()
+            .find(|(alias, _)| alias == name)
+            .map(|(_, bound)| *bound)
+    }
+
+    /// `device.attributes` or `device.capacity`, or a variable bound to one.
+    fn device_map(&self, expr: &IdedExpr) -> Option<DeviceMap> {
+        match self.bound(expr) {
+            Some(Bound::DeviceMap(map)) => Some(map),
+            Some(_) => None,
+            None => device_map(expr),
+        }
+    }
+
+    /// `device.attributes["<from>"]` (or capacity), or a variable bound to it: the map of the
+    /// old domain.
     fn old_domain_map(&self, expr: &IdedExpr) -> Option<DeviceMap> {
+        if let Some(bound) = self.bound(expr) {
+            return match bound {
+                Bound::OldDomainMap(map) => Some(map),
+                _ => None,
+            };
+        }
         let Expr::Call(call) = &expr.expr else {
             return None;
         };
         match (call.func_name.as_str(), call.args.as_slice()) {
             (operators::INDEX, [container, key]) if string_literal(key) == Some(self.from) => {
-                device_map(container)
+                self.device_map(container)
             }
             _ => None,
         }
@@ -426,6 +486,32 @@ mod tests {
         assert_eq!(r.not_carried.len(), 2, "{:?}", r.not_carried);
         assert!(r.not_carried[0].contains("attribute `addressingMode`: not published"));
         assert!(r.not_carried[1].contains("not used as a driver name or attribute domain"));
+    }
+
+    #[test]
+    fn names_read_through_cel_bind_are_renamed_and_checked() {
+        let r = rewrite(
+            "cel.bind(g, device.attributes['gpu.nvidia.com'], g.pcieBusID != '' && 'pcieBusID' in g && g.addressingMode == 'HMM' && [1].all(g, g > 0)) && cel.bind(a, device.attributes, a['gpu.nvidia.com'].pcieBusID != '')",
+        );
+        assert_eq!(
+            r.expression,
+            "cel.bind(g, device.attributes['gpu.tessera.dev'], g.pciBusID != '' && 'pciBusID' in g && g.addressingMode == 'HMM' && [1].all(g, g > 0)) && cel.bind(a, device.attributes, a['gpu.tessera.dev'].pciBusID != '')"
+        );
+        assert_eq!(r.not_carried.len(), 1, "{:?}", r.not_carried);
+        assert!(r.not_carried[0].contains("attribute `addressingMode`: not published"));
+        crate::SelectorCompiler::new()
+            .compile(&r.expression)
+            .unwrap();
+        // An inner variable of the same name is not the alias: `g.pcieBusID` there is left.
+        let r = rewrite(
+            "cel.bind(g, device.attributes['gpu.nvidia.com'], [{'pcieBusID': 1}].all(g, g.pcieBusID > 0))",
+        );
+        assert!(
+            r.expression.ends_with("all(g, g.pcieBusID > 0))"),
+            "{}",
+            r.expression
+        );
+        assert!(r.not_carried.is_empty(), "{:?}", r.not_carried);
     }
 
     #[test]
