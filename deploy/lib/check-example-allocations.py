@@ -7,7 +7,9 @@ ResourceClaim of an example, a claim made from each ResourceClaimTemplate, and t
 kube-scheduler makes for a pod's extended resources (`nvidia.com/gpu: 2`), is then explained
 with `tessera explain` (the allocator the controller uses; first fit is what kube-scheduler does)
 and its allocation compared with the expectation below. Every claim of every example needs an
-expectation, so a new example cannot skip this check.
+expectation, so a new example cannot skip this check. A claim whose expectation names a
+`sharing` mode is explained against one dgx-h100 node published with that consumable-shares mode
+(`tessera inventory --consumable-shares`), as the e2e suite switches a node before applying it.
 
 usage: check-example-allocations.py --tessera PATH EXAMPLES_DIR DEVICECLASSES_FILE
 """
@@ -32,6 +34,8 @@ NODES = {"node-dgx-h100": "dgx-h100", "node-hgx-a100-mig": "hgx-a100-mig"}
 #   device: regex every device name matches;  node: the node chosen;  request: every result's request
 #   same: attributes (gpu.tessera.dev) equal across the results;  config: sharing strategy of a
 #   FromClaim config;  admin: every result has adminAccess;  mode: explain mode (default first-fit)
+#   sharing: the consumable-shares mode of the one node it is explained against
+#   consumed: {capacity: quantity} every result must consume
 EXPECTATIONS = {
     "single-gpu/single-gpu": {"results": 1, "device": r"^gpu-\d+$"},
     "nvlink-pair/nvlink-pair": {"results": 2, "device": r"^gpu-\d+$", "same": ["nvlinkIsland"]},
@@ -42,6 +46,25 @@ EXPECTATIONS = {
     "mps/mps-gpu": {"results": 1, "config": "MPS"},
     "nvidia-mps/shared-gpu": {"results": 1, "config": "MPS"},
     "nvidia-quickstart/single-gpu": {"results": 1, "device": r"^gpu-\d+$"},
+    "nvidia-selectors/inference-gpu": {"results": 1, "device": r"^gpu-\d+$"},
+    "nvidia-selectors/training-gpus": {
+        "results": 2,
+        "device": r"^gpu-\d+$",
+        "node": "node-dgx-h100",
+        "same": ["productName", "architecture"],
+    },
+    "nvidia-shares-integer/gpu-1share": {
+        "sharing": "4",
+        "results": 1,
+        "device": r"^gpu-\d+$",
+        "consumed": {"shares": "1"},
+    },
+    "nvidia-shares-memory/gpu-4gi": {
+        "sharing": "memory",
+        "results": 1,
+        "device": r"^gpu-\d+$",
+        "consumed": {"memory": "4Gi"},
+    },
     "prioritized-list/best-available": {"results": 1, "request": "gpu/h100", "node": "node-dgx-h100"},
     "admin-access/all-gpus-admin": {"results": "all-gpus-of-node", "admin": True},
     "topology-aware/four-gpus": {
@@ -182,6 +205,10 @@ def check(key, expected, explained, attributes):
             yield f"result for request {result['request']}, expected {expected['request']}"
         if expected.get("admin") and not result.get("adminAccess"):
             yield f"device {result['device']} lacks adminAccess"
+        for name, quantity in (expected.get("consumed") or {}).items():
+            got = (result.get("consumedCapacity") or {}).get(name)
+            if got != quantity:
+                yield f"device {result['device']} consumed {name} {got!r}, expected {quantity!r}"
     for name in expected.get("same", []):
         values = {attributes.get((r["pool"], r["device"]), {}).get(name) for r in results}
         if len(values) != 1 or None in values:
@@ -209,23 +236,40 @@ def main():
     problems = [f"{key}: no expectation in {__file__}" for key, _ in claims if key not in EXPECTATIONS]
     problems += [f"{key}: expected, but no example creates it" for key in EXPECTATIONS if key not in dict(claims)]
 
-    with tempfile.TemporaryDirectory() as objects:
+    def objects_dir(parent, name, nodes):
+        """A directory of objects for `tessera explain`: the nodes' slices (node -> (topology,
+        consumable-shares mode)), the chart's DeviceClasses and every claim."""
+        objects = os.path.join(parent, name)
+        os.mkdir(objects)
         slice_files = []
-        for node, topology in NODES.items():
+        for node, (topology, sharing) in nodes.items():
             path = os.path.join(objects, f"slices-{node}.yaml")
             with open(path, "w", encoding="utf-8") as f:
-                f.write(run([args.tessera, "inventory", "--topology", topology, "--node-name", node, "-o", "yaml"]))
+                f.write(run([args.tessera, "inventory", "--topology", topology, "--node-name", node,
+                             "--consumable-shares", sharing, "-o", "yaml"]))
             slice_files.append(path)
-        attributes = device_attributes(slice_files)
         with open(os.path.join(objects, "deviceclasses.yaml"), "w", encoding="utf-8") as f:
             f.write(open(args.deviceclasses, encoding="utf-8").read())
         with open(os.path.join(objects, "claims.yaml"), "w", encoding="utf-8") as f:
             yaml.safe_dump_all([claim for _, claim in claims], f)
+        return objects, device_attributes(slice_files)
+
+    with tempfile.TemporaryDirectory() as parent:
+        exclusive = objects_dir(parent, "exclusive", {n: (t, "disabled") for n, t in NODES.items()})
+        shared = {}
 
         for key, claim in claims:
             expected = EXPECTATIONS.get(key)
             if expected is None:
                 continue
+            sharing = expected.get("sharing")
+            if sharing is None:
+                objects, attributes = exclusive
+            else:
+                if sharing not in shared:
+                    shared[sharing] = objects_dir(parent, f"shared-{sharing}",
+                                                  {"node-dgx-h100-shared": ("dgx-h100", sharing)})
+                objects, attributes = shared[sharing]
             target = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
             mode = expected.get("mode", "first-fit")
             try:

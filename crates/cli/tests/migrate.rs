@@ -1,7 +1,7 @@
 //! `tessera migrate` run as a binary on our copies of NVIDIA's quickstart, selectors and
 //! consumable-shares manifests and on device-plugin configs: the output passes
 //! `tessera validate` (which flags the unmigrated input), keeps nothing of NVIDIA's names, and the
-//! migrated quickstart is the example the e2e suite runs.
+//! migrated quickstart, selectors and consumable-shares demos are the examples the e2e suite runs.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -129,23 +129,37 @@ fn the_v1beta1_mig_mps_claim_keeps_nvidia_per_device_keys_for_the_plugin() {
 }
 
 #[test]
-fn the_migrated_quickstart_is_the_e2e_example() {
-    let input = fixtures().join("quickstart/gpu-test2.yaml");
-    let migrated = tessera(&["migrate", input.to_str().unwrap()]);
-    assert_eq!(
-        migrated.status.code(),
-        Some(0),
-        "{}",
-        text(&migrated.stderr)
-    );
-    let example = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../deploy/examples/nvidia-quickstart/nvidia-quickstart.yaml");
-    let expected = std::fs::read_to_string(&example).unwrap();
-    assert_eq!(
-        text(&migrated.stdout),
-        expected,
-        "regenerate with: tessera migrate crates/cli/tests/fixtures/nvidia/quickstart/gpu-test2.yaml > deploy/examples/nvidia-quickstart/nvidia-quickstart.yaml"
-    );
+fn the_migrated_demos_are_the_e2e_examples() {
+    for (fixture, example) in [
+        ("quickstart/gpu-test2.yaml", "nvidia-quickstart"),
+        ("selectors/claims.yaml", "nvidia-selectors"),
+        (
+            "consumable-shares/integer-sharing.yaml",
+            "nvidia-shares-integer",
+        ),
+        (
+            "consumable-shares/memory-sharing.yaml",
+            "nvidia-shares-memory",
+        ),
+    ] {
+        let input = fixtures().join(fixture);
+        let migrated = tessera(&["migrate", input.to_str().unwrap()]);
+        assert_eq!(
+            migrated.status.code(),
+            Some(0),
+            "{fixture}: {}",
+            text(&migrated.stderr)
+        );
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../../deploy/examples/{example}/{example}.yaml"));
+        let expected =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(
+            text(&migrated.stdout),
+            expected,
+            "regenerate with: tessera migrate crates/cli/tests/fixtures/nvidia/{fixture} > deploy/examples/{example}/{example}.yaml"
+        );
+    }
 }
 
 #[test]

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
 use kube::api::{Api, Patch, PatchParams};
@@ -21,6 +22,7 @@ pub enum Object {
     ResourceClaimTemplate(ResourceClaimTemplate),
     ResourceClaim(ResourceClaim),
     Pod(Pod),
+    Deployment(Deployment),
 }
 
 impl Object {
@@ -32,6 +34,7 @@ impl Object {
             Object::ResourceClaimTemplate(o) => ("ResourceClaimTemplate", &o.metadata),
             Object::ResourceClaim(o) => ("ResourceClaim", &o.metadata),
             Object::Pod(o) => ("Pod", &o.metadata),
+            Object::Deployment(o) => ("Deployment", &o.metadata),
         };
         let name = meta.name.as_deref().unwrap_or("<no name>");
         match &meta.namespace {
@@ -109,6 +112,14 @@ impl Manifest {
         })
     }
 
+    /// The Deployments of the manifest.
+    pub fn deployments(&self) -> impl Iterator<Item = &Deployment> {
+        self.objects.iter().filter_map(|o| match o {
+            Object::Deployment(d) => Some(d),
+            _ => None,
+        })
+    }
+
     /// Server-side applies every object, in order.
     pub async fn apply(&self, client: &kube::Client) -> anyhow::Result<()> {
         for object in &self.objects {
@@ -134,6 +145,7 @@ fn object_from_json(json: serde_json::Value) -> anyhow::Result<Object> {
     Ok(match (api_version.as_str(), kind.as_str()) {
         ("v1", "Namespace") => Object::Namespace(typed(json, &kind)?),
         ("v1", "Pod") => Object::Pod(typed(json, &kind)?),
+        ("apps/v1", "Deployment") => Object::Deployment(typed(json, &kind)?),
         ("resource.k8s.io/v1", "DeviceClass") => Object::DeviceClass(typed(json, &kind)?),
         ("resource.k8s.io/v1", "ResourceClaimTemplate") => {
             Object::ResourceClaimTemplate(typed(json, &kind)?)
@@ -141,7 +153,8 @@ fn object_from_json(json: serde_json::Value) -> anyhow::Result<Object> {
         ("resource.k8s.io/v1", "ResourceClaim") => Object::ResourceClaim(typed(json, &kind)?),
         _ => bail!(
             "apiVersion `{api_version}` kind `{kind}` is not one the e2e suite applies \
-             (v1 Namespace/Pod; resource.k8s.io/v1 DeviceClass/ResourceClaimTemplate/ResourceClaim)"
+             (v1 Namespace/Pod; apps/v1 Deployment; resource.k8s.io/v1 \
+             DeviceClass/ResourceClaimTemplate/ResourceClaim)"
         ),
     })
 }
@@ -166,6 +179,9 @@ async fn apply_object(client: &kube::Client, object: &Object) -> anyhow::Result<
             apply_namespaced::<ResourceClaim>(client, o, &o.metadata, &params).await
         }
         Object::Pod(o) => apply_namespaced::<Pod>(client, o, &o.metadata, &params).await,
+        Object::Deployment(o) => {
+            apply_namespaced::<Deployment>(client, o, &o.metadata, &params).await
+        }
     }
 }
 
@@ -241,7 +257,10 @@ mod tests {
                 vec![format!("tessera-example-{name}")],
                 "{name}"
             );
-            assert!(manifest.pods().count() >= 1, "{name} has no pod");
+            assert!(
+                manifest.pods().count() + manifest.deployments().count() >= 1,
+                "{name} has no pod or Deployment"
+            );
             count += 1;
         }
         assert!(count >= 10, "only {count} examples found");
@@ -283,10 +302,10 @@ mod tests {
     #[test]
     fn unknown_kinds_and_bad_fields_are_refused_with_the_document_named() {
         let text = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n\
-                    apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: b}\n";
+                    apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: b}\n";
         let error = format!("{:#}", Manifest::parse(text).unwrap_err());
         assert!(
-            error.contains("document 2") && error.contains("kind `Deployment`"),
+            error.contains("document 2") && error.contains("kind `StatefulSet`"),
             "{error}"
         );
         let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: 3}\n";

@@ -6,6 +6,7 @@ mod invalid_config;
 mod live;
 mod mps_restart;
 mod restart;
+mod shared_devices;
 mod sharing;
 mod slices;
 mod topology;
@@ -94,6 +95,11 @@ pub fn all() -> Vec<Scenario> {
             examples::nvidia_quickstart
         ),
         scenario!(
+            "nvidia-selectors",
+            "deploy/examples/nvidia-selectors: NVIDIA's selectors demo after tessera migrate (memory, compute capability, a Hopper pair)",
+            shared_devices::nvidia_selectors
+        ),
+        scenario!(
             "prioritized-list",
             "deploy/examples/prioritized-list: firstAvailable picks the H100 subrequest",
             examples::prioritized_list
@@ -152,6 +158,31 @@ pub fn all() -> Vec<Scenario> {
             "shares-replicas",
             "consumable shares `4`: four one-share pods run on gpu-0, the fifth waits Unschedulable until one goes",
             sharing::shares_replicas
+        ),
+        scenario!(
+            "shares-unlimited",
+            "consumable shares `unlimited`: seven claims (six asking no memory, one 20Gi) share gpu-0",
+            shared_devices::shares_unlimited
+        ),
+        scenario!(
+            "shares-mig",
+            "consumable shares `2` on the MIG node: two 1g.10gb claims share one MIG device, a third gets another",
+            shared_devices::shares_mig
+        ),
+        scenario!(
+            "extended-resource-shared",
+            "limits nvidia.com/gpu.shared: 1, no claims: two pods share one GPU of a `4`-shares node",
+            shared_devices::extended_resource_shared
+        ),
+        scenario!(
+            "nvidia-shares-integer",
+            "deploy/examples/nvidia-shares-integer: NVIDIA's integer-sharing demo after tessera migrate, 4 replicas on one GPU",
+            shared_devices::nvidia_shares_integer
+        ),
+        scenario!(
+            "nvidia-shares-memory",
+            "deploy/examples/nvidia-shares-memory: NVIDIA's memory-sharing demo after tessera migrate, 4Gi replicas on one GPU",
+            shared_devices::nvidia_shares_memory
         ),
     ]
 }

@@ -47,7 +47,7 @@ const MEMORY_NAMESPACE: &str = "tessera-e2e-shares-memory";
 const REPLICAS_NAMESPACE: &str = "tessera-e2e-shares-replicas";
 /// The node label local-up's node groups select on.
 const TEST_NODE_LABEL: &str = "tessera.dev/test-node";
-const GIB: u128 = 1 << 30;
+pub(super) const GIB: u128 = 1 << 30;
 
 pub async fn shares_memory(ctx: &Ctx) -> anyhow::Result<Outcome> {
     with_sharing(ctx, "memory", |node| {
@@ -63,9 +63,32 @@ pub async fn shares_replicas(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
+/// Which unmanaged node a sharing scenario switches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedNode {
+    /// The dgx-h100 node (8 whole H100s).
+    DgxH100,
+    /// A node publishing MIG devices (hgx-a100-mig: static MIG instances on GPUs 0-3).
+    Mig,
+}
+
 /// Switches the unmanaged dgx-h100 node to `mode`, runs `body` on it, and switches it back
 /// (also when `body` failed; a failure to switch back is reported after `body`'s own).
-async fn with_sharing<'a, F, Fut>(ctx: &'a Ctx, mode: &str, body: F) -> anyhow::Result<Outcome>
+pub async fn with_sharing<'a, F, Fut>(ctx: &'a Ctx, mode: &str, body: F) -> anyhow::Result<Outcome>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + 'a,
+{
+    with_sharing_on(ctx, SharedNode::DgxH100, mode, body).await
+}
+
+/// [`with_sharing`] on the unmanaged node of kind `which`.
+pub async fn with_sharing_on<'a, F, Fut>(
+    ctx: &'a Ctx,
+    which: SharedNode,
+    mode: &str,
+    body: F,
+) -> anyhow::Result<Outcome>
 where
     F: FnOnce(String) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>> + 'a,
@@ -83,13 +106,21 @@ where
     };
     let published = ctx.published().await?;
     let managed = ctx.managed_nodes().await?;
+    let fits = |n: &String| match which {
+        SharedNode::DgxH100 => is_dgx_h100(&published.whole_gpus(n)),
+        SharedNode::Mig => published.on_node(n).any(|d| d.is_mig()),
+    };
     let Some(node) = published
         .nodes()
         .into_iter()
-        .find(|n| !managed.contains(n) && is_dgx_h100(&published.whole_gpus(n)))
+        .find(|n| !managed.contains(n) && fits(n))
     else {
         return Ok(Outcome::Skipped(format!(
-            "needs an unmanaged dgx-h100 node; publishing: {:?}",
+            "needs an unmanaged {} node; publishing: {:?}",
+            match which {
+                SharedNode::DgxH100 => "dgx-h100",
+                SharedNode::Mig => "MIG",
+            },
             published.nodes()
         )));
     };
@@ -180,7 +211,9 @@ async fn helm_upgrade(
     .await?
 }
 
-/// Waits until every device `node` publishes is multi-allocatable (`shared`) or none is.
+/// Waits until every device `node` publishes that can be shared is multi-allocatable (`shared`),
+/// or none is. Devices that consume counters (GPUs partitionable by dynamic MIG) are never
+/// published shareable.
 async fn wait_shared(ctx: &Ctx, node: &str, shared: bool) -> anyhow::Result<()> {
     let slices = Api::<ResourceSlice>::all(ctx.client.clone());
     let selector = format!("spec.nodeName={node},spec.driver={DRIVER_NAME}");
@@ -202,6 +235,7 @@ async fn wait_shared(ctx: &Ctx, node: &str, shared: bool) -> anyhow::Result<()> 
                 .items
                 .iter()
                 .flat_map(|s| s.spec.devices.iter().flatten())
+                .filter(|d| d.consumes_counters.as_ref().is_none_or(Vec::is_empty))
                 .map(|d| d.allow_multiple_allocations == Some(true))
                 .collect();
             Ok(if !flags.is_empty() && flags.iter().all(|&f| f == shared) {
@@ -216,7 +250,7 @@ async fn wait_shared(ctx: &Ctx, node: &str, shared: bool) -> anyhow::Result<()> 
 
 /// A claim template for one GPU of `node`'s class, asking for `memory` (or nothing), optionally
 /// narrowed by a CEL selector.
-fn template(
+pub(super) fn template(
     namespace: &str,
     name: &str,
     memory: Option<&str>,
@@ -239,7 +273,7 @@ fn template(
 }
 
 /// The pod spec every pod here uses: one container with a claim from `template`, on `node`.
-fn pod_spec(node: &str, template: &str) -> serde_json::Value {
+pub(super) fn pod_spec(node: &str, template: &str) -> serde_json::Value {
     serde_json::json!({
         "terminationGracePeriodSeconds": 5,
         "nodeSelector": {"kubernetes.io/hostname": node},
@@ -253,7 +287,7 @@ fn pod_spec(node: &str, template: &str) -> serde_json::Value {
     })
 }
 
-fn pod(namespace: &str, name: &str, node: &str, template: &str) -> anyhow::Result<Pod> {
+pub(super) fn pod(namespace: &str, name: &str, node: &str, template: &str) -> anyhow::Result<Pod> {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -264,7 +298,7 @@ fn pod(namespace: &str, name: &str, node: &str, template: &str) -> anyhow::Resul
     .context("building a Pod")
 }
 
-async fn create<K>(ctx: &Ctx, namespace: &str, object: &K) -> anyhow::Result<()>
+pub(super) async fn create<K>(ctx: &Ctx, namespace: &str, object: &K) -> anyhow::Result<()>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -286,15 +320,15 @@ where
 }
 
 /// The one device of a pod's one claim, with its share.
-struct Share {
-    pod: String,
-    claim: AllocatedClaim,
-    device: String,
-    share_id: String,
-    consumed: BTreeMap<String, String>,
+pub(super) struct Share {
+    pub pod: String,
+    pub claim: AllocatedClaim,
+    pub device: String,
+    pub share_id: String,
+    pub consumed: BTreeMap<String, String>,
 }
 
-async fn share_of(ctx: &Ctx, namespace: &str, pod: &str) -> anyhow::Result<Share> {
+pub(super) async fn share_of(ctx: &Ctx, namespace: &str, pod: &str) -> anyhow::Result<Share> {
     let claims = wait_allocated(ctx, namespace, pod).await?;
     let claim = claims.into_iter().next().context("the pod has no claim")?;
     let device = claim
@@ -319,7 +353,7 @@ async fn share_of(ctx: &Ctx, namespace: &str, pod: &str) -> anyhow::Result<Share
     })
 }
 
-fn consumed_bytes(share: &Share, capacity: &str) -> anyhow::Result<u128> {
+pub(super) fn consumed_bytes(share: &Share, capacity: &str) -> anyhow::Result<u128> {
     let text = share.consumed.get(capacity).with_context(|| {
         format!(
             "pod {}: consumedCapacity has no {capacity}: {:?}",
@@ -330,7 +364,7 @@ fn consumed_bytes(share: &Share, capacity: &str) -> anyhow::Result<u128> {
 }
 
 /// Runs the checks every running pod gets, and returns the environment its container printed.
-async fn check_running(
+pub(super) async fn check_running(
     ctx: &Ctx,
     namespace: &str,
     share: &Share,
@@ -346,7 +380,7 @@ async fn check_running(
     Ok(view.env)
 }
 
-fn ensure_env(
+pub(super) fn ensure_env(
     env: &BTreeMap<String, String>,
     pod: &str,
     name: &str,
@@ -360,7 +394,7 @@ fn ensure_env(
     Ok(())
 }
 
-async fn pods_of(ctx: &Ctx, namespace: &str, app: &str) -> anyhow::Result<Vec<String>> {
+pub(super) async fn pods_of(ctx: &Ctx, namespace: &str, app: &str) -> anyhow::Result<Vec<String>> {
     let list = Api::<Pod>::namespaced(ctx.client.clone(), namespace)
         .list(&ListParams::default().labels(&format!("app={app}")))
         .await?;
