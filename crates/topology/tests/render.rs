@@ -675,8 +675,12 @@ fn consumable_shares_n_publishes_a_shares_capacity() {
 
 #[test]
 fn consumable_shares_cover_static_mig_devices_but_never_counter_consumers() {
-    // Static MIG: the instances are shared, every capacity with a policy.
+    // Static MIG: the instances are shared, every capacity but the empty ones with a policy
+    // (the API server refuses a step larger than a capacity of 0), and the slices pass its rules.
     let slices = shared("hgx-a100-mig", "memory");
+    for slice in &slices {
+        check_slice(slice, ServerVersion::new(1, 37)).unwrap();
+    }
     let migs: Vec<&Device> = devices(&slices)
         .into_iter()
         .filter(|d| string_attr(d, "type") == "mig")
@@ -690,7 +694,12 @@ fn consumable_shares_cover_static_mig_devices_but_never_counter_consumers() {
             device.name
         );
         for (name, c) in device.capacity.as_ref().unwrap() {
-            assert!(c.request_policy.is_some(), "{}: {name}", device.name);
+            assert_eq!(
+                c.request_policy.is_some(),
+                c.value.0 != "0",
+                "{}: {name}",
+                device.name
+            );
         }
     }
     // Dynamic MIG: devices that consume counters are published as before.
@@ -744,6 +753,19 @@ fn the_slice_check_enforces_the_apis_request_policy_rules() {
         policy(d).valid_range.as_mut().unwrap().step = Some(Quantity("2".into()))
     }));
     assert!(e.contains("whole steps of 2"), "{e}");
+    let e = text(edit(&|d| {
+        let shares = d.capacity.as_mut().unwrap().get_mut("shares").unwrap();
+        shares.value = Quantity("0".into());
+        let range = shares.request_policy.as_mut().unwrap();
+        range.default = Some(Quantity("0".into()));
+        let range = range.valid_range.as_mut().unwrap();
+        range.min = Quantity("0".into());
+        range.max = Some(Quantity("0".into()));
+    }));
+    assert!(
+        e.contains("one step 1 is larger than the capacity 0"),
+        "{e}"
+    );
     let e = text(edit(&|d| {
         policy(d).valid_values = Some(vec![Quantity("1".into())])
     }));

@@ -356,7 +356,8 @@ fn check_device_fields(v: &mut Violations, at: &str, device: &Device, per_device
 /// A capacity's request policy as the API server validates it (for the integer quantities Tessera
 /// publishes): only on multi-allocatable devices; `validRange` or `validValues`, not both, each
 /// with a `default`; `min <= default <= max <= value`, `default` and `max` reachable from `min` in
-/// whole steps; valid values ascending, at most 10, listing the default.
+/// whole steps, a step no larger than the capacity; valid values ascending, at most 10, listing
+/// the default.
 fn check_request_policy(
     policy: &CapacityRequestPolicy,
     value: &str,
@@ -386,6 +387,11 @@ fn check_request_policy(
             if let Some(step) = range.step.as_ref().map(number).transpose()? {
                 if step == 0 {
                     return Err("validRange.step must be positive".to_owned());
+                }
+                if step > value {
+                    return Err(format!(
+                        "one step {step} is larger than the capacity {value}"
+                    ));
                 }
                 if (default - min) % step != 0 || (max - min) % step != 0 {
                     return Err(format!(

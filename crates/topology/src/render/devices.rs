@@ -241,7 +241,9 @@ impl NodeFacts<'_> {
 /// down to whole MiB with the mode's request policy, and in the N-shares mode a `shares` capacity.
 /// Every other capacity (multiprocessors, engines) gets a policy with default 0: a capacity
 /// without a policy is consumed whole by a claim that does not ask for it (upstream's rule), which
-/// would let only one claim have the device.
+/// would let only one claim have the device. A capacity of 0 (a MIG device without decoders, say)
+/// gets none: no step fits in it (the API server refuses a step larger than the capacity), and
+/// consuming all of nothing takes nothing from the next claim.
 fn share(device: &mut Device, mode: ConsumableShares) {
     if !mode.enabled() {
         return;
@@ -254,6 +256,7 @@ fn share(device: &mut Device, mode: ConsumableShares) {
     for (name, other) in capacities.iter_mut() {
         if name != capacity::MEMORY
             && let Ok(value) = other.value.0.parse::<u64>()
+            && value > 0
         {
             other.request_policy = Some(range_policy(0, 0, value, 1));
         }
