@@ -2,6 +2,7 @@
 //! deleted and its claims unprepared), so any subset can run in any order.
 
 mod examples;
+mod gang;
 mod invalid_config;
 mod live;
 mod mps_restart;
@@ -138,6 +139,11 @@ pub fn all() -> Vec<Scenario> {
             "topology-fragmented",
             "fragmented dgx-h100: controller picks gpu-4..7, first fit shown for comparison",
             topology::topology_fragmented
+        ),
+        scenario!(
+            "gang",
+            "gangs: 2 × 4 GPUs on one rack, a gang that does not fit waits unallocated then runs, minCount never met",
+            gang::gang
         ),
         scenario!(
             "plugin-restart",

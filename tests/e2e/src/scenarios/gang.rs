@@ -1,0 +1,352 @@
+//! Gangs placed by the Tessera controller (issue 18's done-when), in one scenario `gang`:
+//!
+//! - three GPU nodes are made topology-managed and labelled with racks: the first by name alone
+//!   in rack `e2e-r0`, the other two in `e2e-r1`; 4 GPUs are held on each dgx-h100 node so that
+//!   every node has room for one 4-GPU pod;
+//! - a 2-pod gang × 4 GPUs lands on the two nodes of rack `e2e-r1`, not on the node first in name
+//!   order (per-pod first fit would take it);
+//! - a second gang of the same shape does not fit while the first runs: it waits
+//!   (`GroupUnsatisfiable`) with no claim allocated, and runs once the first is deleted;
+//! - a gang whose `minCount` cannot be met (3 × 8 GPUs) never gets a claim allocated.
+//!
+//! The labels the scenario added are removed afterwards, whatever happened, and it waits until
+//! the nodes it made managed publish untainted devices again.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use tessera_api::names::{
+    GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION, RACK_LABEL, TOPOLOGY_MANAGED_LABEL,
+    TOPOLOGY_MANAGED_TAINT,
+};
+
+use super::Outcome;
+use super::slices::is_dgx_h100;
+use crate::context::Ctx;
+use crate::objects::{Placement, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
+use crate::steps::{pod_summary, wait_allocated, wait_running};
+use crate::wait::{Probe, holds_for, until};
+
+const NAMESPACE: &str = "tessera-e2e-gang";
+const CONDITION: &str = "gpu.tessera.dev/TopologyAwarePlacement";
+
+/// The nodes: `elsewhere` (first by name, rack e2e-r0), `pair` (rack e2e-r1), the dgx-h100 ones
+/// among all three (where 4 GPUs are held).
+struct Layout {
+    elsewhere: String,
+    pair: [String; 2],
+    dgx: Vec<String>,
+}
+
+/// Two dgx-h100 nodes and a third node with 4 to 7 whole GPUs (one 4-GPU pod each once the dgx
+/// nodes are half held).
+fn pick(ctx_published: &crate::devices::Published) -> Option<Layout> {
+    let nodes = ctx_published.nodes();
+    let dgx: Vec<String> = nodes
+        .iter()
+        .filter(|n| is_dgx_h100(&ctx_published.whole_gpus(n)))
+        .take(2)
+        .cloned()
+        .collect();
+    if dgx.len() < 2 {
+        return None;
+    }
+    let third = nodes.iter().find(|n| {
+        let whole = ctx_published.whole_gpus(n).len();
+        !dgx.contains(n) && (4..8).contains(&whole)
+    })?;
+    let mut all = [dgx[0].clone(), dgx[1].clone(), third.clone()];
+    all.sort();
+    Some(Layout {
+        elsewhere: all[0].clone(),
+        pair: [all[1].clone(), all[2].clone()],
+        dgx,
+    })
+}
+
+pub async fn gang(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    let published = ctx.published().await?;
+    let Some(layout) = pick(&published) else {
+        return Ok(Outcome::Skipped(format!(
+            "needs two dgx-h100 nodes and a third node with 4 to 7 whole GPUs; publishing: {:?}",
+            published.nodes()
+        )));
+    };
+    let managed_before = ctx.managed_nodes().await?;
+    let nodes: Vec<String> = std::iter::once(layout.elsewhere.clone())
+        .chain(layout.pair.iter().cloned())
+        .collect();
+    let made_managed: Vec<String> = nodes
+        .iter()
+        .filter(|n| !managed_before.contains(n))
+        .cloned()
+        .collect();
+    ctx.say(format!(
+        "rack e2e-r0: {}; rack e2e-r1: {} and {}; made topology-managed for the scenario: {made_managed:?}",
+        layout.elsewhere, layout.pair[0], layout.pair[1]
+    ));
+    let result = run(ctx, &layout, &nodes).await;
+    let restored = restore(ctx, &nodes, &made_managed).await;
+    let outcome = result?;
+    restored?;
+    Ok(outcome)
+}
+
+async fn label(ctx: &Ctx, node: &str, labels: serde_json::Value) -> anyhow::Result<()> {
+    Api::<Node>::all(ctx.client.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": labels}})),
+        )
+        .await
+        .with_context(|| format!("cannot label node {node}"))?;
+    Ok(())
+}
+
+/// Waits until every device of `nodes` does (or does not) carry the managed taint.
+async fn wait_tainted(ctx: &Ctx, nodes: &[String], tainted: bool) -> anyhow::Result<()> {
+    until(
+        &format!("the devices of {nodes:?} to be published with tainted={tainted}"),
+        ctx.timeouts.allocate,
+        || async {
+            let published = ctx.published().await?;
+            let wrong: Vec<String> = nodes
+                .iter()
+                .flat_map(|n| published.on_node(n))
+                .filter(|d| d.has_taint(TOPOLOGY_MANAGED_TAINT) != tainted)
+                .map(|d| format!("{}/{}", d.node, d.name))
+                .collect();
+            Ok(if wrong.is_empty() {
+                Probe::Done(())
+            } else {
+                Probe::Waiting(format!("not yet: {wrong:?}"))
+            })
+        },
+    )
+    .await
+}
+
+async fn restore(ctx: &Ctx, nodes: &[String], made_managed: &[String]) -> anyhow::Result<()> {
+    ctx.delete_namespace(NAMESPACE).await?;
+    for node in nodes {
+        let mut labels = serde_json::json!({ RACK_LABEL: null });
+        if made_managed.contains(node) {
+            labels[TOPOLOGY_MANAGED_LABEL] = serde_json::Value::Null;
+        }
+        label(ctx, node, labels).await?;
+    }
+    wait_tainted(ctx, made_managed, false).await
+}
+
+/// A gated group member with its own claim of `gpus` GPUs.
+fn member(
+    group: &str,
+    index: usize,
+    min_count: u32,
+    gpus: u32,
+) -> anyhow::Result<(ResourceClaim, Pod)> {
+    let name = format!("{group}-{index}");
+    let claim = gpu_claim(NAMESPACE, &name, gpus, None)?;
+    let mut pod = gpu_pod(NAMESPACE, &name, &name, Placement::TopologyAware)?;
+    pod.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(GROUP_LABEL.into(), group.into());
+    pod.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(GROUP_MIN_COUNT_ANNOTATION.into(), min_count.to_string());
+    Ok((claim, pod))
+}
+
+async fn create_group(
+    ctx: &Ctx,
+    group: &str,
+    size: usize,
+    min_count: u32,
+    gpus: u32,
+) -> anyhow::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for i in 0..size {
+        let (claim, pod) = member(group, i, min_count, gpus)?;
+        create_claim_and_pod(&ctx.client, &claim, &pod).await?;
+        names.push(format!("{group}-{i}"));
+    }
+    Ok(names)
+}
+
+/// The controller's condition reason on a pod.
+fn reason(pod: &Pod) -> Option<(String, String)> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == CONDITION)
+        .map(|c| {
+            (
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+async fn wait_reason(ctx: &Ctx, pod: &str, expected: &str) -> anyhow::Result<String> {
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), NAMESPACE);
+    until(
+        &format!("pod {NAMESPACE}/{pod} to carry condition reason {expected}"),
+        ctx.timeouts.allocate,
+        || async {
+            let current = pods.get(pod).await?;
+            Ok(match reason(&current) {
+                Some((r, message)) if r == expected => Probe::Done(message),
+                _ => Probe::Waiting(pod_summary(&current)),
+            })
+        },
+    )
+    .await
+}
+
+/// Holds: no claim of `pods` is allocated and every one of them is still gated.
+async fn nothing_allocated(ctx: &Ctx, pods: &[String], period: Duration) -> anyhow::Result<()> {
+    let claims = Api::<ResourceClaim>::namespaced(ctx.client.clone(), NAMESPACE);
+    let pod_api = Api::<Pod>::namespaced(ctx.client.clone(), NAMESPACE);
+    holds_for(
+        &format!("no claim of {pods:?} allocated and every pod gated"),
+        period,
+        || async {
+            for pod in pods {
+                let claim = claims.get(pod).await?;
+                if claim
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.allocation.as_ref())
+                    .is_some()
+                {
+                    return Ok(Err(format!("claim {pod} is allocated")));
+                }
+                let current = pod_api.get(pod).await?;
+                let gates = current
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.scheduling_gates.as_ref())
+                    .map_or(0, |g| g.len());
+                if gates == 0 {
+                    return Ok(Err(format!(
+                        "pod {pod} was released: {}",
+                        pod_summary(&current)
+                    )));
+                }
+            }
+            Ok(Ok(()))
+        },
+    )
+    .await
+}
+
+/// Waits until each pod's claim is allocated; returns the nodes, in pod order.
+async fn nodes_of(ctx: &Ctx, pods: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut nodes = Vec::new();
+    for pod in pods {
+        let claims = wait_allocated(ctx, NAMESPACE, pod).await?;
+        let claim = claims.first().context("a gang pod without a claim")?;
+        nodes.push(claim.node()?.to_owned());
+    }
+    Ok(nodes)
+}
+
+fn ensure_on_pair(what: &str, nodes: &[String], layout: &Layout) -> anyhow::Result<()> {
+    let got: BTreeSet<&str> = nodes.iter().map(String::as_str).collect();
+    let want: BTreeSet<&str> = layout.pair.iter().map(String::as_str).collect();
+    ensure!(
+        got == want,
+        "{what} landed on {nodes:?}; expected one pod on each node of rack e2e-r1 {:?}, not on {} (rack e2e-r0), though it comes first by name",
+        layout.pair,
+        layout.elsewhere
+    );
+    Ok(())
+}
+
+async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Outcome> {
+    // 1. Managed, with racks.
+    for node in nodes {
+        let rack = if *node == layout.elsewhere {
+            "e2e-r0"
+        } else {
+            "e2e-r1"
+        };
+        label(
+            ctx,
+            node,
+            serde_json::json!({ TOPOLOGY_MANAGED_LABEL: "true", RACK_LABEL: rack }),
+        )
+        .await?;
+    }
+    wait_tainted(ctx, nodes, true).await?;
+    ctx.fresh_namespace(NAMESPACE).await?;
+    create_namespace(&ctx.client, NAMESPACE).await?;
+
+    // 2. Half of each dgx-h100 node held, so that each node has room for one 4-GPU pod.
+    for node in &layout.dgx {
+        let name = format!("hold-{node}");
+        let claim = gpu_claim(NAMESPACE, &name, 4, None)?;
+        let mut pod = gpu_pod(NAMESPACE, &name, &name, Placement::TopologyAware)?;
+        pod.spec.get_or_insert_default().node_selector =
+            Some([("kubernetes.io/hostname".to_owned(), node.clone())].into());
+        create_claim_and_pod(&ctx.client, &claim, &pod).await?;
+        let held = wait_allocated(ctx, NAMESPACE, &name).await?;
+        let on = held.first().context("holder without a claim")?.node()?;
+        ensure!(
+            on == node,
+            "holder {name} was placed on {on}, expected {node}"
+        );
+    }
+
+    // 3. The first gang: one rack.
+    let first = create_group(ctx, "first", 2, 2, 4).await?;
+    let first_nodes = nodes_of(ctx, &first).await?;
+    ctx.say(format!(
+        "gang `first` (2 × 4 GPUs) placed on {first_nodes:?}"
+    ));
+    ensure_on_pair("gang `first`", &first_nodes, layout)?;
+    for pod in &first {
+        wait_running(ctx, NAMESPACE, pod).await?;
+    }
+
+    // 4. A second gang does not fit while the first runs; a gang that can never fit waits too.
+    let second = create_group(ctx, "second", 2, 2, 4).await?;
+    let huge = create_group(ctx, "huge", 3, 3, 8).await?;
+    for pod in second.iter().chain(&huge) {
+        let message = wait_reason(ctx, pod, "GroupUnsatisfiable").await?;
+        ensure!(
+            message.contains("placed together"),
+            "pod {pod}: the condition does not say what the gang waits for: {message}"
+        );
+    }
+    let waiting: Vec<String> = second.iter().chain(&huge).cloned().collect();
+    nothing_allocated(ctx, &waiting, Duration::from_secs(5)).await?;
+    ctx.say("gangs `second` and `huge` wait with no claim allocated");
+
+    // 5. The first gang finishes: the second runs, on the same rack.
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), NAMESPACE);
+    let claims = Api::<ResourceClaim>::namespaced(ctx.client.clone(), NAMESPACE);
+    for pod in &first {
+        pods.delete(pod, &DeleteParams::default()).await?;
+        claims.delete(pod, &DeleteParams::default()).await?;
+    }
+    let second_nodes = nodes_of(ctx, &second).await?;
+    ctx.say(format!(
+        "gang `second` placed on {second_nodes:?} once `first` was deleted"
+    ));
+    ensure_on_pair("gang `second`", &second_nodes, layout)?;
+    for pod in &second {
+        wait_running(ctx, NAMESPACE, pod).await?;
+    }
+    nothing_allocated(ctx, &huge, Duration::from_secs(3)).await?;
+    Ok(Outcome::Passed)
+}
