@@ -250,9 +250,6 @@ func containerdComponents(plan *Plan, layout Layout) []Component {
 	return cs
 }
 
-func runtimeConfigArgs(rc string) []string {
-	if rc == "" {
-		return nil
-	}
-	return []string{"--runtime-config=" + rc}
+func runtimeConfigArgs(extra string) []string {
+	return []string{"--runtime-config=" + RuntimeConfigFlag(extra)}
 }

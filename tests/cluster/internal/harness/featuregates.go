@@ -10,9 +10,15 @@ import (
 // GA, and partitionable devices, consumable capacity and binding conditions
 // are beta and on by default. They are all named here anyway so a component
 // that disagreed would fail loudly at start, and so the set is visible in one
-// place. All of them are served by resource.k8s.io/v1, which is on by default:
-// no --runtime-config is needed. Alpha DRA features (list-type attributes,
-// pool status, derived attributes, ...) would also need resource.k8s.io/v1alpha3.
+// place. All of them are served by resource.k8s.io/v1, which is on by default.
+// Alpha DRA features (list-type attributes, pool status, derived attributes,
+// ...) would also need resource.k8s.io/v1alpha3.
+//
+// GenericWorkload (beta, off by default in 1.37) serves the Workload and
+// PodGroup API (scheduling.k8s.io/v1beta1, named in RuntimeConfig: beta APIs
+// are not served unless asked for), keeps pods' spec.schedulingGroup, and turns
+// on kube-scheduler's GangScheduling plugin and the controller-manager's
+// PodGroup protection: Tessera's gangs can be named by a PodGroup.
 var FeatureGates = map[string]bool{
 	"DynamicResourceAllocation":    true,
 	"DRAAdminAccess":               true,
@@ -25,6 +31,22 @@ var FeatureGates = map[string]bool{
 	"DRAResourceClaimDeviceStatus": true,
 	"DRAExtendedResource":          true,
 	"DRASchedulerFilterTimeout":    true,
+	"GenericWorkload":              true,
+}
+
+// RuntimeConfig is the API server's --runtime-config: the API versions served
+// beyond the defaults. TESSERA_RUNTIME_CONFIG is appended (a later entry for
+// the same version wins).
+const RuntimeConfig = "scheduling.k8s.io/v1beta1=true"
+
+// RuntimeConfigFlag renders the --runtime-config value: RuntimeConfig, then
+// extra ("group/version=true,..."), if any.
+func RuntimeConfigFlag(extra string) string {
+	extra = strings.Trim(strings.TrimSpace(extra), ",")
+	if extra == "" {
+		return RuntimeConfig
+	}
+	return RuntimeConfig + "," + extra
 }
 
 // FeatureGateFlag renders gates as the --feature-gates value, sorted.

@@ -73,6 +73,40 @@ func TestEveryKubernetesComponentGetsTheSameFeatureGates(t *testing.T) {
 	}
 }
 
+// Tessera's gangs may name an upstream PodGroup: the API server must serve
+// scheduling.k8s.io/v1beta1 (a beta API, off unless named) with GenericWorkload
+// on, and an extra runtime config must not replace that.
+func TestAPIServerServesThePodGroupAPI(t *testing.T) {
+	if !FeatureGates["GenericWorkload"] {
+		t.Errorf("GenericWorkload is not among the feature gates: %s", FeatureGateFlag(FeatureGates))
+	}
+	for _, c := range []struct{ extra, want string }{
+		{"", "--runtime-config=scheduling.k8s.io/v1beta1=true"},
+		{" resource.k8s.io/v1alpha3=true,", "--runtime-config=scheduling.k8s.io/v1beta1=true,resource.k8s.io/v1alpha3=true"},
+	} {
+		plan, _ := testPlan(t, 1)
+		plan.RuntimeConfig = c.extra
+		buildComponents(plan, Layout{StateDir: plan.StateDir}, &PKI{Dir: Layout{StateDir: plan.StateDir}.PKIDir()})
+		found := false
+		for _, comp := range plan.Components {
+			if comp.Name != "kube-apiserver" {
+				continue
+			}
+			for _, a := range comp.Args {
+				if strings.HasPrefix(a, "--runtime-config") {
+					found = true
+					if a != c.want {
+						t.Errorf("extra %q: API server has %s, want %s", c.extra, a, c.want)
+					}
+				}
+			}
+		}
+		if !found {
+			t.Errorf("extra %q: the API server has no --runtime-config", c.extra)
+		}
+	}
+}
+
 func TestComponentsStartInDependencyOrder(t *testing.T) {
 	plan, _ := testPlan(t, 2)
 	stage := map[string]int{}

@@ -24,7 +24,8 @@ type UpOptions struct {
 	Timeout  time.Duration
 	// ExtraFeatureGates ("A=true,B=false") are overlaid on FeatureGates.
 	ExtraFeatureGates string
-	// RuntimeConfig is passed to the API server's --runtime-config when set.
+	// RuntimeConfig is appended to the API server's --runtime-config (after
+	// the package's RuntimeConfig).
 	RuntimeConfig string
 	// Runtime is RuntimeContainerd (default) or RuntimeFake.
 	Runtime string

@@ -3,11 +3,18 @@
 //! - three GPU nodes are made topology-managed and labelled with racks: the first by name alone
 //!   in rack `e2e-r0`, the other two in `e2e-r1`; 4 GPUs are held on each dgx-h100 node so that
 //!   every node has room for one 4-GPU pod;
-//! - a 2-pod gang × 4 GPUs lands on the two nodes of rack `e2e-r1`, not on the node first in name
-//!   order (per-pod first fit would take it);
-//! - a second gang of the same shape does not fit while the first runs: it waits
-//!   (`GroupUnsatisfiable`) with no claim allocated, and runs once the first is deleted;
-//! - a gang whose `minCount` cannot be met (3 × 8 GPUs) never gets a claim allocated.
+//! - a 2-pod gang × 4 GPUs named by an upstream PodGroup (`spec.schedulingGroup.podGroupName`)
+//!   lands on the two nodes of rack `e2e-r1`, not on the node first in name order (per-pod first
+//!   fit would take it);
+//! - a second gang of the same shape, named by the fallback label and annotation, does not fit
+//!   while the first runs: it waits (`GroupUnsatisfiable`, condition and event) with no claim
+//!   allocated, and runs once the first is deleted, on the same rack;
+//! - a gang whose `minCount` cannot be met (3 × 8 GPUs, a PodGroup) never gets a claim allocated.
+//!
+//! Both ways of naming a gang are covered: the PodGroup API where the cluster serves
+//! `scheduling.k8s.io/v1beta1` (the local cluster does: feature gate `GenericWorkload`), the
+//! label fallback always. On a cluster without the PodGroup API every gang is named by the
+//! label, and the scenario reports itself skipped after passing, saying what was not covered.
 //!
 //! The labels the scenario added are removed afterwards, whatever happened, and it waits until
 //! the nodes it made managed publish untainted devices again.
@@ -18,7 +25,8 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use tessera_api::names::{
     GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION, RACK_LABEL, TOPOLOGY_MANAGED_LABEL,
     TOPOLOGY_MANAGED_TAINT,
@@ -28,11 +36,21 @@ use super::Outcome;
 use super::slices::is_dgx_h100;
 use crate::context::Ctx;
 use crate::objects::{Placement, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
-use crate::steps::{pod_summary, wait_allocated, wait_running};
+use crate::steps::{pod_events, pod_summary, wait_allocated, wait_running};
 use crate::wait::{Probe, holds_for, until};
 
 const NAMESPACE: &str = "tessera-e2e-gang";
 const CONDITION: &str = "gpu.tessera.dev/TopologyAwarePlacement";
+
+/// How a gang's pods name their group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Naming {
+    /// An upstream PodGroup (`scheduling.k8s.io/v1beta1`) with a gang policy, named in each
+    /// pod's `spec.schedulingGroup.podGroupName`.
+    PodGroup,
+    /// Tessera's fallback: the label `gpu.tessera.dev/group` and the `minCount` annotation.
+    Label,
+}
 
 /// The nodes: `elsewhere` (first by name, rack e2e-r0), `pair` (rack e2e-r1), the dgx-h100 ones
 /// among all three (where 4 GPUs are held).
@@ -147,35 +165,86 @@ async fn restore(ctx: &Ctx, nodes: &[String], made_managed: &[String]) -> anyhow
 fn member(
     group: &str,
     index: usize,
-    min_count: u32,
+    (naming, min_count): (Naming, u32),
     gpus: u32,
 ) -> anyhow::Result<(ResourceClaim, Pod)> {
     let name = format!("{group}-{index}");
     let claim = gpu_claim(NAMESPACE, &name, gpus, None)?;
     let mut pod = gpu_pod(NAMESPACE, &name, &name, Placement::TopologyAware)?;
-    pod.metadata
-        .labels
-        .get_or_insert_default()
-        .insert(GROUP_LABEL.into(), group.into());
-    pod.metadata
-        .annotations
-        .get_or_insert_default()
-        .insert(GROUP_MIN_COUNT_ANNOTATION.into(), min_count.to_string());
+    match naming {
+        Naming::PodGroup => {
+            let spec = pod.spec.get_or_insert_default();
+            spec.scheduling_group = Some(serde_json::from_value(
+                serde_json::json!({ "podGroupName": group }),
+            )?);
+        }
+        Naming::Label => {
+            pod.metadata
+                .labels
+                .get_or_insert_default()
+                .insert(GROUP_LABEL.into(), group.into());
+            pod.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(GROUP_MIN_COUNT_ANNOTATION.into(), min_count.to_string());
+        }
+    }
     Ok((claim, pod))
 }
 
+/// Whether the cluster serves the PodGroup API (a list in the scenario's namespace answers 404
+/// when it does not).
+async fn serves_pod_groups(ctx: &Ctx) -> anyhow::Result<bool> {
+    let api = Api::<PodGroup>::namespaced(ctx.client.clone(), NAMESPACE);
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(error) => Err(error).context("cannot list scheduling.k8s.io/v1beta1 PodGroups"),
+    }
+}
+
+/// Creates a gang of `size` gated pods named `group-0`…, each with its own claim; for
+/// [`Naming::PodGroup`] the PodGroup with a gang policy first, and each pod is checked to have
+/// kept `spec.schedulingGroup` (the API server drops it while `GenericWorkload` is off).
 async fn create_group(
     ctx: &Ctx,
     group: &str,
-    size: usize,
-    min_count: u32,
+    (size, min_count): (usize, u32),
     gpus: u32,
+    naming: Naming,
 ) -> anyhow::Result<Vec<String>> {
+    if naming == Naming::PodGroup {
+        let pod_group: PodGroup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"namespace": NAMESPACE, "name": group},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+        }))?;
+        Api::<PodGroup>::namespaced(ctx.client.clone(), NAMESPACE)
+            .create(&PostParams::default(), &pod_group)
+            .await
+            .with_context(|| format!("cannot create PodGroup {NAMESPACE}/{group}"))?;
+    }
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), NAMESPACE);
     let mut names = Vec::new();
     for i in 0..size {
-        let (claim, pod) = member(group, i, min_count, gpus)?;
+        let (claim, pod) = member(group, i, (naming, min_count), gpus)?;
         create_claim_and_pod(&ctx.client, &claim, &pod).await?;
-        names.push(format!("{group}-{i}"));
+        let name = format!("{group}-{i}");
+        if naming == Naming::PodGroup {
+            let created = pods.get(&name).await?;
+            let named = created
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_group.as_ref())
+                .and_then(|g| g.pod_group_name.as_deref());
+            ensure!(
+                named == Some(group),
+                "pod {NAMESPACE}/{name} was stored with spec.schedulingGroup.podGroupName {named:?}, \
+                 not {group:?}: the API server drops the field unless the GenericWorkload feature gate is on"
+            );
+        }
+        names.push(name);
     }
     Ok(names)
 }
@@ -207,6 +276,31 @@ async fn wait_reason(ctx: &Ctx, pod: &str, expected: &str) -> anyhow::Result<Str
                 Some((r, message)) if r == expected => Probe::Done(message),
                 _ => Probe::Waiting(pod_summary(&current)),
             })
+        },
+    )
+    .await
+}
+
+/// Waits for an event of `reason` about `pod`; returns its message.
+async fn wait_event(ctx: &Ctx, pod: &str, reason: &str) -> anyhow::Result<String> {
+    until(
+        &format!("an event {reason} about pod {NAMESPACE}/{pod}"),
+        ctx.timeouts.event,
+        || async {
+            let events = pod_events(ctx, NAMESPACE, pod).await?;
+            Ok(
+                match events
+                    .iter()
+                    .rev()
+                    .find(|e| e.reason.as_deref() == Some(reason))
+                {
+                    Some(event) => Probe::Done(event.message.clone().unwrap_or_default()),
+                    None => Probe::Waiting(format!(
+                        "events so far: {:?}",
+                        events.iter().map(|e| e.reason.clone()).collect::<Vec<_>>()
+                    )),
+                },
+            )
         },
     )
     .await
@@ -307,20 +401,41 @@ async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Out
         );
     }
 
-    // 3. The first gang: one rack.
-    let first = create_group(ctx, "first", 2, 2, 4).await?;
+    // 3. The first gang (a PodGroup where served): one rack.
+    let served = serves_pod_groups(ctx).await?;
+    let upstream = if served {
+        Naming::PodGroup
+    } else {
+        ctx.say(
+            "the cluster does not serve scheduling.k8s.io/v1beta1 PodGroups (GenericWorkload off): \
+             every gang is named by the label",
+        );
+        Naming::Label
+    };
+    let first = create_group(ctx, "first", (2, 2), 4, upstream).await?;
     let first_nodes = nodes_of(ctx, &first).await?;
     ctx.say(format!(
-        "gang `first` (2 × 4 GPUs) placed on {first_nodes:?}"
+        "gang `first` (2 × 4 GPUs, {upstream:?}) placed on {first_nodes:?}"
     ));
     ensure_on_pair("gang `first`", &first_nodes, layout)?;
+    let message = wait_reason(ctx, &first[0], "Allocated").await?;
+    let key = match upstream {
+        Naming::PodGroup => format!("PodGroup {NAMESPACE}/first"),
+        Naming::Label => format!("group {NAMESPACE}/first"),
+    };
+    ensure!(
+        message.contains(&key) && message.contains(&format!("{RACK_LABEL}=e2e-r1")),
+        "pod {}: the condition does not say that {key} was placed together in rack e2e-r1: {message}",
+        first[0]
+    );
     for pod in &first {
         wait_running(ctx, NAMESPACE, pod).await?;
     }
 
-    // 4. A second gang does not fit while the first runs; a gang that can never fit waits too.
-    let second = create_group(ctx, "second", 2, 2, 4).await?;
-    let huge = create_group(ctx, "huge", 3, 3, 8).await?;
+    // 4. A second gang (the label) does not fit while the first runs; a gang that can never fit
+    //    (a PodGroup where served) waits too. Neither gets a claim allocated.
+    let second = create_group(ctx, "second", (2, 2), 4, Naming::Label).await?;
+    let huge = create_group(ctx, "huge", (3, 3), 8, upstream).await?;
     for pod in second.iter().chain(&huge) {
         let message = wait_reason(ctx, pod, "GroupUnsatisfiable").await?;
         ensure!(
@@ -328,9 +443,17 @@ async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Out
             "pod {pod}: the condition does not say what the gang waits for: {message}"
         );
     }
+    let event = wait_event(ctx, &second[0], "GroupUnsatisfiable").await?;
+    ensure!(
+        event.contains(&format!("group {NAMESPACE}/second")) && event.contains("placed together"),
+        "pod {}: the GroupUnsatisfiable event does not say what the gang waits for: {event}",
+        second[0]
+    );
     let waiting: Vec<String> = second.iter().chain(&huge).cloned().collect();
     nothing_allocated(ctx, &waiting, Duration::from_secs(5)).await?;
-    ctx.say("gangs `second` and `huge` wait with no claim allocated");
+    ctx.say(format!(
+        "gangs `second` (label) and `huge` ({upstream:?}) wait with no claim allocated; event: {event}"
+    ));
 
     // 5. The first gang finishes: the second runs, on the same rack.
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), NAMESPACE);
@@ -348,5 +471,13 @@ async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Out
         wait_running(ctx, NAMESPACE, pod).await?;
     }
     nothing_allocated(ctx, &huge, Duration::from_secs(3)).await?;
-    Ok(Outcome::Passed)
+    Ok(if served {
+        Outcome::Passed
+    } else {
+        Outcome::Skipped(
+            "passed with every gang named by the label; the PodGroup API part needs \
+             scheduling.k8s.io/v1beta1 served (feature gate GenericWorkload, runtime config)"
+                .to_owned(),
+        )
+    })
 }

@@ -142,7 +142,7 @@ pub fn all() -> Vec<Scenario> {
         ),
         scenario!(
             "gang",
-            "gangs: 2 × 4 GPUs on one rack, a gang that does not fit waits unallocated then runs, minCount never met",
+            "gangs (a PodGroup and the label fallback): 2 × 4 GPUs on one rack, a gang that does not fit waits unallocated then runs, minCount never met",
             gang::gang
         ),
         scenario!(
