@@ -13,6 +13,7 @@ use crate::request::{Plan, claim_name, prefilter};
 use crate::result::allocation_results;
 use crate::search::{NodeSearch, SearchMode, Solution};
 use crate::state::AllocatedState;
+use crate::topology::NumaPolicy;
 use crate::topology::TopologyScore;
 use crate::verdicts::{NodeUse, PlanResults, Stored, plan_key};
 
@@ -53,6 +54,8 @@ pub struct AllocateOptions {
     /// Whether to account, device by device, for nodes that do not fit. Costs one more pass over
     /// the node's devices per failed node; without it a failed node gets a one-line reason.
     pub explain: bool,
+    /// Topology-aware: how NUMA alignment weighs against fragmentation ([`NumaPolicy`]).
+    pub numa: NumaPolicy,
 }
 
 impl Default for AllocateOptions {
@@ -61,6 +64,7 @@ impl Default for AllocateOptions {
             mode: PlacementMode::FirstFit,
             step_budget: DEFAULT_STEP_BUDGET,
             explain: true,
+            numa: NumaPolicy::Align,
         }
     }
 }
@@ -271,6 +275,7 @@ impl Inventory {
                 PlacementMode::TopologyAware => SearchMode::Best { bound },
             };
             let verdict = NodeSearch::new(self, pools, state, plan, mode, options.step_budget)
+                .map(|search| search.with_numa(options.numa))
                 .and_then(NodeSearch::run);
             let verdict = match verdict {
                 Ok(v) => v,

@@ -52,4 +52,4 @@ pub use inventory::Inventory;
 pub use node::{NODE_NAME_FIELD, NodeInfo, selector_matches};
 pub use request::{MAX_RESULTS_PER_CLAIM, claim_name};
 pub use state::{AllocatedState, SharedUse, StateError};
-pub use topology::{TopologyAttributes, TopologyScore};
+pub use topology::{NumaPolicy, NumaPolicyError, TopologyAttributes, TopologyScore};

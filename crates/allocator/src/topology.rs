@@ -13,7 +13,15 @@
 //!    [`pair_cost`]: both in one NVLink island → `10 × 900 / min(bandwidth GB/s)` clamped to
 //!    10‥30 (20 when a bandwidth is not published); else same PCIe root → 40; else same NUMA node
 //!    → 60; else (other socket, or unknown) → 100. A single device costs 0.
-//! 2. fragmentation, best fit:
+//! 2. `numa_crossings` — under [`NumaPolicy::Align`] (the default), the NUMA nodes the allocation
+//!    spans beyond the first; 0 under [`NumaPolicy::Pack`]. It comes right after communication
+//!    cost and ahead of fragmentation: on NVSwitch nodes every GPU pair costs the same, so best
+//!    fit alone would fill a fragmented node and split a 4-GPU claim across sockets, while CPU
+//!    threads, host memory and NICs sit on one socket. A claim that fits one socket therefore lands
+//!    on one NUMA node whenever some eligible node offers such a set; `Pack` keeps the older order
+//!    (fragmentation first, alignment only as the last tie-break), for clusters that prefer fewer
+//!    partly used nodes.
+//! 3. fragmentation, best fit:
 //!    `nvlink_stranded` — devices in an NVLink island that the allocation gives no NVLink peer
 //!    (a single GPU on an NVSwitch node wastes NVLink a multi-GPU claim could use);
 //!    `islands_broken` — NVLink islands that were entirely free before and are not after;
@@ -21,7 +29,8 @@
 //!    `group_leftover` — free devices left in the groups the allocation touches (a group is the
 //!    device's NVLink island, else its NUMA node, else the node), so partly used groups fill first;
 //!    `node_leftover` — free devices left on the node, so partly used nodes fill first.
-//! 3. `numa_nodes_spanned` — distinct NUMA nodes the allocation spans (alignment).
+//! 4. `numa_nodes_spanned` — distinct NUMA nodes the allocation spans (alignment; the only NUMA
+//!    term under `Pack`).
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -47,6 +56,45 @@ pub const SAME_PCIE_ROOT_COST: u64 = 40;
 pub const SAME_NUMA_COST: u64 = 60;
 /// Pair cost of two devices on different sockets, or whose placement is unknown.
 pub const CROSS_SOCKET_COST: u64 = 100;
+
+/// How the score weighs NUMA alignment against fragmentation (see the module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NumaPolicy {
+    /// One NUMA node for a claim that fits one, ahead of fragmentation.
+    #[default]
+    Align,
+    /// Fragmentation first (partly used nodes and groups fill first); NUMA only breaks ties.
+    Pack,
+}
+
+impl fmt::Display for NumaPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NumaPolicy::Align => "align",
+            NumaPolicy::Pack => "pack",
+        })
+    }
+}
+
+/// A NUMA policy name that is neither `align` nor `pack`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "NUMA policy `{0}` is not one: expected `align` (one NUMA node for a claim that fits one, the default) or `pack` (fill partly used nodes first)"
+)]
+pub struct NumaPolicyError(pub String);
+
+impl std::str::FromStr for NumaPolicy {
+    type Err = NumaPolicyError;
+
+    fn from_str(s: &str) -> Result<NumaPolicy, NumaPolicyError> {
+        match s.trim() {
+            "align" => Ok(NumaPolicy::Align),
+            "pack" => Ok(NumaPolicy::Pack),
+            _ => Err(NumaPolicyError(s.to_owned())),
+        }
+    }
+}
 
 /// The topology attributes of one device, as published.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -132,6 +180,8 @@ pub fn comm_cost<'a>(devices: impl IntoIterator<Item = (usize, &'a TopologyAttri
 pub struct TopologyScore {
     /// Sum of pair costs of the allocated devices.
     pub comm_cost: u64,
+    /// NUMA nodes spanned beyond the first, under [`NumaPolicy::Align`]; 0 under `Pack`.
+    pub numa_crossings: u32,
     /// Allocated devices in an NVLink island with no other allocated device in that island.
     pub nvlink_stranded: u32,
     /// NVLink islands that were entirely free before the allocation and are not after it.
@@ -147,9 +197,10 @@ pub struct TopologyScore {
 }
 
 impl TopologyScore {
-    fn key(&self) -> (u64, u32, u32, u32, u32, u32, u32) {
+    fn key(&self) -> (u64, u32, u32, u32, u32, u32, u32, u32) {
         (
             self.comm_cost,
+            self.numa_crossings,
             self.nvlink_stranded,
             self.islands_broken,
             self.nodes_broken,
@@ -176,10 +227,11 @@ impl fmt::Display for TopologyScore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "communication cost {}, devices without NVLink peer {}, NVLink islands broken {}, \
-             whole nodes broken {}, free devices left in touched groups {}, free devices left on \
-             the node {}, NUMA nodes spanned {}",
+            "communication cost {}, NUMA crossings {}, devices without NVLink peer {}, NVLink \
+             islands broken {}, whole nodes broken {}, free devices left in touched groups {}, \
+             free devices left on the node {}, NUMA nodes spanned {}",
             self.comm_cost,
+            self.numa_crossings,
             self.nvlink_stranded,
             self.islands_broken,
             self.nodes_broken,
@@ -235,8 +287,14 @@ impl NodeTopology {
     }
 
     /// Scores taking the candidates `chosen` (positions, may repeat) given which candidates were
-    /// free before, with `comm_cost` already computed.
-    pub fn score(&self, free_before: &[bool], chosen: &[usize], comm_cost: u64) -> TopologyScore {
+    /// free before, with `comm_cost` already computed, weighing NUMA alignment by `numa`.
+    pub fn score(
+        &self,
+        free_before: &[bool],
+        chosen: &[usize],
+        comm_cost: u64,
+        numa: NumaPolicy,
+    ) -> TopologyScore {
         let mut taken = vec![false; free_before.len()];
         let mut island_taken = vec![0u32; self.island_count];
         for &c in chosen {
@@ -275,8 +333,13 @@ impl NodeTopology {
         let mut numas: Vec<i64> = chosen.iter().filter_map(|&c| self.numa[c]).collect();
         numas.sort_unstable();
         numas.dedup();
+        let spanned = u32::try_from(numas.len()).unwrap_or(u32::MAX);
         TopologyScore {
             comm_cost,
+            numa_crossings: match numa {
+                NumaPolicy::Align => spanned.saturating_sub(1),
+                NumaPolicy::Pack => 0,
+            },
             nvlink_stranded: u32::try_from(nvlink_stranded).unwrap_or(u32::MAX),
             islands_broken: u32::try_from(islands_broken).unwrap_or(u32::MAX),
             nodes_broken: u32::from(!chosen.is_empty() && free_before.iter().all(|f| *f)),
@@ -287,7 +350,7 @@ impl NodeTopology {
                 .map(|(l, _)| *l)
                 .sum(),
             node_leftover: node_left,
-            numa_nodes_spanned: u32::try_from(numas.len()).unwrap_or(u32::MAX),
+            numa_nodes_spanned: spanned,
         }
     }
 }
@@ -353,19 +416,71 @@ mod tests {
         ];
         let topo = NodeTopology::new(attrs.iter());
         let free = [false, true, true, true];
-        let in_used_island = topo.score(&free, &[1], 0);
-        let in_whole_island = topo.score(&free, &[2], 0);
+        let in_used_island = topo.score(&free, &[1], 0, NumaPolicy::Align);
+        let in_whole_island = topo.score(&free, &[2], 0, NumaPolicy::Align);
         assert_eq!(in_used_island.islands_broken, 0);
         assert_eq!(
             in_used_island.nvlink_stranded, 1,
             "its island peer is not part of the allocation"
         );
-        assert_eq!(topo.score(&free, &[2, 3], 10).nvlink_stranded, 0);
+        assert_eq!(
+            topo.score(&free, &[2, 3], 10, NumaPolicy::Align)
+                .nvlink_stranded,
+            0
+        );
         assert_eq!(in_whole_island.islands_broken, 1);
         assert!(in_used_island < in_whole_island);
         assert_eq!(in_used_island.node_leftover, 2);
         assert_eq!(in_used_island.numa_nodes_spanned, 1);
         let all_free = [true; 4];
-        assert_eq!(topo.score(&all_free, &[0], 0).nodes_broken, 1);
+        assert_eq!(
+            topo.score(&all_free, &[0], 0, NumaPolicy::Align)
+                .nodes_broken,
+            1
+        );
+    }
+
+    #[test]
+    fn alignment_comes_before_fragmentation_unless_packing() {
+        // dgx-h100-like nodes: one NVSwitch island of eight GPUs, four per NUMA node.
+        let attrs: Vec<_> = (0..8)
+            .map(|i| gpu(Some("i"), Some(900), None, Some(i / 4)))
+            .collect();
+        let topo = NodeTopology::new(attrs.iter());
+        let cost = 60; // six NVLink pairs at 10
+        // A fragmented node whose only free four GPUs straddle the sockets (2, 3 | 4, 5) ...
+        let mut fragmented = [false; 8];
+        fragmented[2..6].fill(true);
+        // ... and a free node, where four GPUs of one socket can be had.
+        let free = [true; 8];
+        for (policy, crossings) in [(NumaPolicy::Align, 1), (NumaPolicy::Pack, 0)] {
+            let split = topo.score(&fragmented, &[2, 3, 4, 5], cost, policy);
+            let aligned = topo.score(&free, &[0, 1, 2, 3], cost, policy);
+            assert_eq!(
+                (split.numa_crossings, aligned.numa_crossings),
+                (crossings, 0)
+            );
+            assert_eq!(
+                (split.numa_nodes_spanned, aligned.numa_nodes_spanned),
+                (2, 1)
+            );
+            // Best fit alone prefers the fragmented node: it breaks no whole node.
+            assert_eq!((split.nodes_broken, aligned.nodes_broken), (0, 1));
+            match policy {
+                NumaPolicy::Align => assert!(aligned < split, "{aligned} vs {split}"),
+                NumaPolicy::Pack => assert!(split < aligned, "{split} vs {aligned}"),
+            }
+        }
+        // Communication cost still comes first.
+        let cheaper = topo.score(&fragmented, &[2, 3, 4, 5], cost - 1, NumaPolicy::Align);
+        let aligned = topo.score(&free, &[0, 1, 2, 3], cost, NumaPolicy::Align);
+        assert!(cheaper < aligned);
+        assert_eq!("pack".parse::<NumaPolicy>(), Ok(NumaPolicy::Pack));
+        assert_eq!(NumaPolicy::default().to_string(), "align");
+        let error = "packed".parse::<NumaPolicy>().unwrap_err().to_string();
+        assert!(
+            error.contains("`packed`") && error.contains("`align`"),
+            "{error}"
+        );
     }
 }

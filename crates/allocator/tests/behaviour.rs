@@ -142,6 +142,7 @@ fn an_unsatisfiable_claim_fails_fast_instead_of_at_a_budget() {
             mode,
             step_budget: 1_000,
             explain: true,
+            numa: Default::default(),
         };
         let outcome = inv
             .allocate(&claims, &AllocatedState::new(), None, &options)
@@ -162,6 +163,7 @@ fn the_search_still_has_a_bound() {
         mode: PlacementMode::FirstFit,
         step_budget: 5,
         explain: true,
+        numa: Default::default(),
     };
     let err = inv
         .allocate(&claims, &AllocatedState::new(), None, &options)
@@ -190,6 +192,7 @@ fn interchangeable_devices_let_topology_aware_search_prove_unsatisfiability() {
         mode: PlacementMode::TopologyAware,
         step_budget: 200_000,
         explain: true,
+        numa: Default::default(),
     };
     let Outcome::Unsatisfiable(u) = inv
         .allocate(&claims, &AllocatedState::new(), None, &options)

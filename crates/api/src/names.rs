@@ -21,6 +21,10 @@ pub const TOPOLOGY_MANAGED_LABEL: &str = "gpu.tessera.dev/topology-managed";
 pub const TOPOLOGY_MANAGED_TAINT: &str = "gpu.tessera.dev/topology-managed";
 /// Scheduling gate with which a pod asks the controller for topology-aware placement.
 pub const TOPOLOGY_AWARE_GATE: &str = "gpu.tessera.dev/topology-aware";
+/// Pod annotation choosing, for that pod, how the controller weighs NUMA alignment against
+/// fragmentation: `align` (a claim that fits one NUMA node gets one) or `pack` (partly used
+/// nodes fill first); the controller's `--numa-policy` when absent.
+pub const NUMA_POLICY_ANNOTATION: &str = "gpu.tessera.dev/numa-policy";
 
 /// Pod label naming the gang (group) a gated pod belongs to, where the cluster does not serve the
 /// upstream PodGroup API (`scheduling.k8s.io/v1beta1`, feature gate `GenericWorkload`).

@@ -315,6 +315,7 @@ fn explain_claim(
         mode: args.mode.unwrap_or(Mode::FirstFit).into(),
         step_budget: args.step_budget,
         explain: true,
+        numa: Default::default(),
     };
     let outcome = inventory.allocate(
         std::slice::from_ref(&target),

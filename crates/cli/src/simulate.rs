@@ -51,6 +51,8 @@ Metrics per mode: claims, allocated, nvlinkLocalPercent (multi-GPU claims whose 
 NVLink island, percent of allocated multi-GPU claims), meanCommCost (mean over allocated \
 multi-GPU claims of the average pair cost of the TopologyScore), rejectedWhileFree (claims \
 rejected although the cluster had at least as many free GPUs as they asked for), \
+numaAlignedPercent (claims of 2-4 GPUs allocated while some node had that many GPUs free on one \
+NUMA node: percent of them placed on one NUMA node), \
 p50LatencyMicros and p99LatencyMicros (per allocation). All metrics except the two latencies \
 are deterministic for a scenario and seed; the latencies are measurements.
 
@@ -112,6 +114,11 @@ pub struct SimulateArgs {
         requires = "gangs"
     )]
     pub gang_count: usize,
+
+    /// Topology-aware placement's NUMA policy, as the controller's `--numa-policy`: `align` (a
+    /// claim that fits one NUMA node gets one) or `pack` (partly used nodes first).
+    #[arg(long, env = "TESSERA_NUMA_POLICY", default_value = "align")]
+    pub numa_policy: tessera_allocator::NumaPolicy,
 }
 
 /// A scenario: the cluster and the trace.
@@ -279,6 +286,8 @@ struct Cluster {
     inventory: Inventory,
     gpus: Vec<DeviceId>,
     islands: HashMap<(String, String), Option<String>>,
+    /// `(pool, device)` → its NUMA node, for every GPU.
+    numa: HashMap<(String, String), i64>,
 }
 
 fn gpu_class() -> DeviceClass {
@@ -329,6 +338,7 @@ fn cluster_with(scenario: &Scenario, shares: ConsumableShares) -> anyhow::Result
     }
     let mut gpus = Vec::new();
     let mut islands = HashMap::new();
+    let mut numa = HashMap::new();
     for slice in &slices {
         for d in slice.spec.devices.iter().flatten() {
             let attrs = d.attributes.as_ref();
@@ -338,6 +348,12 @@ fn cluster_with(scenario: &Scenario, shares: ConsumableShares) -> anyhow::Result
                     .and_then(|v| v.string.clone())
             };
             if get(attr::TYPE).as_deref() == Some("gpu") {
+                if let Some(node) = attrs
+                    .and_then(|a| a.get(attr::NUMA_NODE))
+                    .and_then(|v| v.int)
+                {
+                    numa.insert((slice.spec.pool.name.clone(), d.name.clone()), node);
+                }
                 gpus.push(DeviceId::new(
                     &slice.spec.driver,
                     &slice.spec.pool.name,
@@ -354,6 +370,7 @@ fn cluster_with(scenario: &Scenario, shares: ConsumableShares) -> anyhow::Result
         inventory: Inventory::new(slices, vec![gpu_class()], vec![]),
         gpus,
         islands,
+        numa,
     })
 }
 
@@ -366,6 +383,7 @@ pub struct Metrics {
     pub nvlink_local_percent: f64,
     pub mean_comm_cost: f64,
     pub rejected_while_free: usize,
+    pub numa_aligned_percent: f64,
     pub p50_latency_micros: u64,
     pub p99_latency_micros: u64,
 }
@@ -426,6 +444,10 @@ struct Run<'c> {
     multi: usize,
     local: usize,
     pair_cost_sum: f64,
+    /// Claims of 2-4 GPUs allocated while one NUMA node somewhere had that many free ...
+    alignable: usize,
+    /// ... and of those, the ones placed on one NUMA node.
+    aligned: usize,
     latencies: Vec<u64>,
 }
 
@@ -444,7 +466,32 @@ impl Run<'_> {
         Ok(())
     }
 
-    fn allocated(&mut self, index: usize, tc: TraceClaim, a: Allocation) -> anyhow::Result<()> {
+    /// Whether some NUMA node of the cluster has `gpus` GPUs free.
+    fn numa_has_free(&self, gpus: u32) -> bool {
+        let mut free: HashMap<(&str, i64), u32> = HashMap::new();
+        for gpu in &self.cluster.gpus {
+            if self.state.is_in_use(gpu) {
+                continue;
+            }
+            let key = (gpu.pool().to_owned(), gpu.device().to_owned());
+            if let Some(&node) = self.cluster.numa.get(&key) {
+                let count = free.entry((gpu.pool(), node)).or_default();
+                *count += 1;
+                if *count >= gpus {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    fn allocated(
+        &mut self,
+        index: usize,
+        tc: TraceClaim,
+        a: Allocation,
+        alignable: bool,
+    ) -> anyhow::Result<()> {
         self.allocated += 1;
         let result = a
             .claims
@@ -452,6 +499,10 @@ impl Run<'_> {
             .next()
             .map(|c| c.result)
             .unwrap_or_default();
+        if alignable {
+            self.alignable += 1;
+            self.aligned += usize::from(one_numa_node(self.cluster, &result));
+        }
         if tc.gpus >= 2 {
             let n = f64::from(tc.gpus);
             self.multi += 1;
@@ -492,6 +543,7 @@ impl Run<'_> {
             nvlink_local_percent: ratio(100.0 * self.local as f64, self.multi),
             mean_comm_cost: ratio(self.pair_cost_sum, self.multi),
             rejected_while_free: self.rejected_while_free,
+            numa_aligned_percent: ratio(100.0 * self.aligned as f64, self.alignable),
             p50_latency_micros: percentile(&self.latencies, 50.0),
             p99_latency_micros: percentile(&self.latencies, 99.0),
         }
@@ -502,10 +554,12 @@ fn run_mode(
     cluster: &Cluster,
     trace: &[TraceClaim],
     mode: PlacementMode,
+    numa: tessera_allocator::NumaPolicy,
 ) -> anyhow::Result<Metrics> {
     let options = AllocateOptions {
         mode,
         explain: false,
+        numa,
         ..AllocateOptions::default()
     };
     let mut run = Run {
@@ -518,11 +572,14 @@ fn run_mode(
         multi: 0,
         local: 0,
         pair_cost_sum: 0.0,
+        alignable: 0,
+        aligned: 0,
         latencies: Vec::with_capacity(trace.len()),
     };
     for (index, tc) in trace.iter().enumerate() {
         run.depart(index as u64)?;
         let claims = [claim(index, tc.gpus)];
+        let alignable = (2..=4).contains(&tc.gpus) && run.numa_has_free(tc.gpus);
         let start = Instant::now();
         let outcome = cluster
             .inventory
@@ -530,11 +587,29 @@ fn run_mode(
         run.latencies
             .push(u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX));
         match outcome {
-            Outcome::Allocated(a) => run.allocated(index, *tc, a)?,
+            Outcome::Allocated(a) => run.allocated(index, *tc, a, alignable)?,
             Outcome::Unsatisfiable(_) => run.rejected(*tc),
         }
     }
     Ok(run.metrics(trace.len()))
+}
+
+fn one_numa_node(cluster: &Cluster, result: &AllocationResult) -> bool {
+    let results = result
+        .devices
+        .as_ref()
+        .and_then(|d| d.results.as_deref())
+        .unwrap_or_default();
+    let nodes: std::collections::BTreeSet<(&str, Option<&i64>)> = results
+        .iter()
+        .map(|r| {
+            (
+                r.pool.as_str(),
+                cluster.numa.get(&(r.pool.clone(), r.device.clone())),
+            )
+        })
+        .collect();
+    nodes.len() == 1 && nodes.iter().all(|(_, n)| n.is_some())
 }
 
 fn one_island(cluster: &Cluster, result: &AllocationResult) -> bool {
@@ -586,8 +661,13 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let cluster = cluster(&scenario)?;
     let trace = trace(&scenario.trace, args.seed);
     let report = Report {
-        first_fit: run_mode(&cluster, &trace, PlacementMode::FirstFit)?,
-        topology_aware: run_mode(&cluster, &trace, PlacementMode::TopologyAware)?,
+        first_fit: run_mode(&cluster, &trace, PlacementMode::FirstFit, args.numa_policy)?,
+        topology_aware: run_mode(
+            &cluster,
+            &trace,
+            PlacementMode::TopologyAware,
+            args.numa_policy,
+        )?,
     };
     match args.output {
         OutputFormat::Json => {
@@ -615,13 +695,14 @@ fn write_table(out: &mut impl Write, report: &Report) -> anyhow::Result<()> {
         "{:<22} {:>12} {:>15}",
         "METRIC", "FIRST-FIT", "TOPOLOGY-AWARE"
     )?;
-    let row = |m: &Metrics| -> [String; 7] {
+    let row = |m: &Metrics| -> [String; 8] {
         [
             m.claims.to_string(),
             m.allocated.to_string(),
             m.nvlink_local_percent.to_string(),
             m.mean_comm_cost.to_string(),
             m.rejected_while_free.to_string(),
+            m.numa_aligned_percent.to_string(),
             m.p50_latency_micros.to_string(),
             m.p99_latency_micros.to_string(),
         ]
@@ -632,6 +713,7 @@ fn write_table(out: &mut impl Write, report: &Report) -> anyhow::Result<()> {
         "nvlinkLocalPercent",
         "meanCommCost",
         "rejectedWhileFree",
+        "numaAlignedPercent",
         "p50LatencyMicros",
         "p99LatencyMicros",
     ];

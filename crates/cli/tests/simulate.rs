@@ -62,6 +62,7 @@ fn a_seed_gives_the_same_placements_every_time() {
                 "allocated",
                 "claims",
                 "meanCommCost",
+                "numaAlignedPercent",
                 "nvlinkLocalPercent",
                 "p50LatencyMicros",
                 "p99LatencyMicros",

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::SignedDuration;
 use kube::Client;
-use tessera_allocator::DEFAULT_STEP_BUDGET;
+use tessera_allocator::{DEFAULT_STEP_BUDGET, NumaPolicy};
 use tessera_placement::Settings;
 use tessera_placement::group::{DEFAULT_GROUP_BUDGET, DEFAULT_GROUP_HOLD, Hierarchy};
 
@@ -40,6 +40,8 @@ pub struct ControllerConfig {
     pub avoid_for: Duration,
     /// Allocator search steps per node.
     pub step_budget: u64,
+    /// How NUMA alignment weighs against fragmentation (a pod's annotation overrides it).
+    pub numa: NumaPolicy,
     /// This replica's name in events (the pod name, usually).
     pub instance: Option<String>,
     /// Node labels of topology domains, finest first, for groups.
@@ -58,6 +60,7 @@ impl ControllerConfig {
             lease: None,
             avoid_for: Duration::from_secs(300),
             step_budget: DEFAULT_STEP_BUDGET,
+            numa: NumaPolicy::Align,
             instance: None,
             topology_levels: Hierarchy::default(),
             group_budget: DEFAULT_GROUP_BUDGET,
@@ -75,6 +78,7 @@ impl ControllerConfig {
         settings.group.budget = self.group_budget;
         settings.group_hold =
             SignedDuration::try_from(self.group_hold).unwrap_or(settings.group_hold);
+        settings.options.numa = self.numa;
         settings
     }
 }

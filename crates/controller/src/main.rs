@@ -74,6 +74,12 @@ struct Args {
     #[arg(long, env = "TESSERA_GROUP_HOLD", default_value = "60s", value_parser = parse_duration)]
     group_hold: Duration,
 
+    /// NUMA alignment against fragmentation: `align` (a claim that fits one NUMA node gets one
+    /// wherever a node allows it) or `pack` (partly used nodes fill first). A pod's annotation
+    /// gpu.tessera.dev/numa-policy overrides it.
+    #[arg(long, env = "TESSERA_NUMA_POLICY", default_value = "align")]
+    numa_policy: tessera_allocator::NumaPolicy,
+
     /// Log format (the level comes from RUST_LOG, default info).
     #[arg(long, env = "TESSERA_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -114,6 +120,7 @@ async fn main() -> anyhow::Result<()> {
     let identity = identity(&args);
     let mut config = ControllerConfig::new(&args.gate_name);
     config.avoid_for = args.avoid_node_for;
+    config.numa = args.numa_policy;
     config.instance = Some(identity.clone());
     config.topology_levels =
         Hierarchy::parse(&args.topology_levels).context("--topology-levels")?;
@@ -155,6 +162,14 @@ mod tests {
     fn duration_flags_refuse_zero_and_overflow_with_an_error() {
         let args = Args::try_parse_from(["tessera-controller", "--avoid-node-for", "90s"]).unwrap();
         assert_eq!(args.avoid_node_for, Duration::from_secs(90));
+        assert_eq!(args.numa_policy, tessera_allocator::NumaPolicy::Align);
+        let args = Args::try_parse_from(["tessera-controller", "--numa-policy", "pack"]).unwrap();
+        assert_eq!(args.numa_policy, tessera_allocator::NumaPolicy::Pack);
+        let error = Args::try_parse_from(["tessera-controller", "--numa-policy", "packed"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("`packed`"), "{error}");
         for (flag, value) in [
             ("--avoid-node-for", "999999999999999999m"),
             ("--avoid-node-for", "0s"),

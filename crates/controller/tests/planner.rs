@@ -11,6 +11,7 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use support::*;
 use tessera_allocator::{AllocateOptions, AllocatedState, Inventory, PlacementMode};
+use tessera_api::names::NUMA_POLICY_ANNOTATION;
 use tessera_placement::extended::ExtendedResources;
 use tessera_placement::managed::{managed_slices, unmanaged_slices};
 use tessera_placement::nodes::{NodeFacts, NodeFilter, PodRequirements};
@@ -176,6 +177,59 @@ fn a_fragmented_node_gets_the_gpus_of_one_numa_node() {
         "results record the toleration of the managed taint"
     );
     assert!(result.node_selector.is_some());
+}
+
+#[test]
+fn a_claim_that_fits_one_socket_gets_one_numa_node_unless_the_pod_asks_to_pack() {
+    // dgx-0 has two GPUs in use on each socket, so its four free GPUs straddle them; dgx-1 is
+    // free. Best fit alone prefers dgx-0 (it breaks no whole node); alignment prefers dgx-1.
+    let mut world = World::dgx(2, 0);
+    world.claims.push(allocated(
+        gpu_claim("taken", 4),
+        "dgx-0",
+        &["gpu-0", "gpu-1", "gpu-4", "gpu-5"],
+    ));
+    world.claims.push(gpu_claim("train", 4));
+    let pod = gated_pod("trainer", &[("gpus", Source::Claim("train"))]);
+    let (node, writes, _) = placed(&world.decide(&pod, true));
+    assert_eq!(node, "dgx-1");
+    assert_eq!(
+        writes,
+        [(
+            "train".to_owned(),
+            strings(&["gpu-0", "gpu-1", "gpu-2", "gpu-3"])
+        )]
+    );
+    let annotated = |value: &str| {
+        let mut pod = pod.clone();
+        pod.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(NUMA_POLICY_ANNOTATION.to_owned(), value.to_owned());
+        pod
+    };
+    let (node, writes, _) = placed(&world.decide(&annotated("pack"), true));
+    assert_eq!(node, "dgx-0");
+    assert_eq!(
+        writes,
+        [(
+            "train".to_owned(),
+            strings(&["gpu-2", "gpu-3", "gpu-6", "gpu-7"])
+        )]
+    );
+    let (node, _, _) = placed(&world.decide(&annotated("align"), true));
+    assert_eq!(node, "dgx-1");
+    let Action::CannotPlace {
+        failure, message, ..
+    } = world.decide(&annotated("packed"), true).action
+    else {
+        panic!("a wrong annotation value must be refused");
+    };
+    assert_eq!(failure, Failure::InvalidInput);
+    assert!(
+        message.contains(NUMA_POLICY_ANNOTATION) && message.contains("`packed`"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -13,9 +13,10 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use tessera_allocator::{
-    AllocateError, AllocateOptions, AllocatedState, Inventory, Outcome, TopologyScore,
-    selector_matches,
+    AllocateError, AllocateOptions, AllocatedState, Inventory, NumaPolicy, NumaPolicyError,
+    Outcome, TopologyScore, selector_matches,
 };
+use tessera_api::names::NUMA_POLICY_ANNOTATION;
 
 use crate::claims::{PodClaims, allocation, request_classes, tolerating_managed_taint};
 use crate::extended::ExtendedResources;
@@ -44,6 +45,42 @@ pub struct PlacementInput<'a> {
     /// How long to avoid a node where the scheduler gave back an allocation.
     pub avoid_for: SignedDuration,
     pub options: AllocateOptions,
+}
+
+/// A pod whose NUMA policy annotation is not one waits with an event naming it.
+fn check_numa_policy(input: &PlacementInput<'_>, sorted: &PodClaims) -> Option<Action> {
+    numa_policy(input.pod)
+        .err()
+        .map(|message| Action::CannotPlace {
+            failure: Failure::InvalidInput,
+            message,
+            undo: sorted.own.clone(),
+        })
+}
+
+/// The allocator options for this pod: the controller's, with the pod's own NUMA policy.
+fn pod_options(input: &PlacementInput<'_>) -> AllocateOptions {
+    let mut options = input.options;
+    if let Ok(Some(numa)) = numa_policy(input.pod) {
+        options.numa = numa;
+    }
+    options
+}
+
+/// The pod's own NUMA policy ([`NUMA_POLICY_ANNOTATION`]), if it sets one.
+fn numa_policy(pod: &Pod) -> Result<Option<NumaPolicy>, String> {
+    let Some(value) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(NUMA_POLICY_ANNOTATION))
+    else {
+        return Ok(None);
+    };
+    value
+        .parse()
+        .map(Some)
+        .map_err(|e: NumaPolicyError| format!("annotation {NUMA_POLICY_ANNOTATION}: {e}"))
 }
 
 /// One claim and the allocation to write into it.
@@ -153,7 +190,8 @@ fn decide_action(input: &PlacementInput<'_>, sorted: &PodClaims, record: &PodPla
             .find_map(|c| crate::protocol::ClaimMark::of(c).map(|m| m.node));
         return Action::Release { node };
     }
-    if let Some(action) = check_classes(input, sorted) {
+    if let Some(action) = check_numa_policy(input, sorted).or_else(|| check_classes(input, sorted))
+    {
         return action;
     }
     let mut nodes = input.nodes.clone();
@@ -161,7 +199,7 @@ fn decide_action(input: &PlacementInput<'_>, sorted: &PodClaims, record: &PodPla
         nodes.reject(&node, Rejection::Avoided);
     }
     restrict_to_allocations(&mut nodes, input.managed, &sorted.fixed);
-    let options = input.options;
+    let options = pod_options(input);
     if !sorted.own.is_empty() {
         // Complete the controller's partial placement on its node.
         let mut completing = nodes.clone();

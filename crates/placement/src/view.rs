@@ -55,6 +55,7 @@ impl Settings {
                 mode: PlacementMode::TopologyAware,
                 step_budget: DEFAULT_STEP_BUDGET,
                 explain: false,
+                numa: Default::default(),
             },
             group: GroupSettings::default(),
             group_hold: DEFAULT_GROUP_HOLD,

@@ -40,7 +40,7 @@ use crate::pools::{NodePools, PoolStatus};
 use crate::quantity::Amount;
 use crate::request::{MAX_RESULTS_PER_CLAIM, Plan, Wanted};
 use crate::state::AllocatedState;
-use crate::topology::TopologyScore;
+use crate::topology::{NumaPolicy, TopologyScore};
 
 /// How the search ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +139,8 @@ pub(crate) struct NodeSearch<'a> {
     pub state: &'a AllocatedState,
     pub plan: &'a Plan<'a>,
     mode: SearchMode,
+    /// How the score weighs NUMA alignment.
+    numa: NumaPolicy,
     budget: u64,
     steps: u64,
     /// Per slot: devices needed here.
@@ -172,6 +174,12 @@ pub(crate) struct NodeSearch<'a> {
 }
 
 impl<'a> NodeSearch<'a> {
+    /// The search, scoring NUMA alignment by `numa` (default [`NumaPolicy::Align`]).
+    pub fn with_numa(mut self, numa: NumaPolicy) -> NodeSearch<'a> {
+        self.numa = numa;
+        self
+    }
+
     pub fn new(
         inv: &'a Inventory,
         np: &'a NodePools,
@@ -187,6 +195,7 @@ impl<'a> NodeSearch<'a> {
             state,
             plan,
             mode,
+            numa: NumaPolicy::default(),
             budget,
             steps: 0,
             need: vec![0; plan.slots.len()],
@@ -518,10 +527,10 @@ impl<'a> NodeSearch<'a> {
 
     fn complete(&mut self) -> Flow {
         self.solutions += 1;
-        let score = self
-            .np
-            .topology
-            .score(&self.free_before, &self.chosen, self.comm_cost);
+        let score =
+            self.np
+                .topology
+                .score(&self.free_before, &self.chosen, self.comm_cost, self.numa);
         match self.mode {
             SearchMode::FirstFit => {
                 self.best = Some(self.snapshot(score));
