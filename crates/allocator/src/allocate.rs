@@ -241,7 +241,11 @@ impl Inventory {
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
             });
         let mut cached = cache.as_mut().map(|c| {
-            let key = plan_key(plan.claims.iter().map(|c| c.claim), options.step_budget);
+            let key = plan_key(
+                plan.claims.iter().map(|c| c.claim),
+                options.step_budget,
+                options.numa,
+            );
             c.plan(key, self.nodes().len())
         });
         for &position in positions {
@@ -333,6 +337,7 @@ impl Inventory {
             let solution = if fits_at_all(self, pools, state, plan, min_devices) {
                 let mode = SearchMode::Best { bound: None };
                 let verdict = NodeSearch::new(self, pools, state, plan, mode, options.step_budget)
+                    .map(|search| search.with_numa(options.numa))
                     .and_then(NodeSearch::run)
                     .ok()
                     .filter(|v| !v.truncated)?;

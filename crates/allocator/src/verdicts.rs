@@ -4,7 +4,7 @@
 //!
 //! What a node's search reads is fixed by three things: the inventory (immutable; the cache lives
 //! in it and goes with it), the claims' requests (the *plan key*: the claims' `spec.devices`,
-//! names left out, plus the step budget), and the part of the [`AllocatedState`] that concerns the
+//! names left out, plus the step budget and the NUMA policy, which changes the score), and the part of the [`AllocatedState`] that concerns the
 //! node — whether each candidate is allocated (exclusively or shared, with what it consumes) and
 //! whether each device consuming its pools' counters is (the node's [`NodeUse`]). A node whose
 //! use matches the stored one gets the stored result without a search.
@@ -30,6 +30,7 @@ use crate::inventory::Inventory;
 use crate::pools::NodePools;
 use crate::search::Solution;
 use crate::state::{AllocatedState, SharedUse};
+use crate::topology::NumaPolicy;
 
 /// Distinct claim shapes kept at a time (least recently used dropped first).
 const PLANS_KEPT: usize = 32;
@@ -153,14 +154,16 @@ impl VerdictCache {
 }
 
 /// The key of a set of claims' requests: their `spec.devices` (not their names: claims made from
-/// one template share the key), and the step budget. The `Debug` form is complete and
-/// deterministic (k8s-openapi maps are `BTreeMap`s).
+/// one template share the key), the step budget and the NUMA policy (a stored solution is the
+/// best under the policy it was searched with). The `Debug` form is complete and deterministic
+/// (k8s-openapi maps are `BTreeMap`s).
 pub(crate) fn plan_key<'c>(
     claims: impl Iterator<Item = &'c ResourceClaim>,
     step_budget: u64,
+    numa: NumaPolicy,
 ) -> String {
     let specs: Vec<_> = claims
         .map(|c| c.spec.as_ref().and_then(|s| s.devices.as_ref()))
         .collect();
-    format!("{step_budget}:{specs:?}")
+    format!("{step_budget}:{numa}:{specs:?}")
 }

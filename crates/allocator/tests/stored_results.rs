@@ -2,14 +2,17 @@
 //! of the same shape (`Inventory::set_reuse_results`). The property: over a random sequence of
 //! allocations and releases on random clusters of GPU nodes, an inventory reusing its stored
 //! results chooses exactly what an inventory searching every node every time chooses — the same
-//! node, devices and score, or the same account of why nothing fits.
+//! node, devices and score, or the same account of why nothing fits — whichever NUMA policy each
+//! allocation asks for.
 
 mod support;
 
 use k8s_openapi::api::resource::v1::{Device, DeviceRequest, ResourceClaim, ResourceSlice};
 use proptest::prelude::*;
 use support::*;
-use tessera_allocator::{AllocateOptions, AllocatedState, Inventory, Outcome, PlacementMode};
+use tessera_allocator::{
+    AllocateOptions, AllocatedState, Inventory, NumaPolicy, Outcome, PlacementMode,
+};
 
 const DRIVER: &str = "gpu.tessera.dev";
 const CLASS_X: &str = "class-x";
@@ -40,16 +43,18 @@ fn shape() -> impl Strategy<Value = Shape> {
     )
 }
 
-/// Allocate a claim of shape `n % shapes` or release the `n`-th allocated claim still held.
+/// Allocate a claim of shape `n % shapes` under a NUMA policy, or release the `n`-th allocated
+/// claim still held.
 #[derive(Clone, Debug)]
 enum Step {
-    Allocate(usize),
+    Allocate(usize, NumaPolicy),
     Release(usize),
 }
 
 fn step() -> impl Strategy<Value = Step> {
+    let policy = prop_oneof![3 => Just(NumaPolicy::Align), 1 => Just(NumaPolicy::Pack)];
     prop_oneof![
-        4 => (0..8usize).prop_map(Step::Allocate),
+        4 => (0..8usize, policy).prop_map(|(s, numa)| Step::Allocate(s, numa)),
         1 => (0..8usize).prop_map(Step::Release),
     ]
 }
@@ -180,15 +185,16 @@ proptest! {
         let (slices, mut state) = cluster(&nodes);
         let reusing = inventory(&slices, nodes.len(), true);
         let searching = inventory(&slices, nodes.len(), false);
-        let options = AllocateOptions {
-            mode: PlacementMode::TopologyAware,
-            explain: false,
-            ..AllocateOptions::default()
-        };
         let mut held = Vec::new();
         for (i, step) in steps.iter().enumerate() {
             match step {
-                Step::Allocate(s) => {
+                Step::Allocate(s, numa) => {
+                    let options = AllocateOptions {
+                        mode: PlacementMode::TopologyAware,
+                        explain: false,
+                        numa: *numa,
+                        ..AllocateOptions::default()
+                    };
                     let claims = vec![claim_of(&format!("claim-{i}"), &shapes[s % shapes.len()])];
                     let got = reusing.allocate_among(&claims, &state, |_| true, &options);
                     let want = searching.allocate_among(&claims, &state, |_| true, &options);
@@ -211,6 +217,50 @@ proptest! {
                     state.remove_allocation(&result).unwrap();
                 }
                 Step::Release(_) => {}
+            }
+        }
+    }
+}
+
+/// A result stored under one NUMA policy never answers an allocation under the other: node-0's
+/// four free GPUs straddle its two sockets (best fit prefers it: it breaks no whole node),
+/// node-1 is free (four GPUs of one socket). `pack` must choose node-0 and `align` node-1, in
+/// either order and again after both are stored.
+#[test]
+fn a_change_of_numa_policy_is_not_answered_from_a_stored_result() {
+    let gpu = |numa: i64, used: bool| -> Gpu { (Some(0), 0, Some(numa), 900, true, used) };
+    let fragmented: Vec<Gpu> = (0..8)
+        .map(|i| gpu(i / 4, matches!(i, 0 | 1 | 4 | 5)))
+        .collect();
+    let free: Vec<Gpu> = (0..8).map(|i| gpu(i / 4, false)).collect();
+    let (slices, state) = cluster(&[fragmented, free]);
+    let claims = vec![claim_of("train", &(vec![(4, false)], false, false))];
+    let chosen = |inv: &Inventory, numa: NumaPolicy| {
+        let options = AllocateOptions {
+            mode: PlacementMode::TopologyAware,
+            explain: false,
+            numa,
+            ..AllocateOptions::default()
+        };
+        match inv.allocate_among(&claims, &state, |_| true, &options) {
+            Ok(Outcome::Allocated(a)) => (a.node, a.score.numa_nodes_spanned),
+            other => panic!("{numa}: {other:?}"),
+        }
+    };
+    let pack = (node_name(0), 2);
+    let align = (node_name(1), 1);
+    for order in [
+        [NumaPolicy::Pack, NumaPolicy::Align],
+        [NumaPolicy::Align, NumaPolicy::Pack],
+    ] {
+        let inv = inventory(&slices, 2, true);
+        for _ in 0..2 {
+            for numa in order {
+                let want = match numa {
+                    NumaPolicy::Pack => &pack,
+                    NumaPolicy::Align => &align,
+                };
+                assert_eq!(&chosen(&inv, numa), want, "{numa} after {order:?}");
             }
         }
     }
