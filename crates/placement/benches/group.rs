@@ -10,9 +10,11 @@
 //! every fourth node has 4 GPUs in use. Cases: one 64-pod gang of 8, 4 or 1 GPUs per pod, decided
 //! by `decide_group` with the controller's defaults (budget 4,096 pod decisions). Each case runs
 //! three times and the fastest is reported; the output is a markdown table, also written as
-//! `group.json` and `group.md` under Cargo's benchmark temporary directory.
+//! `group.json` and `group.md` under Cargo's benchmark temporary directory, with the machine's
+//! load average (`/proc/loadavg`) before and after the cases: wall times on a shared machine mean
+//! little without it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -163,6 +165,14 @@ fn pod(name: &str) -> Pod {
     }
 }
 
+/// The 1, 5 and 15 minute load averages, as `/proc/loadavg` gives them ("unknown" elsewhere).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
 fn main() {
     let dgx = MockSource::new("dgx-h100")
         .and_then(|m| m.inventory())
@@ -202,6 +212,7 @@ fn main() {
     let unmanaged_fn = || unmanaged.clone();
     let usage = HashMap::new();
     let settings = Settings::new(TOPOLOGY_AWARE_GATE);
+    let load_before = load_average();
     let mut rows = Vec::new();
     for gpus in [8u32, 4, 1] {
         let pods: Vec<Pod> = (0..PODS).map(|p| pod(&format!("g{gpus}-{p}"))).collect();
@@ -279,9 +290,17 @@ fn main() {
             r.case, r.placed, r.domain, r.nodes_used, r.racks_used, r.steps, r.truncated, r.millis
         ));
     }
+    let load_after = load_average();
+    md.push_str(&format!(
+        "\nload average (1/5/15 min) before: {load_before}; after: {load_after}\n"
+    ));
     print!("{md}");
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let json: BTreeMap<&str, &Vec<Row>> = [("cases", &rows)].into();
+    let json = serde_json::json!({
+        "cases": &rows,
+        "loadAverageBefore": load_before,
+        "loadAverageAfter": load_after,
+    });
     let _ = std::fs::write(
         dir.join("group.json"),
         serde_json::to_string_pretty(&json).unwrap_or_default(),
