@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use tessera_topology::model::{Gpu, Inventory, MigEngines, MigInstance, MigProfile};
 
 use crate::handles::Handle;
+use crate::samples::{Sample, Samples};
 use crate::status::{
     GPU_IS_LOST, IN_USE, INSUFFICIENT_RESOURCES, INVALID_ARGUMENT, NO_PERMISSION, NOT_FOUND,
     NOT_SUPPORTED, Status,
@@ -54,6 +55,8 @@ pub struct Driver {
     /// Where settings that outlive a process (time slices) are kept, as the real driver keeps
     /// them in the kernel; `None` keeps them in the process.
     state_dir: Option<PathBuf>,
+    /// Scripted telemetry (utilization, memory in use, power, temperature, ECC counts).
+    samples: Samples,
 }
 
 /// A device handle resolved against the state.
@@ -89,6 +92,7 @@ impl Driver {
             lost: BTreeSet::new(),
             time_slices: BTreeMap::new(),
             state_dir: None,
+            samples: Samples::default(),
         })
     }
 
@@ -108,6 +112,16 @@ impl Driver {
     /// Keeps settings that outlive the process (time slices) in files under `dir`.
     pub fn set_state_dir(&mut self, dir: Option<PathBuf>) {
         self.state_dir = dir;
+    }
+
+    /// Reads scripted telemetry from the samples file at `path` ([`crate::samples`]).
+    pub fn set_samples_file(&mut self, path: Option<PathBuf>) {
+        self.samples = Samples::new(path);
+    }
+
+    /// The scripted telemetry of the GPU `uuid` now.
+    pub fn sample(&mut self, uuid: &str) -> Sample {
+        self.samples.sample(uuid)
     }
 
     fn time_slice_file(&self, uuid: &str) -> Option<PathBuf> {

@@ -8,6 +8,9 @@
 //!   with `NVML_ERROR_DRIVER_NOT_LOADED` and says why on stderr.
 //! - `TESSERA_FAKE_NVML_EVENTS` ([`EVENTS_ENV`]): optional path of the event injection file
 //!   (format in [`events`]).
+//! - `TESSERA_FAKE_NVML_SAMPLES` ([`SAMPLES_ENV`]): optional path of the samples file that scripts
+//!   utilization, memory in use, power, temperature and ECC counts (format in [`samples`]);
+//!   without it, `samples` in the state directory.
 //! - `TESSERA_FAKE_NVML_LOST_GPUS` ([`LOST_GPUS_ENV`]): optional comma-separated GPU UUIDs that
 //!   "fell off the bus": every query on them except `nvmlDeviceGetUUID` answers
 //!   `NVML_ERROR_GPU_IS_LOST`.
@@ -24,6 +27,7 @@ pub mod embedded;
 pub mod events;
 mod exports;
 mod handles;
+pub mod samples;
 mod status;
 pub mod sysfs;
 
@@ -35,6 +39,12 @@ pub const EVENTS_ENV: &str = "TESSERA_FAKE_NVML_EVENTS";
 /// as the kernel driver would; without it they last for the process. (With embedded driver data
 /// they are kept under the stand-in device root.)
 pub const STATE_DIR_ENV: &str = "TESSERA_FAKE_NVML_STATE_DIR";
+/// Environment variable naming the samples file: scripted utilization, memory in use, power,
+/// temperature and ECC counts ([`samples`]). Without it, `samples` in the state directory.
+pub const SAMPLES_ENV: &str = "TESSERA_FAKE_NVML_SAMPLES";
+/// The samples file's name in the state directory (a fake driver root's:
+/// `<dev root>/tessera-fake-gpu-state/samples`).
+pub const SAMPLES_FILE: &str = "samples";
 /// Environment variable listing GPUs (UUIDs, comma-separated) whose queries fail as lost.
 pub const LOST_GPUS_ENV: &str = "TESSERA_FAKE_NVML_LOST_GPUS";
 /// File name of the built library (in the target directory next to `deps/`).

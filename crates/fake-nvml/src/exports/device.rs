@@ -1,18 +1,24 @@
 //! Per-device queries: identity, versions, memory, multiprocessors, PCI, MIG mode and MIG device
-//! handles.
+//! handles, and scripted telemetry (utilization, power, temperature, ECC counts).
 
-use std::ffi::{c_char, c_int, c_uint};
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
 use std::mem;
 
 use nvml_wrapper_sys::bindings::{
-    nvmlBrandType_t, nvmlDevice_t, nvmlDeviceArchitecture_t, nvmlDeviceAttributes_t, nvmlMemory_t,
-    nvmlMemory_v2_t, nvmlPciInfo_t, nvmlReturn_t,
+    nvmlBrandType_t, nvmlDevice_t, nvmlDeviceArchitecture_t, nvmlDeviceAttributes_t,
+    nvmlEccCounterType_enum_NVML_AGGREGATE_ECC, nvmlEccCounterType_enum_NVML_VOLATILE_ECC,
+    nvmlEccCounterType_t, nvmlMemory_t, nvmlMemory_v2_t,
+    nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_CORRECTED,
+    nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvmlMemoryErrorType_t,
+    nvmlPciInfo_t, nvmlReturn_t, nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU,
+    nvmlTemperatureSensors_t, nvmlUtilization_t,
 };
 use tessera_topology::nvml::cuda_cores_per_multiprocessor;
 
 use super::{fill, put, put_str, session, struct_version, versioned};
-use crate::driver::DeviceRef;
+use crate::driver::{DeviceRef, Driver};
 use crate::handles::Handle;
+use crate::samples::Sample;
 use crate::status::{
     ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, Status,
 };
@@ -127,14 +133,102 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
     })
 }
 
-/// Total memory of a GPU or MIG device in bytes.
-fn memory_total(device: &DeviceRef<'_>) -> u64 {
-    match device {
-        DeviceRef::Gpu(gpu) => gpu.memory_bytes,
+/// Total and used memory of a GPU or MIG device in bytes: a whole GPU's use is scripted
+/// ([`crate::samples`]), a MIG device's is 0.
+fn memory_in_use(driver: &mut Driver, device: nvmlDevice_t) -> Result<(u64, u64), Status> {
+    let (total, gpu) = match driver.device(Handle::from_ptr(device))? {
+        DeviceRef::Gpu(gpu) => (gpu.memory_bytes, Some(gpu.uuid.clone())),
         DeviceRef::Mig {
             compute_instance, ..
-        } => compute_instance.memory_bytes,
-    }
+        } => (compute_instance.memory_bytes, None),
+    };
+    let used = gpu.map_or(0, |uuid| driver.sample(&uuid).memory_used(total));
+    Ok((total, used))
+}
+
+/// The scripted telemetry of a whole GPU; MIG device handles answer `NVML_ERROR_NOT_SUPPORTED`
+/// (the fake scripts whole GPUs only).
+fn gpu_sample(driver: &mut Driver, device: nvmlDevice_t) -> Result<Sample, Status> {
+    let uuid = driver.gpu(Handle::from_ptr(device))?.uuid.clone();
+    Ok(driver.sample(&uuid))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
+    device: nvmlDevice_t,
+    utilization: *mut nvmlUtilization_t,
+) -> nvmlReturn_t {
+    session(|driver, _| {
+        // Like NVML: a GPU in MIG mode reports no utilization (its MIG devices share it).
+        if driver.gpu(Handle::from_ptr(device))?.mig_enabled() {
+            return Err(NOT_SUPPORTED);
+        }
+        let sample = gpu_sample(driver, device)?;
+        let rates = nvmlUtilization_t {
+            gpu: sample.utilization,
+            memory: sample.memory_utilization,
+        };
+        // SAFETY: `utilization` is null or valid for writes (nvml.h).
+        unsafe { put(utilization, rates) }
+    })
+}
+
+/// Milliwatts, as NVML reports.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(
+    device: nvmlDevice_t,
+    power: *mut c_uint,
+) -> nvmlReturn_t {
+    session(|driver, _| {
+        let sample = gpu_sample(driver, device)?;
+        // SAFETY: `power` is null or valid for writes (nvml.h).
+        unsafe { put(power, sample.power_watts.saturating_mul(1000)) }
+    })
+}
+
+/// Degrees Celsius of the one sensor NVML has, `NVML_TEMPERATURE_GPU`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTemperature(
+    device: nvmlDevice_t,
+    sensor: nvmlTemperatureSensors_t,
+    temperature: *mut c_uint,
+) -> nvmlReturn_t {
+    session(|driver, _| {
+        if sensor != nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU {
+            return Err(INVALID_ARGUMENT);
+        }
+        let sample = gpu_sample(driver, device)?;
+        // SAFETY: `temperature` is null or valid for writes (nvml.h).
+        unsafe { put(temperature, sample.temperature) }
+    })
+}
+
+/// Corrected or uncorrected ECC errors; the fake keeps one count per kind, which both the
+/// volatile and the aggregate counter answer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
+    device: nvmlDevice_t,
+    error_type: nvmlMemoryErrorType_t,
+    counter_type: nvmlEccCounterType_t,
+    count: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    session(|driver, _| {
+        if counter_type != nvmlEccCounterType_enum_NVML_VOLATILE_ECC
+            && counter_type != nvmlEccCounterType_enum_NVML_AGGREGATE_ECC
+        {
+            return Err(INVALID_ARGUMENT);
+        }
+        let sample = gpu_sample(driver, device)?;
+        let errors = if error_type == nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_CORRECTED {
+            sample.ecc_corrected
+        } else if error_type == nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED {
+            sample.ecc_uncorrected
+        } else {
+            return Err(INVALID_ARGUMENT);
+        };
+        // SAFETY: `count` is null or valid for writes (nvml.h).
+        unsafe { put(count, errors) }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -143,11 +237,11 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     memory: *mut nvmlMemory_t,
 ) -> nvmlReturn_t {
     session(|driver, _| {
-        let total = memory_total(&driver.device(Handle::from_ptr(device))?);
+        let (total, used) = memory_in_use(driver, device)?;
         let info = nvmlMemory_t {
             total,
-            free: total,
-            used: 0,
+            free: total - used,
+            used,
         };
         // SAFETY: `memory` is null or valid for writes (nvml.h).
         unsafe { put(memory, info) }
@@ -161,7 +255,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     memory: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
     session(|driver, _| {
-        let total = memory_total(&driver.device(Handle::from_ptr(device))?);
+        let (total, used) = memory_in_use(driver, device)?;
         // SAFETY: `memory` is null or a readable struct starting with its version (nvml.h).
         let version = unsafe { struct_version(memory) }?;
         if version != versioned::<nvmlMemory_v2_t>(2) {
@@ -171,8 +265,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
             version,
             total,
             reserved: 0,
-            free: total,
-            used: 0,
+            free: total - used,
+            used,
         };
         // SAFETY: `memory` is non-null (checked above) and valid for writes (nvml.h).
         unsafe { put(memory, info) }

@@ -12,7 +12,7 @@ use crate::embedded;
 use crate::events::EventSets;
 use crate::handles::Handle;
 use crate::status::{DRIVER_NOT_LOADED, INVALID_ARGUMENT, NOT_FOUND, Status, UNINITIALIZED};
-use crate::{EVENTS_ENV, LOST_GPUS_ENV, STATE_DIR_ENV, TOPOLOGY_ENV};
+use crate::{EVENTS_ENV, LOST_GPUS_ENV, SAMPLES_ENV, SAMPLES_FILE, STATE_DIR_ENV, TOPOLOGY_ENV};
 
 /// Loads the driver state: from the topology named by `TESSERA_FAKE_NVML_TOPOLOGY` (a file path,
 /// or a shipped topology name) when it is set, else from the driver data embedded in this copy
@@ -50,6 +50,10 @@ fn load_driver() -> Result<Driver, Status> {
         },
     };
     let mut driver = Driver::new(inventory).map_err(|e| fail(format!("{origin}: {e}")))?;
+    let samples = std::env::var_os(SAMPLES_ENV)
+        .map(PathBuf::from)
+        .or_else(|| state_dir.as_ref().map(|dir| dir.join(SAMPLES_FILE)));
+    driver.set_samples_file(samples);
     driver.set_state_dir(state_dir);
     if let Ok(lost) = std::env::var(LOST_GPUS_ENV) {
         let uuids: Vec<&str> = lost

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use tessera_fake_nvml::{EVENTS_ENV, LIBRARY_FILE_NAME, LOST_GPUS_ENV, TOPOLOGY_ENV};
+use tessera_fake_nvml::{EVENTS_ENV, LIBRARY_FILE_NAME, LOST_GPUS_ENV, SAMPLES_ENV, TOPOLOGY_ENV};
 
 /// Set in a child process to the name of the test it must run.
 const CHILD_ENV: &str = "TESSERA_FAKE_NVML_TEST_CHILD";
@@ -53,6 +53,7 @@ pub fn run_in_child(test: &str, env: &[(&str, String)]) -> Result<(), String> {
         .env_remove(TOPOLOGY_ENV)
         .env_remove(EVENTS_ENV)
         .env_remove(LOST_GPUS_ENV)
+        .env_remove(SAMPLES_ENV)
         .envs(env.iter().map(|(k, v)| (*k, v)))
         .output()
         .expect("spawn the test executable");

@@ -8,7 +8,8 @@
 //!
 //! It also manages MIG devices ([`NvmlSource::create_mig_device`],
 //! [`NvmlSource::destroy_mig_device`], [`NvmlSource::mig_devices`]) and streams XID/ECC health
-//! events ([`NvmlSource::health_events`]) for the node plugin.
+//! events ([`NvmlSource::health_events`]) and reads GPU telemetry ([`NvmlSource::telemetry`]:
+//! utilization, memory, power, temperature, ECC counts) for the node plugin.
 //!
 //! Tests run this code unchanged against `crates/fake-nvml`, a library exporting the same C ABI.
 //!
@@ -24,6 +25,7 @@ mod mig;
 mod mig_sys;
 mod read;
 mod sysfs;
+mod telemetry;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,6 +37,7 @@ pub use events::{HealthEvent, HealthEventKind, HealthEvents, UnmonitoredGpu};
 pub use library::DEFAULT_LIBRARY;
 pub use read::cuda_cores_per_multiprocessor;
 pub use sysfs::{DEFAULT_SYSFS_ROOT, Sysfs};
+pub use telemetry::GpuTelemetry;
 
 use crate::model::{Inventory, MigInstance};
 use crate::source::{DeviceSource, SourceError};
@@ -116,6 +119,12 @@ impl NvmlSource {
     /// The MIG devices that exist on the GPU `gpu_uuid` (empty when MIG mode is off).
     pub fn mig_devices(&self, gpu_uuid: &str) -> Result<Vec<MigInstance>, NvmlError> {
         mig::list(&self.nvml, gpu_uuid)
+    }
+
+    /// Reads every GPU's utilization, memory in use, power, temperature and ECC error counts
+    /// (the node plugin's per-device metrics; see [`GpuTelemetry`] for the calls).
+    pub fn telemetry(&self) -> Result<Vec<GpuTelemetry>, NvmlError> {
+        telemetry::sample(&self.nvml)
     }
 
     /// Registers every GPU for XID and ECC events and returns the event set to wait on. GPUs that
