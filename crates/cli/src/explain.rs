@@ -120,6 +120,23 @@ pub struct Objects {
     pub pod_groups: Vec<k8s_openapi::api::scheduling::v1beta1::PodGroup>,
     /// Kinds that were skipped, with where they came from.
     pub skipped: Vec<String>,
+    /// Listed from the live cluster (not read from `--objects` files): what an error's hint
+    /// suggests differs.
+    pub live: bool,
+}
+
+impl Objects {
+    /// How to add a missing object: where these objects came from.
+    pub fn missing_hint(&self, what: &str) -> String {
+        if self.live {
+            format!(
+                "the cluster has no {what} of that name (the CLI lists every namespace live; check \
+                 the name and --namespace, or the kubeconfig's context)"
+            )
+        } else {
+            format!("pass the file that holds the {what} with --objects")
+        }
+    }
 }
 
 impl Objects {
@@ -294,16 +311,18 @@ fn explain_claim(
     wanted: &str,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
+    let hint = objects.missing_hint("claim");
     let cluster = objects.cluster;
     let Some(target) = cluster.claims.iter().find(|c| qualified(c) == wanted) else {
         let known: Vec<String> = cluster.claims.iter().map(qualified).collect();
         bail!(
-            "claim {wanted} is not among the objects (claims found: {}); pass the file that holds it with --objects",
+            "claim {wanted} is not among the objects (claims found: {}); {}",
             if known.is_empty() {
                 "none".to_owned()
             } else {
                 known.join(", ")
-            }
+            },
+            hint
         );
     };
     let mut target = target.clone();
@@ -453,4 +472,25 @@ pub(crate) fn result_line(
         "request {} -> {}/{}/{}{extras}",
         r.request, r.driver, r.pool, r.device
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hint_for_a_missing_object_depends_on_where_the_objects_came_from() {
+        let files = Objects::default();
+        assert_eq!(
+            files.missing_hint("pod"),
+            "pass the file that holds the pod with --objects"
+        );
+        let live = Objects {
+            live: true,
+            ..Objects::default()
+        };
+        let hint = live.missing_hint("pod");
+        assert!(!hint.contains("--objects"), "{hint}");
+        assert!(hint.contains("--namespace"), "{hint}");
+    }
 }

@@ -3,8 +3,10 @@
 //! answers the same for a live cluster and for its objects saved as files.
 //!
 //! One blocking function, [`load`], runs the lists on a current-thread runtime of its own: the
-//! CLI is synchronous everywhere else.
+//! CLI is synchronous everywhere else. [`gpu_utilization`] reads the node plugins' GPU metrics
+//! the same way, for `top`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -64,8 +66,64 @@ pub fn load(args: &ClusterArgs) -> anyhow::Result<Objects> {
             // named by a PodGroup is explained from --objects files; label-named gangs work live.
             pod_groups: Vec::new(),
             skipped: Vec::new(),
+            live: true,
         })
     })
+}
+
+/// Label of Tessera's node plugin pods (the chart's DaemonSets).
+const PLUGIN_POD_SELECTOR: &str = "app.kubernetes.io/component=kubelet-plugin";
+
+/// Each device's GPU utilization, `(node, device)` to percent, from the node plugins' `/metrics`
+/// (`tessera_node_gpu_utilization_percent`) read through the API server's pod proxy (`get` on
+/// `pods/proxy`). Plugins whose metrics cannot be read, or that have no GPU metrics, are left out.
+pub fn gpu_utilization(args: &ClusterArgs) -> anyhow::Result<BTreeMap<(String, String), u32>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start the runtime for the API requests")?;
+    runtime.block_on(async {
+        let client = client(args).await?;
+        let plugins = Api::<Pod>::all(client.clone())
+            .list(&ListParams::default().labels(PLUGIN_POD_SELECTOR))
+            .await
+            .context("list the node plugin pods")?;
+        let mut utilization = BTreeMap::new();
+        for pod in plugins.items {
+            let (Some(node), Some(path)) = (
+                pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+                metrics_path(&pod),
+            ) else {
+                continue;
+            };
+            let request = http::Request::get(&path).body(Vec::new())?;
+            let Ok(text) = client.request_text(request).await else {
+                continue;
+            };
+            for (device, percent) in crate::top::utilization_of(&text) {
+                utilization.insert((node.clone(), device), percent);
+            }
+        }
+        Ok(utilization)
+    })
+}
+
+/// The pod-proxy path of a plugin pod's `/metrics` (its first container port).
+fn metrics_path(pod: &Pod) -> Option<String> {
+    let port = pod
+        .spec
+        .as_ref()?
+        .containers
+        .first()?
+        .ports
+        .as_ref()?
+        .first()?
+        .container_port;
+    Some(format!(
+        "/api/v1/namespaces/{}/pods/{}:{port}/proxy/metrics",
+        pod.metadata.namespace.as_deref()?,
+        pod.metadata.name.as_deref()?
+    ))
 }
 
 async fn client(args: &ClusterArgs) -> anyhow::Result<kube::Client> {

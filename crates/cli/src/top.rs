@@ -5,6 +5,9 @@
 //! Pure over the objects ([`report`]): the devices are what Tessera's ResourceSlices publish,
 //! the holders the allocated claims' results (`status.allocation`) with their reservations
 //! (`status.reservedFor`, the pods) and the UUID the node plugin reported in `status.devices`.
+//! On a live cluster the node plugins' GPU metrics add each device's utilization
+//! ([`with_utilization`], read through the API server's pod proxy by
+//! [`crate::live::gpu_utilization`]) where the plugins serve them.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -76,6 +79,10 @@ pub struct DeviceReport {
     pub island: Option<String>,
     pub uuid: Option<String>,
     pub held_by: Vec<Holder>,
+    /// The GPU's utilization (percent) in its node plugin's metrics, on a live cluster whose
+    /// plugins serve them (for a MIG device or a share, its whole GPU's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization_percent: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -206,6 +213,7 @@ fn node_report(
             island: string_attribute(device, attr::NVLINK_ISLAND),
             uuid: string_attribute(device, attr::UUID),
             held_by: holders,
+            utilization_percent: None,
         });
     }
     rows.sort_by_key(|a| natural(&a.device));
@@ -239,6 +247,50 @@ fn node_report(
     }
 }
 
+/// The series name of the plugins' per-device utilization.
+const UTILIZATION_METRIC: &str = "tessera_node_gpu_utilization_percent";
+
+/// Each device's utilization in a node plugin's `/metrics` text (the highest of its series).
+pub fn utilization_of(metrics: &str) -> BTreeMap<String, u32> {
+    let mut found: BTreeMap<String, u32> = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line
+            .strip_prefix(UTILIZATION_METRIC)
+            .and_then(|r| r.strip_prefix('{'))
+        else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let device = labels.split(',').find_map(|l| l.strip_prefix("device=\""));
+        let (Some(device), Ok(value)) = (device, value.trim().parse::<f64>()) else {
+            continue;
+        };
+        let percent = value.clamp(0.0, 100.0).round() as u32;
+        let entry = found
+            .entry(device.trim_end_matches('"').to_owned())
+            .or_default();
+        *entry = (*entry).max(percent);
+    }
+    found
+}
+
+/// `report` with each device's utilization from `utilization` (`(node, device)` to percent).
+pub fn with_utilization(
+    mut report: Report,
+    utilization: &BTreeMap<(String, String), u32>,
+) -> Report {
+    for node in &mut report.nodes {
+        for device in &mut node.devices {
+            device.utilization_percent = utilization
+                .get(&(node.node.clone(), device.device.clone()))
+                .copied();
+        }
+    }
+    report
+}
+
 /// `gpu-10` after `gpu-9`: digit runs compare as numbers.
 fn natural(name: &str) -> Vec<(String, u64)> {
     let mut parts = Vec::new();
@@ -264,7 +316,13 @@ fn natural(name: &str) -> Vec<(String, u64)> {
 
 pub fn run(args: &TopArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let objects = crate::live::objects(&args.objects, &args.cluster)?;
-    let report = report(&objects.cluster);
+    let mut report = report(&objects.cluster);
+    if objects.live {
+        match crate::live::gpu_utilization(&args.cluster) {
+            Ok(utilization) => report = with_utilization(report, &utilization),
+            Err(error) => eprintln!("no GPU utilization: {error:#}"),
+        }
+    }
     match args.output {
         OutputFormat::Json => {
             serde_json::to_writer_pretty(&mut *out, &report)?;
@@ -285,6 +343,7 @@ fn write_table(report: &Report, out: &mut impl Write) -> anyhow::Result<()> {
         "DEVICE".to_owned(),
         "PRODUCT".to_owned(),
         "ISLAND".to_owned(),
+        "UTIL".to_owned(),
         "POD".to_owned(),
         "CLAIM".to_owned(),
     ]];
@@ -295,6 +354,9 @@ fn write_table(report: &Report, out: &mut impl Write) -> anyhow::Result<()> {
                 device.device.clone(),
                 device.product.clone().unwrap_or_else(|| "-".into()),
                 device.island.clone().unwrap_or_else(|| "-".into()),
+                device
+                    .utilization_percent
+                    .map_or_else(|| "-".into(), |p| format!("{p}%")),
             ];
             if device.held_by.is_empty() {
                 rows.push([
@@ -302,6 +364,7 @@ fn write_table(report: &Report, out: &mut impl Write) -> anyhow::Result<()> {
                     base[1].clone(),
                     base[2].clone(),
                     base[3].clone(),
+                    base[4].clone(),
                     "-".into(),
                     "-".into(),
                 ]);
@@ -321,6 +384,7 @@ fn write_table(report: &Report, out: &mut impl Write) -> anyhow::Result<()> {
                     base[1].clone(),
                     base[2].clone(),
                     base[3].clone(),
+                    base[4].clone(),
                     pods,
                     claim,
                 ]);
@@ -368,4 +432,50 @@ fn write_columns<const N: usize>(out: &mut impl Write, rows: &[[String; N]]) -> 
         writeln!(out, "{}", line.trim_end())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utilization_comes_from_the_plugins_series_per_device() {
+        let metrics = "# TYPE tessera_node_gpu_utilization_percent gauge\n\
+            tessera_node_gpu_utilization_percent{namespace=\"ml\",pod=\"a\",claim=\"c\",request=\"gpu\",device=\"gpu-0\",uuid=\"GPU-0\"} 80\n\
+            tessera_node_gpu_utilization_percent{namespace=\"ml\",pod=\"b\",claim=\"c\",request=\"gpu\",device=\"gpu-0\",uuid=\"GPU-0\"} 80\n\
+            tessera_node_gpu_utilization_percent{namespace=\"\",pod=\"\",claim=\"\",request=\"\",device=\"gpu-1\",uuid=\"GPU-1\"} 3\n\
+            tessera_node_gpu_memory_used_bytes{namespace=\"\",pod=\"\",claim=\"\",request=\"\",device=\"gpu-2\",uuid=\"GPU-2\"} 7\n";
+        let found = utilization_of(metrics);
+        assert_eq!(
+            found,
+            BTreeMap::from([("gpu-0".to_owned(), 80), ("gpu-1".to_owned(), 3)])
+        );
+        let report = Report {
+            nodes: vec![NodeReport {
+                node: "n".into(),
+                gpus: 2,
+                free_gpus: 1,
+                islands: Vec::new(),
+                devices: ["gpu-0", "gpu-2"]
+                    .iter()
+                    .map(|d| DeviceReport {
+                        device: (*d).into(),
+                        kind: "gpu".into(),
+                        product: None,
+                        island: None,
+                        uuid: None,
+                        held_by: Vec::new(),
+                        utilization_percent: None,
+                    })
+                    .collect(),
+            }],
+        };
+        let by_node = found
+            .into_iter()
+            .map(|(device, p)| (("n".to_owned(), device), p))
+            .collect();
+        let report = with_utilization(report, &by_node);
+        assert_eq!(report.nodes[0].devices[0].utilization_percent, Some(80));
+        assert_eq!(report.nodes[0].devices[1].utilization_percent, None);
+    }
 }

@@ -256,6 +256,10 @@ fn a_missing_claim_fails_with_the_claims_found() {
         stderr.contains("claim team-a/nope is not among the objects (claims found: team-a/train)"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("pass the file that holds the claim with --objects"),
+        "from files, the hint is to add a file: {stderr}"
+    );
 }
 
 #[test]

@@ -11,6 +11,8 @@ use tessera_api::DRIVER_NAME;
 use tessera_api::shares::ConsumableShares;
 use tessera_driver_root::edits::HOOK_BINARY;
 use tessera_kubelet::{DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR};
+use tessera_node::gpu_metrics::idle::IdleSettings;
+use tessera_node::gpu_metrics::monitor::GpuMonitorSettings;
 use tessera_node::health::monitor::HealthSettings;
 use tessera_node::injection::{self, DriverRootConfig, HookInstall};
 use tessera_node::{DeviceBackend as Backend, MpsPodSettings, NodePluginConfig};
@@ -121,6 +123,21 @@ pub struct Args {
     /// errors need).
     #[arg(long, env = "HEALTH_RECOVERY_AFTER", value_parser = parse_duration)]
     pub health_recovery_after: Option<Duration>,
+
+    /// How often every GPU is sampled for the per-device metrics (utilization, memory, power,
+    /// temperature, ECC and XID counts, labelled with the pod and claim holding the device).
+    /// Needs NVML: the backend's, or on a mock node a fake driver root's.
+    #[arg(long, env = "GPU_METRICS_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub gpu_metrics_interval: Duration,
+
+    /// A claim whose GPUs all stay below this utilization (percent) for --idle-window is idle:
+    /// a `GPUIdle` Event on its pods and `tessera_node_idle_claim` 1. 0 turns detection off.
+    #[arg(long, env = "IDLE_THRESHOLD", default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub idle_threshold: u32,
+
+    /// How long a claim's GPUs must stay below --idle-threshold to be idle, e.g. `30m`.
+    #[arg(long, env = "IDLE_WINDOW", default_value = "30m", value_parser = parse_duration)]
+    pub idle_window: Duration,
 
     /// Address of /metrics, /healthz and /readyz; empty turns them off.
     #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0:8080", value_parser = parse_address)]
@@ -235,6 +252,13 @@ impl Args {
             api_timeout: self.api_timeout,
             shutdown_grace: self.shutdown_grace,
             mps_pods: self.mps_pods()?,
+            gpu_metrics: GpuMonitorSettings {
+                interval: self.gpu_metrics_interval,
+                idle: (self.idle_threshold > 0).then_some(IdleSettings {
+                    threshold_percent: self.idle_threshold,
+                    window: self.idle_window,
+                }),
+            },
         })
     }
 
@@ -318,6 +342,34 @@ mod tests {
         );
         assert_eq!(args.rescan_interval, Duration::from_secs(30));
         let config = args.plugin_config().unwrap();
+        assert_eq!(
+            config.gpu_metrics,
+            GpuMonitorSettings::default(),
+            "the documented defaults: every 10s, idle below 5% for 30m"
+        );
+        let no_idle = Args::try_parse_from([
+            "p",
+            "--node-name",
+            "n",
+            "--topology",
+            "x",
+            "--idle-threshold",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(no_idle.plugin_config().unwrap().gpu_metrics.idle, None);
+        assert!(
+            Args::try_parse_from([
+                "p",
+                "--node-name",
+                "n",
+                "--topology",
+                "x",
+                "--idle-threshold",
+                "101"
+            ])
+            .is_err()
+        );
         assert!(matches!(config.devices, Backend::Mock { ref topology } if topology == "dgx-h100"));
         assert_eq!(
             config.metrics_address,

@@ -21,6 +21,7 @@ use tessera_driver_root::devices::CONTROL_NODES;
 use tessera_driver_root::discover::{self, DiscoveryError, DriverFiles};
 use tessera_driver_root::edits::{self, HOOK_BINARY, Injection};
 use tessera_driver_root::tree::HostTree;
+use tessera_topology::nvml::DEFAULT_LIBRARY as NVML_LIBRARY;
 
 /// What claim specs inject besides each device's own nodes and environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +81,9 @@ pub struct DriverTools {
     /// The driver's library directories as this process sees them (`LD_LIBRARY_PATH` of the
     /// tools: a driver root that is not `/` is not on this process's loader path).
     pub library_path: String,
+    /// The driver's `libnvidia-ml.so.1` as this process sees it (a mock node's fake driver root
+    /// has one too: the GPU metrics read it).
+    pub nvml: Option<PathBuf>,
 }
 
 /// Where the driver is, as flags give it.
@@ -192,6 +196,11 @@ fn tools(files: &DriverFiles, view: &Path) -> DriverTools {
             .map(|d| seen(d).display().to_string())
             .collect::<Vec<_>>()
             .join(":"),
+        nvml: files
+            .libraries
+            .iter()
+            .find(|library| library.names().any(|name| name == NVML_LIBRARY))
+            .map(|library| seen(&library.path)),
     }
 }
 

@@ -46,6 +46,7 @@ pub mod claim_status;
 pub mod claims;
 pub mod crash;
 pub mod driver;
+pub mod gpu_metrics;
 pub mod health;
 pub mod injection;
 pub mod inventory;

@@ -4,7 +4,9 @@
 //! Parts: claim preparation ([`NodeDriver`], served to the kubelet on its sockets), the writer of
 //! prepared claims' `status.devices` ([`crate::claim_status`]), the publish
 //! loop and the watch of this node's Node object ([`crate::publish`]), the health monitor when
-//! there is NVML ([`crate::health`]), and the HTTP endpoints (`tessera-runtime`).
+//! there is NVML ([`crate::health`]), the GPU monitor (per-device metrics and idle claims,
+//! [`crate::gpu_metrics`]) when there is NVML — the backend's, or on a mock node a fake driver
+//! root's — and the HTTP endpoints (`tessera-runtime`).
 //!
 //! Shutdown order, once the `shutdown` future given to [`NodePlugin::run`] completes:
 //! 1. the registration socket goes (the kubelet deregisters the plugin), the DRA socket stops
@@ -36,6 +38,10 @@ use tokio::task::JoinHandle;
 
 use crate::claim_status::StatusWriter;
 use crate::claims::KubeClaimSource;
+use crate::gpu_metrics::monitor::{
+    GpuMonitor, GpuMonitorSettings, Holders, KubePodEvents, XidCounts,
+};
+use crate::gpu_metrics::{GpuMetrics, TelemetrySource};
 use crate::health::monitor::{HealthMonitor, HealthSettings, MAX_SILENCE};
 use crate::health::{SharedFindings, WithDeviceHealth};
 use crate::injection::{self, DriverInjection, DriverRootConfig, DriverRootError, DriverTools};
@@ -103,6 +109,9 @@ pub struct NodePluginConfig {
     /// MPS control daemons in pods of their own (`--mps-daemons=pod`, with a driver root);
     /// `None`: daemons are processes the plugin starts.
     pub mps_pods: Option<MpsPodSettings>,
+    /// Per-device GPU metrics and idle claims (`--gpu-metrics-interval`, `--idle-threshold`,
+    /// `--idle-window`).
+    pub gpu_metrics: GpuMonitorSettings,
 }
 
 /// What MPS daemon pods need besides the driver root (`--mps-daemons=pod`).
@@ -172,6 +181,7 @@ impl NodePlugin {
         let devices = Devices::open(&config, &clients.requests, tools.as_ref())?;
         let mut registry = Registry::default();
         let metrics = NodeMetrics::new(&mut registry);
+        let gpu_metrics = GpuMetrics::new(&mut registry);
         let (kubelet_health, kubelet_health_feed) = watch::channel(Vec::new());
         let stop = Stop::new();
         let stop_on_drop = stop.clone().drop_guard();
@@ -182,6 +192,10 @@ impl NodePlugin {
             .await?
             .report_status(status_writer);
         let recovery = driver.recovery();
+        let holders: Holders = {
+            let driver = driver.clone();
+            Arc::new(move || driver.holders())
+        };
         let driver = InstrumentedDriver::new(driver, metrics.clone(), Some(NodeDriver::stats));
         let kubelet = PluginConfig::new(DRIVER_NAME)
             .registrar_dir(&config.kubelet_registrar_dir)
@@ -198,6 +212,7 @@ impl NodePlugin {
             inventory: Arc::clone(&devices.inventory),
             metrics: metrics.clone(),
             findings: SharedFindings::default(),
+            xids: XidCounts::default(),
             stop: stop.clone(),
         };
         let (published, published_feed) = watch::channel(false);
@@ -206,6 +221,9 @@ impl NodePlugin {
         background.publish(&shared, &kubelet, kubelet_health, published);
         if let Some(events) = devices.health_events {
             background.monitor(&shared, events);
+        }
+        if let Some(telemetry) = devices.telemetry {
+            background.gpu_monitor(&shared, telemetry, holders, gpu_metrics);
         }
         let Background { liveness, parts } = background;
         let endpoints = Endpoints {
@@ -257,6 +275,7 @@ struct Shared<'a> {
     inventory: Arc<NodeInventory>,
     metrics: NodeMetrics,
     findings: SharedFindings,
+    xids: XidCounts,
     stop: Stop,
 }
 
@@ -322,19 +341,49 @@ impl Background {
             metrics: shared.metrics.clone(),
             heartbeat,
             settings: shared.config.health.clone(),
+            xids: shared.xids.clone(),
         };
         self.parts
             .push(("health monitor", monitor.spawn(shared.stop.clone())));
     }
+
+    /// Starts the GPU monitor: per-device metrics and idle claims.
+    fn gpu_monitor(
+        &mut self,
+        shared: &Shared<'_>,
+        source: Arc<dyn TelemetrySource>,
+        holders: Holders,
+        metrics: GpuMetrics,
+    ) {
+        let config = shared.config;
+        let settings = config.gpu_metrics;
+        let heartbeat = Heartbeat::new("GPU monitor", settings.max_silence());
+        self.liveness.watch(heartbeat.clone());
+        let client = shared.clients.requests.clone();
+        let monitor = GpuMonitor {
+            source,
+            holders,
+            inventory: Arc::clone(&shared.inventory),
+            claims: Arc::new(KubeClaimSource::new(client.clone()).timeout(config.api_timeout)),
+            events: Arc::new(KubePodEvents::new(client, &config.node_name)),
+            metrics,
+            xids: shared.xids.clone(),
+            settings,
+            heartbeat,
+        };
+        self.parts
+            .push(("GPU monitor", monitor.spawn(shared.stop.clone())));
+    }
 }
 
 /// The GPUs: where the inventory comes from, how sharing and MIG are applied, and NVML's
-/// health events when there is NVML.
+/// health events and telemetry when there is NVML.
 struct Devices {
     inventory: Arc<NodeInventory>,
     gpu: Arc<dyn GpuControl>,
     mig: Arc<dyn MigControl>,
     health_events: Option<HealthEvents>,
+    telemetry: Option<Arc<dyn TelemetrySource>>,
 }
 
 impl Devices {
@@ -350,7 +399,13 @@ impl Devices {
                 .transpose()
         };
         match &config.devices {
-            DeviceBackend::Mock { topology } => Devices::mock(config, topology, sharing(false)?),
+            DeviceBackend::Mock { topology } => {
+                let mut devices = Devices::mock(config, topology, sharing(false)?)?;
+                devices.telemetry = tools
+                    .and_then(|tools| tools.nvml.as_deref())
+                    .and_then(driver_root_telemetry);
+                Ok(devices)
+            }
             DeviceBackend::Nvml {
                 library,
                 sysfs_root,
@@ -389,6 +444,7 @@ impl Devices {
             )),
             inventory,
             health_events: None,
+            telemetry: None,
         })
     }
 
@@ -421,9 +477,24 @@ impl Devices {
                 Some(tools) => tools,
                 None => Arc::new(SystemGpuControl::default()),
             },
-            mig: nvml,
+            mig: nvml.clone(),
             health_events,
+            telemetry: Some(nvml as Arc<dyn TelemetrySource>),
         })
+    }
+}
+
+/// A mock node's telemetry: the NVML library of its (fake) driver root, when it opens.
+fn driver_root_telemetry(library: &std::path::Path) -> Option<Arc<dyn TelemetrySource>> {
+    match NvmlSource::open(Some(library)) {
+        Ok(nvml) => {
+            tracing::info!(library = %library.display(), "GPU metrics read the driver root's NVML");
+            Some(Arc::new(nvml))
+        }
+        Err(error) => {
+            tracing::warn!(%error, "the driver root's NVML does not open; no GPU metrics");
+            None
+        }
     }
 }
 

@@ -320,6 +320,145 @@ async fn an_injected_xid_taints_the_device_and_reaches_the_kubelet() {
     assert!(plugin.terminate().success());
 }
 
+/// Writes the fake NVML's samples file through a new file, as a script would.
+fn script_samples(path: &std::path::Path, text: &str) {
+    let next = path.with_extension("new");
+    std::fs::write(&next, text).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_metrics_label_the_pod_and_an_idle_claim_gets_an_event() {
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+
+    let server = FakeApiServer::new();
+    let http = server.serve_http().await.unwrap();
+    seed_node(&server);
+    let dirs = PluginDirs::new();
+    let inventory = MockSource::new("dgx-h100").unwrap().inventory().unwrap();
+    let sysfs = dirs.path("sys");
+    tessera_fake_nvml::sysfs::write_fake_sysfs(&sysfs, &inventory).unwrap();
+    let samples = dirs.path("nvml-samples");
+    let held = &inventory.gpus[0];
+    script_samples(
+        &samples,
+        &format!(
+            "* utilization=0\n{} utilization=80 power-watts=300\n",
+            held.uuid
+        ),
+    );
+    let library = fake_nvml_library();
+    let plugin = PluginProcess::start(
+        http.kubeconfig_path(),
+        &dirs,
+        &[
+            "--nvml-lib",
+            library.to_str().unwrap(),
+            "--sysfs-root",
+            sysfs.to_str().unwrap(),
+            "--gpu-metrics-interval",
+            "200ms",
+            "--idle-window",
+            "1s",
+        ],
+        &[
+            (tessera_fake_nvml::TOPOLOGY_ENV, "dgx-h100".to_owned()),
+            (
+                tessera_fake_nvml::SAMPLES_ENV,
+                samples.display().to_string(),
+            ),
+        ],
+    );
+    let kubelet = register(&dirs).await;
+    let claim = server.seed(&support::harness::allocated_claim(
+        "train",
+        &[("gpu", "gpu-0")],
+        Vec::new(),
+    ));
+    let reference = ClaimRef::new("ml", "train", claim.uid().unwrap());
+    let prepared = kubelet
+        .prepare(std::slice::from_ref(&reference))
+        .await
+        .unwrap();
+    assert!(prepared[&reference.uid].is_ok());
+
+    // The scripted 80% on gpu-0, labelled with the claim's pod (its status.reservedFor).
+    let labels = format!(
+        r#"{{namespace="ml",pod="train-pod",claim="train",request="gpu",device="gpu-0",uuid="{}"}}"#,
+        held.uuid
+    );
+    let busy = format!("tessera_node_gpu_utilization_percent{labels} 80");
+    let metrics = eventually(
+        &dirs,
+        "the scripted utilization of gpu-0",
+        WAIT,
+        async || {
+            let (_, metrics) = plugin.http_get("/metrics").await?;
+            metrics.contains(&busy).then_some(metrics)
+        },
+    )
+    .await;
+    assert!(
+        metrics.contains(&format!("tessera_node_gpu_power_watts{labels} 300.0")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"device="gpu-7""#) && metrics.contains(r#"claim="",request="""#),
+        "free GPUs have series without claim labels: {metrics}"
+    );
+    assert!(
+        !metrics.contains("tessera_node_idle_claim{"),
+        "a busy claim is not idle: {metrics}"
+    );
+
+    // Scripted 0%: within the 1 s window (plus a sample), a GPUIdle Event on the pod.
+    script_samples(&samples, "* utilization=0\n");
+    let event = eventually(
+        &dirs,
+        "a GPUIdle Event on the claim's pod",
+        WAIT,
+        async || {
+            server
+                .list::<K8sEvent>(Some("ml"))
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("GPUIdle"))
+        },
+    )
+    .await;
+    let regarding = event.regarding.expect("the Event names its pod");
+    assert_eq!(
+        (regarding.kind.as_deref(), regarding.name.as_deref()),
+        (Some("Pod"), Some("train-pod"))
+    );
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let (_, metrics) = plugin.http_get("/metrics").await.unwrap();
+    assert!(
+        metrics.contains(r#"tessera_node_idle_claim{namespace="ml",claim="train"} 1"#),
+        "{metrics}"
+    );
+
+    // Unprepared: the claim's series go (bounded cardinality); gpu-0 is free again.
+    let unprepared = kubelet
+        .unprepare(std::slice::from_ref(&reference))
+        .await
+        .unwrap();
+    assert!(unprepared[&reference.uid].is_ok());
+    let metrics = eventually(&dirs, "the claim's series to go", WAIT, async || {
+        let (_, metrics) = plugin.http_get("/metrics").await?;
+        (!metrics.contains(r#"claim="train""#)).then_some(metrics)
+    })
+    .await;
+    assert!(
+        metrics.contains(&format!(
+            r#"tessera_node_gpu_utilization_percent{{namespace="",pod="",claim="",request="",device="gpu-0",uuid="{}"}} 0"#,
+            held.uuid
+        )),
+        "{metrics}"
+    );
+    assert!(metrics.contains("tessera_node_idle_claims 0"), "{metrics}");
+    assert!(plugin.terminate().success());
+}
+
 /// The damaged checkpoints a node may find: (what, damage, what the log must say).
 fn damaged_checkpoints(good: &[u8]) -> Vec<(&'static str, Vec<u8>, &'static str)> {
     let mut envelope: serde_json::Value = serde_json::from_slice(good).unwrap();

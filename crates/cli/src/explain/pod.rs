@@ -140,18 +140,24 @@ pub fn explain(
             .map(|p| object_key(&p.metadata))
             .collect();
         bail!(
-            "pod {wanted} is not among the objects (pods found: {}); pass the file that holds it with --objects",
+            "pod {wanted} is not among the objects (pods found: {}); {}",
             if known.is_empty() {
                 "none".to_owned()
             } else {
                 known.join(", ")
-            }
+            },
+            objects.missing_hint("pod")
         );
     };
     if cluster.nodes.is_empty() {
         bail!(
             "explaining a pod needs the cluster's Nodes (the controller filters them by cordon, \
-             selectors, taints and resources): add them to --objects (kubectl get nodes -o yaml)"
+             selectors, taints and resources): {}",
+            if objects.live {
+                "the cluster listed none (the CLI needs list on nodes)"
+            } else {
+                "add them to --objects (kubectl get nodes -o yaml)"
+            }
         );
     }
     if super::group::explain(objects, pod, wanted, settings, output, out)? {

@@ -288,6 +288,31 @@ impl NodeDriver {
         }
     }
 
+    /// Every device of every prepared claim (`PrepareCompleted`), with the physical GPU behind
+    /// it: who holds what, for the per-device GPU metrics ([`crate::gpu_metrics`]).
+    pub fn holders(&self) -> Vec<crate::gpu_metrics::Holder> {
+        let mut holders = Vec::new();
+        for (uid, record) in self.core.store.records() {
+            if record.state != tessera_api::checkpoint::ClaimState::PrepareCompleted {
+                continue;
+            }
+            holders.extend(
+                record
+                    .devices
+                    .iter()
+                    .map(|device| crate::gpu_metrics::Holder {
+                        claim_uid: uid.clone(),
+                        namespace: record.namespace.clone(),
+                        claim: record.name.clone(),
+                        request: device.request.clone(),
+                        device: device.device.clone(),
+                        gpu_uuid: device.target.gpu_uuid().to_owned(),
+                    }),
+            );
+        }
+        holders
+    }
+
     /// `None` once start-up recovery has finished; else why not yet (it is retried, and
     /// meanwhile new prepares are refused). For readiness.
     pub fn recovery(&self) -> tokio::sync::watch::Receiver<Option<String>> {

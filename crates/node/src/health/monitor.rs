@@ -13,6 +13,7 @@ use super::findings::HealthFindings;
 use super::policy::Finding;
 use tessera_runtime::{Heartbeat, Stop};
 
+use crate::gpu_metrics::monitor::XidCounts;
 use crate::metrics::{HealthAction, HealthEventLabel, NodeMetrics};
 
 /// How long one wait for an event lasts; the loop checks for shutdown and beats its heartbeat
@@ -119,6 +120,8 @@ pub struct HealthMonitor {
     pub heartbeat: Heartbeat,
     /// What operators change of the policy.
     pub settings: HealthSettings,
+    /// XID errors per GPU, which the GPU metrics export.
+    pub xids: XidCounts,
 }
 
 /// Operators' settings of the health policy (`--ignored-xids`, `--health-recovery-after`).
@@ -170,6 +173,9 @@ impl HealthMonitor {
             HealthEventKind::SingleBitEcc => HealthEventLabel::EccSingle,
             HealthEventKind::DoubleBitEcc => HealthEventLabel::EccDouble,
         };
+        if matches!(event.kind, HealthEventKind::Xid(_)) {
+            self.xids.add(&event.gpu_uuid);
+        }
         let ignored = matches!(event.kind, HealthEventKind::Xid(xid) if self.settings.ignored_xids.contains(&xid));
         let acted = !ignored && super::policy::classify(event.kind).is_some();
         self.metrics.health_event(
@@ -223,12 +229,14 @@ mod tests {
         let (send, receive) = std::sync::mpsc::channel();
         let findings = SharedFindings::default();
         let mut revisions = findings.subscribe();
+        let xids = XidCounts::default();
         let monitor = HealthMonitor {
             source: Box::new(receive),
             findings: findings.clone(),
             metrics: NodeMetrics::new(&mut Registry::default()),
             heartbeat: Heartbeat::new("health monitor", MAX_SILENCE),
             settings: HealthSettings::default(),
+            xids: xids.clone(),
         };
         let stop = Stop::new();
         let task = monitor.spawn(stop.clone());
@@ -253,6 +261,12 @@ mod tests {
             "the ignored XID made no finding"
         );
         assert!(!findings.snapshot().is_empty());
+        assert_eq!(
+            xids.get("GPU-1"),
+            2,
+            "every XID is counted for the GPU metrics"
+        );
+        assert_eq!(xids.get("GPU-2"), 0);
         stop.cancel();
         join_in_time(task).await;
     }
@@ -271,6 +285,7 @@ mod tests {
                 ignored_xids: [79].into(),
                 recover_after: Some(Duration::from_millis(1500)),
             },
+            xids: XidCounts::default(),
         };
         let stop = Stop::new();
         let task = monitor.spawn(stop.clone());

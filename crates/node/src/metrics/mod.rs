@@ -15,6 +15,9 @@
 //! | `tessera_node_inventory_scans_total` | counter | `result` | reads of the GPU inventory |
 //! | `tessera_node_health_events_total` | counter | `kind` (xid, ecc-single, ecc-double), `action` (taint, ignore) | NVML health events |
 //! | `tessera_node_unhealthy_devices` | gauge | | devices currently tainted by health monitoring (XID/ECC findings, lost GPUs) |
+//!
+//! The per-device GPU metrics and idle claims (`tessera_node_gpu_*`, `tessera_node_idle_claim*`)
+//! are [`crate::gpu_metrics`]'s, registered in the same registry.
 
 pub mod instrumented;
 pub mod readiness;
