@@ -26,6 +26,8 @@ values="$state_dir/tessera/values.yaml"
   echo "logFilter: \"$rust_log\""
   echo "kubeletPlugin:"
   echo "  backend: mock"
+  echo "  # Short, so the e2e sees an idle claim (GPUs scripted 0% by a scenario) within seconds."
+  echo "  gpuMetrics: {interval: 1s, idle: {threshold: 5, window: 3s}}"
   echo "  nodeGroups:"
   for i in $(seq 1 "$nodes"); do
     name_var="TESSERA_NODE_${i}_NAME" root_var="TESSERA_NODE_${i}_KUBELET_ROOT" cdi_var="TESSERA_NODE_${i}_CDI_SPEC_DIR"

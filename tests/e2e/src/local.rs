@@ -51,6 +51,8 @@ pub struct Process {
     /// Text the process's command line must contain (the cluster's state dir, which every
     /// process local-up starts names in its flags), so a recycled pid is never signalled.
     pub cmdline_marker: String,
+    /// Where it serves /metrics (`127.0.0.1:PORT`), when local-up recorded it.
+    pub metrics: Option<String>,
 }
 
 /// One kubelet node.
@@ -68,6 +70,9 @@ pub struct LocalNode {
     /// The node's fake NVIDIA driver root (tessera-fake-driver-root), when local-up laid one
     /// out: claim containers then get its files and run the checker against them.
     pub driver_root: Option<PathBuf>,
+    /// The fake driver's device root: its fake NVML reads scripted GPU telemetry from
+    /// `<dev root>/tessera-fake-gpu-state/samples` (crates/fake-nvml/README.md).
+    pub dev_root: Option<PathBuf>,
 }
 
 /// The local cluster.
@@ -137,6 +142,9 @@ impl LocalCluster {
             let driver_root = processes
                 .and_then(|p| p.optional(&format!("TESSERA_E2E_NODE_{i}_DRIVER_ROOT")))
                 .map(PathBuf::from);
+            let dev_root = processes
+                .and_then(|p| p.optional(&format!("TESSERA_E2E_NODE_{i}_DEV_ROOT")))
+                .map(PathBuf::from);
             nodes.insert(
                 name.clone(),
                 LocalNode {
@@ -147,6 +155,7 @@ impl LocalCluster {
                     plugin,
                     plugin_state_dir,
                     driver_root,
+                    dev_root,
                 },
             );
         }
@@ -198,6 +207,16 @@ impl LocalCluster {
                 self.nodes.keys().cloned().collect::<Vec<_>>().join(", ")
             )
         })
+    }
+
+    /// The samples file of `node`'s fake NVML (its fake driver root's), when it has one.
+    pub fn gpu_samples_file(&self, node: &str) -> anyhow::Result<PathBuf> {
+        let dev_root = self.node(node)?.dev_root.as_ref().with_context(|| {
+            format!(
+                "node {node} has no fake driver (local-up lays one out when the workspace has it)"
+            )
+        })?;
+        Ok(dev_root.join("tessera-fake-gpu-state").join("samples"))
     }
 
     /// Whether every node has a fake driver root: claim containers must then report, through
@@ -252,6 +271,9 @@ fn process(env: &EnvFile, prefix: &str, marker: &str) -> anyhow::Result<Option<P
             .optional(&format!("{prefix}_STATE_DIR"))
             .map(PathBuf::from),
         cmdline_marker: marker.to_owned(),
+        metrics: env
+            .optional(&format!("{prefix}_METRICS"))
+            .map(str::to_owned),
     }))
 }
 
@@ -446,6 +468,7 @@ mod tests {
             log: dir.path().join("log"),
             state_dir: None,
             cmdline_marker: String::new(),
+            metrics: None,
         };
         assert_eq!(process.running_pid(), None);
         std::fs::write(&process.pid_file, std::process::id().to_string()).unwrap();

@@ -16,6 +16,7 @@ mod objects;
 mod observer;
 mod plugins;
 mod scenarios;
+mod scrape;
 mod steps;
 mod wait;
 

@@ -13,6 +13,8 @@ use crate::wait::{Probe, until};
 
 /// Label of the chart's plugin pods (deploy/helm/tessera).
 const PLUGIN_POD_SELECTOR: &str = "app.kubernetes.io/component=kubelet-plugin";
+/// Label of the chart's controller pods.
+const CONTROLLER_POD_SELECTOR: &str = "app.kubernetes.io/component=controller";
 
 pub enum PluginControl {
     Local(LocalCluster),
@@ -157,6 +159,43 @@ impl PluginControl {
         Ok(format!(
             "DaemonSet {namespace}/{daemonset} rolled out: {old_name} replaced by {new_name}"
         ))
+    }
+
+    /// The `/metrics` text of `node`'s plugin: through the API server's pod proxy (the chart's
+    /// pods) or from the process's metrics address.
+    pub async fn metrics(&self, node: &str) -> anyhow::Result<String> {
+        match self {
+            PluginControl::Local(local) => {
+                let plugin = local.plugin(node)?;
+                let address = plugin.metrics.as_deref().with_context(|| {
+                    format!("local-up recorded no metrics address for {}", plugin.name)
+                })?;
+                crate::scrape::address_metrics(address).await
+            }
+            PluginControl::Pods { client, namespace } => {
+                let pod = plugin_pod(client, namespace, node)
+                    .await?
+                    .with_context(|| format!("no plugin pod runs on {node} in {namespace}"))?;
+                crate::scrape::pod_metrics(client, &pod).await
+            }
+        }
+    }
+
+    /// The `/metrics` texts of the controller replicas (none when there is no controller).
+    pub async fn controller_metrics(&self) -> anyhow::Result<Vec<String>> {
+        match self {
+            PluginControl::Local(local) => {
+                let mut texts = Vec::new();
+                if let Some(address) = local.controller.as_ref().and_then(|c| c.metrics.as_deref())
+                {
+                    texts.push(crate::scrape::address_metrics(address).await?);
+                }
+                Ok(texts)
+            }
+            PluginControl::Pods { client, namespace } => {
+                crate::scrape::pods_metrics(client, namespace, CONTROLLER_POD_SELECTOR).await
+            }
+        }
     }
 
     /// The namespace of the chart's pods (the plugin's, and its MPS daemon pods'); `None` for

@@ -1,7 +1,10 @@
 //! What the cluster shows of claims in use, checked while the single-gpu example runs:
-//! `status.devices` (KEP-4817) written by the plugin after prepare, with the GPU's UUID; and
+//! `status.devices` (KEP-4817) written by the plugin after prepare, with the GPU's UUID;
 //! `kubectl tessera` (the CLI started as `kubectl-tessera`) on the live cluster: `top` lists the
-//! pod on its GPU, `explain pod/NAME` answers as `explain --objects` does for the same objects.
+//! pod on its GPU, `explain pod/NAME` answers as `explain --objects` does for the same objects;
+//! and on a local cluster with fake drivers the GPU metrics: the plugin's `/metrics` has the
+//! utilization scripted for the claim's GPU (80%) labelled with the pod, and once the GPU is
+//! scripted idle (0%) the pod gets a `GPUIdle` Event within the idle window local-up configures.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -71,12 +74,149 @@ pub fn device_status_holds_uuid<'a>(
     })
 }
 
-/// The status check, then the `kubectl tessera` checks.
+/// The status check, the `kubectl tessera` checks, then the GPU metrics.
 pub fn single_gpu_live<'a>(ctx: &'a Ctx, run: &'a ExampleRun) -> BoxFuture<'a, anyhow::Result<()>> {
     Box::pin(async move {
         device_status_holds_uuid(ctx, run).await?;
-        kubectl_tessera(ctx, run).await
+        kubectl_tessera(ctx, run).await?;
+        gpu_metrics(ctx, run).await
     })
+}
+
+/// How soon after a GPU is scripted idle its pod must have the `GPUIdle` Event: local-up's idle
+/// window (3 s) plus its sample interval (1 s), the Event's write and this suite's polling.
+const IDLE_EVENT_BOUND: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Puts back a samples file's earlier content when dropped (also when a check fails).
+struct RestoreSamples {
+    path: PathBuf,
+    previous: Option<String>,
+}
+
+impl RestoreSamples {
+    fn script(&self, text: &str) -> anyhow::Result<()> {
+        let next = self.path.with_extension("new");
+        std::fs::write(&next, text)?;
+        std::fs::rename(&next, &self.path)
+            .with_context(|| format!("cannot script {}", self.path.display()))
+    }
+}
+
+impl Drop for RestoreSamples {
+    fn drop(&mut self) {
+        let _ = match &self.previous {
+            Some(text) => self.script(text),
+            None => std::fs::remove_file(&self.path).map_err(Into::into),
+        };
+    }
+}
+
+/// The scripted utilization of the claim's GPU in the plugin's `/metrics`, labelled with the pod;
+/// then scripted idle, a `GPUIdle` Event on the pod. Local clusters with fake drivers only (the
+/// fake NVML serves the script).
+async fn gpu_metrics(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
+    let crate::observer::RuntimeObserver::Local { local, .. } = &ctx.observer else {
+        ctx.say("GPU metrics: not the local cluster, no scripted GPU telemetry; not checked");
+        return Ok(());
+    };
+    let (pod, claims) = run.pods.first().context("the example has a pod")?;
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let claim = claims.first().context("the pod has a claim")?;
+    let node = claim.node()?.to_owned();
+    let device = claim.devices(&run.published)?[0].clone();
+    let uuid = device
+        .uuid()
+        .with_context(|| format!("{} publishes no uuid", device.name))?
+        .to_owned();
+    let Ok(path) = local.gpu_samples_file(&node) else {
+        ctx.say("GPU metrics: the local cluster has no fake drivers; not checked");
+        return Ok(());
+    };
+    let previous = std::fs::read_to_string(&path).ok();
+    let base = previous.clone().unwrap_or_default();
+    let samples = RestoreSamples { path, previous };
+    samples.script(&format!("{base}{uuid} utilization=80\n"))?;
+    let wanted = [
+        ("namespace", run.namespace.as_str()),
+        ("pod", pod_name.as_str()),
+        ("claim", claim.name()),
+        ("device", device.name.as_str()),
+        ("uuid", uuid.as_str()),
+    ];
+    let what = format!(
+        "tessera_node_gpu_utilization_percent 80 for {}/{pod_name} on {node}/{}",
+        run.namespace, device.name
+    );
+    until(&what, ctx.timeouts.event, || async {
+        let text = ctx.plugins.metrics(&node).await?;
+        let found = crate::scrape::samples(&text, "tessera_node_gpu_utilization_percent")
+            .into_iter()
+            .find(|(labels, _)| {
+                wanted
+                    .iter()
+                    .all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))
+            });
+        Ok(match found {
+            Some((_, 80.0)) => Probe::Done(()),
+            other => Probe::Waiting(format!("the pod's series: {other:?}")),
+        })
+    })
+    .await?;
+    ctx.say(format!("GPU metrics: {what}"));
+
+    // kubectl tessera top shows it (the plugins' metrics through the API server's pod proxy).
+    let dir = tempfile_dir()?;
+    let plugin = kubectl_tessera_binary(&dir)?;
+    let top = cli_json(ctx, &plugin, &["top", "-o", "json"])?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let row = top["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n["node"] == node.as_str())
+        .flat_map(|n| n["devices"].as_array().cloned().unwrap_or_default())
+        .find(|d| d["device"] == device.name.as_str())
+        .with_context(|| format!("kubectl tessera top lists no {} on {node}", device.name))?;
+    ensure!(
+        row["utilizationPercent"] == 80,
+        "kubectl tessera top shows utilization {} for {node}/{}, the plugin exports 80",
+        row["utilizationPercent"],
+        device.name
+    );
+    ctx.say(format!(
+        "kubectl tessera top: {node}/{} at 80%",
+        device.name
+    ));
+
+    // Scripted idle: the pod gets its GPUIdle Event within local-up's idle window (3 s), plus a
+    // sample (1 s) and the Event's round trip.
+    samples.script(&format!("{base}{uuid} utilization=0\n"))?;
+    let scripted = std::time::Instant::now();
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(ctx.client.clone(), &run.namespace);
+    let what = format!("a GPUIdle Event on pod {}/{pod_name}", run.namespace);
+    let note = until(&what, ctx.timeouts.event, || async {
+        let list = events.list(&ListParams::default()).await?;
+        let found = list.items.into_iter().find(|e| {
+            e.reason.as_deref() == Some("GPUIdle")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod_name.as_str())
+        });
+        Ok(match found {
+            Some(event) => Probe::Done(event.note.unwrap_or_default()),
+            None => Probe::Waiting("no GPUIdle Event yet".to_owned()),
+        })
+    })
+    .await?;
+    let took = scripted.elapsed();
+    ensure!(
+        took <= IDLE_EVENT_BOUND,
+        "{what} came {took:?} after the GPU went idle; local-up's idle window is 3 s"
+    );
+    ctx.say(format!(
+        "GPU metrics: {what} {took:.1?} after the GPU went idle: {note}"
+    ));
+    drop(samples);
+    Ok(())
 }
 
 /// The `tessera` CLI built next to this binary (tests/e2e/run builds both), as `kubectl-tessera`.

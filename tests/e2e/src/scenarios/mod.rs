@@ -5,6 +5,7 @@ mod examples;
 mod gang;
 mod invalid_config;
 mod live;
+mod monitoring;
 mod mps_restart;
 mod restart;
 mod shared_devices;
@@ -52,8 +53,13 @@ pub fn all() -> Vec<Scenario> {
         ),
         scenario!(
             "single-gpu",
-            "deploy/examples/single-gpu: one whole GPU, prepared (status.devices holds the GPU's UUID; kubectl tessera top and explain on the live cluster) and unprepared",
+            "deploy/examples/single-gpu: one whole GPU, prepared (status.devices holds the GPU's UUID; kubectl tessera top and explain on the live cluster; the plugin's GPU metrics label the pod, a scripted-idle claim gets its GPUIdle Event) and unprepared",
             examples::single_gpu
+        ),
+        scenario!(
+            "monitoring",
+            "the chart's PrometheusRule and Grafana dashboard: every metric they query exists on the running plugins and controller",
+            monitoring::monitoring
         ),
         scenario!(
             "nvlink-pair",
