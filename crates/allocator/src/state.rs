@@ -160,6 +160,25 @@ impl AllocatedState {
         }
     }
 
+    /// Replaces everything recorded for one device: allocated exclusively or not, and its shared
+    /// allocations (`None`: none). For callers that keep a state current device by device rather
+    /// than allocation by allocation.
+    pub fn set_device(&mut self, id: DeviceId, dedicated: bool, shared: Option<SharedUse>) {
+        if dedicated {
+            self.dedicated.insert(id.clone());
+        } else {
+            self.dedicated.remove(&id);
+        }
+        match shared {
+            Some(shared) => {
+                self.shared.insert(id, shared);
+            }
+            None => {
+                self.shared.remove(&id);
+            }
+        }
+    }
+
     /// Whether a device is allocated exclusively.
     pub fn is_dedicated(&self, id: &DeviceId) -> bool {
         self.dedicated.contains(id)

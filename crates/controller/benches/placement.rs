@@ -17,7 +17,8 @@
 //! The workload: gated pods, each with one claim of 1, 2, 4 or 8 GPUs (weights 40/25/20/15, fixed
 //! seed). First a paced stream (`TESSERA_BENCH_PACED_PODS`, default 300, one every
 //! `TESSERA_BENCH_PACED_INTERVAL_MS`, default 50), then a burst created at once
-//! (`TESSERA_BENCH_BURST_PODS`, default 200).
+//! (`TESSERA_BENCH_BURST_PODS`, default 200). `TESSERA_BENCH_CONTROLLER` names another
+//! `tessera-controller` binary to run instead of this build's (a before/after comparison).
 //!
 //! Measured: per claim, the time from creating the claim (its pod right after) in the fake to the
 //! claim's allocation arriving on a watch the benchmark holds on the fake; claims/s of the burst;
@@ -282,11 +283,10 @@ async fn run() -> Report {
 
     let http = api.serve_http().await.expect("serve the fake over HTTP");
     let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("controller-placement.log");
-    let controller = ControllerProcess::spawn(
-        env!("CARGO_BIN_EXE_tessera-controller"),
-        http.kubeconfig_path(),
-        &log,
-    );
+    // Another build of the controller (to compare two versions under the same load) may be named.
+    let binary = std::env::var("TESSERA_BENCH_CONTROLLER")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tessera-controller").to_owned());
+    let controller = ControllerProcess::spawn(&binary, http.kubeconfig_path(), &log);
     let sync_seconds = controller.wait_leading(PATIENCE).await;
     // Let the allocator of the first sync settle before reading memory.
     tokio::time::sleep(Duration::from_secs(2)).await;

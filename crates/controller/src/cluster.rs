@@ -1,22 +1,26 @@
 //! The controller's view of the cluster: the watch caches, the objects it wrote itself and has not
 //! seen come back through a watch yet (the "assumed" objects, as kube-scheduler's assume cache
-//! keeps them), and the device inventory rebuilt when slices, classes or nodes change.
+//! keeps them), what the cluster uses (devices in use, node usage: [`Tracked`], kept current from
+//! the watches and the controller's own writes rather than rebuilt for every decision), and the
+//! device inventory rebuilt when slices, classes or nodes change.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::Event;
 use tessera_allocator::{AllocatedState, Inventory};
 use tessera_placement::DeviceView;
 use tessera_placement::group::{GroupKey, group_key};
 use tessera_placement::nodes::NodeFacts;
-use tessera_placement::pods::{devices_in_use, node_usage};
+use tessera_placement::pods::UnreadableAllocation;
 use tessera_placement::protocol::is_terminal;
 use tessera_placement::resources::NodeUsage;
+use tessera_placement::usage::ClusterUse;
 
 use crate::slices::{EncodedSlice, SliceCache, decode};
 
@@ -118,6 +122,94 @@ impl<K: Resource> Assumed<K> {
     }
 }
 
+/// The controller's writes not seen back yet, and what the cluster uses — devices in use and node
+/// usage of the newest version of every claim and pod (the cached one, or the assumed one where that
+/// is newer: what [`Assumed::overlay`] gives). The watches report every change of their caches
+/// ([`Tracked::claim_event`], [`Tracked::pod_event`]) and the [`Cluster`] every assumed object;
+/// each report recounts the one object it names, read under the lock, so the count never falls
+/// behind the caches and the assumed objects whatever order watch and worker report in.
+#[derive(Default)]
+pub struct Tracked {
+    pub claims: Assumed<ResourceClaim>,
+    pub pods: Assumed<Pod>,
+    usage: Mutex<ClusterUse>,
+}
+
+fn report_unreadable(u: &UnreadableAllocation) {
+    tracing::warn!(claim = %u.claim, error = %u.error,
+        "allocation does not parse; treating its devices as exclusively in use");
+}
+
+fn name_of<K: Resource>(object: &K) -> (String, String) {
+    key_of(object.meta())
+}
+
+impl Tracked {
+    fn usage(&self) -> MutexGuard<'_, ClusterUse> {
+        self.usage.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// After the claim watch applied `event` to `cache`.
+    pub fn claim_event(&self, event: &Event<ResourceClaim>, cache: &Store<ResourceClaim>) {
+        match event {
+            Event::Apply(claim) | Event::Delete(claim) => {
+                let (namespace, name) = name_of(claim);
+                self.claim_changed(cache, &namespace, &name);
+            }
+            // A relist replaces the cache at its end (objects deleted meanwhile get no event).
+            Event::InitDone => self.claims_listed(cache),
+            Event::Init | Event::InitApply(_) => {}
+        }
+    }
+
+    /// After the pod watch applied `event` to `cache`.
+    pub fn pod_event(&self, event: &Event<Pod>, cache: &Store<Pod>) {
+        match event {
+            Event::Apply(pod) | Event::Delete(pod) => {
+                let (namespace, name) = name_of(pod);
+                self.pod_changed(cache, &namespace, &name);
+            }
+            Event::InitDone => self.pods_listed(cache),
+            Event::Init | Event::InitApply(_) => {}
+        }
+    }
+
+    /// The claim `namespace/name` changed in `cache` or was assumed: its newest version counts.
+    pub fn claim_changed(&self, cache: &Store<ResourceClaim>, namespace: &str, name: &str) {
+        let mut usage = self.usage();
+        let cached = cache.get(&ObjectRef::new(name).within(namespace));
+        let newest = self.claims.newest(cached, namespace, name);
+        if let Some(u) = usage.set_claim(&format!("{namespace}/{name}"), newest.as_deref()) {
+            report_unreadable(&u);
+        }
+    }
+
+    /// The pod `namespace/name` changed in `cache` or was assumed: its newest version counts.
+    pub fn pod_changed(&self, cache: &Store<Pod>, namespace: &str, name: &str) {
+        let mut usage = self.usage();
+        let cached = cache.get(&ObjectRef::new(name).within(namespace));
+        let newest = self.pods.newest(cached, namespace, name);
+        usage.set_pod(&format!("{namespace}/{name}"), newest.as_deref());
+    }
+
+    /// Counts every claim of `cache` again (after a relist, or after the assumed ones were
+    /// forgotten).
+    pub fn claims_listed(&self, cache: &Store<ResourceClaim>) {
+        let mut usage = self.usage();
+        let claims = self.claims.overlay(cache.state());
+        for u in usage.rebuild_claims(claims.iter().map(|c| &**c)) {
+            report_unreadable(&u);
+        }
+    }
+
+    /// Counts every pod of `cache` again.
+    pub fn pods_listed(&self, cache: &Store<Pod>) {
+        let mut usage = self.usage();
+        let pods = self.pods.overlay(cache.state());
+        usage.rebuild_pods(pods.iter().map(|p| &**p));
+    }
+}
+
 /// The devices and node facts of one generation of slices, classes and nodes.
 pub struct InventorySnapshot {
     pub generation: u64,
@@ -168,19 +260,23 @@ impl InventorySnapshot {
 /// The view the worker decides from.
 pub struct Cluster {
     pub stores: Stores,
-    pub claims: Assumed<ResourceClaim>,
-    pub pods: Assumed<Pod>,
+    /// The assumed objects and what the cluster uses (shared with the watches).
+    pub tracked: Arc<Tracked>,
     /// Bumped by the watches whenever slices, classes or nodes change.
     pub inventory_generation: Arc<AtomicU64>,
     snapshot: Mutex<Option<Arc<InventorySnapshot>>>,
 }
 
 impl Cluster {
-    pub fn new(stores: Stores, inventory_generation: Arc<AtomicU64>) -> Cluster {
+    /// The view of `stores`, whose watches report their changes to `tracked`.
+    pub fn new(
+        stores: Stores,
+        tracked: Arc<Tracked>,
+        inventory_generation: Arc<AtomicU64>,
+    ) -> Cluster {
         Cluster {
             stores,
-            claims: Assumed::default(),
-            pods: Assumed::default(),
+            tracked,
             inventory_generation,
             snapshot: Mutex::new(None),
         }
@@ -208,7 +304,7 @@ impl Cluster {
             .stores
             .pods
             .get(&ObjectRef::new(name).within(namespace));
-        self.pods.newest(cached, namespace, name)
+        self.tracked.pods.newest(cached, namespace, name)
     }
 
     /// A claim, newest version.
@@ -217,7 +313,34 @@ impl Cluster {
             .stores
             .claims
             .get(&ObjectRef::new(name).within(namespace));
-        self.claims.newest(cached, namespace, name)
+        self.tracked.claims.newest(cached, namespace, name)
+    }
+
+    /// Remembers a claim the server returned after a write, and counts it.
+    pub fn assume_claim(&self, claim: ResourceClaim) -> Arc<ResourceClaim> {
+        let (namespace, name) = name_of(&claim);
+        let claim = self.tracked.claims.assume(claim);
+        self.tracked
+            .claim_changed(&self.stores.claims, &namespace, &name);
+        claim
+    }
+
+    /// Remembers a pod the server returned after a write, and counts it.
+    pub fn assume_pod(&self, pod: Pod) -> Arc<Pod> {
+        let (namespace, name) = name_of(&pod);
+        let pod = self.tracked.pods.assume(pod);
+        self.tracked
+            .pod_changed(&self.stores.pods, &namespace, &name);
+        pod
+    }
+
+    /// Forgets every assumed object (after gaining leadership: another leader may have changed
+    /// anything meanwhile) and counts the cached ones again.
+    pub fn forget_assumed(&self) {
+        self.tracked.claims.clear();
+        self.tracked.pods.clear();
+        self.tracked.claims_listed(&self.stores.claims);
+        self.tracked.pods_listed(&self.stores.pods);
     }
 
     /// Whether a ResourceClaimTemplate exists.
@@ -230,7 +353,7 @@ impl Cluster {
 
     /// The pods of a group that still matter: not deleted, not finished.
     pub fn group_pods(&self, key: &GroupKey) -> Vec<Arc<Pod>> {
-        let pods = self.pods.overlay(self.stores.pods.state());
+        let pods = self.tracked.pods.overlay(self.stores.pods.state());
         pods.into_iter()
             .filter(|p| {
                 p.metadata.namespace.as_deref() == Some(key.namespace.as_str())
@@ -241,23 +364,22 @@ impl Cluster {
             .collect()
     }
 
-    /// Every device allocated by any claim ([`devices_in_use`]; a claim whose allocation does not
-    /// parse blocks its devices exclusively, and is logged).
-    pub fn devices_in_use(&self) -> AllocatedState {
-        let claims = self.claims.overlay(self.stores.claims.state());
-        let (state, unreadable) = devices_in_use(claims.iter().map(|c| &**c));
-        for u in unreadable {
-            tracing::warn!(claim = %u.claim, error = %u.error,
-                "allocation does not parse; treating its devices as exclusively in use");
-        }
-        state
+    /// Every device allocated by any claim ([`tessera_placement::pods::devices_in_use`]; a claim
+    /// whose allocation does not parse blocks its devices exclusively, and is logged when seen).
+    pub fn devices_in_use(&self) -> Arc<AllocatedState> {
+        self.tracked.usage().devices_in_use()
     }
 
-    /// What the pods on each node request, except `except` (the pod being placed). Pods the
-    /// controller released but the scheduler has not bound yet count on their placement node.
-    pub fn node_usage(&self, except: &str) -> HashMap<String, NodeUsage> {
-        let pods = self.pods.overlay(self.stores.pods.state());
-        node_usage(pods.iter().map(|p| &**p), except)
+    /// What the pods on each node request, except the pod with UID `except` (the pod being
+    /// placed; `""`: none). Pods the controller released but the scheduler has not bound yet count
+    /// on their placement node ([`tessera_placement::pods::node_usage`]).
+    pub fn node_usage(&self, except: &str) -> Arc<HashMap<String, NodeUsage>> {
+        let usage = self.tracked.usage();
+        if except.is_empty() {
+            usage.node_usage()
+        } else {
+            usage.node_usage_except(except)
+        }
     }
 }
 

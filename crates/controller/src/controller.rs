@@ -16,7 +16,7 @@ use tessera_runtime::{Endpoints, Heartbeat, Liveness, Probe};
 use tokio::sync::watch;
 
 use crate::api::ApiWriter;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Tracked};
 use crate::leader::{LeaderElector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::queue::Outcome;
@@ -155,11 +155,13 @@ impl Controller {
 
     /// Runs until `shutdown` completes, then stops in order.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let (stores, watches) = start(&self.client, &self.signals);
+        let tracked = Arc::new(Tracked::default());
+        let (stores, watches) = start(&self.client, &self.signals, &tracked);
         // Dropping `run` (a crash, in tests) stops every task it started, as a process exit would.
         let _watch_tasks = Tasks(watches.into_iter().map(tokio::spawn).collect());
         let cluster = Arc::new(Cluster::new(
             stores,
+            tracked,
             self.signals.inventory_generation.clone(),
         ));
         let (stop_election, election_stopped) = watch::channel(false);
@@ -211,8 +213,7 @@ impl Controller {
             self.metrics.leader.set(i64::from(leader));
             if leader && !was_leader {
                 // Whatever was assumed may have been changed by another leader meanwhile.
-                worker.cluster.claims.clear();
-                worker.cluster.pods.clear();
+                worker.cluster.forget_assumed();
                 self.queue().wake_all();
                 tracing::info!("leading: placing gated pods");
             } else if !leader && was_leader {

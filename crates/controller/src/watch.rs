@@ -1,6 +1,7 @@
 //! The watches: one per resource, each filling a reflector store with trimmed objects and telling
 //! the work queue what changed — a candidate pod (queue it), something a waiting pod may be
-//! waiting for (wake parked pods), or the devices, classes or nodes (rebuild the inventory).
+//! waiting for (wake parked pods), or the devices, classes or nodes (rebuild the inventory) — and
+//! telling [`Tracked`] which claim or pod changed (what the cluster uses is kept current).
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -22,7 +23,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
-use crate::cluster::Stores;
+use crate::cluster::{Stores, Tracked};
 use crate::queue::WorkQueue;
 use crate::slices::SliceCache;
 use crate::trim;
@@ -338,8 +339,13 @@ where
 /// A watch, driving its store until dropped.
 pub type WatchTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Starts the six watches. The returned futures run until dropped.
-pub fn start(client: &Client, signals: &Arc<Signals>) -> (Stores, Vec<WatchTask>) {
+/// Starts the six watches, which report claim and pod changes to `tracked`. The returned futures
+/// run until dropped.
+pub fn start(
+    client: &Client,
+    signals: &Arc<Signals>,
+    tracked: &Arc<Tracked>,
+) -> (Stores, Vec<WatchTask>) {
     let (pods, pods_writer) = reflector::store::<Pod>();
     let (claims, claims_writer) = reflector::store::<ResourceClaim>();
     let slices = Arc::new(SliceCache::default());
@@ -354,19 +360,28 @@ pub fn start(client: &Client, signals: &Arc<Signals>) -> (Stores, Vec<WatchTask>
         nodes,
         templates,
     };
+    // Counted before the worker is told: a pod it wakes for decides from the new count.
     let s = signals.clone();
+    let t = tracked.clone();
     let pod_watch = drive(
         watch_stream(client, trim::pod),
         pods_writer,
         signals.clone(),
-        move |e, old, store| on_pod(&s, e, old, store),
+        move |e, old, store| {
+            t.pod_event(e, store);
+            on_pod(&s, e, old, store);
+        },
     );
     let s = signals.clone();
+    let t = tracked.clone();
     let claim_watch = drive(
         watch_stream(client, trim::claim),
         claims_writer,
         signals.clone(),
-        move |e, old, _| on_claim(&s, e, old, &pods),
+        move |e, old, store| {
+            t.claim_event(e, store);
+            on_claim(&s, e, old, &pods);
+        },
     );
     let slice_watch = drive_slices(watch_stream(client, trim::slice), slices, signals.clone());
     let s = signals.clone();

@@ -135,12 +135,14 @@ impl Worker {
         let snapshot = self.cluster.inventory(|| {
             self.metrics.inventory_rebuilds.inc();
         });
-        let in_use = self.cluster.devices_in_use();
-        let usage = self
-            .cluster
-            .node_usage(pod.metadata.uid.as_deref().unwrap_or_default());
-        // The context holds a `&dyn Fn`, which is not `Sync`: keep it out of the awaits below.
+        // The context holds a `&dyn Fn`, which is not `Sync`: keep it out of the awaits below. The
+        // snapshots of what is in use go with it, so that the writes below (which update the
+        // counts) do not copy them.
         let decision = {
+            let in_use = self.cluster.devices_in_use();
+            let usage = self
+                .cluster
+                .node_usage(pod.metadata.uid.as_deref().unwrap_or_default());
             let unmanaged = || snapshot.unmanaged();
             let context = PodContext {
                 devices: &snapshot.devices,
@@ -523,12 +525,12 @@ impl Worker {
 
     fn assume_claim(&self, mut claim: ResourceClaim) -> Arc<ResourceClaim> {
         trim::claim(&mut claim);
-        self.cluster.claims.assume(claim)
+        self.cluster.assume_claim(claim)
     }
 
     fn assume_pod(&self, mut pod: Pod) -> Arc<Pod> {
         trim::pod(&mut pod);
-        self.cluster.pods.assume(pod)
+        self.cluster.assume_pod(pod)
     }
 }
 

@@ -4,6 +4,7 @@
 //!
 //! - [`resolve`]: a pod's claims (direct, or generated from a template);
 //! - [`pods`]: which pods the controller works on, what is in use (devices, node resources);
+//! - [`usage`]: the same in-use state kept current object by object (the controller's watches);
 //! - [`nodes`] and [`resources`]: which nodes a pod may run on before devices are looked at;
 //! - [`managed`]: which devices are topology-managed (the only ones the controller allocates);
 //! - [`claims`]: a pod's claims sorted by who allocated them, the managed-taint toleration;
@@ -27,6 +28,7 @@ pub mod pods;
 pub mod protocol;
 pub mod resolve;
 pub mod resources;
+pub mod usage;
 pub mod view;
 pub mod writes;
 

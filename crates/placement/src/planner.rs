@@ -7,6 +7,7 @@
 //! node when possible and otherwise undone and placed again from scratch, so the pod never stays
 //! with part of its claims allocated.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -194,9 +195,12 @@ fn decide_action(input: &PlacementInput<'_>, sorted: &PodClaims, record: &PodPla
     {
         return action;
     }
-    let mut nodes = input.nodes.clone();
+    // Copied only when changed: at thousands of nodes the eligible set is not small.
+    let mut nodes = Cow::Borrowed(&input.nodes);
     for node in record.avoided_at(input.now) {
-        nodes.reject(&node, Rejection::Avoided);
+        if nodes.eligible.contains(&node) {
+            nodes.to_mut().reject(&node, Rejection::Avoided);
+        }
     }
     restrict_to_allocations(&mut nodes, input.managed, &sorted.fixed);
     let options = pod_options(input);
@@ -217,11 +221,12 @@ fn decide_action(input: &PlacementInput<'_>, sorted: &PodClaims, record: &PodPla
             Err(e) => return invalid(e, sorted),
         }
     }
-    // Place all claims the controller may allocate, from scratch.
-    let mut in_use = input.in_use.clone();
+    // Place all claims the controller may allocate, from scratch (the devices in use copied only
+    // when the pod's own allocations are taken out of them).
+    let mut in_use = Cow::Borrowed(input.in_use);
     for claim in &sorted.own {
         if let Some(a) = allocation(claim)
-            && let Err(e) = in_use.remove_allocation(a)
+            && let Err(e) = in_use.to_mut().remove_allocation(a)
         {
             return Action::CannotPlace {
                 failure: Failure::InvalidInput,
@@ -300,7 +305,7 @@ fn placement(
 
 /// Keeps only the nodes every allocation's node selector admits.
 fn restrict_to_allocations(
-    nodes: &mut NodeFilter,
+    nodes: &mut Cow<'_, NodeFilter>,
     inventory: &Inventory,
     claims: &[Arc<ResourceClaim>],
 ) {
@@ -322,7 +327,9 @@ fn restrict_to_allocations(
         .cloned()
         .collect();
     for name in outside {
-        nodes.reject(&name, Rejection::ClaimsAllocatedElsewhere);
+        nodes
+            .to_mut()
+            .reject(&name, Rejection::ClaimsAllocatedElsewhere);
     }
 }
 
