@@ -174,6 +174,23 @@ pub fn decide(input: &PlacementInput<'_>) -> Decision {
     }
 }
 
+/// The eligible nodes less the ones avoided now and the ones the fixed claims' allocations exclude;
+/// copied only when changed (at thousands of nodes the eligible set is not small).
+fn nodes_for<'n>(
+    input: &'n PlacementInput<'_>,
+    sorted: &PodClaims,
+    record: &PodPlacement,
+) -> Cow<'n, NodeFilter> {
+    let mut nodes = Cow::Borrowed(&input.nodes);
+    for node in record.avoided_at(input.now) {
+        if nodes.eligible.contains(&node) {
+            nodes.to_mut().reject(&node, Rejection::Avoided);
+        }
+    }
+    restrict_to_allocations(&mut nodes, input.managed, &sorted.fixed);
+    nodes
+}
+
 fn decide_action(input: &PlacementInput<'_>, sorted: &PodClaims, record: &PodPlacement) -> Action {
     if input.gated
         && let Some(action) = check_extended_resources(input, sorted)
@@ -195,14 +212,7 @@ fn decide_action(input: &PlacementInput<'_>, sorted: &PodClaims, record: &PodPla
     {
         return action;
     }
-    // Copied only when changed: at thousands of nodes the eligible set is not small.
-    let mut nodes = Cow::Borrowed(&input.nodes);
-    for node in record.avoided_at(input.now) {
-        if nodes.eligible.contains(&node) {
-            nodes.to_mut().reject(&node, Rejection::Avoided);
-        }
-    }
-    restrict_to_allocations(&mut nodes, input.managed, &sorted.fixed);
+    let nodes = nodes_for(input, sorted, record);
     let options = pod_options(input);
     if !sorted.own.is_empty() {
         // Complete the controller's partial placement on its node.
