@@ -115,6 +115,17 @@ pub struct SimulateArgs {
     )]
     pub gang_count: usize,
 
+    /// GPUs per pod in the gang trace, one size per gang: `4`, or sizes with relative weights,
+    /// `2:30,4:40,8:30` (mixed sizes fragment nodes, which per-pod first fit handles worst).
+    #[arg(
+        long,
+        env = "TESSERA_GANG_POD_GPUS",
+        default_value = "4",
+        value_parser = parse_pod_gpus,
+        requires = "gangs"
+    )]
+    pub gang_pod_gpus: BTreeMap<u32, u32>,
+
     /// Topology-aware placement's NUMA policy, as the controller's `--numa-policy`: `align` (a
     /// claim that fits one NUMA node gets one) or `pack` (partly used nodes first).
     #[arg(long, env = "TESSERA_NUMA_POLICY", default_value = "align")]
@@ -629,6 +640,31 @@ fn one_island(cluster: &Cluster, result: &AllocationResult) -> bool {
     first.is_some() && results.iter().all(|r| island(r) == first)
 }
 
+/// `--gang-pod-gpus`: `N` or `N:WEIGHT,...` with N in 1..=8 and positive weights.
+fn parse_pod_gpus(text: &str) -> Result<BTreeMap<u32, u32>, String> {
+    let mut sizes = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (gpus, weight) = item.split_once(':').unwrap_or((item, "1"));
+        let gpus: u32 = gpus
+            .trim()
+            .parse()
+            .ok()
+            .filter(|g| (1..=8).contains(g))
+            .ok_or_else(|| format!("`{item}`: GPUs per pod must be 1 to 8 (a node's GPUs)"))?;
+        let weight: u32 = weight
+            .trim()
+            .parse()
+            .ok()
+            .filter(|w| *w > 0)
+            .ok_or_else(|| format!("`{item}`: the weight after `:` must be a positive integer"))?;
+        sizes.insert(gpus, weight);
+    }
+    if sizes.is_empty() {
+        return Err("expected `N` or `N:WEIGHT,...`, e.g. `4` or `2:30,4:40,8:30`".to_owned());
+    }
+    Ok(sizes)
+}
+
 pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let scenario = if args.scenario == "default" {
         Scenario::default_scenario()
@@ -638,6 +674,8 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
     if args.gangs {
         let scenario = gangs::GangScenario {
             gangs: args.gang_count,
+            gpus_per_pod: args.gang_pod_gpus.clone(),
+            numa: args.numa_policy,
             ..gangs::GangScenario::default()
         };
         let report = gangs::run(&scenario, args.seed)?;
@@ -727,6 +765,25 @@ fn write_table(out: &mut impl Write, report: &Report) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gang_pod_sizes_parse_with_weights_and_refuse_what_no_node_holds() {
+        assert_eq!(parse_pod_gpus("4"), Ok([(4, 1)].into()));
+        assert_eq!(
+            parse_pod_gpus(" 2:30, 4:40,8:30 "),
+            Ok([(2, 30), (4, 40), (8, 30)].into())
+        );
+        for (bad, says) in [
+            ("9", "1 to 8"),
+            ("0", "1 to 8"),
+            ("4:0", "positive"),
+            ("4:x", "positive"),
+            ("", "expected"),
+        ] {
+            let error = parse_pod_gpus(bad).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
+    }
 
     #[test]
     fn traces_are_deterministic_and_follow_the_weights() {

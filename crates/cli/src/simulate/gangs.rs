@@ -46,8 +46,11 @@ pub struct GangScenario {
     pub trays_per_clique: usize,
     pub gangs: usize,
     pub pods: BTreeMap<u32, u32>,
-    pub gpus_per_pod: u32,
+    /// GPUs per pod: relative weight, drawn once per gang (every pod of a gang asks the same).
+    pub gpus_per_pod: BTreeMap<u32, u32>,
     pub lifetime: Lifetime,
+    /// The controller's NUMA policy (`--numa-policy`).
+    pub numa: tessera_allocator::NumaPolicy,
 }
 
 impl Default for GangScenario {
@@ -59,8 +62,9 @@ impl Default for GangScenario {
             trays_per_clique: 18,
             gangs: 400,
             pods: [(2, 40), (4, 30), (8, 20), (16, 10)].into(),
-            gpus_per_pod: 4,
+            gpus_per_pod: [(4, 1)].into(),
             lifetime: Lifetime { min: 5, max: 120 },
+            numa: tessera_allocator::NumaPolicy::Align,
         }
     }
 }
@@ -182,6 +186,8 @@ fn cluster(s: &GangScenario) -> anyhow::Result<Cluster> {
 
 /// One gang of the trace.
 struct Gang {
+    /// GPUs each pod asks for.
+    gpus: u32,
     pods: Vec<Pod>,
     claims: Vec<Arc<ResourceClaim>>,
     lifetime: u64,
@@ -194,15 +200,21 @@ fn trace(s: &GangScenario, seed: u64) -> Vec<Gang> {
         .map(|g| {
             let size = rng.weighted(&s.pods);
             let lifetime = rng.lifetime(&s.lifetime);
+            // One size: no draw, so the default trace stays what it was.
+            let gpus = match s.gpus_per_pod.keys().collect::<Vec<_>>()[..] {
+                [only] => *only,
+                _ => rng.weighted(&s.gpus_per_pod),
+            };
             let mut pods = Vec::new();
             let mut claims = Vec::new();
             for p in 0..size {
-                let c = claim(index, s.gpus_per_pod);
+                let c = claim(index, gpus);
                 index += 1;
                 pods.push(pod(g, p, c.metadata.name.as_deref().unwrap_or_default()));
                 claims.push(Arc::new(tolerating_managed_taint(&c)));
             }
             Gang {
+                gpus,
                 pods,
                 claims,
                 lifetime,
@@ -471,7 +483,8 @@ fn controller(
 pub fn run(s: &GangScenario, seed: u64) -> anyhow::Result<GangReport> {
     let cluster = cluster(s)?;
     let gangs = trace(s, seed);
-    let settings = Settings::new(TOPOLOGY_AWARE_GATE);
+    let mut settings = Settings::new(TOPOLOGY_AWARE_GATE);
+    settings.options.numa = s.numa;
     let mut report = Vec::new();
     for per_pod in [true, false] {
         let mut run = Run::new(&cluster);
@@ -485,7 +498,7 @@ pub fn run(s: &GangScenario, seed: u64) -> anyhow::Result<GangReport> {
             let mut still = Vec::new();
             for (g, arrived) in std::mem::take(&mut waiting) {
                 let gang = &gangs[g];
-                let demand = gang.claims.len() * s.gpus_per_pod as usize;
+                let demand = gang.claims.len() * gang.gpus as usize;
                 let free_before = run.free;
                 let started = if per_pod {
                     first_fit(&mut run, g, gang)?
@@ -522,14 +535,14 @@ pub fn write_table(
 ) -> anyhow::Result<()> {
     writeln!(
         out,
-        "{} dgx-h100 nodes in {} racks, {} GB200 trays in {} fabric cliques; {} gangs of {:?} pods × {} GPUs (seed {seed})\n",
+        "{} dgx-h100 nodes in {} racks, {} GB200 trays in {} fabric cliques; {} gangs of {:?} pods × {:?} GPUs (seed {seed})\n",
         s.racks * s.nodes_per_rack,
         s.racks,
         s.cliques * s.trays_per_clique,
         s.cliques,
         s.gangs,
         s.pods.keys().collect::<Vec<_>>(),
-        s.gpus_per_pod
+        s.gpus_per_pod.keys().collect::<Vec<_>>()
     )?;
     writeln!(
         out,
