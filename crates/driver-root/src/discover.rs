@@ -228,72 +228,101 @@ fn searched_versions(tree: &dyn Tree) -> Vec<(PathBuf, String)> {
 /// Reads the driver's files under `tree` (`root` names it in errors).
 pub fn discover(tree: &dyn Tree, root: &str) -> Result<DriverFiles, DiscoveryError> {
     let cached = cached_libraries(tree);
-    let mut version = None;
-    if let Some(entries) = &cached {
-        for soname in ["libcuda.so.1", "libnvidia-ml.so.1"] {
-            if let Some((_, file)) = entries.iter().find(|(name, _)| name == soname)
-                && let Some(v) = version_of(&file_name(file))
-            {
-                version = Some((v.to_owned(), file.clone()));
-                break;
-            }
-        }
-    }
-    let from_loader_cache = version.is_some();
-    let searched = if version.is_none() {
-        searched_versions(tree)
-    } else {
+    let cached_version = cached.as_deref().and_then(version_in_loader_cache);
+    let from_loader_cache = cached_version.is_some();
+    let searched = if from_loader_cache {
         Vec::new()
+    } else {
+        searched_versions(tree)
     };
-    if version.is_none() {
-        // Several versions (an upgrade's leftovers): the one libcuda.so.1 leads to.
-        version = searched.iter().find_map(|(dir, v)| {
-            let linked = resolve(tree, &dir.join("libcuda.so.1"))?;
-            (version_of(&file_name(&linked)) == Some(v)).then(|| (v.clone(), linked))
-        });
-        version = version.or_else(|| {
-            searched
-                .first()
-                .map(|(dir, v)| (v.clone(), dir.join(format!("libcuda.so.{v}"))))
-        });
-    }
-    let Some((version, version_from)) = version else {
+    let Some((version, version_from)) =
+        cached_version.or_else(|| version_in_search_dirs(tree, &searched))
+    else {
         return Err(DiscoveryError::NoDriver {
             root: root.to_owned(),
         });
     };
-    let suffix = format!(".so.{version}");
-
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    let mut add_dir = |dir: &Path| {
-        if !dirs.iter().any(|d| d == dir) {
-            dirs.push(dir.to_path_buf());
-        }
-    };
-    if from_loader_cache {
-        for (_, file) in cached.iter().flatten() {
-            if file_name(file).ends_with(&suffix)
-                && let Some(dir) = file.parent()
-            {
-                add_dir(dir);
-            }
-        }
+    let dirs = if from_loader_cache {
+        cached_library_dirs(cached.iter().flatten(), &version)
     } else {
-        for (dir, v) in &searched {
-            if *v == version {
-                add_dir(dir);
-            }
-        }
+        searched
+            .iter()
+            .filter(|(_, v)| *v == version)
+            .fold(Vec::new(), |dirs, (dir, _)| with_dir(dirs, dir))
+    };
+    Ok(DriverFiles {
+        libraries: libraries_in(tree, &dirs, &version),
+        binaries: binaries(tree),
+        firmware: firmware(tree, &version),
+        ipc_sockets: ipc_sockets(tree),
+        version,
+        version_from,
+        from_loader_cache,
+    })
+}
+
+/// The version of `libcuda.so.1` (else `libnvidia-ml.so.1`) as the loader cache resolves it,
+/// with the file it was read from.
+fn version_in_loader_cache(entries: &[(String, PathBuf)]) -> Option<(String, PathBuf)> {
+    ["libcuda.so.1", "libnvidia-ml.so.1"]
+        .iter()
+        .find_map(|soname| {
+            let (_, file) = entries.iter().find(|(name, _)| name == soname)?;
+            let v = version_of(&file_name(file))?.to_owned();
+            Some((v, file.clone()))
+        })
+}
+
+/// Without a loader cache: of several versions (an upgrade's leftovers) the one `libcuda.so.1`
+/// leads to, else the first found.
+fn version_in_search_dirs(
+    tree: &dyn Tree,
+    searched: &[(PathBuf, String)],
+) -> Option<(String, PathBuf)> {
+    searched
+        .iter()
+        .find_map(|(dir, v)| {
+            let linked = resolve(tree, &dir.join("libcuda.so.1"))?;
+            (version_of(&file_name(&linked)) == Some(v)).then(|| (v.clone(), linked))
+        })
+        .or_else(|| {
+            searched
+                .first()
+                .map(|(dir, v)| (v.clone(), dir.join(format!("libcuda.so.{v}"))))
+        })
+}
+
+/// `dirs` with `dir` added at the end unless it is there already (first-seen order).
+fn with_dir(mut dirs: Vec<PathBuf>, dir: &Path) -> Vec<PathBuf> {
+    if !dirs.iter().any(|d| d == dir) {
+        dirs.push(dir.to_path_buf());
     }
-    let with_vdpau: Vec<PathBuf> = dirs
+    dirs
+}
+
+/// The directories of the loader cache's files of `version`.
+fn cached_library_dirs<'a>(
+    entries: impl Iterator<Item = &'a (String, PathBuf)>,
+    version: &str,
+) -> Vec<PathBuf> {
+    let suffix = format!(".so.{version}");
+    entries
+        .filter(|(_, file)| file_name(file).ends_with(&suffix))
+        .filter_map(|(_, file)| file.parent())
+        .fold(Vec::new(), with_dir)
+}
+
+/// The driver's libraries of `version` in `dirs` and their `vdpau/` subdirectories, each with
+/// the symlinks beside it that resolve to it.
+fn libraries_in(tree: &dyn Tree, dirs: &[PathBuf], version: &str) -> Vec<Library> {
+    let suffix = format!(".so.{version}");
+    let with_vdpau = dirs
         .iter()
         .flat_map(|d| [d.clone(), d.join("vdpau")])
-        .filter(|d| tree.kind(d) == Some(Kind::Dir))
-        .collect();
-
+        .filter(|d| tree.kind(d) == Some(Kind::Dir));
     let mut libraries = Vec::new();
-    for dir in &with_vdpau {
-        let names = tree.list(dir);
+    for dir in with_vdpau {
+        let names = tree.list(&dir);
         for name in names
             .iter()
             .filter(|n| n.starts_with("lib") && n.ends_with(&suffix))
@@ -312,22 +341,30 @@ pub fn discover(tree: &dyn Tree, root: &str) -> Result<DriverFiles, DiscoveryErr
             libraries.push(Library { path, aliases });
         }
     }
+    libraries
+}
 
-    let mut binaries = Vec::new();
-    for name in BINARIES {
-        let found = BINARY_DIRS.iter().find_map(|dir| {
-            let target = Path::new(dir).join(name);
-            let source = resolve(tree, &target)?;
-            matches!(tree.kind(&source), Some(Kind::File { mode }) if mode & 0o111 != 0)
-                .then_some(Placed { source, target })
-        });
-        binaries.extend(found);
-    }
+/// The driver's executables found in the binary directories (first directory wins).
+fn binaries(tree: &dyn Tree) -> Vec<Placed> {
+    BINARIES
+        .iter()
+        .filter_map(|name| {
+            BINARY_DIRS.iter().find_map(|dir| {
+                let target = Path::new(dir).join(name);
+                let source = resolve(tree, &target)?;
+                matches!(tree.kind(&source), Some(Kind::File { mode }) if mode & 0o111 != 0)
+                    .then_some(Placed { source, target })
+            })
+        })
+        .collect()
+}
 
+/// The GSP firmware files of `version` (first directory wins for a name).
+fn firmware(tree: &dyn Tree, version: &str) -> Vec<Placed> {
     let mut firmware: Vec<Placed> = Vec::new();
     let mut seen = BTreeSet::new();
     for dir in FIRMWARE_DIRS {
-        let Some(dir) = resolve(tree, &Path::new(dir).join("nvidia").join(&version)) else {
+        let Some(dir) = resolve(tree, &Path::new(dir).join("nvidia").join(version)) else {
             continue;
         };
         for name in tree.list(&dir) {
@@ -340,14 +377,18 @@ pub fn discover(tree: &dyn Tree, root: &str) -> Result<DriverFiles, DiscoveryErr
                     source,
                     target: Path::new(FIRMWARE_IN_CONTAINER)
                         .join("nvidia")
-                        .join(&version)
+                        .join(version)
                         .join(&name),
                 });
             }
         }
     }
+    firmware
+}
 
-    let ipc_sockets = IPC_SOCKETS
+/// The driver's IPC sockets that exist (persistenced, fabric manager), each once.
+fn ipc_sockets(tree: &dyn Tree) -> Vec<PathBuf> {
+    IPC_SOCKETS
         .iter()
         .filter_map(|p| resolve(tree, Path::new(p)))
         .filter(|p| tree.kind(p) == Some(Kind::Socket))
@@ -356,15 +397,5 @@ pub fn discover(tree: &dyn Tree, root: &str) -> Result<DriverFiles, DiscoveryErr
                 all.push(p);
             }
             all
-        });
-
-    Ok(DriverFiles {
-        version,
-        version_from,
-        libraries,
-        from_loader_cache,
-        binaries,
-        firmware,
-        ipc_sockets,
-    })
+        })
 }
