@@ -176,34 +176,13 @@ fn replace(dir: &OwnedFd, name: &str, bytes: &[u8], shown: &Path) -> Result<(), 
 
 /// Adds `libraries` to the loader cache of the container whose root filesystem is `rootfs`.
 pub fn update_ldcache(rootfs: &Path, libraries: Vec<Entry>) -> Result<(), HookError> {
-    let io = |path: &str| {
-        let shown = rootfs.join(path);
-        move |e: rustix::io::Errno| HookError::Io {
-            path: shown,
-            source: e.into(),
-        }
-    };
     let root = rustix::fs::open(
         rootfs,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(io(""))?;
-    let mut cache = match open_in(&root, "etc/ld.so.cache", OFlags::RDONLY, Mode::empty()) {
-        Ok(fd) => {
-            let mut bytes = Vec::new();
-            std::fs::File::from(fd)
-                .read_to_end(&mut bytes)
-                .map_err(|source| HookError::Io {
-                    path: rootfs.join("etc/ld.so.cache"),
-                    source,
-                })?;
-            LdCache::parse(&bytes)
-                .map_err(|e| HookError::Cache(format!("/etc/ld.so.cache ({e})")))?
-        }
-        Err(rustix::io::Errno::NOENT) => LdCache::default(),
-        Err(e) => return Err(io("etc/ld.so.cache")(e)),
-    };
+    .map_err(errno_at(rootfs, ""))?;
+    let mut cache = read_cache(&root, rootfs)?;
     let mut dirs: Vec<String> = Vec::new();
     for entry in &libraries {
         if let Some(dir) = Path::new(&entry.path).parent() {
@@ -214,51 +193,85 @@ pub fn update_ldcache(rootfs: &Path, libraries: Vec<Entry>) -> Result<(), HookEr
         }
     }
     cache.prefer(libraries);
-
-    let etc = match open_in(
-        &root,
-        "etc",
-        OFlags::RDONLY | OFlags::DIRECTORY,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => {
-            rustix::fs::mkdirat(&root, "etc", Mode::from_raw_mode(0o755)).map_err(io("etc"))?;
-            open_in(
-                &root,
-                "etc",
-                OFlags::RDONLY | OFlags::DIRECTORY,
-                Mode::empty(),
-            )
-            .map_err(io("etc"))?
-        }
-        Err(e) => return Err(io("etc")(e)),
-    };
+    let etc = open_or_create_etc(&root, rootfs)?;
     replace(
         &etc,
         "ld.so.cache",
         &cache.to_bytes(),
         &rootfs.join("etc/ld.so.cache"),
     )?;
+    write_conf_d(&root, rootfs, &dirs)
+}
 
-    if let Ok(conf_d) = open_in(
-        &root,
+/// Maps an errno on `path` (relative to the container's root `rootfs`) to a [`HookError::Io`].
+fn errno_at(rootfs: &Path, path: &str) -> impl FnOnce(rustix::io::Errno) -> HookError {
+    let shown = rootfs.join(path);
+    move |e| HookError::Io {
+        path: shown,
+        source: e.into(),
+    }
+}
+
+/// The container's `/etc/ld.so.cache`, or an empty cache when the image has none.
+fn read_cache(root: &OwnedFd, rootfs: &Path) -> Result<LdCache, HookError> {
+    match open_in(root, "etc/ld.so.cache", OFlags::RDONLY, Mode::empty()) {
+        Ok(fd) => {
+            let mut bytes = Vec::new();
+            std::fs::File::from(fd)
+                .read_to_end(&mut bytes)
+                .map_err(|source| HookError::Io {
+                    path: rootfs.join("etc/ld.so.cache"),
+                    source,
+                })?;
+            LdCache::parse(&bytes).map_err(|e| HookError::Cache(format!("/etc/ld.so.cache ({e})")))
+        }
+        Err(rustix::io::Errno::NOENT) => Ok(LdCache::default()),
+        Err(e) => Err(errno_at(rootfs, "etc/ld.so.cache")(e)),
+    }
+}
+
+/// The container's `/etc`, created when the image has none.
+fn open_or_create_etc(root: &OwnedFd, rootfs: &Path) -> Result<OwnedFd, HookError> {
+    let open = || {
+        open_in(
+            root,
+            "etc",
+            OFlags::RDONLY | OFlags::DIRECTORY,
+            Mode::empty(),
+        )
+    };
+    match open() {
+        Ok(fd) => Ok(fd),
+        Err(rustix::io::Errno::NOENT) => {
+            rustix::fs::mkdirat(root, "etc", Mode::from_raw_mode(0o755))
+                .map_err(errno_at(rootfs, "etc"))?;
+            open().map_err(errno_at(rootfs, "etc"))
+        }
+        Err(e) => Err(errno_at(rootfs, "etc")(e)),
+    }
+}
+
+/// Names the library directories in `/etc/ld.so.conf.d` (when the image has that directory), so
+/// an `ldconfig` run inside the container keeps them.
+fn write_conf_d(root: &OwnedFd, rootfs: &Path, dirs: &[String]) -> Result<(), HookError> {
+    let Ok(conf_d) = open_in(
+        root,
         "etc/ld.so.conf.d",
         OFlags::RDONLY | OFlags::DIRECTORY,
         Mode::empty(),
-    ) {
-        let text = format!(
-            "# The NVIDIA driver's libraries, injected by Tessera (gpu.tessera.dev).\n{}\n",
-            dirs.join("\n")
-        );
-        replace(
-            &conf_d,
-            CONF_FILE,
-            text.as_bytes(),
-            &rootfs.join("etc/ld.so.conf.d").join(CONF_FILE),
-        )?;
-    }
-    Ok(())
+    ) else {
+        return Ok(());
+    };
+    let text = format!(
+        "# The NVIDIA driver's libraries, injected by Tessera (gpu.tessera.dev).\n{}\n",
+        dirs.join("\n")
+    );
+    replace(
+        &conf_d,
+        CONF_FILE,
+        text.as_bytes(),
+        &rootfs.join("etc/ld.so.conf.d").join(CONF_FILE),
+    )
 }
 
 /// The hook's entry point: `args` after the program name.
