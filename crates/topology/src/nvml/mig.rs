@@ -31,6 +31,32 @@ pub(super) fn list(nvml: &Nvml, gpu_uuid: &str) -> Result<Vec<MigInstance>, Nvml
         .unwrap_or_default())
 }
 
+/// The profile named `profile_name` among `profiles`, when it may start at memory slice `start`.
+fn placeable_profile<'a>(
+    profiles: &'a [MigProfile],
+    gpu_uuid: &str,
+    profile_name: &str,
+    start: u32,
+) -> Result<&'a MigProfile, NvmlError> {
+    let profile = profiles
+        .iter()
+        .find(|p| p.name == profile_name)
+        .ok_or_else(|| NvmlError::UnknownMigProfile {
+            gpu: gpu_uuid.to_owned(),
+            profile: profile_name.to_owned(),
+            available: join(profiles.iter().map(|p| p.name.clone())),
+        })?;
+    if !profile.placements.contains(&start) {
+        return Err(NvmlError::InvalidMigPlacement {
+            gpu: gpu_uuid.to_owned(),
+            profile: profile_name.to_owned(),
+            start,
+            valid: join(profile.placements.iter().map(u32::to_string)),
+        });
+    }
+    Ok(profile)
+}
+
 pub(super) fn create(
     nvml: &Nvml,
     gpu_uuid: &str,
@@ -49,22 +75,7 @@ pub(super) fn create(
         .iter()
         .map(read::mig_profile)
         .collect();
-    let profile = profiles
-        .iter()
-        .find(|p| p.name == profile_name)
-        .ok_or_else(|| NvmlError::UnknownMigProfile {
-            gpu: gpu_uuid.to_owned(),
-            profile: profile_name.to_owned(),
-            available: join(profiles.iter().map(|p| p.name.clone())),
-        })?;
-    if !profile.placements.contains(&start) {
-        return Err(NvmlError::InvalidMigPlacement {
-            gpu: gpu_uuid.to_owned(),
-            profile: profile_name.to_owned(),
-            start,
-            valid: join(profile.placements.iter().map(u32::to_string)),
-        });
-    }
+    let profile = placeable_profile(&profiles, gpu_uuid, profile_name, start)?;
     let failed = |what: &'static str, source: CallError| NvmlError::MigCreate {
         gpu: gpu_uuid.to_owned(),
         profile: profile_name.to_owned(),
