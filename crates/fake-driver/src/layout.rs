@@ -371,6 +371,59 @@ fn in_root(relative: &Path) -> String {
     format!("/{}", relative.display())
 }
 
+/// Writes every library of [`LIBRARIES`] (fake-nvml with `data` embedded, each with its soname)
+/// and their symlinks; returns the loader-cache entries that name them.
+fn write_libraries(
+    root: &Path,
+    layout: Layout,
+    version: &str,
+    data: &DriverData,
+    artifacts: &Artifacts,
+) -> Result<Vec<Entry>, LayoutError> {
+    let mut cache_entries = Vec::new();
+    for library in LIBRARIES {
+        let dir = library.dir(layout);
+        let file = library.file_name(version);
+        let mut bytes = read(&artifacts.path(library.artifact))?;
+        if library.artifact == Artifact::FakeNvml {
+            embedded::patch(&mut bytes, data)?;
+        }
+        stub::patch_soname(&mut bytes, &library.soname(version)).map_err(|source| {
+            LayoutError::Soname {
+                file: file.clone(),
+                source,
+            }
+        })?;
+        write_file(&root.join(&dir).join(&file), &bytes, 0o755)?;
+        let soname = library.soname(version);
+        if soname != file {
+            write_symlink(&root.join(&dir).join(&soname), &file)?;
+        }
+        write_symlink(&root.join(&dir).join(library.dev_link()), &soname)?;
+        if !library.vdpau || layout != Layout::Host {
+            for name in [&soname, &library.dev_link()] {
+                cache_entries.push(Entry::native(name.as_str(), in_root(&dir.join(name))));
+            }
+        }
+    }
+    Ok(cache_entries)
+}
+
+/// Writes the stand-in tool once under `bin_dir` and hard-links it under every other binary's
+/// name: it acts on the name it runs under.
+fn write_binaries(bin_dir: &Path, tool: &[u8]) -> Result<(), LayoutError> {
+    let first = bin_dir.join(BINARIES[0]);
+    write_file(&first, tool, 0o755)?;
+    for binary in &BINARIES[1..] {
+        let path = bin_dir.join(binary);
+        let temp = temp_name(&path);
+        let _ = fs::remove_file(&temp);
+        fs::hard_link(&first, &temp).map_err(io_error(&temp))?;
+        fs::rename(&temp, &path).map_err(io_error(&path))?;
+    }
+    Ok(())
+}
+
 /// Writes the driver root for a node with `inventory` (the node's, with its UUIDs) whose
 /// stand-in device nodes are under `dev_root`.
 pub fn write_driver_root(
@@ -387,45 +440,8 @@ pub fn write_driver_root(
         topology: serde_yaml::to_string(inventory)?,
         dev_root: Some(dev_root.to_path_buf()),
     };
-    let mut cache_entries = Vec::new();
-    for library in LIBRARIES {
-        let dir = library.dir(layout);
-        let file = library.file_name(&version);
-        let mut bytes = read(&artifacts.path(library.artifact))?;
-        if library.artifact == Artifact::FakeNvml {
-            embedded::patch(&mut bytes, &data)?;
-        }
-        stub::patch_soname(&mut bytes, &library.soname(&version)).map_err(|source| {
-            LayoutError::Soname {
-                file: file.clone(),
-                source,
-            }
-        })?;
-        write_file(&root.join(&dir).join(&file), &bytes, 0o755)?;
-        let soname = library.soname(&version);
-        if soname != file {
-            write_symlink(&root.join(&dir).join(&soname), &file)?;
-        }
-        write_symlink(&root.join(&dir).join(library.dev_link()), &soname)?;
-        if !library.vdpau || layout != Layout::Host {
-            for name in [&soname, &library.dev_link()] {
-                cache_entries.push(Entry::native(name.as_str(), in_root(&dir.join(name))));
-            }
-        }
-    }
-    // One file, hard-linked under every binary's name: the stand-in acts on the name it runs
-    // under.
-    let tool = read(&artifacts.tool)?;
-    let bin_dir = root.join(layout.binary_dir());
-    let first = bin_dir.join(BINARIES[0]);
-    write_file(&first, &tool, 0o755)?;
-    for binary in &BINARIES[1..] {
-        let path = bin_dir.join(binary);
-        let temp = temp_name(&path);
-        let _ = fs::remove_file(&temp);
-        fs::hard_link(&first, &temp).map_err(io_error(&temp))?;
-        fs::rename(&temp, &path).map_err(io_error(&path))?;
-    }
+    let cache_entries = write_libraries(root, layout, &version, &data, artifacts)?;
+    write_binaries(&root.join(layout.binary_dir()), &read(&artifacts.tool)?)?;
     for firmware in FIRMWARE {
         write_file(
             &root.join(layout.firmware_dir(&version)).join(firmware),
