@@ -469,30 +469,53 @@ fn element_size(ty: &Ty) -> Size {
 /// Types and checks the operators; `None` for an ordinary function.
 fn operator(id: u64, name: &str, args: &[Info]) -> Result<Option<Info>, CheckError> {
     let types: Vec<&Ty> = args.iter().map(|a| &a.ty).collect();
-    let fail = || {
-        let owned: Vec<Ty> = types.iter().map(|t| (*t).clone()).collect();
-        no_overload(id, name, None, &owned)
+    let ty = match operator_type(name, &types) {
+        None => return Ok(None),
+        Some(Some(ty)) => ty,
+        Some(None) => {
+            let owned: Vec<Ty> = types.iter().map(|t| (*t).clone()).collect();
+            return Err(no_overload(id, name, None, &owned));
+        }
     };
-    let ty = match (name, types.as_slice()) {
+    let mut info = Info::new(ty, Cost::known(0), Size::Unknown);
+    if let (operators::INDEX, Some(container)) = (name, args.first()) {
+        info.size = match &container.ty {
+            Ty::Map(_, v) => element_size(v),
+            Ty::List(_) => container.elements,
+            _ => Size::Unknown,
+        };
+        if let Ty::Map(_, v) = &container.ty
+            && matches!(**v, Ty::Map(..))
+        {
+            info = info.with_elements(Size::Known(MAX_DOMAIN_LENGTH));
+        }
+    }
+    Ok(Some(info))
+}
+
+/// The result type of operator `name` on arguments of `types`: `None` when `name` is not an
+/// operator, `Some(None)` when no overload takes these types.
+fn operator_type(name: &str, types: &[&Ty]) -> Option<Option<Ty>> {
+    let ty = match (name, types) {
         (operators::LOGICAL_AND | operators::LOGICAL_OR, [a, b]) => {
             if !matches!(a, Ty::Bool | Ty::Dyn) || !matches!(b, Ty::Bool | Ty::Dyn) {
-                return Err(fail());
+                return Some(None);
             }
             Ty::Bool
         }
         (operators::LOGICAL_NOT, [a]) => {
             if !matches!(a, Ty::Bool | Ty::Dyn) {
-                return Err(fail());
+                return Some(None);
             }
             Ty::Bool
         }
         (operators::NEGATE, [a]) => match a {
             Ty::Int | Ty::Double | Ty::Dyn => (*a).clone(),
-            _ => return Err(fail()),
+            _ => return Some(None),
         },
         (operators::CONDITIONAL, [c, a, b]) => {
             if !matches!(c, Ty::Bool | Ty::Dyn) {
-                return Err(fail());
+                return Some(None);
             }
             Ty::join(a, b)
         }
@@ -514,11 +537,49 @@ fn operator(id: u64, name: &str, args: &[Info]) -> Result<Option<Info>, CheckErr
             let compatible =
                 a.is_dyn() || b.is_dyn() || a == b || (a.is_numeric() && b.is_numeric());
             if !orderable(a) || !orderable(b) || !compatible {
-                return Err(fail());
+                return Some(None);
             }
             Ty::Bool
         }
-        (operators::ADD, [a, b]) => match (a, b) {
+        (
+            operators::ADD
+            | operators::SUBSTRACT
+            | operators::MULTIPLY
+            | operators::DIVIDE
+            | operators::MODULO,
+            [a, b],
+        ) => return Some(arithmetic_type(name, a, b)),
+        (operators::IN, [_, container]) => match container {
+            Ty::List(_) | Ty::Map(..) | Ty::Dyn => Ty::Bool,
+            _ => return Some(None),
+        },
+        (operators::INDEX, [container, index]) => return Some(index_type(container, index)),
+        (operators::OPT_INDEX, [container, index]) => {
+            let inner: &Ty = match container {
+                Ty::Optional(inner) => inner,
+                other => other,
+            };
+            return Some(index_type(inner, index).map(Ty::optional));
+        }
+        (operators::OPT_SELECT, [operand, _]) => match operand {
+            Ty::Map(_, value) => Ty::optional((**value).clone()),
+            Ty::Optional(inner) => match &**inner {
+                Ty::Map(_, value) => Ty::optional((**value).clone()),
+                _ => Ty::optional(Ty::Dyn),
+            },
+            Ty::Dyn => Ty::optional(Ty::Dyn),
+            Ty::Device => Ty::optional(Ty::Dyn),
+            _ => return Some(None),
+        },
+        _ => return None,
+    };
+    Some(Some(ty))
+}
+
+/// The result type of arithmetic operator `name` on `a` and `b`, or `None` without an overload.
+fn arithmetic_type(name: &str, a: &Ty, b: &Ty) -> Option<Ty> {
+    Some(match name {
+        operators::ADD => match (a, b) {
             (Ty::Dyn, _) | (_, Ty::Dyn) => Ty::Dyn,
             (Ty::List(x), Ty::List(y)) => Ty::list(Ty::join(x, y)),
             (Ty::Timestamp, Ty::Duration) | (Ty::Duration, Ty::Timestamp) => Ty::Timestamp,
@@ -531,65 +592,29 @@ fn operator(id: u64, name: &str, args: &[Info]) -> Result<Option<Info>, CheckErr
             {
                 (*x).clone()
             }
-            _ => return Err(fail()),
+            _ => return None,
         },
-        (operators::SUBSTRACT, [a, b]) => match (a, b) {
+        operators::SUBSTRACT => match (a, b) {
             (Ty::Dyn, _) | (_, Ty::Dyn) => Ty::Dyn,
             (Ty::Timestamp, Ty::Timestamp) => Ty::Duration,
             (Ty::Timestamp, Ty::Duration) => Ty::Timestamp,
             (x, y) if x == y && matches!(x, Ty::Int | Ty::Uint | Ty::Double | Ty::Duration) => {
                 (*x).clone()
             }
-            _ => return Err(fail()),
+            _ => return None,
         },
-        (operators::MULTIPLY | operators::DIVIDE, [a, b]) => match (a, b) {
+        operators::MULTIPLY | operators::DIVIDE => match (a, b) {
             (Ty::Dyn, _) | (_, Ty::Dyn) => Ty::Dyn,
             (x, y) if x == y && x.is_numeric() => (*x).clone(),
-            _ => return Err(fail()),
+            _ => return None,
         },
-        (operators::MODULO, [a, b]) => match (a, b) {
+        operators::MODULO => match (a, b) {
             (Ty::Dyn, _) | (_, Ty::Dyn) => Ty::Dyn,
             (x, y) if x == y && matches!(x, Ty::Int | Ty::Uint) => (*x).clone(),
-            _ => return Err(fail()),
+            _ => return None,
         },
-        (operators::IN, [_, container]) => match container {
-            Ty::List(_) | Ty::Map(..) | Ty::Dyn => Ty::Bool,
-            _ => return Err(fail()),
-        },
-        (operators::INDEX, [container, index]) => index_type(container, index).ok_or_else(fail)?,
-        (operators::OPT_INDEX, [container, index]) => {
-            let inner: &Ty = match container {
-                Ty::Optional(inner) => inner,
-                other => other,
-            };
-            Ty::optional(index_type(inner, index).ok_or_else(fail)?)
-        }
-        (operators::OPT_SELECT, [operand, _]) => match operand {
-            Ty::Map(_, value) => Ty::optional((**value).clone()),
-            Ty::Optional(inner) => match &**inner {
-                Ty::Map(_, value) => Ty::optional((**value).clone()),
-                _ => Ty::optional(Ty::Dyn),
-            },
-            Ty::Dyn => Ty::optional(Ty::Dyn),
-            Ty::Device => Ty::optional(Ty::Dyn),
-            _ => return Err(fail()),
-        },
-        _ => return Ok(None),
-    };
-    let mut info = Info::new(ty, Cost::known(0), Size::Unknown);
-    if let (operators::INDEX, Some(container)) = (name, args.first()) {
-        info.size = match &container.ty {
-            Ty::Map(_, v) => element_size(v),
-            Ty::List(_) => container.elements,
-            _ => Size::Unknown,
-        };
-        if let Ty::Map(_, v) = &container.ty
-            && matches!(**v, Ty::Map(..))
-        {
-            info = info.with_elements(Size::Known(MAX_DOMAIN_LENGTH));
-        }
-    }
-    Ok(Some(info))
+        _ => return None,
+    })
 }
 
 fn index_type(container: &Ty, index: &Ty) -> Option<Ty> {

@@ -218,10 +218,15 @@ macro_rules! table {
 /// The overloads of `name`, global and member, or `None` if the environment has no such
 /// function. Operators are checked separately.
 pub(crate) fn signatures(name: &str) -> Option<&'static [Sig]> {
-    use P::{
-        Any, Bool, Bytes, Double, Duration, Int, List, Map, Optional, Quantity, Semver, String,
-        Timestamp, Uint,
-    };
+    standard_signatures(name)
+        .or_else(|| time_and_optional_signatures(name))
+        .or_else(|| quantity_and_semver_signatures(name))
+        .or_else(|| string_list_and_internal_signatures(name))
+}
+
+/// CEL's standard functions: sizes, conversions, `dyn` and `type`.
+fn standard_signatures(name: &str) -> Option<&'static [Sig]> {
+    use P::{Any, Bool, Bytes, Double, Duration, Int, List, Map, String, Timestamp, Uint};
     Some(match name {
         "size" => table!(&[
             g(&[String], R::Int),
@@ -274,6 +279,14 @@ pub(crate) fn signatures(name: &str) -> Option<&'static [Sig]> {
             g(&[Int], R::Timestamp),
             g(&[Timestamp], R::Timestamp)
         ]),
+        _ => return None,
+    })
+}
+
+/// Timestamp and duration accessors, and the optional library.
+fn time_and_optional_signatures(name: &str) -> Option<&'static [Sig]> {
+    use P::{Any, Duration, Optional, String, Timestamp};
+    Some(match name {
         "getFullYear" | "getMonth" | "getDate" | "getDayOfMonth" | "getDayOfWeek"
         | "getDayOfYear" => {
             table!(&[m(Timestamp, &[], R::Int), m(Timestamp, &[String], R::Int)])
@@ -289,6 +302,14 @@ pub(crate) fn signatures(name: &str) -> Option<&'static [Sig]> {
         "value" => table!(&[m(Optional, &[], R::InnerOfReceiver)]),
         "or" => table!(&[m(Optional, &[Optional], R::Receiver)]),
         "orValue" => table!(&[m(Optional, &[Any], R::InnerOfReceiver)]),
+        _ => return None,
+    })
+}
+
+/// Kubernetes' quantity and semver libraries.
+fn quantity_and_semver_signatures(name: &str) -> Option<&'static [Sig]> {
+    use P::{Bool, Int, Quantity, Semver, String};
+    Some(match name {
         "quantity" => table!(&[g(&[String], R::Quantity)]),
         "isQuantity" => table!(&[g(&[String], R::Bool)]),
         "sign" | "asInteger" => table!(&[m(Quantity, &[], R::Int)]),
@@ -309,6 +330,14 @@ pub(crate) fn signatures(name: &str) -> Option<&'static [Sig]> {
         "semver" => table!(&[g(&[String], R::Semver), g(&[String, Bool], R::Semver)]),
         "isSemver" => table!(&[g(&[String], R::Bool), g(&[String, Bool], R::Bool)]),
         "major" | "minor" | "patch" => table!(&[m(Semver, &[], R::Int)]),
+        _ => return None,
+    })
+}
+
+/// The strings, lists and sets extension libraries, and the macros' internal functions.
+fn string_list_and_internal_signatures(name: &str) -> Option<&'static [Sig]> {
+    use P::{Any, Int, List, Map, String};
+    Some(match name {
         "charAt" => table!(&[m(String, &[Int], R::String)]),
         "indexOf" | "lastIndexOf" => table!(&[
             m(String, &[String], R::Int),
