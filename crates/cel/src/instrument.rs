@@ -237,38 +237,7 @@ fn rewrite(expr: &mut IdedExpr, id: &mut u64) {
     }
     let mut charge_result = false;
     match &mut expr.expr {
-        Expr::Call(c) => {
-            if let Some(target) = &mut c.target {
-                rewrite(target, id);
-            }
-            c.args.iter_mut().for_each(|a| rewrite(a, id));
-            strict_operator(c);
-            let name = c.func_name.clone();
-            if let Some(target) = c.target.as_deref()
-                && calls_qualified_function(target, &name)
-            {
-                // `sets.contains(…)`: the target is the function's namespace, not a value.
-            } else if traverses_arguments(&name) {
-                if let Some(target) = c.target.as_deref_mut().filter(|t| !bounded(t)) {
-                    wrap_size(target, id);
-                }
-                for arg in c.args.iter_mut().filter(|a| !bounded(a)) {
-                    wrap_size(arg, id);
-                }
-            } else if compares(&name) {
-                let mut operands: Vec<&mut IdedExpr> = c
-                    .target
-                    .as_deref_mut()
-                    .into_iter()
-                    .chain(c.args.iter_mut())
-                    .collect();
-                if !operands.iter().any(|o| bounded(o)) {
-                    operands.iter_mut().for_each(|o| wrap_size(o, id));
-                }
-            } else if name == operators::ADD && !c.args.iter().all(bounded) {
-                charge_result = true;
-            }
-        }
+        Expr::Call(c) => charge_result = rewrite_call(c, id),
         Expr::Comprehension(c) => {
             for e in [
                 &mut c.iter_range,
@@ -306,6 +275,42 @@ fn rewrite(expr: &mut IdedExpr, id: &mut u64) {
     if charge_result {
         wrap_size(expr, id);
     }
+}
+
+/// Rewrites a call's operands; `true` when the call's result must be charged by its size (a
+/// concatenation of unbounded operands).
+fn rewrite_call(c: &mut CallExpr, id: &mut u64) -> bool {
+    if let Some(target) = &mut c.target {
+        rewrite(target, id);
+    }
+    c.args.iter_mut().for_each(|a| rewrite(a, id));
+    strict_operator(c);
+    let name = c.func_name.clone();
+    if let Some(target) = c.target.as_deref()
+        && calls_qualified_function(target, &name)
+    {
+        // `sets.contains(…)`: the target is the function's namespace, not a value.
+    } else if traverses_arguments(&name) {
+        if let Some(target) = c.target.as_deref_mut().filter(|t| !bounded(t)) {
+            wrap_size(target, id);
+        }
+        for arg in c.args.iter_mut().filter(|a| !bounded(a)) {
+            wrap_size(arg, id);
+        }
+    } else if compares(&name) {
+        let mut operands: Vec<&mut IdedExpr> = c
+            .target
+            .as_deref_mut()
+            .into_iter()
+            .chain(c.args.iter_mut())
+            .collect();
+        if !operands.iter().any(|o| bounded(o)) {
+            operands.iter_mut().for_each(|o| wrap_size(o, id));
+        }
+    } else if name == operators::ADD && !c.args.iter().all(bounded) {
+        return true;
+    }
+    false
 }
 
 /// Replaces `==`, `!=` and `in` by the functions that evaluate them as cel-go does where the

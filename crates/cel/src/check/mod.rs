@@ -324,52 +324,75 @@ impl Checker {
             Some(_) => (types.first(), &types[1..]),
             None => (None, &types[..]),
         };
-        let matching: Vec<&Sig> = sigs
-            .iter()
-            .filter(|s| {
-                s.receiver.is_some() == receiver.is_some()
-                    && s.receiver.zip(receiver).is_none_or(|(p, t)| p.accepts(t))
-                    && s.params.len() == arg_types.len()
-                    && s.params.iter().zip(arg_types).all(|(p, t)| p.accepts(t))
-            })
-            .collect();
-        let Some(first) = matching.first() else {
-            if !sigs
-                .iter()
-                .any(|s| s.receiver.is_some() == receiver.is_some())
-            {
-                return Err(error(
-                    id,
-                    format!("undeclared reference to '{name}' (in container '')"),
-                ));
-            }
-            return Err(no_overload(id, name, receiver, arg_types));
-        };
-        let ty = matching
-            .iter()
-            .map(|s| s.result.resolve(receiver, arg_types))
-            .fold(first.result.resolve(receiver, arg_types), |a, b| {
-                Ty::join(&a, &b)
-            });
-        if let Some(index) = regex_argument(name) {
-            let all_args: Vec<&IdedExpr> = target.into_iter().chain(args).collect();
-            if let Some(IdedExpr {
-                id,
-                expr: Expr::Literal(LiteralValue::String(pattern)),
-            }) = all_args.get(index)
-            {
-                crate::library::regex::compile(pattern.inner()).map_err(|e| {
-                    error(
-                        *id,
-                        format!("invalid regular expression {:?}: {e}", pattern.inner()),
-                    )
-                })?;
-            }
-        }
+        let ty = overload_type(id, name, sigs, receiver, arg_types)?;
+        check_regex_literal(name, target, args)?;
         let call_cost = cost::call_cost(name, &infos);
         let size = cost::result_size(name, &infos);
         Ok(Info::new(ty, cost.add(call_cost), size))
     }
+}
+
+/// The result type of a call to `name` whose overloads are `sigs` (the join of every matching
+/// overload's), or why none matches.
+fn overload_type(
+    id: u64,
+    name: &str,
+    sigs: &[Sig],
+    receiver: Option<&Ty>,
+    arg_types: &[Ty],
+) -> Result<Ty, CheckError> {
+    let matching: Vec<&Sig> = sigs
+        .iter()
+        .filter(|s| {
+            s.receiver.is_some() == receiver.is_some()
+                && s.receiver.zip(receiver).is_none_or(|(p, t)| p.accepts(t))
+                && s.params.len() == arg_types.len()
+                && s.params.iter().zip(arg_types).all(|(p, t)| p.accepts(t))
+        })
+        .collect();
+    let Some(first) = matching.first() else {
+        if !sigs
+            .iter()
+            .any(|s| s.receiver.is_some() == receiver.is_some())
+        {
+            return Err(error(
+                id,
+                format!("undeclared reference to '{name}' (in container '')"),
+            ));
+        }
+        return Err(no_overload(id, name, receiver, arg_types));
+    };
+    Ok(matching
+        .iter()
+        .map(|s| s.result.resolve(receiver, arg_types))
+        .fold(first.result.resolve(receiver, arg_types), |a, b| {
+            Ty::join(&a, &b)
+        }))
+}
+
+/// A literal regular expression passed to `name` compiles (upstream's `ValidateRegexLiterals`).
+fn check_regex_literal(
+    name: &str,
+    target: Option<&IdedExpr>,
+    args: &[IdedExpr],
+) -> Result<(), CheckError> {
+    let Some(index) = regex_argument(name) else {
+        return Ok(());
+    };
+    let all_args: Vec<&IdedExpr> = target.into_iter().chain(args).collect();
+    if let Some(IdedExpr {
+        id,
+        expr: Expr::Literal(LiteralValue::String(pattern)),
+    }) = all_args.get(index)
+    {
+        crate::library::regex::compile(pattern.inner()).map_err(|e| {
+            error(
+                *id,
+                format!("invalid regular expression {:?}: {e}", pattern.inner()),
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Whether `target.name(…)` calls the global function `target.name` (as `sets.contains(…)`),
