@@ -48,8 +48,9 @@ pub struct InventoryArgs {
 
     /// Node name: the pool name, spec.nodeName and the prefix of slice names (default `node`).
     /// With a topology, also the node the GPU and MIG UUIDs are derived for, as the node plugin
-    /// does; without it the topology file's UUIDs are shown.
-    #[arg(long, env = "NODE_NAME")]
+    /// does; without it the topology file's UUIDs are shown [also read from $NODE_NAME, the
+    /// downward API's convention].
+    #[arg(long, env = "TESSERA_NODE_NAME")]
     pub node_name: Option<String>,
 
     /// Output format.
@@ -102,7 +103,7 @@ pub fn run(args: &InventoryArgs, out: &mut impl Write) -> anyhow::Result<()> {
         dynamic_mig: args.dynamic_mig,
         topology_managed: args.topology_managed,
         consumable_shares: args.consumable_shares,
-        ..RenderOptions::new(args.node_name.as_deref().unwrap_or(DEFAULT_NODE_NAME))
+        ..RenderOptions::new(node_name(args).as_deref().unwrap_or(DEFAULT_NODE_NAME))
     };
     let slices = render_slices(&inventory, &options)
         .with_context(|| format!("rendering the ResourceSlices of {}", source.describe()))?;
@@ -132,10 +133,18 @@ fn device_source(args: &InventoryArgs) -> anyhow::Result<Box<dyn DeviceSource>> 
         .as_deref()
         .context("either --topology or --nvml is required")?;
     let source = MockSource::new(topology)?;
-    Ok(Box::new(match &args.node_name {
-        Some(node_name) => source.for_node(node_name.clone()),
+    Ok(Box::new(match node_name(args) {
+        Some(node_name) => source.for_node(node_name),
         None => source,
     }))
+}
+
+/// `--node-name`, else `$NODE_NAME` (the downward API's convention, as the node plugin reads it).
+fn node_name(args: &InventoryArgs) -> Option<String> {
+    args.node_name
+        .clone()
+        .or_else(|| std::env::var("NODE_NAME").ok())
+        .filter(|n| !n.is_empty())
 }
 
 /// One row per device: name, type, MIG profile, memory, NVLink island, NUMA node, PCIe root.

@@ -23,6 +23,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 #[command(
     name = "tessera",
     version,
+    long_version = tessera_runtime::build::LONG_VERSION,
     about = "Tessera: a DRA driver for NVIDIA GPUs"
 )]
 struct Args {
@@ -61,7 +62,51 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Print this build: version, git commit, compiler and target (what the servers export as
+    /// the `tessera_build_info` metric).
+    Version(VersionArgs),
 }
+
+#[derive(Debug, clap::Args)]
+struct VersionArgs {
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long,
+        env = "TESSERA_OUTPUT",
+        value_enum,
+        default_value = "text"
+    )]
+    output: VersionFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum VersionFormat {
+    Text,
+    Json,
+}
+
+fn version(args: &VersionArgs, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    use tessera_runtime::build::{GIT_COMMIT, RUSTC, TARGET, VERSION};
+    match args.output {
+        VersionFormat::Text => writeln!(
+            out,
+            "tessera {VERSION}\ncommit: {GIT_COMMIT}\ncompiler: {RUSTC}\ntarget: {TARGET}"
+        )?,
+        VersionFormat::Json => writeln!(
+            out,
+            "{}",
+            serde_json::json!({
+                "version": VERSION,
+                "gitCommit": GIT_COMMIT,
+                "rustc": RUSTC,
+                "target": TARGET,
+            })
+        )?,
+    }
+    Ok(())
+}
+
 
 /// The kubectl plugin's file name: started under it, the CLI calls itself `kubectl tessera`.
 const KUBECTL_PLUGIN: &str = "kubectl-tessera";
@@ -114,5 +159,6 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Migrate(a) => migrate::run(&a, out, &mut std::io::stderr().lock()),
         Command::Top(a) => top::run(&a, out).map(|()| ExitCode::SUCCESS),
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),
+        Command::Version(a) => version(&a, out).map(|()| ExitCode::SUCCESS),
     }
 }

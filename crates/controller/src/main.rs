@@ -1,7 +1,6 @@
 //! `tessera-controller`: flags, logging, signals, wiring. Everything else is in the library.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -10,7 +9,19 @@ use clap::{ArgAction, Parser};
 use tessera_api::names::TOPOLOGY_AWARE_GATE;
 use tessera_controller::{Controller, ControllerConfig, LeaseConfig, Metrics};
 use tessera_placement::group::{DEFAULT_GROUP_BUDGET, Hierarchy};
-use tessera_runtime::{EndpointServer, LogFormat, Stop, parse_duration};
+use tessera_runtime::{
+    COMMON_RENAMED, ClientArgs, EndpointServer, LogArgs, Renamed, Stop, parse_duration,
+};
+
+/// The downward API's `POD_NAME` (accepted without a warning: Kubernetes' convention), and the
+/// names every binary accepts (`KUBECONFIG`, `LOG_FORMAT`).
+fn renamed() -> Vec<Renamed> {
+    [Renamed::convention("POD_NAME", "TESSERA_IDENTITY")]
+        .iter()
+        .chain(&COMMON_RENAMED)
+        .copied()
+        .collect()
+}
 
 /// The default `--topology-levels`: rack, block, zone.
 const DEFAULT_TOPOLOGY_LEVELS: &str =
@@ -18,17 +29,24 @@ const DEFAULT_TOPOLOGY_LEVELS: &str =
 
 /// Allocates the ResourceClaims of gated pods on the best-connected topology-managed GPUs.
 #[derive(Debug, Parser)]
-#[command(name = "tessera-controller", version)]
+#[command(
+    name = "tessera-controller",
+    version,
+    long_version = tessera_runtime::build::LONG_VERSION,
+    max_term_width = 100,
+    after_help = "Every flag can also be set by its environment variable (shown with each flag); \
+                  POD_NAME, POD_NAMESPACE and KUBECONFIG are read as Kubernetes' conventions."
+)]
 struct Args {
-    /// Kubeconfig to use; without it, the in-cluster service account.
-    #[arg(long, env = "KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    client: ClientArgs,
 
     /// Elect a leader among replicas on a Lease; only the leader writes.
     #[arg(long, env = "TESSERA_LEADER_ELECT", default_value_t = true, action = ArgAction::Set)]
     leader_elect: bool,
 
-    /// Namespace of the Lease [default: $POD_NAMESPACE, else tessera-system].
+    /// Namespace of the Lease [default: $TESSERA_NAMESPACE, else $POD_NAMESPACE, else
+    /// tessera-system].
     #[arg(long, env = "TESSERA_LEASE_NAMESPACE")]
     lease_namespace: Option<String>,
 
@@ -80,12 +98,11 @@ struct Args {
     #[arg(long, env = "TESSERA_NUMA_POLICY", default_value = "align")]
     numa_policy: tessera_allocator::NumaPolicy,
 
-    /// Log format (the level comes from RUST_LOG, default info).
-    #[arg(long, env = "TESSERA_LOG_FORMAT", value_enum, default_value = "text")]
-    log_format: LogFormat,
+    #[command(flatten)]
+    log: LogArgs,
 
     /// This replica's name, for the Lease and events [default: $POD_NAME, else the host name].
-    #[arg(long, env = "POD_NAME")]
+    #[arg(long, env = "TESSERA_IDENTITY")]
     identity: Option<String>,
 }
 
@@ -107,8 +124,11 @@ fn identity(args: &Args) -> String {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    tessera_runtime::init_logging(args.log_format);
+    let (args, notices) = tessera_runtime::env::parse::<Args>(&renamed());
+    args.log.init();
+    for notice in &notices {
+        notice.log();
+    }
     if args.renew_deadline >= args.lease_duration {
         anyhow::bail!(
             "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?}), or two leaders could overlap",
@@ -116,7 +136,7 @@ async fn main() -> anyhow::Result<()> {
             args.lease_duration
         );
     }
-    let client = tessera_runtime::kube_client(args.kubeconfig.as_deref()).await?;
+    let client = tessera_runtime::kube_client(args.client.kubeconfig.as_deref()).await?;
     let identity = identity(&args);
     let mut config = ControllerConfig::new(&args.gate_name);
     config.avoid_for = args.avoid_node_for;
@@ -130,6 +150,7 @@ async fn main() -> anyhow::Result<()> {
         let namespace = args
             .lease_namespace
             .clone()
+            .or_else(|| std::env::var("TESSERA_NAMESPACE").ok())
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| "tessera-system".to_owned());
         let mut lease = LeaseConfig::new(&namespace, &args.lease_name, &identity);
@@ -182,6 +203,32 @@ mod tests {
             let text = error.to_string();
             assert!(text.contains(flag) && text.contains(value), "{text}");
         }
+    }
+
+    #[test]
+    fn every_variable_is_prefixed_and_pod_name_still_names_the_replica() {
+        use clap::CommandFactory;
+        tessera_runtime::env::check_table(&Args::command(), &renamed()).unwrap();
+        let (argv, notices) = tessera_runtime::env::apply_renamed(
+            &Args::command(),
+            &renamed(),
+            |name| match name {
+                "POD_NAME" => Some("controller-0".into()),
+                "LOG_FORMAT" => Some("json".into()),
+                _ => None,
+            },
+            vec!["tessera-controller".into()],
+        );
+        let args = Args::try_parse_from(argv).unwrap();
+        assert_eq!(args.identity.as_deref(), Some("controller-0"));
+        assert_eq!(args.log.log_format, tessera_runtime::LogFormat::Json);
+        assert_eq!(
+            notices,
+            vec![tessera_runtime::Notice::Deprecated {
+                old: "LOG_FORMAT",
+                new: "TESSERA_LOG_FORMAT"
+            }]
+        );
     }
 
     #[test]

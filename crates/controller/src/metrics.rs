@@ -55,7 +55,11 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("tessera_controller");
+        // The build info at the root (`tessera_build_info`, the same name in both servers), the
+        // controller's own metrics under `tessera_controller_`.
+        let mut root = Registry::default();
+        tessera_runtime::build::register(&mut root);
+        let registry = root.sub_registry_with_prefix("tessera_controller");
         let metrics = Metrics {
             pods_placed: Counter::default(),
             claims_allocated: Counter::default(),
@@ -126,7 +130,7 @@ impl Metrics {
             metrics.inventory_rebuilds.clone(),
         );
         Metrics {
-            registry,
+            registry: root,
             ..metrics
         }
     }
@@ -168,6 +172,12 @@ mod tests {
             text.contains("tessera_controller_pods_placed_total 1"),
             "{text}"
         );
+        let build = format!(
+            "tessera_build_info{{version=\"{}\",git_commit=\"{}\"",
+            tessera_runtime::build::VERSION,
+            tessera_runtime::build::GIT_COMMIT
+        );
+        assert!(text.contains(&build), "{build} missing from\n{text}");
         assert!(
             text.contains("tessera_controller_failures_total{reason=\"Unsatisfiable\"} 1"),
             "{text}"

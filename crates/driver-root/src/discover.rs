@@ -146,6 +146,15 @@ impl DriverFiles {
         dirs
     }
 
+    /// The path in the root of the library called `name` (a file name or one of its aliases,
+    /// such as the soname `libnvidia-ml.so.1`), if the driver has it.
+    pub fn library_named(&self, name: &str) -> Option<PathBuf> {
+        self.libraries
+            .iter()
+            .find(|l| l.names().any(|n| n == name))
+            .map(|l| l.dir().join(name))
+    }
+
     /// The binary called `name`, if the driver has it.
     pub fn binary(&self, name: &str) -> Option<&Placed> {
         self.binaries

@@ -173,6 +173,12 @@ fn links_in_the_image_cannot_send_the_write_outside_its_root() {
 #[test]
 fn bad_input_is_an_error_naming_it() {
     let bundle = Bundle::new();
+    let version = bundle.run_hook(&["--version"]);
+    assert!(version.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        concat!("tessera-cdi-hook ", env!("CARGO_PKG_VERSION"))
+    );
     let no_args = bundle.run_hook(&["update-ldcache"]);
     assert!(String::from_utf8_lossy(&no_args.stderr).contains("no --library"));
     let unknown = bundle.run_hook(&["create-symlinks"]);

@@ -340,6 +340,12 @@ fn rhel_and_arm64_library_directories() {
     assert!(files.from_loader_cache);
     assert_eq!(files.library_dirs(), vec![PathBuf::from(dir)]);
     assert_eq!(files.libraries.len(), DRIVER_580.len());
+    // The NVML backend's default library on arm64 (GH200/GB200 nodes).
+    assert_eq!(
+        files.library_named("libnvidia-ml.so.1"),
+        Some(PathBuf::from(dir).join("libnvidia-ml.so.1"))
+    );
+    assert_eq!(files.library_named("libnotthere.so.1"), None);
 }
 
 #[test]

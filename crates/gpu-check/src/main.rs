@@ -347,6 +347,10 @@ fn mps(mounted: &[MountedFile], cuda_devices: usize) -> Option<MpsReport> {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--version") {
+        println!("tessera-gpu-check {}", env!("CARGO_PKG_VERSION"));
+        return;
+    }
     let mounted = mounts(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
     let cuda = cuda::check();
     let cuda_devices = cuda.devices.len();

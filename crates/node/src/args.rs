@@ -1,5 +1,6 @@
-//! Command-line flags of `tessera-kubelet-plugin`. Every flag has an environment variable; the
-//! names follow the conventions DRA drivers already use.
+//! Command-line flags of `tessera-kubelet-plugin`. Every flag has an environment variable,
+//! `TESSERA_<FLAG>`; [`renamed`] lists the names older releases read, still accepted
+//! (`tessera_runtime::env`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,35 +17,91 @@ use tessera_node::gpu_metrics::monitor::GpuMonitorSettings;
 use tessera_node::health::monitor::HealthSettings;
 use tessera_node::injection::{self, DriverRootConfig, HookInstall};
 use tessera_node::{DeviceBackend as Backend, MpsPodSettings, NodePluginConfig};
-use tessera_runtime::{LogFormat, parse_duration};
+use tessera_runtime::{COMMON_RENAMED, ClientArgs, LogArgs, Renamed, parse_duration};
+
+/// The environment variables older releases read, and the downward API's `NODE_NAME` and
+/// `POD_NAMESPACE` (accepted without a warning: they are Kubernetes' convention).
+const OWN_RENAMED: [Renamed; 24] = [
+    Renamed::convention("NODE_NAME", "TESSERA_NODE_NAME"),
+    Renamed::convention("POD_NAMESPACE", "TESSERA_NAMESPACE"),
+    Renamed::deprecated(
+        "KUBELET_REGISTRAR_DIRECTORY_PATH",
+        "TESSERA_KUBELET_REGISTRAR_DIRECTORY_PATH",
+    ),
+    Renamed::deprecated(
+        "KUBELET_PLUGINS_DIRECTORY_PATH",
+        "TESSERA_KUBELET_PLUGINS_DIRECTORY_PATH",
+    ),
+    Renamed::deprecated("CDI_ROOT", "TESSERA_CDI_ROOT"),
+    Renamed::deprecated("STATE_DIR", "TESSERA_STATE_DIR"),
+    Renamed::deprecated("NVIDIA_DRIVER_ROOT", "TESSERA_DRIVER_ROOT"),
+    Renamed::deprecated("CONTAINER_DRIVER_ROOT", "TESSERA_CONTAINER_DRIVER_ROOT"),
+    Renamed::deprecated("CDI_HOOK_PATH", "TESSERA_CDI_HOOK_PATH"),
+    Renamed::deprecated("NVIDIA_DEV_ROOT", "TESSERA_DEV_ROOT"),
+    Renamed::deprecated("MPS_DAEMONS", "TESSERA_MPS_DAEMONS"),
+    Renamed::deprecated("MPS_DAEMON_IMAGE", "TESSERA_MPS_DAEMON_IMAGE"),
+    Renamed::deprecated(
+        "MPS_DAEMON_PRIORITY_CLASS",
+        "TESSERA_MPS_DAEMON_PRIORITY_CLASS",
+    ),
+    Renamed::deprecated("SYSFS_ROOT", "TESSERA_SYSFS_ROOT"),
+    Renamed::deprecated("DYNAMIC_MIG", "TESSERA_DYNAMIC_MIG"),
+    Renamed::deprecated("CONSUMABLE_SHARES", "TESSERA_CONSUMABLE_SHARES"),
+    Renamed::deprecated("RESCAN_INTERVAL", "TESSERA_RESCAN_INTERVAL"),
+    Renamed::deprecated("IGNORED_XIDS", "TESSERA_IGNORED_XIDS"),
+    Renamed::deprecated("HEALTH_RECOVERY_AFTER", "TESSERA_HEALTH_RECOVERY_AFTER"),
+    Renamed::deprecated("METRICS_ADDRESS", "TESSERA_METRICS_ADDRESS"),
+    Renamed::deprecated("API_TIMEOUT", "TESSERA_API_TIMEOUT"),
+    Renamed::deprecated("SHUTDOWN_GRACE", "TESSERA_SHUTDOWN_GRACE"),
+    Renamed::deprecated("TOPOLOGY", "TESSERA_TOPOLOGY"),
+    Renamed::deprecated("NVML_LIB", "TESSERA_NVML_LIB"),
+];
+
+/// [`OWN_RENAMED`] and the names every binary accepts (`KUBECONFIG`, `LOG_FORMAT`).
+pub fn renamed() -> Vec<Renamed> {
+    OWN_RENAMED.iter().chain(&COMMON_RENAMED).copied().collect()
+}
+
+/// The plugin's default `--metrics-address`: the chart's port (8081), so that a plugin started
+/// by hand and one started by the chart answer on the same port; the controller keeps 8080.
+pub const DEFAULT_METRICS_ADDRESS: &str = "0.0.0.0:8081";
 
 /// Tessera's node plugin: publishes this node's GPUs as ResourceSlices, prepares allocated
 /// claims for containers (CDI) and reports device health to the kubelet.
 #[derive(Debug, Parser)]
-#[command(name = "tessera-kubelet-plugin", version, max_term_width = 100)]
+#[command(
+    name = "tessera-kubelet-plugin",
+    version,
+    long_version = tessera_runtime::build::LONG_VERSION,
+    max_term_width = 100,
+    after_help = "Every flag can also be set by its environment variable (shown with each flag). \
+                  Names older releases read (TOPOLOGY, STATE_DIR, LOG_FORMAT, ...) still work \
+                  and log a deprecation warning; NODE_NAME, POD_NAMESPACE and KUBECONFIG are \
+                  read as Kubernetes' conventions."
+)]
 pub struct Args {
-    /// The node this plugin runs on (usually from the downward API: spec.nodeName).
-    #[arg(long, env = "NODE_NAME")]
+    /// The node this plugin runs on (usually from the downward API: spec.nodeName)
+    /// [also read from $NODE_NAME].
+    #[arg(long, env = "TESSERA_NODE_NAME")]
     pub node_name: String,
 
-    /// Kubeconfig to reach the API server; the in-cluster service account when absent.
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub client: ClientArgs,
 
     /// Directory the kubelet watches for plugin registration sockets.
-    #[arg(long, env = "KUBELET_REGISTRAR_DIRECTORY_PATH", default_value = DEFAULT_REGISTRAR_DIR)]
+    #[arg(long, env = "TESSERA_KUBELET_REGISTRAR_DIRECTORY_PATH", default_value = DEFAULT_REGISTRAR_DIR)]
     pub kubelet_registrar_directory_path: PathBuf,
 
     /// The kubelet's plugins directory; the DRA socket goes into `<dir>/gpu.tessera.dev/`.
-    #[arg(long, env = "KUBELET_PLUGINS_DIRECTORY_PATH", default_value = DEFAULT_PLUGINS_DIR)]
+    #[arg(long, env = "TESSERA_KUBELET_PLUGINS_DIRECTORY_PATH", default_value = DEFAULT_PLUGINS_DIR)]
     pub kubelet_plugins_directory_path: PathBuf,
 
     /// Directory of CDI specs the container runtime reads.
-    #[arg(long, env = "CDI_ROOT", default_value = "/var/run/cdi")]
+    #[arg(long, env = "TESSERA_CDI_ROOT", default_value = "/var/run/cdi")]
     pub cdi_root: PathBuf,
 
     /// Directory of the plugin's state (checkpoint, MPS directories); must survive restarts.
-    #[arg(long, env = "STATE_DIR", default_value = "/var/lib/tessera")]
+    #[arg(long, env = "TESSERA_STATE_DIR", default_value = "/var/lib/tessera")]
     pub state_dir: PathBuf,
 
     #[command(flatten)]
@@ -55,73 +112,74 @@ pub struct Args {
     /// driver root on mock nodes. Claim specs then inject its libraries, binaries and firmware,
     /// and time-slicing and MPS run its nvidia-smi and nvidia-cuda-mps-control. Without it, specs
     /// carry device nodes and environment only.
-    #[arg(long, env = "NVIDIA_DRIVER_ROOT")]
+    #[arg(long, env = "TESSERA_DRIVER_ROOT")]
     pub driver_root: Option<PathBuf>,
 
     /// Where this process sees the driver root (the chart mounts it at /driver-root); defaults
     /// to --driver-root.
-    #[arg(long, env = "CONTAINER_DRIVER_ROOT", requires = "driver_root")]
+    #[arg(long, env = "TESSERA_CONTAINER_DRIVER_ROOT", requires = "driver_root")]
     pub container_driver_root: Option<PathBuf>,
 
     /// The CDI hook (`tessera-cdi-hook`) already installed on the host at this path. By default
     /// the plugin copies the one next to its own program into its directory under
     /// --kubelet-plugins-directory-path.
-    #[arg(long, env = "CDI_HOOK_PATH", requires = "driver_root")]
+    #[arg(long, env = "TESSERA_CDI_HOOK_PATH", requires = "driver_root")]
     pub cdi_hook_path: Option<PathBuf>,
 
     /// Host directory the driver's device nodes are under (`<dir>/dev/nvidia0`): `/` on real
     /// nodes, the stand-in device root on mock nodes. This process must see it at the same path.
-    #[arg(long, env = "NVIDIA_DEV_ROOT", default_value = "/")]
+    #[arg(long, env = "TESSERA_DEV_ROOT", default_value = "/")]
     pub dev_root: PathBuf,
 
     /// Where each MPS claim's control daemon runs. `process`: a daemon the plugin starts (it
     /// outlives the plugin process, not its container). `pod`: a pod of its own on this node
     /// running `tessera-mps-daemon` from --mps-daemon-image, which outlives plugin restarts and
     /// DaemonSet rollouts; needs --driver-root, --mps-daemon-image and --namespace.
-    #[arg(long, env = "MPS_DAEMONS", value_enum, default_value_t = MpsDaemons::Process)]
+    #[arg(long, env = "TESSERA_MPS_DAEMONS", value_enum, default_value_t = MpsDaemons::Process)]
     pub mps_daemons: MpsDaemons,
 
     /// The image of MPS daemon pods (the plugin's own: it holds tessera-mps-daemon).
-    #[arg(long, env = "MPS_DAEMON_IMAGE")]
+    #[arg(long, env = "TESSERA_MPS_DAEMON_IMAGE")]
     pub mps_daemon_image: Option<String>,
 
     /// The priority class of MPS daemon pods (the chart: system-node-critical).
-    #[arg(long, env = "MPS_DAEMON_PRIORITY_CLASS")]
+    #[arg(long, env = "TESSERA_MPS_DAEMON_PRIORITY_CLASS")]
     pub mps_daemon_priority_class: Option<String>,
 
-    /// The namespace of MPS daemon pods (the plugin's own, from the downward API).
-    #[arg(long, env = "POD_NAMESPACE")]
+    /// The namespace of MPS daemon pods (the plugin's own, from the downward API)
+    /// [also read from $POD_NAMESPACE].
+    #[arg(long, env = "TESSERA_NAMESPACE")]
     pub namespace: Option<String>,
 
     /// Root of the sysfs tree the NVML backend reads PCIe roots and NUMA nodes from.
-    #[arg(long, env = "SYSFS_ROOT", default_value = "/sys")]
+    #[arg(long, env = "TESSERA_SYSFS_ROOT", default_value = "/sys")]
     pub sysfs_root: PathBuf,
 
     /// Publish MIG-enabled GPUs as partitionable devices and create MIG instances on prepare.
-    #[arg(long, env = "DYNAMIC_MIG")]
+    #[arg(long, env = "TESSERA_DYNAMIC_MIG")]
     pub dynamic_mig: bool,
 
     /// Share GPUs (and static MIG devices) between claims (KEP-5075 consumable capacity):
     /// `disabled`; `unlimited` (a claim consumes the `memory` it asks for, none if it asks for
     /// none); `memory` (an unset request takes all the memory); or a number N of equal `shares`
     /// (the device plugin's `replicas`). Devices are published with `allowMultipleAllocations`.
-    #[arg(long, env = "CONSUMABLE_SHARES", default_value = "disabled")]
+    #[arg(long, env = "TESSERA_CONSUMABLE_SHARES", default_value = "disabled")]
     pub consumable_shares: ConsumableShares,
 
     /// How often the GPU inventory is re-read (and the published slices checked), e.g. `30s`,
     /// `500ms`, `2m`.
-    #[arg(long, env = "RESCAN_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "TESSERA_RESCAN_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub rescan_interval: Duration,
 
     /// XIDs that never taint a device (comma-separated), for XIDs a site knows to be harmless
     /// on its hardware, e.g. `74,92`.
-    #[arg(long, env = "IGNORED_XIDS", value_delimiter = ',')]
+    #[arg(long, env = "TESSERA_IGNORED_XIDS", value_delimiter = ',')]
     pub ignored_xids: Vec<u64>,
 
     /// A device's XID/ECC taint goes once no health event confirmed it for this long, e.g.
     /// `10m`; unset, it stays until the plugin restarts (after the GPU reset or reboot such
     /// errors need).
-    #[arg(long, env = "HEALTH_RECOVERY_AFTER", value_parser = parse_duration)]
+    #[arg(long, env = "TESSERA_HEALTH_RECOVERY_AFTER", value_parser = parse_duration)]
     pub health_recovery_after: Option<Duration>,
 
     /// How often every GPU is sampled for the per-device metrics (utilization, memory, power,
@@ -140,37 +198,39 @@ pub struct Args {
     pub idle_window: Duration,
 
     /// Address of /metrics, /healthz and /readyz; empty turns them off.
-    #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0:8080", value_parser = parse_address)]
+    #[arg(long, env = "TESSERA_METRICS_ADDRESS", default_value = DEFAULT_METRICS_ADDRESS, value_parser = parse_address)]
     pub metrics_address: OptionalAddress,
 
     /// How long one API server request may take (claim reads, slice writes); keep it well
     /// inside the kubelet's 45 s deadline for prepare, so a hung API server fails the claim in
     /// time for the kubelet's retry.
-    #[arg(long, env = "API_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "TESSERA_API_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub api_timeout: Duration,
 
     /// How long in-flight prepare/unprepare calls may run after SIGTERM before they are cut
     /// off (keep below the pod's terminationGracePeriodSeconds).
-    #[arg(long, env = "SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    #[arg(long, env = "TESSERA_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
 
-    /// Log format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
-/// Where the GPUs come from: exactly one of the two.
+/// Where the GPUs come from: a topology (mock), else NVML from --nvml-lib, else NVML from the
+/// driver root's libnvidia-ml.so.1.
 #[derive(Debug, Clone, ClapArgs)]
-#[group(required = true, multiple = false)]
+#[group(required = false, multiple = false)]
 pub struct DeviceBackend {
     /// Mock backend: a shipped topology (dgx-h100, hgx-a100-mig, pcie-l40s,
     /// pcie-a100-nvlink-pairs, gb200-tray) or a topology file. GPU and MIG UUIDs are derived
     /// from the node name, so nodes sharing a topology do not share UUIDs.
-    #[arg(long, env = "TOPOLOGY")]
+    #[arg(long, env = "TESSERA_TOPOLOGY")]
     pub topology: Option<String>,
 
-    /// NVML backend: path of libnvidia-ml.so.1 (on the host driver root).
-    #[arg(long, env = "NVML_LIB")]
+    /// NVML backend: path of libnvidia-ml.so.1 as this process sees it. Without it and without
+    /// --topology, the NVML backend loads the libnvidia-ml.so.1 it finds under --driver-root
+    /// (through the root's loader cache, so /usr/lib/aarch64-linux-gnu on arm64 nodes).
+    #[arg(long, env = "TESSERA_NVML_LIB")]
     pub nvml_lib: Option<PathBuf>,
 }
 
@@ -203,11 +263,16 @@ impl Args {
             (Some(topology), _) => Backend::Mock {
                 topology: topology.clone(),
             },
-            (None, Some(library)) => Backend::Nvml {
-                library: library.clone(),
-                sysfs_root: self.sysfs_root.clone(),
-            },
-            (None, None) => anyhow::bail!("either --topology or --nvml-lib is required"),
+            (None, library) => {
+                anyhow::ensure!(
+                    library.is_some() || self.driver_root.is_some(),
+                    "no GPUs to publish: pass --topology (mock), --nvml-lib or --driver-root (NVML)"
+                );
+                Backend::Nvml {
+                    library: library.clone(),
+                    sysfs_root: self.sysfs_root.clone(),
+                }
+            }
         };
         let driver_root = match &self.driver_root {
             None => None,
@@ -276,10 +341,9 @@ impl Args {
                 .mps_daemon_image
                 .clone()
                 .context("--mps-daemons=pod needs --mps-daemon-image (the plugin's own image)")?,
-            namespace: self
-                .namespace
-                .clone()
-                .context("--mps-daemons=pod needs --namespace (POD_NAMESPACE)")?,
+            namespace: self.namespace.clone().context(
+                "--mps-daemons=pod needs --namespace (TESSERA_NAMESPACE or POD_NAMESPACE)",
+            )?,
             priority_class: self.mps_daemon_priority_class.clone(),
         }))
     }
@@ -294,6 +358,92 @@ mod tests {
     #[test]
     fn the_command_is_consistent() {
         Args::command().debug_assert();
+    }
+
+    #[test]
+    fn the_default_metrics_port_is_the_charts() {
+        let values: serde_yaml::Value = serde_yaml::from_str(
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../deploy/helm/tessera/values.yaml"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        let port = values["kubeletPlugin"]["metrics"]["port"].as_u64().unwrap();
+        let address: SocketAddr = DEFAULT_METRICS_ADDRESS.parse().unwrap();
+        assert_eq!(u64::from(address.port()), port);
+    }
+
+    #[test]
+    fn every_variable_is_prefixed_and_every_old_name_reaches_its_flag() {
+        tessera_runtime::env::check_table(&Args::command(), &renamed()).unwrap();
+    }
+
+    #[test]
+    fn old_variable_names_still_work_and_warn() {
+        use std::ffi::OsString;
+
+        use tessera_runtime::Notice;
+
+        let env: std::collections::BTreeMap<&str, &str> = [
+            ("NODE_NAME", "gpu-1"),
+            ("TOPOLOGY", "pcie-l40s"),
+            ("STATE_DIR", "/old/state"),
+            ("LOG_FORMAT", "json"),
+            ("DYNAMIC_MIG", "1"),
+        ]
+        .into();
+        let (argv, notices) = tessera_runtime::env::apply_renamed(
+            &Args::command(),
+            &renamed(),
+            |name| env.get(name).map(OsString::from),
+            vec![OsString::from("tessera-kubelet-plugin")],
+        );
+        let args = Args::try_parse_from(argv).unwrap();
+        assert_eq!(args.node_name, "gpu-1");
+        assert_eq!(args.devices.topology.as_deref(), Some("pcie-l40s"));
+        assert_eq!(args.state_dir, PathBuf::from("/old/state"));
+        assert_eq!(args.log.log_format, tessera_runtime::LogFormat::Json);
+        assert!(args.dynamic_mig);
+        let mut warned: Vec<&str> = notices
+            .iter()
+            .map(|n| match n {
+                Notice::Deprecated { old, .. } => *old,
+                Notice::Ignored { old, .. } => panic!("{old} ignored"),
+            })
+            .collect();
+        warned.sort();
+        // NODE_NAME is the downward API's convention: accepted without a warning.
+        assert_eq!(
+            warned,
+            ["DYNAMIC_MIG", "LOG_FORMAT", "STATE_DIR", "TOPOLOGY"]
+        );
+    }
+
+    #[test]
+    fn the_nvml_backend_defaults_to_the_driver_roots_library() {
+        let args = Args::try_parse_from(["p", "--node-name", "n", "--driver-root", "/"]).unwrap();
+        let config = args.plugin_config().unwrap();
+        assert!(
+            matches!(config.devices, Backend::Nvml { library: None, .. }),
+            "{:?}",
+            config.devices
+        );
+        let args = Args::try_parse_from(["p", "--node-name", "n", "--nvml-lib", "/l.so"]).unwrap();
+        assert!(matches!(
+            args.plugin_config().unwrap().devices,
+            Backend::Nvml { library: Some(ref l), .. } if l == std::path::Path::new("/l.so")
+        ));
+        let error = Args::try_parse_from(["p", "--node-name", "n"])
+            .unwrap()
+            .plugin_config()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("--topology") && error.contains("--driver-root"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -322,7 +472,7 @@ mod tests {
             Args::try_parse_from(["p", "--node-name", "n", "--topology", "dgx-h100"]).unwrap();
         assert_eq!(
             args.metrics_address,
-            OptionalAddress(Some("0.0.0.0:8080".parse().unwrap()))
+            OptionalAddress(Some("0.0.0.0:8081".parse().unwrap()))
         );
         assert_eq!(args.cdi_root, PathBuf::from("/var/run/cdi"));
         assert_eq!(args.driver_root, None);
@@ -373,7 +523,7 @@ mod tests {
         assert!(matches!(config.devices, Backend::Mock { ref topology } if topology == "dgx-h100"));
         assert_eq!(
             config.metrics_address,
-            Some("0.0.0.0:8080".parse().unwrap())
+            Some("0.0.0.0:8081".parse().unwrap())
         );
         let none = Args::try_parse_from([
             "p",
@@ -386,7 +536,6 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(none.metrics_address, OptionalAddress(None));
-        assert!(Args::try_parse_from(["p", "--node-name", "n"]).is_err());
         assert!(
             Args::try_parse_from([
                 "p",

@@ -153,6 +153,9 @@ pub struct DriverSummary {
     pub ipc_sockets: Vec<PathBuf>,
     pub missing_control_nodes: Vec<String>,
     pub hook: PathBuf,
+    /// `libnvidia-ml.so.1` as this process sees it (under the container's view of the root),
+    /// the NVML backend's library when no --nvml-lib is given.
+    pub nvml_library: Option<PathBuf>,
 }
 
 /// Copies the hook to the host through a temporary name (a hook that is running keeps its file).
@@ -204,6 +207,9 @@ fn tools(files: &DriverFiles, view: &Path) -> DriverTools {
     }
 }
 
+/// The NVML library's soname, which programs load.
+pub const NVML_SONAME: &str = "libnvidia-ml.so.1";
+
 /// Reads the driver root, installs the hook, and returns what specs inject and the tools.
 pub fn load(
     config: &DriverRootConfig,
@@ -240,6 +246,11 @@ pub fn load(
         ipc_sockets: files.ipc_sockets.clone(),
         missing_control_nodes,
         hook: config.hook.path().to_path_buf(),
+        nvml_library: files.library_named(NVML_SONAME).map(|path| {
+            config
+                .container_driver_root
+                .join(path.strip_prefix("/").unwrap_or(&path))
+        }),
     };
     Ok((
         DriverInjection {

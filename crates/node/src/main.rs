@@ -5,14 +5,16 @@ mod args;
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use tessera_node::NodePlugin;
 
 use crate::args::Args;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    tessera_runtime::init_logging(args.log_format);
+    let (args, notices) = tessera_runtime::env::parse::<Args>(&args::renamed());
+    args.log.init();
+    for notice in &notices {
+        notice.log();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -35,7 +37,7 @@ fn main() -> ExitCode {
 async fn run(args: Args) -> anyhow::Result<()> {
     let config = args.plugin_config()?;
     let clients =
-        tessera_runtime::kube_clients(args.kubeconfig.as_deref(), args.api_timeout).await?;
+        tessera_runtime::kube_clients(args.client.kubeconfig.as_deref(), args.api_timeout).await?;
     let plugin = NodePlugin::start(config, clients).await?;
     plugin.run(tessera_runtime::termination()).await?;
     tracing::info!("tessera-kubelet-plugin stopped");

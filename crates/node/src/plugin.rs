@@ -64,9 +64,10 @@ pub enum DeviceBackend {
     /// A shipped topology's name or a topology file; sharing and MIG are simulated in files
     /// under the state directory, and there are no health events.
     Mock { topology: String },
-    /// NVML from `library`; PCIe roots and NUMA nodes from the sysfs tree at `sysfs_root`.
+    /// NVML from `library` (none: the driver root's `libnvidia-ml.so.1`); PCIe roots and NUMA
+    /// nodes from the sysfs tree at `sysfs_root`.
     Nvml {
-        library: PathBuf,
+        library: Option<PathBuf>,
         sysfs_root: PathBuf,
     },
 }
@@ -138,6 +139,14 @@ pub enum PluginError {
          to run; use --mps-daemons=process or a driver root with MPS"
     )]
     NoMpsControl,
+    #[error(
+        "the nvml backend has no library: {} (pass --nvml-lib with the path of libnvidia-ml.so.1)",
+        match .driver_root {
+            Some(root) => format!("the driver root {} has no libnvidia-ml.so.1", root.display()),
+            None => "neither --nvml-lib nor --driver-root is set".to_owned(),
+        }
+    )]
+    NoNvmlLibrary { driver_root: Option<PathBuf> },
     #[error("--driver-root {}: {source}", .driver_root.display())]
     DriverRoot {
         driver_root: PathBuf,
@@ -177,9 +186,11 @@ impl NodePlugin {
         config: NodePluginConfig,
         clients: Clients,
     ) -> Result<NodePlugin, PluginError> {
-        let (injection, tools) = load_driver_root(&config)?;
+        let (injection, tools, nvml_library) = load_driver_root(&config)?;
+        let config = with_nvml_library(config, nvml_library)?;
         let devices = Devices::open(&config, &clients.requests, tools.as_ref())?;
         let mut registry = Registry::default();
+        tessera_runtime::build::register(&mut registry);
         let metrics = NodeMetrics::new(&mut registry);
         let gpu_metrics = GpuMetrics::new(&mut registry);
         let (kubelet_health, kubelet_health_feed) = watch::channel(Vec::new());
@@ -409,7 +420,12 @@ impl Devices {
             DeviceBackend::Nvml {
                 library,
                 sysfs_root,
-            } => Devices::nvml(library, sysfs_root, sharing(true)?),
+            } => {
+                let library = library.as_deref().ok_or(PluginError::NoNvmlLibrary {
+                    driver_root: config.driver_root.as_ref().map(|d| d.driver_root.clone()),
+                })?;
+                Devices::nvml(library, sysfs_root, sharing(true)?)
+            }
         }
     }
 
@@ -499,9 +515,33 @@ fn driver_root_telemetry(library: &std::path::Path) -> Option<Arc<dyn TelemetryS
 }
 
 /// The NVIDIA driver: what claim specs inject, and its tools for sharing (with a driver root).
+/// The NVML backend without a library of its own gets the driver root's `libnvidia-ml.so.1`.
+fn with_nvml_library(
+    mut config: NodePluginConfig,
+    found: Option<PathBuf>,
+) -> Result<NodePluginConfig, PluginError> {
+    let driver_root = config.driver_root.as_ref().map(|d| d.driver_root.clone());
+    default_nvml_library(&mut config.devices, found, driver_root)?;
+    Ok(config)
+}
+
+fn default_nvml_library(
+    devices: &mut DeviceBackend,
+    found: Option<PathBuf>,
+    driver_root: Option<PathBuf>,
+) -> Result<(), PluginError> {
+    if let DeviceBackend::Nvml { library, .. } = devices
+        && library.is_none()
+    {
+        *library = Some(found.ok_or(PluginError::NoNvmlLibrary { driver_root })?);
+    }
+    Ok(())
+}
+
+/// The driver root's injection and tools, and its `libnvidia-ml.so.1` (this process's view).
 fn load_driver_root(
     config: &NodePluginConfig,
-) -> Result<(DriverInjection, Option<DriverTools>), PluginError> {
+) -> Result<(DriverInjection, Option<DriverTools>, Option<PathBuf>), PluginError> {
     let Some(driver) = &config.driver_root else {
         if matches!(config.devices, DeviceBackend::Nvml { .. }) {
             tracing::warn!(
@@ -509,7 +549,7 @@ fn load_driver_root(
                  none of the driver's libraries or binaries (set kubeletPlugin.driverRoot)"
             );
         }
-        return Ok((DriverInjection::devices_only(&config.dev_root), None));
+        return Ok((DriverInjection::devices_only(&config.dev_root), None, None));
     };
     let (injection, tools, summary) =
         injection::load(driver).map_err(|source| PluginError::DriverRoot {
@@ -530,7 +570,7 @@ fn load_driver_root(
     for missing in &summary.missing_control_nodes {
         tracing::warn!(node = %missing, "driver device node missing; containers will not get it");
     }
-    Ok((injection, Some(tools)))
+    Ok((injection, Some(tools), summary.nvml_library))
 }
 
 /// Sharing through the driver's tools: MPS daemons as processes of the plugin's, or in pods of
@@ -648,4 +688,48 @@ async fn serve_endpoints(
     Ok(Some(tokio::spawn(
         server.serve(stop.clone().cancelled_owned()),
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nvml(library: Option<&str>) -> DeviceBackend {
+        DeviceBackend::Nvml {
+            library: library.map(PathBuf::from),
+            sysfs_root: PathBuf::from("/sys"),
+        }
+    }
+
+    fn library(devices: &DeviceBackend) -> Option<&std::path::Path> {
+        match devices {
+            DeviceBackend::Nvml { library, .. } => library.as_deref(),
+            DeviceBackend::Mock { .. } => None,
+        }
+    }
+
+    #[test]
+    fn the_nvml_backend_takes_the_driver_roots_library_unless_given_one() {
+        let found = PathBuf::from("/driver-root/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1");
+        let mut devices = nvml(None);
+        default_nvml_library(&mut devices, Some(found.clone()), Some("/".into())).unwrap();
+        assert_eq!(library(&devices), Some(found.as_path()));
+
+        let mut devices = nvml(Some("/given.so"));
+        default_nvml_library(&mut devices, Some(found.clone()), Some("/".into())).unwrap();
+        assert_eq!(library(&devices), Some(std::path::Path::new("/given.so")));
+
+        let mut devices = DeviceBackend::Mock {
+            topology: "dgx-h100".into(),
+        };
+        default_nvml_library(&mut devices, None, None).unwrap();
+
+        let error = default_nvml_library(&mut nvml(None), None, Some("/run/nvidia/driver".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("/run/nvidia/driver") && error.contains("--nvml-lib"),
+            "{error}"
+        );
+    }
 }

@@ -108,3 +108,12 @@ mod tests {
         );
     }
 }
+
+/// `--kubeconfig`, the same in every binary that talks to the API server.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// Kubeconfig to reach the API server; the in-cluster service account when absent
+    /// [also read from $KUBECONFIG].
+    #[arg(long, env = "TESSERA_KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+}

@@ -7,6 +7,10 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--version") {
+        println!("tessera-cdi-hook {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
     match tessera_driver_root::hook::run(&args, &mut std::io::stdin()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
