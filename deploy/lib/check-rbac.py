@@ -5,7 +5,8 @@ usage: helm template tessera deploy/helm/tessera --namespace tessera-system | ch
 
 LIST (deploy/lib/rbac-reviewed.txt) has one line per granted verb:
 `role | API group | resource | verb | file | text that file must contain`, the file being the
-code that makes the call needing the verb. Fails (exit 1, one line per problem) when the render
+code that makes the call needing the verb. A rule narrowed to named objects lists its resource
+as `resource(name,...)`, so dropping `resourceNames` from a rule shows as a change too. Fails (exit 1, one line per problem) when the render
 grants a verb the list lacks, the list names a verb the render does not grant, or a named file
 lacks its text (the call is gone, so the verb may be too). Paths are relative to the repository
 root, the working directory.
@@ -23,8 +24,11 @@ def rendered(stream):
             continue
         role = f"{doc['kind']}/{doc['metadata']['name']}"
         for rule in doc.get("rules") or []:
+            names = sorted(rule.get("resourceNames") or [])
             for group in rule.get("apiGroups", []):
                 for resource in rule.get("resources", []):
+                    if names:
+                        resource = f"{resource}({','.join(names)})"
                     for verb in rule.get("verbs", []):
                         rules.add((role, group or "core", resource, verb))
     return rules

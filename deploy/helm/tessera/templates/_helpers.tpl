@@ -43,14 +43,47 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-controller" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The plugin's service account: serviceAccount.name, else the plugin's name. */}}
+{{- define "tessera.kubeletPlugin.serviceAccountName" -}}
+{{- default (include "tessera.kubeletPlugin.name" .) .Values.kubeletPlugin.serviceAccount.name }}
+{{- end }}
+
+{{/* The controller's service account: serviceAccount.name, else the controller's name. */}}
+{{- define "tessera.controller.serviceAccountName" -}}
+{{- default (include "tessera.controller.name" .) .Values.controller.serviceAccount.name }}
+{{- end }}
+
 {{/* The user name the API server gives the plugin's service-account tokens. */}}
 {{- define "tessera.kubeletPlugin.userName" -}}
-{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "tessera.kubeletPlugin.name" .) }}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "tessera.kubeletPlugin.serviceAccountName" .) }}
 {{- end }}
 
 {{/* The user name the API server gives the controller's service-account tokens. */}}
 {{- define "tessera.controller.userName" -}}
-{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "tessera.controller.name" .) }}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "tessera.controller.serviceAccountName" .) }}
+{{- end }}
+
+{{/*
+The NVIDIA driver root of the whole chart: `nvidiaDriverRoot` (the name NVIDIA's chart uses), or
+`kubeletPlugin.driverRoot` (this chart's older name, still read). Both set and different is an
+error rather than a guess.
+*/}}
+{{- define "tessera.driverRoot" -}}
+{{- $new := .Values.nvidiaDriverRoot }}
+{{- $old := .Values.kubeletPlugin.driverRoot }}
+{{- if and $new $old (ne $new $old) }}
+{{- fail (printf "nvidiaDriverRoot (%s) and kubeletPlugin.driverRoot (%s) differ: set only nvidiaDriverRoot (kubeletPlugin.driverRoot is its older name)" $new $old) }}
+{{- end }}
+{{- default $old $new }}
+{{- end }}
+
+{{/*
+A container securityContext: the chart's (a YAML dict in .base) with the user's overrides
+(.overrides) merged over it key by key.
+*/}}
+{{- define "tessera.securityContext" -}}
+{{- $base := .base | fromYaml }}
+{{- toYaml (mergeOverwrite $base (deepCopy (.overrides | default dict))) }}
 {{- end }}
 
 {{- define "tessera.controller.leaseNamespace" -}}
@@ -62,13 +95,15 @@ The plugin DaemonSets to render: one per entry of kubeletPlugin.nodeGroups, or a
 kubeletPlugin.nodeSelector and kubeletPlugin.mock.topology. Returned as YAML ({groups: [...]}),
 each group with name (the DaemonSet name), nodeSelector, topology and its host paths:
 registrar, plugins (the kubelet's plugins_registry/ and plugins/ directories), cdiRoot and
-stateDir. A group's own value wins; a group that sets only kubeletRootDir gets that root's
+stateDir, driverRoot, devRoot, consumableShares and dynamicMig (the group's, else
+featureGates.DynamicMIG). A group's own value wins; a group that sets only kubeletRootDir gets that root's
 plugins_registry/ and plugins/; otherwise the top-level values apply, where empty directory paths
 mean <kubeletRootDir>/plugins_registry and <kubeletRootDir>/plugins.
 */}}
 {{- define "tessera.kubeletPlugin.groups" -}}
 {{- $plugin := .Values.kubeletPlugin }}
 {{- $base := include "tessera.kubeletPlugin.name" . }}
+{{- $ := . }}
 {{- $topRoot := trimSuffix "/" $plugin.kubeletRootDir }}
 {{- $topRegistrar := default (printf "%s/plugins_registry" $topRoot) $plugin.kubeletRegistrarDirectoryPath }}
 {{- $topPlugins := default (printf "%s/plugins" $topRoot) $plugin.kubeletPluginsDirectoryPath }}
@@ -90,7 +125,7 @@ mean <kubeletRootDir>/plugins_registry and <kubeletRootDir>/plugins.
 {{- end }}
 {{- $registrar = default $registrar .kubeletRegistrarDirectoryPath }}
 {{- $plugins = default $plugins .kubeletPluginsDirectoryPath }}
-{{- $groups = append $groups (dict "name" $name "nodeSelector" .nodeSelector "topology" (default $plugin.mock.topology .topology) "registrar" $registrar "plugins" $plugins "cdiRoot" (default $plugin.cdiRoot .cdiRoot) "stateDir" (default $plugin.stateDir .stateDir) "driverRoot" (default $plugin.driverRoot .driverRoot) "devRoot" (default $plugin.devRoot .devRoot) "consumableShares" (toString (dig "sharing" "consumableShares" $plugin.sharing.consumableShares .))) }}
+{{- $groups = append $groups (dict "name" $name "nodeSelector" .nodeSelector "topology" (default $plugin.mock.topology .topology) "registrar" $registrar "plugins" $plugins "cdiRoot" (default $plugin.cdiRoot .cdiRoot) "stateDir" (default $plugin.stateDir .stateDir) "driverRoot" (default (include "tessera.driverRoot" $) .driverRoot) "devRoot" (default $plugin.devRoot .devRoot) "consumableShares" (toString (dig "sharing" "consumableShares" $plugin.sharing.consumableShares .)) "dynamicMig" (ternary .dynamicMig $.Values.featureGates.DynamicMIG (hasKey . "dynamicMig"))) }}
 {{- end }}
 {{- toYaml (dict "groups" $groups) }}
 {{- end }}
