@@ -38,13 +38,9 @@ fn main() {
                     }
                 }
             }
-            let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".to_owned());
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some();
-            if dirty && commit != "unknown" {
-                format!("{commit}-dirty")
-            } else {
-                commit
-            }
+            // No `-dirty` mark: a build script reruns when HEAD moves, not when a file is
+            // edited, so such a mark would go stale.
+            git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".to_owned())
         }
     };
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());

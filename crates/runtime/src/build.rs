@@ -7,7 +7,7 @@ use prometheus_client::registry::Registry;
 
 /// The release (the workspace's version).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// The git commit built (`-dirty` when tracked files had changes; `unknown` outside git).
+/// The git commit built (HEAD when built; `unknown` outside git).
 pub const GIT_COMMIT: &str = env!("TESSERA_GIT_COMMIT");
 /// `rustc --version` of the compiler that built it.
 pub const RUSTC: &str = env!("TESSERA_RUSTC");
