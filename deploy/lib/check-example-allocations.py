@@ -32,7 +32,8 @@ NODES = {"node-dgx-h100": "dgx-h100", "node-hgx-a100-mig": "hgx-a100-mig"}
 # "<example>/<claim or template name>" -> what its allocation must look like:
 #   results: number of results ("all-gpus-of-node": every whole GPU of the chosen node)
 #   device: regex every device name matches;  node: the node chosen;  request: every result's request
-#   same: attributes (gpu.tessera.dev) equal across the results;  config: sharing strategy of a
+#   same: attributes (gpu.tessera.dev, or fully qualified) equal across the results;
+#   drivers: the drivers of the results, in order;  config: sharing strategy of a
 #   FromClaim config;  admin: every result has adminAccess;  mode: explain mode (default first-fit)
 #   sharing: the consumable-shares mode of the one node it is explained against
 #   consumed: {capacity: quantity} every result must consume
@@ -72,6 +73,19 @@ EXPECTATIONS = {
         "results": 4,
         "device": r"^gpu-\d+$",
         "same": ["nvlinkIsland", "numaNode"],
+    },
+    # A GPU and a NIC of another driver (the example's stand-in slice) lined up on standard names.
+    "gpu-nic-aligned/same-root": {
+        "results": 2,
+        "drivers": ["gpu.tessera.dev", "nic.example.com"],
+        "node": "node-dgx-h100",
+        "same": ["resource.kubernetes.io/pcieRoot"],
+    },
+    "gpu-nic-aligned/same-numa-node": {
+        "results": 2,
+        "drivers": ["gpu.tessera.dev", "nic.example.com"],
+        "node": "node-dgx-h100",
+        "same": ["resource.kubernetes.io/numaNode"],
     },
     # Allocated like any claim: the plugin refuses the config only when it prepares the claim.
     "invalid-config/bad-interval": {"results": 1, "config": "TimeSlicing"},
@@ -196,6 +210,8 @@ def check(key, expected, explained, attributes):
         want = sum(1 for (pool, _), a in attributes.items() if pool == node and a.get("type") == "gpu")
     if len(results) != want:
         yield f"{len(results)} results, expected {want}: {[r['device'] for r in results]}"
+    if "drivers" in expected and [r["driver"] for r in results] != expected["drivers"]:
+        yield f"drivers {[r['driver'] for r in results]}, expected {expected['drivers']}"
     if "node" in expected and node != expected["node"]:
         yield f"allocated on {node}, expected {expected['node']}"
     for result in results:
@@ -223,6 +239,19 @@ def check(key, expected, explained, attributes):
             yield f"FromClaim config strategies {strategies}, expected [{expected['config']}]"
 
 
+def example_objects(examples_dir):
+    """The DeviceClasses and ResourceSlices examples bring with them (stand-ins for other drivers)."""
+    found = []
+    for example in sorted(os.listdir(examples_dir)):
+        directory = os.path.join(examples_dir, example)
+        if not os.path.isdir(directory):
+            continue
+        for file in sorted(f for f in os.listdir(directory) if f.endswith((".yaml", ".yml"))):
+            with open(os.path.join(directory, file), encoding="utf-8") as f:
+                found += [d for d in yaml.safe_load_all(f) if d and d.get("kind") in ("DeviceClass", "ResourceSlice")]
+    return found
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tessera", required=True, help="the tessera binary")
@@ -247,6 +276,12 @@ def main():
             with open(path, "w", encoding="utf-8") as f:
                 f.write(run([args.tessera, "inventory", "--topology", topology, "--node-name", node,
                              "--consumable-shares", sharing, "-o", "yaml"]))
+            slice_files.append(path)
+        extra = example_objects(args.examples)
+        if extra:
+            path = os.path.join(objects, "example-objects.yaml")
+            with open(path, "w", encoding="utf-8") as f:
+                yaml.safe_dump_all(extra, f)
             slice_files.append(path)
         with open(os.path.join(objects, "deviceclasses.yaml"), "w", encoding="utf-8") as f:
             f.write(open(args.deviceclasses, encoding="utf-8").read())

@@ -2,8 +2,10 @@
 //! allocation leaves behind for later, larger requests.
 //!
 //! Everything here reads the *published* device attributes only — `nvlinkIsland`,
-//! `nvlinkBandwidthGBps`, `numaNode` (in the `gpu.tessera.dev` domain) and the standard
-//! `resource.kubernetes.io/pcieRoot` — because a controller sees nothing but ResourceSlices.
+//! `nvlinkBandwidthGBps` (in the `gpu.tessera.dev` domain) and the standard
+//! `resource.kubernetes.io/pcieRoot` and `resource.kubernetes.io/numaNode` (else the older
+//! `gpu.tessera.dev/numaNode` of devices published before the standard name) — because a
+//! controller sees nothing but ResourceSlices.
 //!
 //! # The score
 //!
@@ -38,7 +40,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::Device;
 use serde::Serialize;
-use tessera_api::names::{DRIVER_NAME, STANDARD_ATTRIBUTE_PREFIX, attr};
+use tessera_api::names::{DRIVER_NAME, attr};
 
 use crate::device::lookup_attribute;
 
@@ -105,7 +107,7 @@ pub struct TopologyAttributes {
     pub nvlink_bandwidth_gbps: Option<i64>,
     /// `resource.kubernetes.io/pcieRoot`.
     pub pcie_root: Option<Arc<str>>,
-    /// `gpu.tessera.dev/numaNode` (or `resource.kubernetes.io/numaNode`).
+    /// `resource.kubernetes.io/numaNode` (else the older `gpu.tessera.dev/numaNode`).
     pub numa_node: Option<i64>,
 }
 
@@ -114,7 +116,6 @@ impl TopologyAttributes {
     pub fn from_device(driver: &str, device: &Device) -> TopologyAttributes {
         let get = |name: &str| lookup_attribute(driver, device, name);
         let tessera = |id: &str| get(&format!("{DRIVER_NAME}/{id}"));
-        let standard = |id: &str| get(&format!("{STANDARD_ATTRIBUTE_PREFIX}{id}"));
         TopologyAttributes {
             nvlink_island: tessera(attr::NVLINK_ISLAND)
                 .and_then(|a| a.string.as_deref())
@@ -123,8 +124,8 @@ impl TopologyAttributes {
             pcie_root: get(attr::PCIE_ROOT)
                 .and_then(|a| a.string.as_deref())
                 .map(Arc::from),
-            numa_node: tessera(attr::NUMA_NODE)
-                .or_else(|| standard(attr::NUMA_NODE))
+            numa_node: get(attr::NUMA_NODE)
+                .or_else(|| tessera(attr::LEGACY_NUMA_NODE))
                 .and_then(|a| a.int),
         }
     }
@@ -371,6 +372,53 @@ mod tests {
             pcie_root: root.map(Arc::from),
             numa_node: numa,
         }
+    }
+
+    #[test]
+    fn the_numa_node_is_read_from_the_standard_name_else_the_old_one() {
+        use std::collections::BTreeMap;
+
+        use k8s_openapi::api::resource::v1::DeviceAttribute;
+
+        let device = |attributes: &[(&str, i64)]| Device {
+            name: "gpu-0".to_owned(),
+            attributes: Some(
+                attributes
+                    .iter()
+                    .map(|(name, value)| {
+                        (
+                            (*name).to_owned(),
+                            DeviceAttribute {
+                                int: Some(*value),
+                                ..DeviceAttribute::default()
+                            },
+                        )
+                    })
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..Device::default()
+        };
+        let numa = |d: &Device| TopologyAttributes::from_device(DRIVER_NAME, d).numa_node;
+        // What the plugin publishes now: both names; the standard one counts.
+        assert_eq!(
+            numa(&device(&[
+                ("resource.kubernetes.io/numaNode", 1),
+                ("numaNode", 7)
+            ])),
+            Some(1)
+        );
+        // A device published by an older plugin: only the driver's own name.
+        assert_eq!(numa(&device(&[("numaNode", 3)])), Some(3));
+        // Another driver's device (a NIC) with the standard name only.
+        assert_eq!(
+            TopologyAttributes::from_device(
+                "nic.example.com",
+                &device(&[("resource.kubernetes.io/numaNode", 0)])
+            )
+            .numa_node,
+            Some(0)
+        );
+        assert_eq!(numa(&device(&[])), None);
     }
 
     #[test]

@@ -80,7 +80,14 @@ pub mod attr {
     pub const NVLINK_LINKS: &str = "nvlinkLinks";
     pub const NVLINK_BANDWIDTH_GBPS: &str = "nvlinkBandwidthGBps";
     pub const FABRIC_CLIQUE: &str = "fabricClique";
-    pub const NUMA_NODE: &str = "numaNode";
+    /// The old name of [`NUMA_NODE`] in the driver's domain (`gpu.tessera.dev/numaNode`), still
+    /// published for selectors written against it and still read by the topology score for
+    /// devices published by older plugins. Deprecated: write `resource.kubernetes.io/numaNode`.
+    pub const LEGACY_NUMA_NODE: &str = "numaNode";
+    /// Standard upstream name (`resource.kubernetes.io/numaNode`), the NUMA node of the device's
+    /// PCIe attachment: NVIDIA's driver and NIC drivers publish it too, so one claim can align
+    /// devices of different drivers with `matchAttribute`.
+    pub const NUMA_NODE: &str = "resource.kubernetes.io/numaNode";
     /// Standard upstream name (`resource.kubernetes.io/pciBusID`), extended BDF `dddd:bb:dd.f`.
     pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
     /// Standard upstream name (`resource.kubernetes.io/pcieRoot`), `pci<domain>:<bus>`.

@@ -180,7 +180,14 @@ pub const ATTRIBUTES: &[AttributeSpec] = &[
         Int,
         All,
         true,
-        "NUMA node of the GPU's PCIe attachment",
+        "NUMA node of the GPU's PCIe attachment (the standard name, shared with other drivers)",
+    ),
+    a(
+        attr::LEGACY_NUMA_NODE,
+        Int,
+        All,
+        true,
+        "deprecated: the same value as `resource.kubernetes.io/numaNode`, kept for selectors written against it",
     ),
     a(
         attr::PCI_BUS_ID,

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use kube::api::{Api, Patch, PatchParams};
 use serde::de::DeserializeOwned;
 
@@ -23,6 +25,8 @@ pub enum Object {
     ResourceClaim(ResourceClaim),
     Pod(Pod),
     Deployment(Deployment),
+    /// Another driver's devices, standing in for it (deploy/examples/gpu-nic-aligned).
+    ResourceSlice(ResourceSlice),
 }
 
 impl Object {
@@ -35,6 +39,7 @@ impl Object {
             Object::ResourceClaim(o) => ("ResourceClaim", &o.metadata),
             Object::Pod(o) => ("Pod", &o.metadata),
             Object::Deployment(o) => ("Deployment", &o.metadata),
+            Object::ResourceSlice(o) => ("ResourceSlice", &o.metadata),
         };
         let name = meta.name.as_deref().unwrap_or("<no name>");
         match &meta.namespace {
@@ -151,6 +156,7 @@ fn object_from_json(json: serde_json::Value) -> anyhow::Result<Object> {
             Object::ResourceClaimTemplate(typed(json, &kind)?)
         }
         ("resource.k8s.io/v1", "ResourceClaim") => Object::ResourceClaim(typed(json, &kind)?),
+        ("resource.k8s.io/v1", "ResourceSlice") => Object::ResourceSlice(typed(json, &kind)?),
         _ => bail!(
             "apiVersion `{api_version}` kind `{kind}` is not one the e2e suite applies \
              (v1 Namespace/Pod; apps/v1 Deployment; resource.k8s.io/v1 \
@@ -181,6 +187,9 @@ async fn apply_object(client: &kube::Client, object: &Object) -> anyhow::Result<
         Object::Pod(o) => apply_namespaced::<Pod>(client, o, &o.metadata, &params).await,
         Object::Deployment(o) => {
             apply_namespaced::<Deployment>(client, o, &o.metadata, &params).await
+        }
+        Object::ResourceSlice(o) => {
+            apply_cluster_scoped::<ResourceSlice>(client, o, &o.metadata, &params).await
         }
     }
 }

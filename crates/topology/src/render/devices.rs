@@ -217,6 +217,8 @@ impl NodeFacts<'_> {
         }
         if let Some(numa) = gpu.numa_node {
             a.insert(attr::NUMA_NODE.into(), int(u64::from(numa)));
+            // The old name, for selectors written against it (docs/deviceclass-cookbook.md).
+            a.insert(attr::LEGACY_NUMA_NODE.into(), int(u64::from(numa)));
         }
         a
     }

@@ -1,6 +1,7 @@
 //! The scenarios, in the order they run. Each one cleans up after itself (its namespaces are
 //! deleted and its claims unprepared), so any subset can run in any order.
 
+mod cross_driver;
 mod examples;
 mod gang;
 mod invalid_config;
@@ -65,6 +66,11 @@ pub fn all() -> Vec<Scenario> {
             "nvlink-pair",
             "deploy/examples/nvlink-pair: two GPUs with the same nvlinkIsland",
             examples::nvlink_pair
+        ),
+        scenario!(
+            "gpu-nic-aligned",
+            "deploy/examples/gpu-nic-aligned: kube-scheduler lines a GPU up with another driver's NIC on pcieRoot / numaNode",
+            cross_driver::gpu_nic_aligned
         ),
         scenario!(
             "mig-slice",
