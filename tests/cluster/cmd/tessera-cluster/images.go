@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/exec"
@@ -24,15 +25,17 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func images(ctx context.Context, args []string, logger *log.Logger) error {
 	if len(args) == 0 {
-		return errors.New("images: say build or import")
+		return errors.New("images: say build, index or import")
 	}
 	switch args[0] {
 	case "build":
 		return imagesBuild(args[1:], logger)
 	case "import":
 		return imagesImport(ctx, args[1:], logger)
+	case "index":
+		return imagesIndex(args[1:], logger)
 	default:
-		return fmt.Errorf("images %s: say build or import", args[0])
+		return fmt.Errorf("images %s: say build, index or import", args[0])
 	}
 }
 
@@ -54,6 +57,7 @@ func imagesBuild(args []string, logger *log.Logger) error {
 	out := fs.String("out", "", "the OCI archive to write")
 	user := fs.String("user", "", "user the container runs as (uid:gid)")
 	workdir := fs.String("workdir", "", "working directory")
+	platformText := fs.String("platform", "", "the platform the files are for: amd64 or arm64 (default: this machine's)")
 	var files, contents, dirs, links, entrypoint, cmd, env stringList
 	fs.Var(&files, "file", "SRC:DST[:MODE] a file of this machine (mode default: the source's)")
 	fs.Var(&contents, "content", "DST:TEXT[:MODE] a file with this text (mode default 0644)")
@@ -117,7 +121,19 @@ func imagesBuild(args []string, logger *log.Logger) error {
 		entries = append(entries, ociimage.Entry{Kind: ociimage.Symlink, Path: dst, Target: target, Mode: 0o777})
 	}
 	cfg := ociimage.Config{Entrypoint: entrypoint, Cmd: cmd, Env: env, User: *user, WorkingDir: *workdir}
-	key, err := ociimage.InputKey(*ref, entries, cfg)
+	var target *ociimage.Platform
+	if *platformText != "" {
+		p, err := ociimage.ParsePlatform(*platformText)
+		if err != nil {
+			return err
+		}
+		target = &p
+	}
+	keyRef := *ref
+	if target != nil {
+		keyRef += " " + *platformText
+	}
+	key, err := ociimage.InputKey(keyRef, entries, cfg)
 	if err != nil {
 		return err
 	}
@@ -137,7 +153,13 @@ func imagesBuild(args []string, logger *log.Logger) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if err := ociimage.Build(tmp, *ref, entries, cfg, filepath.Dir(*out)); err != nil {
+	build := ociimage.Build
+	if target != nil {
+		build = func(w io.Writer, ref string, entries []ociimage.Entry, cfg ociimage.Config, tmpDir string) error {
+			return ociimage.BuildPlatform(w, ref, *target, entries, cfg, tmpDir)
+		}
+	}
+	if err := build(tmp, *ref, entries, cfg, filepath.Dir(*out)); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -152,6 +174,38 @@ func imagesBuild(args []string, logger *log.Logger) error {
 		return err
 	}
 	logger.Printf("%s: built %s", *ref, *out)
+	fmt.Println(*out)
+	return nil
+}
+
+// imagesIndex combines single-platform archives into one multi-platform archive.
+func imagesIndex(args []string, logger *log.Logger) error {
+	fs := flag.NewFlagSet("images index", flag.ExitOnError)
+	ref := fs.String("ref", "", "the image's full reference")
+	out := fs.String("out", "", "the OCI archive to write")
+	_ = fs.Parse(args)
+	if *ref == "" || *out == "" || fs.NArg() == 0 {
+		return errors.New("images index needs --ref, --out and the single-platform archives")
+	}
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(*out), ".index-*.tar")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := ociimage.Index(tmp, *ref, fs.Args()); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), *out); err != nil {
+		return err
+	}
+	logger.Printf("%s: %d platforms in %s", *ref, fs.NArg(), *out)
 	fmt.Println(*out)
 	return nil
 }

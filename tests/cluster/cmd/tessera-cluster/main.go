@@ -66,7 +66,10 @@ func usage() {
   smoke  [--state-dir DIR]          run the smoke checks against a running cluster
   images build --ref REF --out FILE [--file SRC:DST[:MODE]]... [--content DST:TEXT[:MODE]]... [--dir DST[:MODE]]...
                [--symlink DST:TARGET]... [--entrypoint ARG]... [--cmd ARG]... [--env K=V]... [--user U] [--workdir D]
+               [--platform amd64|arm64]
                                    write an OCI archive (kept when FILE.key says its inputs are unchanged)
+  images index --ref REF --out FILE ARCHIVE...
+                                   combine single-platform archives into one multi-platform image
   images import (--state-dir DIR | --address SOCKET --ctr CTR) ARCHIVE...
                                    import archives into every node's (or one) containerd
   cri-cleanup --socket SOCKET       stop and remove every pod sandbox of a CRI runtime

@@ -81,6 +81,35 @@ type descriptor struct {
 type platform struct {
 	Architecture string `json:"architecture"`
 	OS           string `json:"os"`
+	Variant      string `json:"variant,omitempty"`
+}
+
+// Platform names the machine an image's binaries are for, as OCI descriptors
+// and image configs spell it: Architecture "amd64" or "arm64" (Go's GOARCH
+// names), OS "linux", Variant "v8" for arm64.
+type Platform struct {
+	Architecture string
+	OS           string
+	Variant      string
+}
+
+// ParsePlatform reads "amd64" or "arm64" (or "linux/arm64/v8"); arm64 gets the
+// variant v8, as registries and containerd expect.
+func ParsePlatform(text string) (Platform, error) {
+	parts := strings.Split(strings.TrimPrefix(text, "linux/"), "/")
+	p := Platform{Architecture: parts[0], OS: "linux"}
+	switch {
+	case len(parts) == 1 && p.Architecture == "arm64":
+		p.Variant = "v8"
+	case len(parts) == 2:
+		p.Variant = parts[1]
+	case len(parts) > 2:
+		return Platform{}, fmt.Errorf("platform %q is not ARCH or linux/ARCH[/VARIANT]", text)
+	}
+	if p.Architecture == "" {
+		return Platform{}, fmt.Errorf("platform %q has no architecture", text)
+	}
+	return p, nil
 }
 
 // normalize checks the entries, adds missing parent directories and sorts
@@ -195,6 +224,12 @@ func (h *hashingFile) Write(p []byte) (int, error) {
 // e.g. "docker.io/library/busybox:1.37") with entries as its one layer to out.
 // tmpDir holds the layer while it is hashed.
 func Build(out io.Writer, ref string, entries []Entry, cfg Config, tmpDir string) error {
+	return BuildPlatform(out, ref, Platform{Architecture: runtime.GOARCH, OS: "linux"}, entries, cfg, tmpDir)
+}
+
+// BuildPlatform is Build for another platform's files (a cross-compiled
+// binary): the config and the index say which.
+func BuildPlatform(out io.Writer, ref string, target Platform, entries []Entry, cfg Config, tmpDir string) error {
 	if ref == "" {
 		return errors.New("the image needs a reference (--ref)")
 	}
@@ -215,14 +250,21 @@ func Build(out io.Writer, ref string, entries []Entry, cfg Config, tmpDir string
 	}
 	layer := descriptor{MediaType: mediaLayer, Digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), Size: hf.n}
 
-	plat := platform{Architecture: runtime.GOARCH, OS: "linux"}
-	configJSON, err := json.Marshal(map[string]any{
+	plat := platform{Architecture: target.Architecture, OS: target.OS, Variant: target.Variant}
+	if plat.OS == "" {
+		plat.OS = "linux"
+	}
+	imageConfig := map[string]any{
 		"architecture": plat.Architecture,
 		"os":           plat.OS,
 		"config":       cfg,
 		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{layer.Digest}},
 		"history":      []map[string]string{{"created_by": "tests/cluster (tessera-cluster images build)"}},
-	})
+	}
+	if plat.Variant != "" {
+		imageConfig["variant"] = plat.Variant
+	}
+	configJSON, err := json.Marshal(imageConfig)
 	if err != nil {
 		return err
 	}
