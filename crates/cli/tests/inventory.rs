@@ -69,6 +69,7 @@ fn dgx_h100_json_shows_eight_gpus_in_one_island_on_two_numa_nodes() {
         "nvlinkLinks",
         "nvlinkBandwidthGBps",
         "numaNode",
+        "resource.kubernetes.io/numaNode",
         "resource.kubernetes.io/pciBusID",
         "resource.kubernetes.io/pcieRoot",
     ];
@@ -99,9 +100,20 @@ fn dgx_h100_json_shows_eight_gpus_in_one_island_on_two_numa_nodes() {
     assert_eq!(islands.len(), 1, "one shared nvlinkIsland");
     let numa: BTreeSet<i64> = devices
         .iter()
-        .map(|d| attribute(d, "numaNode")["int"].as_i64().unwrap())
+        .map(|d| {
+            attribute(d, "resource.kubernetes.io/numaNode")["int"]
+                .as_i64()
+                .unwrap()
+        })
         .collect();
     assert_eq!(numa, BTreeSet::from([0, 1]), "two distinct NUMA nodes");
+    for device in &devices {
+        assert_eq!(
+            attribute(device, "numaNode"),
+            attribute(device, "resource.kubernetes.io/numaNode"),
+            "the deprecated name carries the standard one's value"
+        );
+    }
 }
 
 #[test]

@@ -59,7 +59,8 @@ pub async fn gpu_nic_aligned(ctx: &Ctx) -> anyhow::Result<Outcome> {
     let unmanaged_match = published.nodes().into_iter().any(|node| {
         published.on_node(&node).any(|d| {
             !d.has_taint(tessera_api::names::TOPOLOGY_MANAGED_TAINT)
-                && d.attribute(attr::PCIE_ROOT).is_some_and(|r| roots.contains(r))
+                && d.attribute(attr::PCIE_ROOT)
+                    .is_some_and(|r| roots.contains(r))
         })
     });
     if !unmanaged_match {
@@ -102,7 +103,11 @@ pub async fn gpu_nic_aligned(ctx: &Ctx) -> anyhow::Result<Outcome> {
 async fn check(ctx: &Ctx, namespace: &str, nic_slices: &[ResourceSlice]) -> anyhow::Result<()> {
     let claims = wait_allocated(ctx, namespace, "pod").await?;
     let published = ctx.published().await?;
-    ensure!(claims.len() == 2, "expected 2 claims, found {}", claims.len());
+    ensure!(
+        claims.len() == 2,
+        "expected 2 claims, found {}",
+        claims.len()
+    );
     let mut nodes = Vec::new();
     for (claim_name, attribute) in ALIGNED_ON {
         let claim = claims
@@ -190,7 +195,9 @@ async fn check(ctx: &Ctx, namespace: &str, nic_slices: &[ResourceSlice]) -> anyh
                     ctx.say(format!("kubelet: {message}"));
                     Probe::Done(())
                 }
-                None => Probe::Waiting("no FailedPrepareDynamicResources event naming nic.example.com yet".into()),
+                None => Probe::Waiting(
+                    "no FailedPrepareDynamicResources event naming nic.example.com yet".into(),
+                ),
             })
         },
     )
