@@ -116,8 +116,10 @@ impl PublishedDevice {
         self.string(attr::NVLINK_ISLAND)
     }
 
+    /// `resource.kubernetes.io/numaNode`, else the older `gpu.tessera.dev/numaNode`.
     pub fn numa_node(&self) -> Option<i64> {
         self.int(attr::NUMA_NODE)
+            .or_else(|| self.int(attr::LEGACY_NUMA_NODE))
     }
 
     pub fn minor(&self) -> Option<i64> {
