@@ -160,7 +160,7 @@ fn object_from_json(json: serde_json::Value) -> anyhow::Result<Object> {
         _ => bail!(
             "apiVersion `{api_version}` kind `{kind}` is not one the e2e suite applies \
              (v1 Namespace/Pod; apps/v1 Deployment; resource.k8s.io/v1 \
-             DeviceClass/ResourceClaimTemplate/ResourceClaim)"
+             DeviceClass/ResourceClaimTemplate/ResourceClaim/ResourceSlice)"
         ),
     })
 }
