@@ -107,7 +107,6 @@ fn version(args: &VersionArgs, out: &mut dyn std::io::Write) -> anyhow::Result<(
     Ok(())
 }
 
-
 /// The kubectl plugin's file name: started under it, the CLI calls itself `kubectl tessera`.
 const KUBECTL_PLUGIN: &str = "kubectl-tessera";
 

@@ -1,31 +1,11 @@
-//! What this build is: the version, the git commit and the compiler, for `--version`,
-//! `tessera version` and the `tessera_build_info` metric both servers export. `build.rs`
-//! records the commit and the compiler.
+//! What this build is, for `--version`, `tessera version` and the `tessera_build_info` metric
+//! both servers export: the facts are recorded by `tessera-build-info` (a leaf crate, so that a
+//! new commit rebuilds only the crates that report it), the metric is registered here.
 
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
-/// The release (the workspace's version).
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// The git commit built (HEAD when built; `unknown` outside git).
-pub const GIT_COMMIT: &str = env!("TESSERA_GIT_COMMIT");
-/// `rustc --version` of the compiler that built it.
-pub const RUSTC: &str = env!("TESSERA_RUSTC");
-
-/// `--version`'s long text: the version, then the commit, the compiler and the target, a line
-/// each.
-pub const LONG_VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    "\ncommit: ",
-    env!("TESSERA_GIT_COMMIT"),
-    "\ncompiler: ",
-    env!("TESSERA_RUSTC"),
-    "\ntarget: ",
-    env!("TESSERA_TARGET"),
-);
-
-/// The target triple built for (`x86_64-unknown-linux-gnu`, `aarch64-unknown-linux-gnu`).
-pub const TARGET: &str = env!("TESSERA_TARGET");
+pub use tessera_build_info::{GIT_COMMIT, LONG_VERSION, RUSTC, TARGET, VERSION};
 
 /// Registers `tessera_build_info{version, git_commit, rustc} 1` in `registry` (the root one,
 /// so the name is the same in both servers).
