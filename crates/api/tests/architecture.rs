@@ -3,7 +3,8 @@
 //!
 //! - the pure crates depend on none of `kube`, `tokio`, `tonic`, `hyper`, `axum`;
 //! - only `runtime`, `node`, `controller` and `cli` (and the test-only `fake-apiserver` and
-//!   `e2e`) depend on `kube`; only `kubelet` and `node` depend on `tonic`;
+//!   `e2e`) depend on `kube`; only `kubelet` and `node` (and the test-only `e2e`) depend on
+//!   `tonic`;
 //! - `fake-apiserver` is nobody's normal dependency; `test-support` is none but the parity
 //!   tool's (test tooling, never shipped).
 
@@ -39,7 +40,8 @@ const KUBE_USERS: &[&str] = &[
     "tessera-fake-apiserver",
     "tessera-e2e",
 ];
-const TONIC_USERS: &[&str] = &["tessera-kubelet", "tessera-node"];
+/// `tessera-e2e`: the stand-in kubelet plugin of another driver (test tooling, never shipped).
+const TONIC_USERS: &[&str] = &["tessera-kubelet", "tessera-node", "tessera-e2e"];
 /// Test tooling that is never shipped and may take `tessera-test-support` as a normal
 /// dependency (the parity tool's benchmark shares the scheduler_perf fixture).
 const TEST_TOOLS: &[&str] = &["tessera-parity"];

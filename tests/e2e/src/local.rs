@@ -73,6 +73,11 @@ pub struct LocalNode {
     /// The fake driver's device root: its fake NVML reads scripted GPU telemetry from
     /// `<dev root>/tessera-fake-gpu-state/samples` (crates/fake-nvml/README.md).
     pub dev_root: Option<PathBuf>,
+    /// The kubelet's plugin registration directory (`plugins_registry`), where a kubelet plugin
+    /// of another driver registers (the stand-in NIC driver, crate::stand_in).
+    pub registrar_dir: Option<PathBuf>,
+    /// The kubelet's plugins directory, where such a plugin's DRA socket goes.
+    pub plugins_dir: Option<PathBuf>,
 }
 
 /// The local cluster.
@@ -156,6 +161,8 @@ impl LocalCluster {
                     plugin_state_dir,
                     driver_root,
                     dev_root,
+                    registrar_dir: env.optional(&key("REGISTRAR_DIR")).map(PathBuf::from),
+                    plugins_dir: env.optional(&key("PLUGINS_DIR")).map(PathBuf::from),
                 },
             );
         }

@@ -17,6 +17,7 @@ mod observer;
 mod plugins;
 mod scenarios;
 mod scrape;
+mod stand_in;
 mod steps;
 mod wait;
 

@@ -244,6 +244,14 @@ impl RuntimeObserver {
     pub fn is_local(&self) -> bool {
         matches!(self, RuntimeObserver::Local { .. })
     }
+
+    /// The local cluster, when the suite runs against it.
+    pub fn local(&self) -> Option<&LocalCluster> {
+        match self {
+            RuntimeObserver::Local { local, .. } => Some(local),
+            RuntimeObserver::Kind { .. } => None,
+        }
+    }
 }
 
 /// What a container printed (the examples print their GPU environment); `None` until it has

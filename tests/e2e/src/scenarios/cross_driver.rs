@@ -1,8 +1,13 @@
 //! deploy/examples/gpu-nic-aligned: a GPU and another driver's NIC lined up by kube-scheduler on
 //! the standard attributes `resource.kubernetes.io/pcieRoot` and `resource.kubernetes.io/numaNode`.
-//! The NIC driver is a stand-in (a DeviceClass and a ResourceSlice, no kubelet plugin), so the
-//! scenario checks the real scheduler's allocation and the pod's binding, then that the kubelet
-//! names the missing driver instead of starting the pod, and cleans up.
+//! The NIC driver is a stand-in: the example's DeviceClass and ResourceSlice, and on the local
+//! cluster a kubelet plugin per node (crate::stand_in) that prepares its half of each claim with no
+//! device. The scenario checks the real scheduler's allocation, then that the pod runs with its
+//! GPUs (the kubelet prepared each claim with both drivers, the stand-in recorded its calls) and
+//! that both drivers unprepare the claims when the pod goes. Elsewhere (kind), with no NIC plugin,
+//! it checks instead that the kubelet names the missing driver rather than starting the pod.
+
+use std::collections::BTreeSet;
 
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::{Event, Pod};
@@ -14,7 +19,11 @@ use super::Outcome;
 use crate::context::Ctx;
 use crate::devices::AttributeValue;
 use crate::manifest::{Manifest, Object};
-use crate::steps::wait_allocated;
+use crate::stand_in::StandInPlugins;
+use crate::steps::{
+    AllocatedClaim, check_containers, check_prepared, delete_pods_and_check_unprepared,
+    wait_allocated, wait_running,
+};
 use crate::wait::{Probe, until};
 
 const EXAMPLE: &str = "gpu-nic-aligned";
@@ -69,6 +78,19 @@ pub async fn gpu_nic_aligned(ctx: &Ctx) -> anyhow::Result<Outcome> {
                 .into(),
         ));
     }
+    // The stand-in NIC driver's kubelet plugin on every node (the local cluster only: it needs
+    // the kubelets' directories).
+    let stand_ins = match ctx.observer.local() {
+        Some(local) => {
+            let plugins = StandInPlugins::start(NIC_DRIVER, local, ctx.timeouts.restart).await?;
+            ctx.say(format!(
+                "stand-in {NIC_DRIVER} kubelet plugin registered on {}",
+                plugins.nodes().join(", ")
+            ));
+            Some(plugins)
+        }
+        None => None,
+    };
     let namespace = format!("tessera-example-{EXAMPLE}");
     ctx.fresh_namespace(&namespace).await?;
     manifest.apply(&ctx.client).await?;
@@ -77,8 +99,9 @@ pub async fn gpu_nic_aligned(ctx: &Ctx) -> anyhow::Result<Outcome> {
         dir.display(),
         manifest.objects.len()
     ));
-    let result = check(ctx, &namespace, &nic_slices).await;
-    // Cleanup whatever the check said: the namespace, then the stand-in driver's objects.
+    let result = check(ctx, &namespace, &nic_slices, stand_ins.as_ref()).await;
+    // Cleanup whatever the check said: the namespace, the stand-in driver's objects, then its
+    // plugins (after the pod is gone, so that the kubelet could unprepare the claims with them).
     let cleanup = async {
         ctx.delete_namespace(&namespace).await?;
         for slice in &nic_slices {
@@ -92,6 +115,9 @@ pub async fn gpu_nic_aligned(ctx: &Ctx) -> anyhow::Result<Outcome> {
             .delete(NIC_DRIVER, &DeleteParams::default())
             .await
             .context("cannot delete DeviceClass nic.example.com")?;
+        if let Some(plugins) = stand_ins {
+            plugins.stop().await?;
+        }
         anyhow::Ok(())
     };
     let cleaned = cleanup.await;
@@ -100,7 +126,12 @@ pub async fn gpu_nic_aligned(ctx: &Ctx) -> anyhow::Result<Outcome> {
     Ok(Outcome::Passed)
 }
 
-async fn check(ctx: &Ctx, namespace: &str, nic_slices: &[ResourceSlice]) -> anyhow::Result<()> {
+async fn check(
+    ctx: &Ctx,
+    namespace: &str,
+    nic_slices: &[ResourceSlice],
+    stand_ins: Option<&StandInPlugins>,
+) -> anyhow::Result<()> {
     let claims = wait_allocated(ctx, namespace, "pod").await?;
     let published = ctx.published().await?;
     ensure!(
@@ -160,8 +191,58 @@ async fn check(ctx: &Ctx, namespace: &str, nic_slices: &[ResourceSlice]) -> anyh
         nodes[0] == nodes[1],
         "the pod's two claims got GPUs on different nodes: {nodes:?}"
     );
-    // kube-scheduler binds the pod to the node of its allocations; with no kubelet plugin for
-    // the stand-in driver the kubelet refuses to prepare the claims and says which driver.
+    match stand_ins {
+        Some(plugins) => runs_with_both_drivers(ctx, namespace, &claims, &nodes[0], plugins).await,
+        None => names_the_missing_driver(ctx, namespace, &nodes[0]).await,
+    }
+}
+
+/// With the stand-in plugin: the pod runs with its GPUs, the kubelet prepared both claims with
+/// both drivers, and unprepares them with both when the pod is deleted.
+async fn runs_with_both_drivers(
+    ctx: &Ctx,
+    namespace: &str,
+    claims: &[AllocatedClaim],
+    node: &str,
+    plugins: &StandInPlugins,
+) -> anyhow::Result<()> {
+    let pod = wait_running(ctx, namespace, "pod").await?;
+    check_containers(ctx, &pod, claims, &ctx.published().await?).await?;
+    check_prepared(ctx, claims).await?;
+    let uids: BTreeSet<String> = claims.iter().map(|c| c.uid().to_owned()).collect();
+    let prepared = plugins.claims(node, true);
+    ensure!(
+        prepared.is_superset(&uids),
+        "the pod runs on {node}, but the kubelet prepared only {prepared:?} of its claims {uids:?} \
+         with the stand-in {NIC_DRIVER} plugin"
+    );
+    ctx.say(format!(
+        "pod Running on {node}; the kubelet prepared both claims with {DRIVER_NAME} and {NIC_DRIVER}"
+    ));
+    delete_pods_and_check_unprepared(ctx, namespace, &["pod".to_owned()], claims).await?;
+    until(
+        &format!("the kubelet of {node} to unprepare the claims with the stand-in {NIC_DRIVER} plugin"),
+        ctx.timeouts.delete,
+        || {
+            let unprepared = plugins.claims(node, false);
+            let uids = &uids;
+            async move {
+                Ok(if unprepared.is_superset(uids) {
+                    Probe::Done(())
+                } else {
+                    Probe::Waiting(format!("unprepared {unprepared:?} of {uids:?}"))
+                })
+            }
+        },
+    )
+    .await?;
+    ctx.say(format!("both claims unprepared by {NIC_DRIVER} too"));
+    Ok(())
+}
+
+/// Without a NIC plugin: kube-scheduler binds the pod to the node of its allocations, and the
+/// kubelet refuses to prepare the claims, naming the driver that has no plugin.
+async fn names_the_missing_driver(ctx: &Ctx, namespace: &str, node: &str) -> anyhow::Result<()> {
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
     let events = Api::<Event>::namespaced(ctx.client.clone(), namespace);
     until(
@@ -170,10 +251,9 @@ async fn check(ctx: &Ctx, namespace: &str, nic_slices: &[ResourceSlice]) -> anyh
         || async {
             let pod = pods.get("pod").await.context("cannot read the pod")?;
             let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-            if bound.as_deref() != Some(nodes[0].as_str()) {
+            if bound.as_deref() != Some(node) {
                 return Ok(Probe::Waiting(format!(
-                    "pod bound to {bound:?}, allocations on {}",
-                    nodes[0]
+                    "pod bound to {bound:?}, allocations on {node}"
                 )));
             }
             let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
