@@ -37,8 +37,14 @@ mod tests {
     #[test]
     fn every_fact_is_recorded_and_the_long_version_lists_them() {
         assert!(RUSTC.starts_with("rustc "), "{RUSTC}");
-        assert!(!GIT_COMMIT.is_empty() && !GIT_COMMIT.contains('\n'), "{GIT_COMMIT:?}");
-        assert!(TARGET.split('-').count() >= 3, "not a target triple: {TARGET}");
+        assert!(
+            !GIT_COMMIT.is_empty() && !GIT_COMMIT.contains('\n'),
+            "{GIT_COMMIT:?}"
+        );
+        assert!(
+            TARGET.split('-').count() >= 3,
+            "not a target triple: {TARGET}"
+        );
         let lines: Vec<&str> = LONG_VERSION.lines().collect();
         assert_eq!(
             lines,

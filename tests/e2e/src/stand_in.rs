@@ -18,8 +18,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tessera_kubelet::{
-    ClaimRef, ClaimUid, DraDriver, PluginConfig, PrepareResult, RegistrationState,
-    UnprepareResult,
+    ClaimRef, ClaimUid, DraDriver, PluginConfig, PrepareResult, RegistrationState, UnprepareResult,
 };
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -69,7 +68,10 @@ impl DraDriver for NoDevices {
 
     async fn unprepare(&self, claims: Vec<ClaimRef>) -> BTreeMap<ClaimUid, UnprepareResult> {
         self.record(&claims, false);
-        claims.into_iter().map(|claim| (claim.uid, Ok(()))).collect()
+        claims
+            .into_iter()
+            .map(|claim| (claim.uid, Ok(())))
+            .collect()
     }
 }
 
@@ -131,7 +133,9 @@ impl StandInPlugins {
             .bind(Arc::new(NoDevices {
                 calls: calls.clone(),
             }))
-            .with_context(|| format!("cannot bind the stand-in {} plugin on {node}", self.driver))?;
+            .with_context(|| {
+                format!("cannot bind the stand-in {} plugin on {node}", self.driver)
+            })?;
         let mut state = plugin.registration_state();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(plugin.serve(async move {
@@ -145,7 +149,10 @@ impl StandInPlugins {
             task: Some(task),
         });
         until(
-            &format!("the kubelet of {node} to register the stand-in {} plugin", self.driver),
+            &format!(
+                "the kubelet of {node} to register the stand-in {} plugin",
+                self.driver
+            ),
             timeout,
             || {
                 let current = state.borrow_and_update().clone();
@@ -300,15 +307,28 @@ mod tests {
             prepared[&claim.uid].as_ref().is_ok_and(Vec::is_empty),
             "{prepared:?}"
         );
-        assert_eq!(plugins.claims("node-1", true), BTreeSet::from(["uid-1".to_owned()]));
+        assert_eq!(
+            plugins.claims("node-1", true),
+            BTreeSet::from(["uid-1".to_owned()])
+        );
         assert!(plugins.claims("node-1", false).is_empty());
         assert!(plugins.claims("node-2", true).is_empty());
-        let unprepared = kubelet.unprepare(std::slice::from_ref(&claim)).await.unwrap();
+        let unprepared = kubelet
+            .unprepare(std::slice::from_ref(&claim))
+            .await
+            .unwrap();
         assert!(unprepared[&claim.uid].is_ok());
-        assert_eq!(plugins.claims("node-1", false), BTreeSet::from(["uid-1".to_owned()]));
+        assert_eq!(
+            plugins.claims("node-1", false),
+            BTreeSet::from(["uid-1".to_owned()])
+        );
 
         plugins.stop().await.unwrap();
-        assert!(!paths.registration.exists(), "{}", paths.registration.display());
+        assert!(
+            !paths.registration.exists(),
+            "{}",
+            paths.registration.display()
+        );
         assert!(!paths.dra.exists(), "{}", paths.dra.display());
     }
 }

@@ -221,7 +221,9 @@ async fn runs_with_both_drivers(
     ));
     delete_pods_and_check_unprepared(ctx, namespace, &["pod".to_owned()], claims).await?;
     until(
-        &format!("the kubelet of {node} to unprepare the claims with the stand-in {NIC_DRIVER} plugin"),
+        &format!(
+            "the kubelet of {node} to unprepare the claims with the stand-in {NIC_DRIVER} plugin"
+        ),
         ctx.timeouts.delete,
         || {
             let unprepared = plugins.claims(node, false);
