@@ -185,16 +185,16 @@ pub struct Args {
     /// How often every GPU is sampled for the per-device metrics (utilization, memory, power,
     /// temperature, ECC and XID counts, labelled with the pod and claim holding the device).
     /// Needs NVML: the backend's, or on a mock node a fake driver root's.
-    #[arg(long, env = "GPU_METRICS_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "TESSERA_GPU_METRICS_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub gpu_metrics_interval: Duration,
 
     /// A claim whose GPUs all stay below this utilization (percent) for --idle-window is idle:
     /// a `GPUIdle` Event on its pods and `tessera_node_idle_claim` 1. 0 turns detection off.
-    #[arg(long, env = "IDLE_THRESHOLD", default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=100))]
+    #[arg(long, env = "TESSERA_IDLE_THRESHOLD", default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub idle_threshold: u32,
 
     /// How long a claim's GPUs must stay below --idle-threshold to be idle, e.g. `30m`.
-    #[arg(long, env = "IDLE_WINDOW", default_value = "30m", value_parser = parse_duration)]
+    #[arg(long, env = "TESSERA_IDLE_WINDOW", default_value = "30m", value_parser = parse_duration)]
     pub idle_window: Duration,
 
     /// Address of /metrics, /healthz and /readyz; empty turns them off.
