@@ -215,6 +215,28 @@ async fn gpu_metrics(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
     ctx.say(format!(
         "GPU metrics: {what} {took:.1?} after the GPU went idle: {note}"
     ));
+    // And the idle claim's series (the monitoring scenario relies on this check for it: a
+    // family without series is not declared in /metrics).
+    let what = format!(
+        "tessera_node_idle_claim 1 for claim {}/{} on {node}",
+        run.namespace,
+        claim.name()
+    );
+    until(&what, ctx.timeouts.event, || async {
+        let text = ctx.plugins.metrics(&node).await?;
+        let found = crate::scrape::samples(&text, "tessera_node_idle_claim")
+            .into_iter()
+            .find(|(labels, _)| {
+                labels.get("namespace").map(String::as_str) == Some(run.namespace.as_str())
+                    && labels.get("claim").map(String::as_str) == Some(claim.name())
+            });
+        Ok(match found {
+            Some((_, 1.0)) => Probe::Done(()),
+            other => Probe::Waiting(format!("the claim's idle series: {other:?}")),
+        })
+    })
+    .await?;
+    ctx.say(format!("GPU metrics: {what}"));
     drop(samples);
     Ok(())
 }
