@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"sort"
-	"time"
 )
 
 // single is what Index takes from one single-platform archive: its manifest
@@ -131,24 +130,8 @@ func Index(out io.Writer, ref string, archives []string) error {
 		return err
 	}
 
-	tw := tar.NewWriter(out)
-	epoch := time.Unix(0, 0).UTC()
-	put := func(name string, data []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
-	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
-		if err := tw.WriteHeader(&tar.Header{Name: dir, Mode: 0o755, ModTime: epoch, Typeflag: tar.TypeDir}); err != nil {
-			return err
-		}
-	}
-	if err := put("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
-		return err
-	}
-	if err := put("index.json", indexJSON); err != nil {
+	tw, err := startLayout(out, indexJSON)
+	if err != nil {
 		return err
 	}
 	digests := make([]string, 0, len(blobs))
@@ -157,7 +140,7 @@ func Index(out io.Writer, ref string, archives []string) error {
 	}
 	sort.Strings(digests)
 	for _, digest := range digests {
-		if err := put(blobPath(digest), blobs[digest]); err != nil {
+		if err := putFile(tw, blobPath(digest), blobs[digest]); err != nil {
 			return err
 		}
 	}

@@ -150,7 +150,6 @@ func normalize(entries []Entry) ([]Entry, error) {
 // writeLayer writes the layer tar to w.
 func writeLayer(w io.Writer, entries []Entry) error {
 	tw := tar.NewWriter(w)
-	epoch := time.Unix(0, 0).UTC()
 	for _, e := range entries {
 		name := strings.TrimPrefix(e.Path, "/")
 		hdr := &tar.Header{Name: name, Mode: e.Mode, ModTime: epoch, Format: tar.FormatPAX, Uname: "root", Gname: "root"}
@@ -290,28 +289,12 @@ func BuildPlatform(out io.Writer, ref string, target Platform, entries []Entry, 
 		return err
 	}
 
-	tw := tar.NewWriter(out)
-	epoch := time.Unix(0, 0).UTC()
-	put := func(name string, data []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
-	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
-		if err := tw.WriteHeader(&tar.Header{Name: dir, Mode: 0o755, ModTime: epoch, Typeflag: tar.TypeDir}); err != nil {
-			return err
-		}
-	}
-	if err := put("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
-		return err
-	}
-	if err := put("index.json", indexJSON); err != nil {
+	tw, err := startLayout(out, indexJSON)
+	if err != nil {
 		return err
 	}
 	for _, blob := range [][]byte{manifestJSON, configJSON} {
-		if err := put(blobPath(blobDescriptor("", blob).Digest), blob); err != nil {
+		if err := putFile(tw, blobPath(blobDescriptor("", blob).Digest), blob); err != nil {
 			return err
 		}
 	}
@@ -325,6 +308,37 @@ func BuildPlatform(out io.Writer, ref string, target Platform, entries []Entry, 
 		return fmt.Errorf("copy the layer of %s: %w", ref, err)
 	}
 	return tw.Close()
+}
+
+// epoch is every archive entry's modification time, so that builds are reproducible.
+var epoch = time.Unix(0, 0).UTC()
+
+// startLayout starts an OCI image layout as a tar stream on out: the blob
+// directories, the oci-layout file and index.json. The caller adds the blobs
+// and closes the writer.
+func startLayout(out io.Writer, indexJSON []byte) (*tar.Writer, error) {
+	tw := tar.NewWriter(out)
+	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
+		if err := tw.WriteHeader(&tar.Header{Name: dir, Mode: 0o755, ModTime: epoch, Typeflag: tar.TypeDir}); err != nil {
+			return nil, err
+		}
+	}
+	if err := putFile(tw, "oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
+		return nil, err
+	}
+	if err := putFile(tw, "index.json", indexJSON); err != nil {
+		return nil, err
+	}
+	return tw, nil
+}
+
+// putFile adds a regular file with data to a layout.
+func putFile(tw *tar.Writer, name string, data []byte) error {
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
+		return err
+	}
+	_, err := tw.Write(data)
+	return err
 }
 
 func blobDescriptor(mediaType string, data []byte) descriptor {
