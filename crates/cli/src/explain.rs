@@ -19,13 +19,7 @@ use tessera_placement::{ClusterObjects, Settings};
 mod group;
 mod pod;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    /// Human-readable account.
-    Text,
-    /// `{"node", "allocation", "unsatisfiable": [{"node", "reasons"}]}`.
-    Json,
-}
+pub use crate::output::OutputFormat;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
@@ -101,15 +95,8 @@ pub struct ExplainArgs {
     #[arg(long, env = "TESSERA_STEP_BUDGET", default_value_t = tessera_allocator::DEFAULT_STEP_BUDGET)]
     pub step_budget: u64,
 
-    /// Output format.
-    #[arg(
-        short = 'o',
-        long,
-        env = "TESSERA_OUTPUT",
-        value_enum,
-        default_value = "text"
-    )]
-    pub output: OutputFormat,
+    #[command(flatten)]
+    pub output: crate::output::Output,
 }
 
 /// The objects found in the input files.
@@ -298,7 +285,13 @@ pub fn run(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
             if let Some(mode) = args.mode {
                 settings.options.mode = mode.into();
             }
-            pod::explain(&objects, &namespaced(pod), &settings, args.output, out)
+            pod::explain(
+                &objects,
+                &namespaced(pod),
+                &settings,
+                args.output.format,
+                out,
+            )
         }
         (None, Some(claim)) => explain_claim(args, objects, &namespaced(claim), out),
         (None, None) => bail!("name a claim (--claim) or a pod (--pod) to explain"),
@@ -342,7 +335,7 @@ fn explain_claim(
         args.node.as_deref(),
         &options,
     )?;
-    match args.output {
+    match args.output.format {
         OutputFormat::Json => write_json(out, &outcome),
         OutputFormat::Text => {
             if let Some(pod) = extended_resource_claim_owner(&target) {

@@ -10,6 +10,7 @@ mod explain;
 mod inventory;
 mod live;
 mod migrate;
+mod output;
 mod schema;
 mod simulate;
 mod top;
@@ -38,12 +39,17 @@ enum Command {
     /// Print the ResourceSlices a node would publish, from a topology or from NVML.
     Inventory(inventory::InventoryArgs),
     /// Explain why a claim can or cannot be allocated, node by node and device by device.
+    ///
+    /// With `-o json`: `{"node", "allocation", "unsatisfiable": [{"node", "reasons"}]}`.
     Explain(explain::ExplainArgs),
     /// Compare first-fit and topology-aware placement on a synthetic cluster and claim trace.
     #[command(long_about = simulate::LONG_ABOUT)]
     Simulate(simulate::SimulateArgs),
     /// Lint DeviceClasses, ResourceClaims and ResourceClaimTemplates: CEL selectors, attribute
     /// names, opaque configs. Exit status 0 when clean, 1 with findings, 2 on unreadable input.
+    ///
+    /// With `-o json`: `{"findings": [{"file", "object", "path", "problem"}], "checked", "files",
+    /// "unreadable": [{"file", "error"}]}` on stdout.
     Validate(validate::ValidateArgs),
     /// Rewrite NVIDIA DRA manifests (gpu.nvidia.com classes, CEL, resource.nvidia.com/v1beta1
     /// configs) and NVIDIA device-plugin configs (replicas, MIG strategy) into Tessera objects
@@ -69,31 +75,18 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct VersionArgs {
-    /// Output format.
-    #[arg(
-        short = 'o',
-        long,
-        env = "TESSERA_OUTPUT",
-        value_enum,
-        default_value = "text"
-    )]
-    output: VersionFormat,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum VersionFormat {
-    Text,
-    Json,
+    #[command(flatten)]
+    output: output::Output,
 }
 
 fn version(args: &VersionArgs, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     use tessera_runtime::build::{GIT_COMMIT, RUSTC, TARGET, VERSION};
-    match args.output {
-        VersionFormat::Text => writeln!(
+    match args.output.format {
+        output::OutputFormat::Text => writeln!(
             out,
             "tessera {VERSION}\ncommit: {GIT_COMMIT}\ncompiler: {RUSTC}\ntarget: {TARGET}"
         )?,
-        VersionFormat::Json => writeln!(
+        output::OutputFormat::Json => writeln!(
             out,
             "{}",
             serde_json::json!({

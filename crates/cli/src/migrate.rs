@@ -207,6 +207,58 @@ fn to_yaml_stream(objects: &[Value]) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// Writes each input file's migrated objects to a file of the same name in `dir` (`2-name`,
+/// `3-name`, … where two inputs share a name); files left with no objects are not written.
+fn write_objects_to_dir(files: &[(PathBuf, Vec<Value>)], dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut used = std::collections::BTreeSet::new();
+    for (file, objects) in files {
+        if objects.is_empty() {
+            continue;
+        }
+        let base = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "objects.yaml".to_owned());
+        let mut target = base.clone();
+        let mut n = 1;
+        while !used.insert(target.clone()) {
+            n += 1;
+            target = format!("{n}-{base}");
+        }
+        let path = dir.join(&target);
+        std::fs::write(&path, to_yaml_stream(objects)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes the chart values migrated from device-plugin configs: to `--values`, else into the
+/// output directory, else to stdout when no objects went there, else to stderr.
+fn write_values(
+    args: &MigrateArgs,
+    values: &Mapping,
+    any_objects: bool,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> anyhow::Result<()> {
+    let text = format!(
+        "# Tessera chart values migrated from NVIDIA device-plugin configs (helm install -f)\n{}",
+        serde_yaml::to_string(&Value::Mapping(values.clone()))?
+    );
+    let target = args
+        .values
+        .clone()
+        .or_else(|| args.output_dir.as_ref().map(|d| d.join("values.yaml")));
+    match target {
+        Some(path) => std::fs::write(&path, text)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None if !any_objects => out.write_all(text.as_bytes())?,
+        None => err.write_all(text.as_bytes())?,
+    }
+    Ok(())
+}
+
 /// Runs the command.
 pub fn run(
     args: &MigrateArgs,
@@ -230,29 +282,7 @@ pub fn run(
     }
     let any_objects = migration.files.iter().any(|(_, o)| !o.is_empty());
     match &args.output_dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            let mut used = std::collections::BTreeSet::new();
-            for (file, objects) in &migration.files {
-                if objects.is_empty() {
-                    continue;
-                }
-                let base = file
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "objects.yaml".to_owned());
-                let mut target = base.clone();
-                let mut n = 1;
-                while !used.insert(target.clone()) {
-                    n += 1;
-                    target = format!("{n}-{base}");
-                }
-                let path = dir.join(&target);
-                std::fs::write(&path, to_yaml_stream(objects)?)
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-            }
-        }
+        Some(dir) => write_objects_to_dir(&migration.files, dir)?,
         None => {
             let all: Vec<Value> = migration
                 .files
@@ -263,20 +293,7 @@ pub fn run(
         }
     }
     if !migration.values.is_empty() {
-        let text = format!(
-            "# Tessera chart values migrated from NVIDIA device-plugin configs (helm install -f)\n{}",
-            serde_yaml::to_string(&Value::Mapping(migration.values.clone()))?
-        );
-        let target = args
-            .values
-            .clone()
-            .or_else(|| args.output_dir.as_ref().map(|d| d.join("values.yaml")));
-        match target {
-            Some(path) => std::fs::write(&path, text)
-                .with_context(|| format!("cannot write {}", path.display()))?,
-            None if !any_objects => out.write_all(text.as_bytes())?,
-            None => err.write_all(text.as_bytes())?,
-        }
+        write_values(args, &migration.values, any_objects, out, err)?;
     }
     let not_carried = migration.report.iter().filter(|(bad, _)| *bad).count();
     writeln!(

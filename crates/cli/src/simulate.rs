@@ -2,8 +2,7 @@
 //! cluster (nodes rendered from shipped or custom topologies) under a trace of GPU claims arriving
 //! and departing.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
@@ -15,16 +14,16 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
-use tessera_allocator::{
-    AllocateOptions, AllocatedState, Allocation, DeviceId, Inventory, Outcome, PlacementMode,
-};
+use tessera_allocator::{AllocateOptions, Allocation, DeviceId, Inventory, Outcome, PlacementMode};
 use tessera_api::names::{DRIVER_NAME, GPU_DEVICE_CLASS, attr};
 use tessera_api::shares::ConsumableShares;
 use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
 
 mod gangs;
+mod live;
 mod sharing;
 
+use live::LiveClaims;
 pub use sharing::SharingSpec;
 
 pub const LONG_ABOUT: &str = "\
@@ -54,7 +53,8 @@ rejected although the cluster had at least as many free GPUs as they asked for),
 numaAlignedPercent (claims of 2-4 GPUs allocated while some node had that many GPUs free on one \
 NUMA node: percent of them placed on one NUMA node), \
 p50LatencyMicros and p99LatencyMicros (per allocation). All metrics except the two latencies \
-are deterministic for a scenario and seed; the latencies are measurements.
+are deterministic for a scenario and seed; the latencies are measurements. With -o json: \
+`{\"firstFit\": METRICS, \"topologyAware\": METRICS}`.
 
 With --sharing it runs a sharing trace instead: single-GPU claims each needing some device memory, \
 allocated first fit once on the nodes published whole (a GPU per claim) and once with consumable \
@@ -68,13 +68,7 @@ its own:
     memoryGiB: {5: 40, 10: 30, 20: 20, 40: 10}   # GiB per claim: relative weight
     lifetime: {min: 1, max: 480}";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    /// A table.
-    Text,
-    /// `{"firstFit": M, "topologyAware": M}`.
-    Json,
-}
+use crate::output::OutputFormat;
 
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
@@ -86,15 +80,8 @@ pub struct SimulateArgs {
     #[arg(long, env = "TESSERA_SEED", default_value_t = 1)]
     pub seed: u64,
 
-    /// Output format.
-    #[arg(
-        short = 'o',
-        long,
-        env = "TESSERA_OUTPUT",
-        value_enum,
-        default_value = "text"
-    )]
-    pub output: OutputFormat,
+    #[command(flatten)]
+    pub output: crate::output::Output,
 
     /// Run the sharing trace (GPUs saved by consumable shares) instead of the placement comparison.
     #[arg(long, env = "TESSERA_SHARING", conflicts_with = "gangs")]
@@ -447,9 +434,7 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 /// The running state of one mode over the trace.
 struct Run<'c> {
     cluster: &'c Cluster,
-    state: AllocatedState,
-    live: HashMap<usize, AllocationResult>,
-    departures: BinaryHeap<Reverse<(u64, usize)>>,
+    live: LiveClaims<()>,
     allocated: usize,
     rejected_while_free: usize,
     multi: usize,
@@ -463,25 +448,11 @@ struct Run<'c> {
 }
 
 impl Run<'_> {
-    /// Releases the claims whose lifetime ended by `now`.
-    fn depart(&mut self, now: u64) -> anyhow::Result<()> {
-        while let Some(Reverse((t, i))) = self.departures.peek().copied() {
-            if t > now {
-                break;
-            }
-            self.departures.pop();
-            if let Some(result) = self.live.remove(&i) {
-                self.state.remove_allocation(&result)?;
-            }
-        }
-        Ok(())
-    }
-
     /// Whether some NUMA node of the cluster has `gpus` GPUs free.
     fn numa_has_free(&self, gpus: u32) -> bool {
         let mut free: HashMap<(&str, i64), u32> = HashMap::new();
         for gpu in &self.cluster.gpus {
-            if self.state.is_in_use(gpu) {
+            if self.live.state.is_in_use(gpu) {
                 continue;
             }
             let key = (gpu.pool().to_owned(), gpu.device().to_owned());
@@ -520,11 +491,7 @@ impl Run<'_> {
             self.pair_cost_sum += a.score.comm_cost as f64 / (n * (n - 1.0) / 2.0);
             self.local += usize::from(one_island(self.cluster, &result));
         }
-        self.state.add_allocation(&result)?;
-        self.live.insert(index, result);
-        self.departures
-            .push(Reverse((index as u64 + tc.lifetime, index)));
-        Ok(())
+        self.live.arrive(index, tc.lifetime, result, ())
     }
 
     fn rejected(&mut self, tc: TraceClaim) {
@@ -532,7 +499,7 @@ impl Run<'_> {
             .cluster
             .gpus
             .iter()
-            .filter(|g| !self.state.is_in_use(g))
+            .filter(|g| !self.live.state.is_in_use(g))
             .count();
         if free >= tc.gpus as usize {
             self.rejected_while_free += 1;
@@ -575,9 +542,7 @@ fn run_mode(
     };
     let mut run = Run {
         cluster,
-        state: AllocatedState::new(),
-        live: HashMap::new(),
-        departures: BinaryHeap::new(),
+        live: LiveClaims::new(),
         allocated: 0,
         rejected_while_free: 0,
         multi: 0,
@@ -588,13 +553,13 @@ fn run_mode(
         latencies: Vec::with_capacity(trace.len()),
     };
     for (index, tc) in trace.iter().enumerate() {
-        run.depart(index as u64)?;
+        run.live.depart(index as u64, |()| {})?;
         let claims = [claim(index, tc.gpus)];
         let alignable = (2..=4).contains(&tc.gpus) && run.numa_has_free(tc.gpus);
         let start = Instant::now();
         let outcome = cluster
             .inventory
-            .allocate(&claims, &run.state, None, &options)?;
+            .allocate(&claims, &run.live.state, None, &options)?;
         run.latencies
             .push(u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX));
         match outcome {
@@ -679,7 +644,7 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
             ..gangs::GangScenario::default()
         };
         let report = gangs::run(&scenario, args.seed)?;
-        match args.output {
+        match args.output.format {
             OutputFormat::Json => {
                 serde_json::to_writer_pretty(&mut *out, &report)?;
                 writeln!(out)?;
@@ -689,12 +654,7 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
         return Ok(());
     }
     if args.sharing {
-        return sharing::run(
-            &scenario,
-            args.seed,
-            matches!(args.output, OutputFormat::Json),
-            out,
-        );
+        return sharing::run(&scenario, args.seed, args.output.json(), out);
     }
     let cluster = cluster(&scenario)?;
     let trace = trace(&scenario.trace, args.seed);
@@ -707,7 +667,7 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
             args.numa_policy,
         )?,
     };
-    match args.output {
+    match args.output.format {
         OutputFormat::Json => {
             serde_json::to_writer_pretty(&mut *out, &report)?;
             writeln!(out)?;

@@ -18,7 +18,7 @@ use serde::Serialize;
 use tessera_api::names::{DRIVER_NAME, attr, device_type};
 use tessera_placement::ClusterObjects;
 
-use crate::explain::OutputFormat;
+use crate::output::OutputFormat;
 
 #[derive(Debug, clap::Args)]
 pub struct TopArgs {
@@ -29,15 +29,8 @@ pub struct TopArgs {
     #[command(flatten)]
     pub cluster: crate::live::ClusterArgs,
 
-    /// Output format.
-    #[arg(
-        short = 'o',
-        long,
-        env = "TESSERA_OUTPUT",
-        value_enum,
-        default_value = "text"
-    )]
-    pub output: OutputFormat,
+    #[command(flatten)]
+    pub output: crate::output::Output,
 }
 
 /// What `top` shows (the `-o json` form).
@@ -323,7 +316,7 @@ pub fn run(args: &TopArgs, out: &mut impl Write) -> anyhow::Result<()> {
             Err(error) => eprintln!("no GPU utilization: {error:#}"),
         }
     }
-    match args.output {
+    match args.output.format {
         OutputFormat::Json => {
             serde_json::to_writer_pretty(&mut *out, &report)?;
             writeln!(out)?;

@@ -17,7 +17,7 @@ mod objects;
 mod schema_check;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde_json::Value;
@@ -33,16 +33,8 @@ pub struct ValidateArgs {
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
 
-    /// Output format: `text` (one finding a line) or `json` (`{"findings": [{"file", "object",
-    /// "path", "problem"}], "checked", "files", "unreadable": [{"file", "error"}]}` on stdout).
-    #[arg(
-        short = 'o',
-        long,
-        env = "TESSERA_OUTPUT",
-        value_enum,
-        default_value = "text"
-    )]
-    output: crate::explain::OutputFormat,
+    #[command(flatten)]
+    output: crate::output::Output,
 }
 
 /// What `-o json` prints.
@@ -88,35 +80,12 @@ pub fn run(
     let linter = Linter::new();
     let mut names = ExtendedResourceNames::default();
     let mut findings = 0usize;
-    let mut checked = 0usize;
-    let mut unreadable = 0usize;
-    let json = args.output == crate::explain::OutputFormat::Json;
+    let json = args.output.json();
     let mut report = JsonReport::default();
     for path in &args.files {
         let file = path.display().to_string();
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) => {
-                writeln!(err, "error: {file}: cannot read: {e}")?;
-                report.unreadable.push(Unreadable {
-                    file,
-                    error: format!("cannot read: {e}"),
-                });
-                unreadable += 1;
-                continue;
-            }
-        };
-        let objects = match documents(&text) {
-            Ok(objects) => objects,
-            Err(e) => {
-                writeln!(err, "error: {file}: not valid YAML: {e}")?;
-                report.unreadable.push(Unreadable {
-                    file,
-                    error: format!("not valid YAML: {e}"),
-                });
-                unreadable += 1;
-                continue;
-            }
+        let Some(objects) = read_objects(path, &file, &mut report, err)? else {
+            continue;
         };
         for object in objects {
             let object_ref = ObjectRef::of(&object);
@@ -127,7 +96,7 @@ pub fn run(
                 )?;
                 continue;
             }
-            checked += 1;
+            report.checked += 1;
             let across = names.add(&file, &object_ref, &object);
             for finding in linter
                 .lint(&file, &object_ref, &object)
@@ -143,13 +112,51 @@ pub fn run(
             }
         }
     }
-    let files = args.files.len() - unreadable;
+    let unreadable = report.unreadable.len();
+    report.files = args.files.len() - unreadable;
     if json {
-        report.checked = checked;
-        report.files = files;
         serde_json::to_writer_pretty(&mut *out, &report)?;
         writeln!(out)?;
     }
+    write_summary(err, findings, report.checked, report.files, unreadable)?;
+    Ok(match (unreadable, findings) {
+        (1.., _) => ExitCode::from(2),
+        (0, 0) => ExitCode::SUCCESS,
+        (0, _) => ExitCode::from(1),
+    })
+}
+
+/// The objects of the YAML file at `path` (named `file`), or `None` when it cannot be read or
+/// parsed: then the error is written to `err` and recorded in `report`.
+fn read_objects(
+    path: &Path,
+    file: &str,
+    report: &mut JsonReport,
+    err: &mut impl Write,
+) -> anyhow::Result<Option<Vec<Value>>> {
+    let problem = match std::fs::read_to_string(path) {
+        Ok(text) => match documents(&text) {
+            Ok(objects) => return Ok(Some(objects)),
+            Err(e) => format!("not valid YAML: {e}"),
+        },
+        Err(e) => format!("cannot read: {e}"),
+    };
+    writeln!(err, "error: {file}: {problem}")?;
+    report.unreadable.push(Unreadable {
+        file: file.to_owned(),
+        error: problem,
+    });
+    Ok(None)
+}
+
+/// The last line on stderr: findings, objects and files checked, and files that were not.
+fn write_summary(
+    err: &mut impl Write,
+    findings: usize,
+    checked: usize,
+    files: usize,
+    unreadable: usize,
+) -> std::io::Result<()> {
     let summary = if findings == 0 {
         format!("{checked} object(s) in {files} file(s): no findings")
     } else {
@@ -157,15 +164,10 @@ pub fn run(
     };
     if unreadable > 0 {
         // A clean summary must not hide that some input was never checked.
-        writeln!(err, "{summary}; {unreadable} file(s) could not be checked")?;
+        writeln!(err, "{summary}; {unreadable} file(s) could not be checked")
     } else {
-        writeln!(err, "{summary}")?;
+        writeln!(err, "{summary}")
     }
-    Ok(match (unreadable, findings) {
-        (1.., _) => ExitCode::from(2),
-        (0, 0) => ExitCode::SUCCESS,
-        (0, _) => ExitCode::from(1),
-    })
 }
 
 /// The `extendedResourceName`s of the DeviceClasses seen so far, across files: kube-scheduler

@@ -385,75 +385,11 @@ impl Generator {
         counters: bool,
         placement: &Placement,
     ) -> DeviceDraft {
-        let mut attributes = BTreeMap::new();
-        if self.chance(0.85) {
-            attributes.insert("model".to_owned(), string_attr(self.pick_str(MODELS)));
-        } else if self.chance(0.2) {
-            attributes.insert("model".to_owned(), int_attr(7)); // wrong type
-        }
-        if self.chance(0.9) {
-            attributes.insert("numa".to_owned(), int_attr(self.rng.random_range(0..=1)));
-        }
-        attributes.insert("index".to_owned(), int_attr(index as i64));
-        if self.chance(0.7) {
-            attributes.insert("healthy".to_owned(), bool_attr(self.chance(0.8)));
-        }
-        if self.chance(0.8) {
-            attributes.insert(
-                "driverVersion".to_owned(),
-                DeviceAttribute {
-                    version: Some((self.pick_str(VERSIONS)).to_owned()),
-                    ..Default::default()
-                },
-            );
-        }
-        if self.chance(0.4) {
-            attributes.insert(
-                "example.com/zone".to_owned(),
-                string_attr(self.pick_str(&["z1", "z2"])),
-            );
-        }
+        // The draws happen in this order (the seeds' cases depend on it).
+        let attributes = self.device_attributes(index);
         let multi = self.chance(0.15);
-        let mut capacity = BTreeMap::new();
-        if self.chance(0.8) || multi {
-            let value = q(self.pick_str(MEMORY));
-            let request_policy = if multi {
-                match self.rng.random_range(0..3) {
-                    0 => None,
-                    1 => Some(CapacityRequestPolicy {
-                        default: Some(q("1Gi")),
-                        valid_range: Some(CapacityRequestPolicyRange {
-                            min: q("1Gi"),
-                            max: self.chance(0.5).then(|| q("4Gi")),
-                            step: self.chance(0.5).then(|| q("1Gi")),
-                        }),
-                        valid_values: None,
-                    }),
-                    _ => Some(CapacityRequestPolicy {
-                        default: Some(q("1Gi")),
-                        valid_range: None,
-                        valid_values: Some(vec![q("1Gi"), q("2Gi"), q("4Gi")]),
-                    }),
-                }
-            } else {
-                None
-            };
-            capacity.insert(
-                "memory".to_owned(),
-                DeviceCapacity {
-                    value,
-                    request_policy,
-                },
-            );
-        }
-        let taints = self.chance(0.06).then(|| {
-            vec![DeviceTaint {
-                key: (self.pick_str(TAINT_KEYS)).to_owned(),
-                value: self.chance(0.5).then(|| "v1".to_owned()),
-                effect: (self.pick_str(&["NoSchedule", "NoExecute", "None"])).to_owned(),
-                time_added: None,
-            }]
-        });
+        let capacity = self.device_capacity(multi);
+        let taints = self.device_taints();
         let consumes_counters = (counters && self.chance(0.8)).then(|| {
             vec![DeviceCounterConsumption {
                 compatibility_groups: None,
@@ -493,6 +429,89 @@ impl Generator {
         }
         let _ = driver;
         DeviceDraft { device, multi }
+    }
+
+    /// A device's attributes: mostly well-typed, each present by chance, `index` always.
+    fn device_attributes(&mut self, index: usize) -> BTreeMap<String, DeviceAttribute> {
+        let mut attributes = BTreeMap::new();
+        if self.chance(0.85) {
+            attributes.insert("model".to_owned(), string_attr(self.pick_str(MODELS)));
+        } else if self.chance(0.2) {
+            attributes.insert("model".to_owned(), int_attr(7)); // wrong type
+        }
+        if self.chance(0.9) {
+            attributes.insert("numa".to_owned(), int_attr(self.rng.random_range(0..=1)));
+        }
+        attributes.insert("index".to_owned(), int_attr(index as i64));
+        if self.chance(0.7) {
+            attributes.insert("healthy".to_owned(), bool_attr(self.chance(0.8)));
+        }
+        if self.chance(0.8) {
+            attributes.insert(
+                "driverVersion".to_owned(),
+                DeviceAttribute {
+                    version: Some((self.pick_str(VERSIONS)).to_owned()),
+                    ..Default::default()
+                },
+            );
+        }
+        if self.chance(0.4) {
+            attributes.insert(
+                "example.com/zone".to_owned(),
+                string_attr(self.pick_str(&["z1", "z2"])),
+            );
+        }
+        attributes
+    }
+
+    /// A device's capacity: memory, always on a device that allows multiple allocations (which
+    /// may carry a request policy).
+    fn device_capacity(&mut self, multi: bool) -> BTreeMap<String, DeviceCapacity> {
+        let mut capacity = BTreeMap::new();
+        if self.chance(0.8) || multi {
+            let value = q(self.pick_str(MEMORY));
+            let request_policy = if multi { self.request_policy() } else { None };
+            capacity.insert(
+                "memory".to_owned(),
+                DeviceCapacity {
+                    value,
+                    request_policy,
+                },
+            );
+        }
+        capacity
+    }
+
+    /// None, a range with optional max and step, or a list of valid values.
+    fn request_policy(&mut self) -> Option<CapacityRequestPolicy> {
+        match self.rng.random_range(0..3) {
+            0 => None,
+            1 => Some(CapacityRequestPolicy {
+                default: Some(q("1Gi")),
+                valid_range: Some(CapacityRequestPolicyRange {
+                    min: q("1Gi"),
+                    max: self.chance(0.5).then(|| q("4Gi")),
+                    step: self.chance(0.5).then(|| q("1Gi")),
+                }),
+                valid_values: None,
+            }),
+            _ => Some(CapacityRequestPolicy {
+                default: Some(q("1Gi")),
+                valid_range: None,
+                valid_values: Some(vec![q("1Gi"), q("2Gi"), q("4Gi")]),
+            }),
+        }
+    }
+
+    fn device_taints(&mut self) -> Option<Vec<DeviceTaint>> {
+        self.chance(0.06).then(|| {
+            vec![DeviceTaint {
+                key: (self.pick_str(TAINT_KEYS)).to_owned(),
+                value: self.chance(0.5).then(|| "v1".to_owned()),
+                effect: (self.pick_str(&["NoSchedule", "NoExecute", "None"])).to_owned(),
+                time_added: None,
+            }]
+        })
     }
 
     fn classes(&mut self) -> Vec<DeviceClass> {
@@ -607,82 +626,21 @@ impl Generator {
     }
 
     fn claim(&mut self, name: &str, classes: &[String]) -> ResourceClaim {
+        // The draws happen in this order (the seeds' cases depend on it).
         let request_count = if self.chance(0.6) {
             1
         } else {
             self.rng.random_range(2..=3)
         };
         let mut requests = Vec::new();
+        // The names constraints and configs may list: requests and their subrequests.
         let mut names = Vec::new();
         for r in 0..request_count {
             let rname = format!("req-{r}");
             names.push(rname.clone());
-            if self.chance(0.2) {
-                let subs = self.rng.random_range(1..=3);
-                let first_available = (0..subs)
-                    .map(|s| {
-                        let sub = format!("sub-{s}");
-                        names.push(format!("{rname}/{sub}"));
-                        let (mode, count) = self.mode_and_count();
-                        DeviceSubRequest {
-                            name: sub,
-                            device_class_name: self.class_name(classes),
-                            selectors: self.selectors(1),
-                            allocation_mode: Some(mode),
-                            count,
-                            tolerations: self.tolerations(),
-                            capacity: self.capacity(),
-                            derived_attributes: None,
-                        }
-                    })
-                    .collect();
-                requests.push(DeviceRequest {
-                    name: rname,
-                    exactly: None,
-                    first_available: Some(first_available),
-                });
-            } else {
-                let (mode, count) = self.mode_and_count();
-                requests.push(DeviceRequest {
-                    name: rname,
-                    exactly: Some(ExactDeviceRequest {
-                        device_class_name: self.class_name(classes),
-                        selectors: self.selectors(2),
-                        allocation_mode: Some(mode),
-                        count,
-                        admin_access: self.chance(0.08).then_some(true),
-                        tolerations: self.tolerations(),
-                        capacity: self.capacity(),
-                        derived_attributes: None,
-                    }),
-                    first_available: None,
-                });
-            }
+            requests.push(self.request(rname, classes, &mut names));
         }
-        let constraint_count = if self.chance(0.35) {
-            self.rng.random_range(1..=2)
-        } else {
-            0
-        };
-        let constraints: Vec<DeviceConstraint> = (0..constraint_count)
-            .map(|_| {
-                let attribute = (self.pick_str(CONSTRAINT_ATTRIBUTES)).to_owned();
-                let requests = self.subset(&names);
-                if self.chance(0.6) {
-                    DeviceConstraint {
-                        match_attribute: Some(attribute),
-                        distinct_attribute: None,
-                        requests,
-                    }
-                } else {
-                    DeviceConstraint {
-                        match_attribute: None,
-                        distinct_attribute: Some(attribute),
-                        requests,
-                    }
-                }
-            })
-            .collect();
+        let constraints = self.constraints(&names);
         let configs: Vec<DeviceClaimConfiguration> = if self.chance(0.2) {
             vec![DeviceClaimConfiguration {
                 requests: self.subset(&names),
@@ -707,6 +665,85 @@ impl Generator {
             }),
             status: None,
         }
+    }
+
+    /// One request named `rname`: a prioritized list of subrequests (their names added to
+    /// `names`) or an exact request.
+    fn request(
+        &mut self,
+        rname: String,
+        classes: &[String],
+        names: &mut Vec<String>,
+    ) -> DeviceRequest {
+        if self.chance(0.2) {
+            let subs = self.rng.random_range(1..=3);
+            let first_available = (0..subs)
+                .map(|s| {
+                    let sub = format!("sub-{s}");
+                    names.push(format!("{rname}/{sub}"));
+                    let (mode, count) = self.mode_and_count();
+                    DeviceSubRequest {
+                        name: sub,
+                        device_class_name: self.class_name(classes),
+                        selectors: self.selectors(1),
+                        allocation_mode: Some(mode),
+                        count,
+                        tolerations: self.tolerations(),
+                        capacity: self.capacity(),
+                        derived_attributes: None,
+                    }
+                })
+                .collect();
+            DeviceRequest {
+                name: rname,
+                exactly: None,
+                first_available: Some(first_available),
+            }
+        } else {
+            let (mode, count) = self.mode_and_count();
+            DeviceRequest {
+                name: rname,
+                exactly: Some(ExactDeviceRequest {
+                    device_class_name: self.class_name(classes),
+                    selectors: self.selectors(2),
+                    allocation_mode: Some(mode),
+                    count,
+                    admin_access: self.chance(0.08).then_some(true),
+                    tolerations: self.tolerations(),
+                    capacity: self.capacity(),
+                    derived_attributes: None,
+                }),
+                first_available: None,
+            }
+        }
+    }
+
+    /// Up to two matchAttribute or distinctAttribute constraints over some of `names`.
+    fn constraints(&mut self, names: &[String]) -> Vec<DeviceConstraint> {
+        let constraint_count = if self.chance(0.35) {
+            self.rng.random_range(1..=2)
+        } else {
+            0
+        };
+        (0..constraint_count)
+            .map(|_| {
+                let attribute = (self.pick_str(CONSTRAINT_ATTRIBUTES)).to_owned();
+                let requests = self.subset(names);
+                if self.chance(0.6) {
+                    DeviceConstraint {
+                        match_attribute: Some(attribute),
+                        distinct_attribute: None,
+                        requests,
+                    }
+                } else {
+                    DeviceConstraint {
+                        match_attribute: None,
+                        distinct_attribute: Some(attribute),
+                        requests,
+                    }
+                }
+            })
+            .collect()
     }
 
     /// Some request names (none: the constraint or config applies to all).

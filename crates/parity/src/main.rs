@@ -104,17 +104,7 @@ fn diff(
     dump: Option<PathBuf>,
     show: usize,
 ) -> anyhow::Result<()> {
-    let mut switches = Switches::default();
-    let mut enabled: Vec<&str> = Vec::new();
-    for d in deviations {
-        if d == "all" {
-            switches = Switches::all();
-            enabled = DEVIATIONS.to_vec();
-        } else {
-            switches.enable(d)?;
-            enabled.push(DEVIATIONS.iter().find(|x| **x == d).copied().unwrap_or("?"));
-        }
-    }
+    let (switches, enabled) = switches(deviations)?;
     if let Some(dir) = &dump {
         std::fs::create_dir_all(dir)?;
     }
@@ -163,20 +153,45 @@ fn diff(
         },
         start.elapsed().as_secs_f64()
     );
-    println!("upstream outcomes:");
-    for (k, n) in &coverage {
-        println!("  {n:>6}  {k}");
-    }
-    for (d, n) in &explained {
-        println!("differences explained by deviation {d}: {n}");
-    }
-    println!("unexplained differences: {unexplained}");
+    print_counts(&coverage, &explained, unexplained);
     if unexplained > 0 {
         anyhow::bail!(
             "{unexplained} of {count} instances differ from upstream without a documented deviation"
         );
     }
     Ok(())
+}
+
+/// The switches `--deviation` names turn on (`all`: every one), and their names as listed.
+fn switches(deviations: &[String]) -> anyhow::Result<(Switches, Vec<&'static str>)> {
+    let mut switches = Switches::default();
+    let mut enabled: Vec<&str> = Vec::new();
+    for d in deviations {
+        if d == "all" {
+            switches = Switches::all();
+            enabled = DEVIATIONS.to_vec();
+        } else {
+            switches.enable(d)?;
+            enabled.push(DEVIATIONS.iter().find(|x| **x == d).copied().unwrap_or("?"));
+        }
+    }
+    Ok((switches, enabled))
+}
+
+/// Upstream's outcomes by kind, then the differences each deviation explains and the rest.
+fn print_counts(
+    coverage: &BTreeMap<String, u64>,
+    explained: &BTreeMap<&str, u64>,
+    unexplained: u64,
+) {
+    println!("upstream outcomes:");
+    for (k, n) in coverage {
+        println!("  {n:>6}  {k}");
+    }
+    for (d, n) in explained {
+        println!("differences explained by deviation {d}: {n}");
+    }
+    println!("unexplained differences: {unexplained}");
 }
 
 fn coverage_key(v: &Verdict) -> String {

@@ -50,50 +50,19 @@ pub fn migrate_config(config: &Value, values: &mut Mapping, notes: &mut Notes) {
     if let Some(flags) = config.get("flags") {
         migrate_flags(flags, values, notes);
     }
-    if config.get("resources").is_some() {
-        notes.not_carried(
-            "resources",
-            "custom resource names by device pattern have no Tessera counterpart; select devices with CEL in a DeviceClass instead (`tessera schema` lists the attributes)".to_owned(),
-        );
-    }
-    if config.get("imex").is_some() {
-        notes.not_carried("imex", "Tessera does not manage IMEX channels".to_owned());
-    }
+    note_unsupported_sections(config, notes);
     let Some(sharing) = config.get("sharing") else {
         return;
     };
+    // The first `nvidia.com/gpu` replica count taken, and where it came from: one node group
+    // has one number of shares.
     let mut chosen: Option<(String, i64)> = None;
     for strategy in ["timeSlicing", "mps"] {
         let Some(replicated) = sharing.get(strategy) else {
             continue;
         };
         let path = format!("sharing.{strategy}");
-        if replicated.get("renameByDefault").and_then(Value::as_bool) == Some(true) {
-            set(
-                values,
-                &["extendedResources", "sharedGpu"],
-                Value::from("nvidia.com/gpu.shared"),
-            );
-            notes.change(
-                format!("{path}.renameByDefault"),
-                "true → extendedResources.sharedGpu: nvidia.com/gpu.shared (class shared.gpu.tessera.dev: pods asking `nvidia.com/gpu.shared` get a share, as before)".to_owned(),
-            );
-        } else {
-            notes.not_carried(
-                format!("{path}.renameByDefault"),
-                "shared replicas were named `nvidia.com/gpu`; on Tessera that name means a whole GPU (class gpu.tessera.dev), so pods that should share must ask `nvidia.com/gpu.shared` (class shared.gpu.tessera.dev) or use a claim".to_owned(),
-            );
-        }
-        if replicated
-            .get("failRequestsGreaterThanOne")
-            .and_then(Value::as_bool)
-            == Some(true)
-        {
-            notes.not_carried(
-                format!("{path}.failRequestsGreaterThanOne"),
-                "a claim may consume several shares on Tessera; nothing refuses requests for more than one".to_owned(),
-            );
-        }
+        migrate_strategy_options(&path, replicated, values, notes);
         let resources = replicated
             .get("resources")
             .and_then(Value::as_sequence)
@@ -101,47 +70,9 @@ pub fn migrate_config(config: &Value, values: &mut Mapping, notes: &mut Notes) {
             .unwrap_or_default();
         for (i, resource) in resources.iter().enumerate() {
             let path = format!("{path}.resources[{i}]");
-            let name = resource
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let Some(replicas) = resource.get("replicas").and_then(Value::as_i64) else {
-                notes.not_carried(path, "no integer `replicas`; skipped".to_owned());
+            let Some(replicas) = shared_gpu_replicas(&path, resource, notes) else {
                 continue;
             };
-            if resource
-                .get("devices")
-                .is_some_and(|d| d.as_str() != Some("all"))
-            {
-                notes.not_carried(
-                    format!("{path}.devices"),
-                    "sharing only some GPUs of a node: Tessera shares every device of a node group; put those nodes in their own `kubeletPlugin.nodeGroups[]` entry with `sharing.consumableShares`".to_owned(),
-                );
-            }
-            if resource.get("rename").is_some() {
-                notes.not_carried(
-                    format!("{path}.rename"),
-                    "renamed shared resources: set the name in the chart's `extendedResources` values instead".to_owned(),
-                );
-            }
-            if name != GPU_RESOURCE {
-                notes.not_carried(
-                    path,
-                    format!(
-                        "`{name}` replicas: Tessera's consumable shares apply to every device of a node (GPUs and MIG devices alike), taken from the `{GPU_RESOURCE}` entry"
-                    ),
-                );
-                continue;
-            }
-            if !(1..=MAX_SHARES).contains(&replicas) {
-                notes.not_carried(
-                    format!("{path}.replicas"),
-                    format!(
-                        "{replicas} is outside the 1–{MAX_SHARES} shares the chart takes; use `consumableShares: memory` and memory requests instead"
-                    ),
-                );
-                continue;
-            }
             if let Some((first, n)) = &chosen {
                 if *n != replicas {
                     notes.not_carried(
@@ -151,25 +82,130 @@ pub fn migrate_config(config: &Value, values: &mut Mapping, notes: &mut Notes) {
                 }
                 continue;
             }
-            set(
-                values,
-                &["kubeletPlugin", "sharing", "consumableShares"],
-                Value::from(replicas),
-            );
-            notes.change(
-                format!("{path}.replicas"),
-                format!("{replicas} → kubeletPlugin.sharing.consumableShares: {replicas} (each claim consumes one of {replicas} equal shares of a GPU)"),
-            );
-            if strategy == "mps" {
-                notes.change(
-                    format!("{path}.replicas"),
-                    "MPS: give the claims (or a DeviceClass) an opaque config `{apiVersion: gpu.tessera.dev/v1alpha1, kind: GpuConfig, sharing: {strategy: MPS}}`; prepare then limits each claim to its shares' thread percentage and memory"
-                        .to_owned(),
-
-                );
-            }
+            take_replicas(strategy, &path, replicas, values, notes);
             chosen = Some((path, replicas));
         }
+    }
+}
+
+/// The top-level sections with no Tessera counterpart (`resources`, `imex`).
+fn note_unsupported_sections(config: &Value, notes: &mut Notes) {
+    if config.get("resources").is_some() {
+        notes.not_carried(
+            "resources",
+            "custom resource names by device pattern have no Tessera counterpart; select devices with CEL in a DeviceClass instead (`tessera schema` lists the attributes)".to_owned(),
+        );
+    }
+    if config.get("imex").is_some() {
+        notes.not_carried("imex", "Tessera does not manage IMEX channels".to_owned());
+    }
+}
+
+/// A sharing strategy's own options (`renameByDefault`, `failRequestsGreaterThanOne`) at `path`.
+fn migrate_strategy_options(
+    path: &str,
+    replicated: &Value,
+    values: &mut Mapping,
+    notes: &mut Notes,
+) {
+    if replicated.get("renameByDefault").and_then(Value::as_bool) == Some(true) {
+        set(
+            values,
+            &["extendedResources", "sharedGpu"],
+            Value::from("nvidia.com/gpu.shared"),
+        );
+        notes.change(
+            format!("{path}.renameByDefault"),
+            "true → extendedResources.sharedGpu: nvidia.com/gpu.shared (class shared.gpu.tessera.dev: pods asking `nvidia.com/gpu.shared` get a share, as before)".to_owned(),
+        );
+    } else {
+        notes.not_carried(
+            format!("{path}.renameByDefault"),
+            "shared replicas were named `nvidia.com/gpu`; on Tessera that name means a whole GPU (class gpu.tessera.dev), so pods that should share must ask `nvidia.com/gpu.shared` (class shared.gpu.tessera.dev) or use a claim".to_owned(),
+        );
+    }
+    if replicated
+        .get("failRequestsGreaterThanOne")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
+        notes.not_carried(
+            format!("{path}.failRequestsGreaterThanOne"),
+            "a claim may consume several shares on Tessera; nothing refuses requests for more than one".to_owned(),
+        );
+    }
+}
+
+/// The replica count of one `resources[]` entry at `path` when it can become Tessera's
+/// consumable shares: an integer in range for `nvidia.com/gpu`. Everything else is noted.
+fn shared_gpu_replicas(path: &str, resource: &Value, notes: &mut Notes) -> Option<i64> {
+    let name = resource
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let Some(replicas) = resource.get("replicas").and_then(Value::as_i64) else {
+        notes.not_carried(path, "no integer `replicas`; skipped".to_owned());
+        return None;
+    };
+    if resource
+        .get("devices")
+        .is_some_and(|d| d.as_str() != Some("all"))
+    {
+        notes.not_carried(
+            format!("{path}.devices"),
+            "sharing only some GPUs of a node: Tessera shares every device of a node group; put those nodes in their own `kubeletPlugin.nodeGroups[]` entry with `sharing.consumableShares`".to_owned(),
+        );
+    }
+    if resource.get("rename").is_some() {
+        notes.not_carried(
+            format!("{path}.rename"),
+            "renamed shared resources: set the name in the chart's `extendedResources` values instead".to_owned(),
+        );
+    }
+    if name != GPU_RESOURCE {
+        notes.not_carried(
+            path,
+            format!(
+                "`{name}` replicas: Tessera's consumable shares apply to every device of a node (GPUs and MIG devices alike), taken from the `{GPU_RESOURCE}` entry"
+            ),
+        );
+        return None;
+    }
+    if !(1..=MAX_SHARES).contains(&replicas) {
+        notes.not_carried(
+            format!("{path}.replicas"),
+            format!(
+                "{replicas} is outside the 1–{MAX_SHARES} shares the chart takes; use `consumableShares: memory` and memory requests instead"
+            ),
+        );
+        return None;
+    }
+    Some(replicas)
+}
+
+/// Sets the consumable shares from `replicas` (of `strategy`, at `path`).
+fn take_replicas(
+    strategy: &str,
+    path: &str,
+    replicas: i64,
+    values: &mut Mapping,
+    notes: &mut Notes,
+) {
+    set(
+        values,
+        &["kubeletPlugin", "sharing", "consumableShares"],
+        Value::from(replicas),
+    );
+    notes.change(
+        format!("{path}.replicas"),
+        format!("{replicas} → kubeletPlugin.sharing.consumableShares: {replicas} (each claim consumes one of {replicas} equal shares of a GPU)"),
+    );
+    if strategy == "mps" {
+        notes.change(
+            format!("{path}.replicas"),
+            "MPS: give the claims (or a DeviceClass) an opaque config `{apiVersion: gpu.tessera.dev/v1alpha1, kind: GpuConfig, sharing: {strategy: MPS}}`; prepare then limits each claim to its shares' thread percentage and memory"
+                .to_owned(),
+        );
     }
 }
 

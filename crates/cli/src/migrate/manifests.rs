@@ -87,27 +87,10 @@ pub fn migrate_object(mut object: Value, notes: &mut Notes) -> Migrated {
     let api_version = str_at(&object, "apiVersion").unwrap_or_default().to_owned();
     let kind = str_at(&object, "kind").unwrap_or_default().to_owned();
     let (group, _) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
-    if group.ends_with(".nvidia.com") && group != "resource.nvidia.com" || group == "nvidia.com" {
-        notes.not_carried(
-            "",
-            format!(
-                "{api_version} {kind} is a parameters object of NVIDIA's classic DRA driver; dropped: write the request as a resource.k8s.io/v1 claim with CEL selectors (`tessera schema` lists the attributes)"
-            ),
-        );
-        return Migrated { object: None };
-    }
-    if group == "resource.nvidia.com" {
-        notes.not_carried(
-            "",
-            format!(
-                "{kind} ({api_version}) has no Tessera counterpart (ComputeDomains, IMEX); dropped"
-            ),
-        );
-        return Migrated { object: None };
-    }
     if group != "resource.k8s.io" {
+        let kept = !drops_nvidia_object(group, &api_version, &kind, notes);
         return Migrated {
-            object: Some(object),
+            object: kept.then_some(object),
         };
     }
     if api_version == "resource.k8s.io/v1alpha2" {
@@ -129,35 +112,13 @@ pub fn migrate_object(mut object: Value, notes: &mut Notes) -> Migrated {
         object["apiVersion"] = Value::from(V1);
         notes.change("apiVersion", format!("{api_version} → {V1}"));
     }
-    match kind.as_str() {
-        "DeviceClass" => {
-            let name = object
-                .get("metadata")
-                .and_then(|m| str_at(m, "name"))
-                .unwrap_or_default()
-                .to_owned();
-            match class_for(&name) {
-                Ok(Some(ours)) => {
-                    notes.change(
-                        "",
-                        format!("NVIDIA's DeviceClass `{name}` dropped: Tessera's chart installs `{ours}`, and requests are pointed there"),
-                    );
-                    return Migrated { object: None };
-                }
-                Err(why) => {
-                    notes.not_carried("", format!("{why}; dropped"));
-                    return Migrated { object: None };
-                }
-                Ok(None) => {}
-            }
-            if let Some(spec) = object.get_mut("spec") {
-                device_class_spec(spec, notes);
-            }
-        }
+    let kept = match kind.as_str() {
+        "DeviceClass" => migrate_device_class(&mut object, notes),
         "ResourceClaim" => {
             if let Some(devices) = object.get_mut("spec").and_then(|s| s.get_mut("devices")) {
                 claim_devices(devices, "spec.devices", flat, notes);
             }
+            true
         }
         "ResourceClaimTemplate" => {
             if let Some(devices) = object
@@ -167,12 +128,65 @@ pub fn migrate_object(mut object: Value, notes: &mut Notes) -> Migrated {
             {
                 claim_devices(devices, "spec.spec.devices", flat, notes);
             }
+            true
         }
-        _ => {}
-    }
+        _ => true,
+    };
     Migrated {
-        object: Some(object),
+        object: kept.then_some(object),
     }
+}
+
+/// Whether an object outside `resource.k8s.io` is one of NVIDIA's (classic DRA parameters,
+/// ComputeDomains) that the migration drops, with the note that says so.
+fn drops_nvidia_object(group: &str, api_version: &str, kind: &str, notes: &mut Notes) -> bool {
+    if group.ends_with(".nvidia.com") && group != "resource.nvidia.com" || group == "nvidia.com" {
+        notes.not_carried(
+            "",
+            format!(
+                "{api_version} {kind} is a parameters object of NVIDIA's classic DRA driver; dropped: write the request as a resource.k8s.io/v1 claim with CEL selectors (`tessera schema` lists the attributes)"
+            ),
+        );
+        return true;
+    }
+    if group == "resource.nvidia.com" {
+        notes.not_carried(
+            "",
+            format!(
+                "{kind} ({api_version}) has no Tessera counterpart (ComputeDomains, IMEX); dropped"
+            ),
+        );
+        return true;
+    }
+    false
+}
+
+/// Migrates a DeviceClass in place; false when it is dropped (NVIDIA's own classes, which
+/// Tessera's chart replaces).
+fn migrate_device_class(object: &mut Value, notes: &mut Notes) -> bool {
+    let name = object
+        .get("metadata")
+        .and_then(|m| str_at(m, "name"))
+        .unwrap_or_default()
+        .to_owned();
+    match class_for(&name) {
+        Ok(Some(ours)) => {
+            notes.change(
+                "",
+                format!("NVIDIA's DeviceClass `{name}` dropped: Tessera's chart installs `{ours}`, and requests are pointed there"),
+            );
+            return false;
+        }
+        Err(why) => {
+            notes.not_carried("", format!("{why}; dropped"));
+            return false;
+        }
+        Ok(None) => {}
+    }
+    if let Some(spec) = object.get_mut("spec") {
+        device_class_spec(spec, notes);
+    }
+    true
 }
 
 fn device_class_spec(spec: &mut Value, notes: &mut Notes) {

@@ -5,8 +5,7 @@
 //! shares in `memory` mode (each claim asks for its memory; claims share a GPU while their memory
 //! fits). The report compares the GPUs in use.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 
 use anyhow::bail;
@@ -17,11 +16,11 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
-use tessera_allocator::{AllocateOptions, AllocatedState, Outcome, PlacementMode};
+use tessera_allocator::{AllocateOptions, Outcome, PlacementMode};
 use tessera_api::names::{GPU_DEVICE_CLASS, capacity};
 use tessera_api::shares::ConsumableShares;
 
-use super::{Lifetime, Rng, Scenario, cluster_with};
+use super::{Lifetime, LiveClaims, Rng, Scenario, cluster_with};
 
 /// The sharing trace: single-GPU claims of a memory size each.
 #[derive(Debug, Clone, Deserialize)]
@@ -138,6 +137,77 @@ fn claim(index: usize, memory_gib: Option<u32>) -> ResourceClaim {
     }
 }
 
+/// The GPUs in use while a trace is replayed, and the metrics sampled at each arrival.
+#[derive(Default)]
+struct Usage {
+    /// Live claims per `(pool, device)` holding at least one.
+    per_gpu: HashMap<(String, String), usize>,
+    allocated: usize,
+    rejected: usize,
+    peak: usize,
+    gpu_sum: usize,
+    density_sum: f64,
+    samples: usize,
+}
+
+impl Usage {
+    fn released(&mut self, gpu: (String, String)) {
+        if let Some(n) = self.per_gpu.get_mut(&gpu) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_gpu.remove(&gpu);
+            }
+        }
+    }
+
+    /// Samples the GPUs in use after an arrival, with `live` claims holding them.
+    fn sample(&mut self, live: usize) {
+        let in_use = self.per_gpu.len();
+        self.peak = self.peak.max(in_use);
+        self.gpu_sum += in_use;
+        if in_use > 0 {
+            self.density_sum += live as f64 / in_use as f64;
+        }
+        self.samples += 1;
+    }
+
+    fn metrics(&self, claims: usize) -> SharingMetrics {
+        let mean = |sum: f64| {
+            if self.samples == 0 {
+                0.0
+            } else {
+                super::round2(sum / self.samples as f64)
+            }
+        };
+        SharingMetrics {
+            claims,
+            allocated: self.allocated,
+            rejected: self.rejected,
+            peak_gpus_in_use: self.peak,
+            mean_gpus_in_use: mean(self.gpu_sum as f64),
+            mean_claims_per_gpu: mean(self.density_sum),
+        }
+    }
+}
+
+/// The first allocation of an outcome, and the `(pool, device)` of its first device.
+fn first_device(allocation: tessera_allocator::Allocation) -> (AllocationResult, (String, String)) {
+    let result = allocation
+        .claims
+        .into_iter()
+        .next()
+        .map(|c| c.result)
+        .unwrap_or_default();
+    let device = result
+        .devices
+        .as_ref()
+        .and_then(|d| d.results.as_ref())
+        .and_then(|r| r.first())
+        .map(|r| (r.pool.clone(), r.device.clone()))
+        .unwrap_or_default();
+    (result, device)
+}
+
 fn run_one(
     scenario: &Scenario,
     trace: &[SharingClaim],
@@ -149,81 +219,27 @@ fn run_one(
         explain: false,
         ..AllocateOptions::default()
     };
-    let mut state = AllocatedState::new();
-    let mut live: HashMap<usize, (AllocationResult, (String, String))> = HashMap::new();
-    let mut per_gpu: HashMap<(String, String), usize> = HashMap::new();
-    let mut departures = BinaryHeap::new();
-    let (mut allocated, mut rejected, mut peak) = (0, 0, 0);
-    let (mut gpu_sum, mut density_sum, mut samples) = (0usize, 0f64, 0usize);
+    let mut live = LiveClaims::new();
+    let mut usage = Usage::default();
     for (index, tc) in trace.iter().enumerate() {
-        while let Some(Reverse((t, i))) = departures.peek().copied() {
-            if t > index as u64 {
-                break;
-            }
-            departures.pop();
-            if let Some((result, gpu)) = live.remove(&i) {
-                state.remove_allocation(&result)?;
-                if let Some(n) = per_gpu.get_mut(&gpu) {
-                    *n -= 1;
-                    if *n == 0 {
-                        per_gpu.remove(&gpu);
-                    }
-                }
-            }
-        }
+        live.depart(index as u64, |gpu| usage.released(gpu))?;
         let memory = mode.enabled().then_some(tc.memory_gib);
         let claims = [claim(index, memory)];
         match cluster
             .inventory
-            .allocate(&claims, &state, None, &options)?
+            .allocate(&claims, &live.state, None, &options)?
         {
             Outcome::Allocated(a) => {
-                allocated += 1;
-                let result = a
-                    .claims
-                    .into_iter()
-                    .next()
-                    .map(|c| c.result)
-                    .unwrap_or_default();
-                let device = result
-                    .devices
-                    .as_ref()
-                    .and_then(|d| d.results.as_ref())
-                    .and_then(|r| r.first())
-                    .map(|r| (r.pool.clone(), r.device.clone()))
-                    .unwrap_or_default();
-                state.add_allocation(&result)?;
-                *per_gpu.entry(device.clone()).or_default() += 1;
-                live.insert(index, (result, device));
-                departures.push(Reverse((index as u64 + tc.lifetime, index)));
+                usage.allocated += 1;
+                let (result, device) = first_device(a);
+                *usage.per_gpu.entry(device.clone()).or_default() += 1;
+                live.arrive(index, tc.lifetime, result, device)?;
             }
-            Outcome::Unsatisfiable(_) => rejected += 1,
+            Outcome::Unsatisfiable(_) => usage.rejected += 1,
         }
-        peak = peak.max(per_gpu.len());
-        gpu_sum += per_gpu.len();
-        if !per_gpu.is_empty() {
-            density_sum += live.len() as f64 / per_gpu.len() as f64;
-        }
-        samples += 1;
+        usage.sample(live.len());
     }
-    let mean = |sum: f64| {
-        if samples == 0 {
-            0.0
-        } else {
-            super::round2(sum / samples as f64)
-        }
-    };
-    Ok((
-        cluster.gpus.len(),
-        SharingMetrics {
-            claims: trace.len(),
-            allocated,
-            rejected,
-            peak_gpus_in_use: peak,
-            mean_gpus_in_use: mean(gpu_sum as f64),
-            mean_claims_per_gpu: mean(density_sum),
-        },
-    ))
+    Ok((cluster.gpus.len(), usage.metrics(trace.len())))
 }
 
 /// Runs the sharing trace of `scenario` (its `sharing` section, or the default) and writes the
