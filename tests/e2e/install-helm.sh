@@ -46,9 +46,17 @@ values="$state_dir/tessera/values.yaml"
 } >"$values.tmp"
 mv "$values.tmp" "$values"
 
-step "helm upgrade --install tessera deploy/helm/tessera (namespace $namespace, image $tessera_ref)"
+# The chart is packaged once into the state dir and installed from there: the sharing scenarios'
+# `helm upgrade` later in the run then uses the same chart even if the checkout changed meanwhile.
+chart_dir="$state_dir/tessera/chart"
+rm -rf "$chart_dir" && mkdir -p "$chart_dir"
+"$helm_bin" package "$root/deploy/helm/tessera" --destination "$chart_dir" >&2
+chart=$(find "$chart_dir" -maxdepth 1 -name 'tessera-*.tgz' -print -quit)
+[[ -n "$chart" ]] || die "helm package wrote no tessera-*.tgz into $chart_dir"
+
+step "helm upgrade --install tessera $chart (namespace $namespace, image $tessera_ref)"
 kubectl create namespace "$namespace" --dry-run=client -o yaml | kubectl apply -f - >&2
-"$helm_bin" upgrade --install tessera "$root/deploy/helm/tessera" \
+"$helm_bin" upgrade --install tessera "$chart" \
   --kubeconfig "$KUBECONFIG" --namespace "$namespace" --values "$values" \
   --wait --timeout "${TESSERA_E2E_READY_TIMEOUT:-180}s" >&2 || {
   kubectl -n "$namespace" get pods -o wide >&2 || true
@@ -62,7 +70,7 @@ kubectl create namespace "$namespace" --dry-run=client -o yaml | kubectl apply -
   echo "TESSERA_E2E_NAMESPACE=$namespace"
   # What the sharing scenarios need to switch a node group's consumable shares and back.
   echo "TESSERA_E2E_HELM=$helm_bin"
-  echo "TESSERA_E2E_CHART=$root/deploy/helm/tessera"
+  echo "TESSERA_E2E_CHART=$chart"
   echo "TESSERA_E2E_VALUES=$values"
   for i in $(seq 1 "$nodes"); do
     name_var="TESSERA_NODE_${i}_NAME"

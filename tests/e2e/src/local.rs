@@ -30,7 +30,8 @@ pub enum Install {
 pub struct HelmRelease {
     /// The helm binary tests/cluster built.
     pub helm: PathBuf,
-    /// deploy/helm/tessera.
+    /// The chart archive local-up packaged from deploy/helm/tessera and installed (in its state dir),
+    /// so an upgrade during the run uses the chart the run started with.
     pub chart: PathBuf,
     /// The values file local-up installed with.
     pub values: PathBuf,
