@@ -21,7 +21,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tessera_fake_apiserver::FakeApiServer;
 use tessera_kubelet::simulator::KubeletSimulator;
 use tessera_kubelet::{ClaimRef, PreparedDevice};
 use tessera_test_support::SplitMix64;
@@ -29,7 +28,7 @@ use tessera_topology::{DeviceSource, Inventory, MockSource};
 
 use support::harness::{allocated_claim, claim_config, uid_of};
 use support::node_state::{check_node_state, spec_uids};
-use support::process::{PluginDirs, PluginProcess, register, seed_node};
+use support::process::{PluginDirs, PluginProcess, api_server_with_node, register};
 
 const TOPOLOGY: &str = "hgx-a100-mig";
 const BACKEND: &[&str] = &["--topology", TOPOLOGY, "--dynamic-mig"];
@@ -328,9 +327,7 @@ fn seed() -> u64 {
 async fn random_kills_during_200_cycles_leave_every_claim_prepared_once_or_not_at_all() {
     let seed = seed();
     println!("crash test seed {seed} (replay: TESSERA_CRASH_SEED={seed})");
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (server, http, _) = api_server_with_node().await;
     let refs: Vec<ClaimRef> = claims()
         .into_iter()
         .map(|(name, results, configs)| {

@@ -26,7 +26,7 @@ use tessera_topology::{DeviceSource, Inventory, MockSource};
 
 use support::harness::{allocated_claim, claim_config, uid_of};
 use support::node_state::check_node_state;
-use support::process::{PluginDirs, PluginProcess, plugin_logs, seed_node};
+use support::process::{PluginDirs, PluginProcess, api_server_with_node, plugin_logs};
 
 const TOPOLOGY: &str = "hgx-a100-mig";
 const BACKEND: &[&str] = &["--topology", TOPOLOGY, "--dynamic-mig"];
@@ -318,9 +318,7 @@ async fn scenario(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_crash_point_converges_after_a_restart() {
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (server, http, _) = api_server_with_node().await;
     let batch = claims(&server);
     let kubeconfig = http.kubeconfig_path().to_owned();
 

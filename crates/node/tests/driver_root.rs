@@ -251,9 +251,7 @@ fn mount_to<'a>(spec: &'a Value, container_path: &str) -> &'a Value {
 
 async fn the_spec_injects_the_drivers_files_and_device_nodes() {
     let fake = FakeDriver::new();
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (server, http, _) = api_server_with_node().await;
     let dirs = PluginDirs::new();
     let flags = fake.flags();
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -364,9 +362,7 @@ async fn the_spec_injects_the_drivers_files_and_device_nodes() {
 
 async fn time_slicing_runs_the_drivers_nvidia_smi() {
     let fake = FakeDriver::new();
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (server, http, _) = api_server_with_node().await;
     let dirs = PluginDirs::new();
     let flags = fake.flags();
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -406,9 +402,7 @@ async fn time_slicing_runs_the_drivers_nvidia_smi() {
 
 async fn an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare() {
     let fake = FakeDriver::new();
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (server, http, _) = api_server_with_node().await;
     let dirs = PluginDirs::new();
     let flags = fake.flags();
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -500,9 +494,7 @@ async fn an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare() {
 async fn an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim() {
     use k8s_openapi::api::core::v1::Pod;
     let fake = FakeDriver::new();
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (server, http, _) = api_server_with_node().await;
     server.seed_json(json!({
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MPS_NAMESPACE}
     }));
@@ -637,9 +629,7 @@ async fn an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim() {
 
 async fn a_root_without_a_driver_stops_the_plugin_with_the_reason() {
     let empty = tempfile::tempdir().unwrap();
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (_server, http, _) = api_server_with_node().await;
     let dirs = PluginDirs::new();
     let root = empty.path().display().to_string();
     let plugin = PluginProcess::start(

@@ -31,9 +31,7 @@ async fn within<T>(limit: Duration, what: &str, call: impl Future<Output = T>) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_claim_read_holds_up_nothing_else_and_fails_in_time() {
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (server, http, _) = api_server_with_node().await;
     let held = seed_claim(&server, "held", "gpu-0");
     let other = seed_claim(&server, "other", "gpu-1");
     let slow = seed_claim(&server, "slow", "gpu-2");
@@ -105,9 +103,7 @@ fn open_fds(pid: u32) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_5000_claim_batch_under_a_1024_fd_limit_is_prepared_with_few_connections() {
     const CLAIMS: usize = 5000;
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (server, http, _) = api_server_with_node().await;
     let batch: Vec<ClaimRef> = (0..CLAIMS)
         .map(|i| seed_claim(&server, &format!("c{i}"), &format!("gpu-{}", i % 8)))
         .collect();
@@ -229,9 +225,7 @@ fn spec_files(dirs: &PluginDirs) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_state_directory_does_not_stop_the_start() {
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (server, http, _) = api_server_with_node().await;
     let claim = seed_claim(&server, "held", "gpu-0");
     let dirs = PluginDirs::new();
     let (plugin, kubelet) = start_and_register(&http, &dirs, &[], "").await;
@@ -255,9 +249,7 @@ async fn a_full_state_directory_does_not_stop_the_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_checkpoint_while_list_fails_serves_unprepare_and_recovers() {
     for (what, damage) in [("corrupt", Some(&b"not json"[..])), ("missing", None)] {
-        let server = FakeApiServer::new();
-        let http = server.serve_http().await.unwrap();
-        seed_node(&server);
+        let (server, http, _) = api_server_with_node().await;
         let kept = seed_claim(&server, "kept", "gpu-0");
         let dropped = seed_claim(&server, "dropped", "gpu-1");
         let dirs = PluginDirs::new();
@@ -323,9 +315,7 @@ async fn a_lost_checkpoint_while_list_fails_serves_unprepare_and_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_config_value_is_not_echoed_whole() {
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (server, http, _) = api_server_with_node().await;
     let huge = "x".repeat(5 << 20);
     server.seed(&allocated_claim(
         "huge",
@@ -368,9 +358,7 @@ async fn files_directories_and_sockets_get_their_modes_whatever_the_umask() {
             & 0o777
     };
     for umask in ["000", "077"] {
-        let server = FakeApiServer::new();
-        let http = server.serve_http().await.unwrap();
-        seed_node(&server);
+        let (server, http, _) = api_server_with_node().await;
         let mps = support::harness::claim_config(
             &[],
             "GpuConfig",
@@ -421,9 +409,7 @@ async fn a_checkpoint_copied_from_another_node_is_quarantined_not_used() {
     use tessera_api::checkpoint::{self, ClaimRecord, ClaimState, DeviceRecord, DeviceTarget};
     use tessera_topology::{DeviceSource, MockSource};
 
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (_server, http, _) = api_server_with_node().await;
     // Node B's checkpoint, in today's format and in the version 1 format (no node recorded).
     let node_b = MockSource::new("dgx-h100")
         .unwrap()

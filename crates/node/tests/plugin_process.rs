@@ -16,8 +16,9 @@ use kube::ResourceExt;
 use kube::api::ObjectMeta;
 use support::process::*;
 use tessera_fake_apiserver::FakeApiServer;
-use tessera_kubelet::{ClaimRef, HealthStatus};
-use tessera_topology::{DeviceSource, MockSource};
+use tessera_kubelet::simulator::KubeletSimulator;
+use tessera_kubelet::{ClaimRef, HealthStatus, PreparedDevice};
+use tessera_topology::{DeviceSource, Inventory, MockSource};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -42,9 +43,7 @@ fn stale_slice(name: &str) -> ResourceSlice {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registers_publishes_turns_ready_and_restarts_without_going_back() {
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    let node = seed_node(&server);
+    let (server, http, node) = api_server_with_node().await;
     let dirs = PluginDirs::new();
     let plugin = PluginProcess::start(
         http.kubeconfig_path(),
@@ -57,19 +56,7 @@ async fn registers_publishes_turns_ready_and_restarts_without_going_back() {
     assert_eq!(kubelet.info().name, "gpu.tessera.dev");
 
     // The real claim-preparation driver is wired: a claim allocated gpu-0 gets its CDI spec.
-    let claim = server.seed(&support::harness::allocated_claim(
-        "train",
-        &[("gpu", "gpu-0")],
-        Vec::new(),
-    ));
-    let reference = ClaimRef::new("ml", "train", claim.uid().unwrap());
-    let prepared = kubelet
-        .prepare(std::slice::from_ref(&reference))
-        .await
-        .unwrap();
-    let devices_of_claim = prepared[&reference.uid]
-        .clone()
-        .expect("the claim is prepared");
+    let (reference, devices_of_claim) = prepare_train(&server, &kubelet).await;
     assert_eq!(devices_of_claim[0].device_name, "gpu-0");
     assert!(!devices_of_claim[0].cdi_device_ids.is_empty());
     let specs = || std::fs::read_dir(dirs.path("cdi")).map_or(0, |d| d.count());
@@ -196,6 +183,45 @@ async fn registers_publishes_turns_ready_and_restarts_without_going_back() {
     assert!(restarted.terminate().success());
 }
 
+/// A dgx-h100 behind the fake NVML: its inventory, and the plugin flags and environment that
+/// load the fake library with a fake sysfs tree under `dirs` (a test adds its own to both).
+fn fake_nvml_node(dirs: &PluginDirs) -> (Inventory, Vec<String>, Vec<(&'static str, String)>) {
+    let inventory = MockSource::new("dgx-h100").unwrap().inventory().unwrap();
+    let sysfs = dirs.path("sys");
+    tessera_fake_nvml::sysfs::write_fake_sysfs(&sysfs, &inventory).unwrap();
+    let library = fake_nvml_library();
+    let flags = vec![
+        "--nvml-lib".to_owned(),
+        library.display().to_string(),
+        "--sysfs-root".to_owned(),
+        sysfs.display().to_string(),
+    ];
+    let env = vec![(tessera_fake_nvml::TOPOLOGY_ENV, "dgx-h100".to_owned())];
+    (inventory, flags, env)
+}
+
+/// Seeds `ml/train`, allocated gpu-0, and prepares it through `kubelet`: its reference and the
+/// devices prepared.
+async fn prepare_train(
+    server: &FakeApiServer,
+    kubelet: &KubeletSimulator,
+) -> (ClaimRef, Vec<PreparedDevice>) {
+    let claim = server.seed(&support::harness::allocated_claim(
+        "train",
+        &[("gpu", "gpu-0")],
+        Vec::new(),
+    ));
+    let reference = ClaimRef::new("ml", "train", claim.uid().unwrap());
+    let prepared = kubelet
+        .prepare(std::slice::from_ref(&reference))
+        .await
+        .unwrap();
+    let devices = prepared[&reference.uid]
+        .clone()
+        .expect("the claim is prepared");
+    (reference, devices)
+}
+
 /// The fake NVML library cargo built next to this test (it is a dev-dependency).
 fn fake_nvml_library() -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -211,30 +237,14 @@ fn fake_nvml_library() -> std::path::PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_injected_xid_taints_the_device_and_reaches_the_kubelet() {
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (server, http, _) = api_server_with_node().await;
     let dirs = PluginDirs::new();
-    let inventory = MockSource::new("dgx-h100").unwrap().inventory().unwrap();
-    let sysfs = dirs.path("sys");
-    tessera_fake_nvml::sysfs::write_fake_sysfs(&sysfs, &inventory).unwrap();
+    let (inventory, flags, mut env) = fake_nvml_node(&dirs);
     let events = dirs.path("nvml-events");
     std::fs::write(&events, "").unwrap();
-    let library = fake_nvml_library();
-    let plugin = PluginProcess::start(
-        http.kubeconfig_path(),
-        &dirs,
-        &[
-            "--nvml-lib",
-            library.to_str().unwrap(),
-            "--sysfs-root",
-            sysfs.to_str().unwrap(),
-        ],
-        &[
-            (tessera_fake_nvml::TOPOLOGY_ENV, "dgx-h100".to_owned()),
-            (tessera_fake_nvml::EVENTS_ENV, events.display().to_string()),
-        ],
-    );
+    env.push((tessera_fake_nvml::EVENTS_ENV, events.display().to_string()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &flags, &env);
     let kubelet = register(&dirs).await;
     let slices = eventually(&dirs, "the NVML inventory published", WAIT, async || {
         let slices = own_slices(&server);
@@ -331,13 +341,9 @@ fn script_samples(path: &std::path::Path, text: &str) {
 async fn gpu_metrics_label_the_pod_and_an_idle_claim_gets_an_event() {
     use k8s_openapi::api::events::v1::Event as K8sEvent;
 
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (server, http, _) = api_server_with_node().await;
     let dirs = PluginDirs::new();
-    let inventory = MockSource::new("dgx-h100").unwrap().inventory().unwrap();
-    let sysfs = dirs.path("sys");
-    tessera_fake_nvml::sysfs::write_fake_sysfs(&sysfs, &inventory).unwrap();
+    let (inventory, mut flags, mut env) = fake_nvml_node(&dirs);
     let samples = dirs.path("nvml-samples");
     let held = &inventory.gpus[0];
     script_samples(
@@ -347,40 +353,15 @@ async fn gpu_metrics_label_the_pod_and_an_idle_claim_gets_an_event() {
             held.uuid
         ),
     );
-    let library = fake_nvml_library();
-    let plugin = PluginProcess::start(
-        http.kubeconfig_path(),
-        &dirs,
-        &[
-            "--nvml-lib",
-            library.to_str().unwrap(),
-            "--sysfs-root",
-            sysfs.to_str().unwrap(),
-            "--gpu-metrics-interval",
-            "200ms",
-            "--idle-window",
-            "1s",
-        ],
-        &[
-            (tessera_fake_nvml::TOPOLOGY_ENV, "dgx-h100".to_owned()),
-            (
-                tessera_fake_nvml::SAMPLES_ENV,
-                samples.display().to_string(),
-            ),
-        ],
-    );
-    let kubelet = register(&dirs).await;
-    let claim = server.seed(&support::harness::allocated_claim(
-        "train",
-        &[("gpu", "gpu-0")],
-        Vec::new(),
+    flags.extend(["--gpu-metrics-interval", "200ms", "--idle-window", "1s"].map(str::to_owned));
+    env.push((
+        tessera_fake_nvml::SAMPLES_ENV,
+        samples.display().to_string(),
     ));
-    let reference = ClaimRef::new("ml", "train", claim.uid().unwrap());
-    let prepared = kubelet
-        .prepare(std::slice::from_ref(&reference))
-        .await
-        .unwrap();
-    assert!(prepared[&reference.uid].is_ok());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &flags, &env);
+    let kubelet = register(&dirs).await;
+    let (reference, _) = prepare_train(&server, &kubelet).await;
 
     // The scripted 80% on gpu-0, labelled with the claim's pod (its status.reservedFor).
     let labels = format!(
@@ -488,9 +469,7 @@ async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt_without_a_crash_l
     use support::harness::{allocated_claim, claim_config, uid_of};
     use tessera_node::checkpoint::quarantined_files;
 
-    let server = FakeApiServer::new();
-    let http = server.serve_http().await.unwrap();
-    seed_node(&server);
+    let (server, http, _) = api_server_with_node().await;
     let dirs = PluginDirs::new();
     let backend = ["--topology", "dgx-h100"];
     let mps = claim_config(&[], "GpuConfig", serde_json::json!({"strategy": "MPS"}));

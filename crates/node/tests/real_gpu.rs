@@ -199,9 +199,7 @@ struct RealNode {
 
 impl RealNode {
     async fn start() -> RealNode {
-        let server = FakeApiServer::new();
-        let http = server.serve_http().await.unwrap();
-        seed_node(&server);
+        let (server, http, _) = api_server_with_node().await;
         let dirs = PluginDirs::new();
         let driver = Driver::new();
         let root = driver.root().display().to_string();

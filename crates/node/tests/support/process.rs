@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::ObjectMeta;
-use tessera_fake_apiserver::FakeApiServer;
+use tessera_fake_apiserver::{FakeApiServer, HttpServer};
 use tessera_kubelet::simulator::KubeletSimulator;
 
 pub const NODE: &str = "node-a";
@@ -242,6 +242,15 @@ pub async fn register(dirs: &PluginDirs) -> KubeletSimulator {
         },
     )
     .await
+}
+
+/// An API-server fake serving over HTTP (a plugin process reaches it through the kubeconfig
+/// `http.kubeconfig_path()` names) with this node in it.
+pub async fn api_server_with_node() -> (FakeApiServer, HttpServer, Node) {
+    let server = FakeApiServer::new();
+    let http = server.serve_http().await.unwrap();
+    let node = seed_node(&server);
+    (server, http, node)
 }
 
 pub fn seed_node(server: &FakeApiServer) -> Node {
