@@ -1,24 +1,46 @@
-//! No function outside tests is longer than [`MAX_LINES`] lines in the crates that hold the
-//! controller, the placement core, the node plugin and what the binaries share: a longer one is
-//! split into parts whose names say what each does.
+//! No function outside tests is longer than [`MAX_LINES`] lines in any crate of the workspace: a
+//! longer one is split into parts whose names say what each does.
 //!
 //! A line scanner, not a parser: it relies on rustfmt's layout (`cargo fmt --check` runs in CI),
 //! where a function's body closes with a `}` at the indentation its `fn` line starts at. Test code
-//! is skipped: files named `tests.rs`, and every item after a `#[cfg(test)]` line.
+//! is skipped: `tests/` directories, files named `tests.rs`, and every item after a `#[cfg(test)]`
+//! line. Benchmarks (`benches/`) and the end-to-end suite (`tests/e2e`, test code as a whole) are
+//! not checked either.
 
 use std::path::{Path, PathBuf};
 
 /// The longest a function may be, its signature and closing brace included.
 const MAX_LINES: usize = 80;
 
-/// The crates checked (paths from the workspace root).
-const CHECKED: &[&str] = &[
-    "crates/node/src",
-    "crates/placement/src",
-    "crates/controller/src",
-    "crates/runtime/src",
-    "crates/kubelet/src",
+/// Functions over the limit that are being split, as (file, function): each stays listed only
+/// while it is over the limit (the test fails once it is not, so the list only shrinks).
+const BEING_SPLIT: &[(&str, &str)] = &[
+    // Issue 17 (the allocator bench's dgx-h100 row) splits it.
+    ("crates/allocator/src/allocate.rs", "search_nodes"),
+    // Split on branch `tidy`, landing once the e2e scenarios that run the fake MPS daemon pass.
+    ("crates/fake-driver/src/mps.rs", "serve"),
 ];
+
+/// What is checked (paths from the workspace root): every crate under `crates/`, found by
+/// listing it, so a new crate is checked without being named here; its `src/` and `build.rs`.
+fn checked(root: &Path) -> Vec<PathBuf> {
+    let mut checked = Vec::new();
+    for entry in std::fs::read_dir(root.join("crates")).expect("crates/ is readable") {
+        let krate = entry.unwrap().path();
+        if !krate.join("Cargo.toml").is_file() {
+            continue;
+        }
+        let src = krate.join("src");
+        assert!(src.is_dir(), "{} has no src/", krate.display());
+        checked.push(src);
+        let build = krate.join("build.rs");
+        if build.is_file() {
+            checked.push(build);
+        }
+    }
+    checked.sort();
+    checked
+}
 
 /// A function found in a source file.
 #[derive(Debug, PartialEq)]
@@ -128,26 +150,51 @@ fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
 #[test]
 fn no_function_outside_tests_is_longer_than_the_limit() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let checked = checked(&root);
+    for krate in [
+        "api",
+        "node",
+        "controller",
+        "placement",
+        "cli",
+        "parity",
+        "fake-driver",
+    ] {
+        assert!(
+            checked.contains(&root.join("crates").join(krate).join("src")),
+            "crates/{krate}/src is not among the checked directories"
+        );
+    }
     let mut long = Vec::new();
-    for dir in CHECKED {
+    let mut still_long = Vec::new();
+    for path in checked {
         let mut files = Vec::new();
-        rust_files(&root.join(dir), &mut files);
-        assert!(!files.is_empty(), "{dir} holds no Rust file");
+        if path.is_dir() {
+            rust_files(&path, &mut files);
+            assert!(!files.is_empty(), "{} holds no Rust file", path.display());
+        } else {
+            files.push(path);
+        }
         files.sort();
         for file in files {
+            let shown = file
+                .strip_prefix(&root)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
             let source = std::fs::read_to_string(&file).unwrap();
             for function in functions(&source) {
-                if function.lines > MAX_LINES {
-                    let shown = file
-                        .strip_prefix(&root)
-                        .unwrap_or(&file)
-                        .display()
-                        .to_string();
-                    long.push(format!(
-                        "{shown}:{} fn {} ({} lines)",
-                        function.line, function.name, function.lines
-                    ));
+                if function.lines <= MAX_LINES {
+                    continue;
                 }
+                if BEING_SPLIT.contains(&(shown.as_str(), function.name.as_str())) {
+                    still_long.push((shown.clone(), function.name.clone()));
+                    continue;
+                }
+                long.push(format!(
+                    "{shown}:{} fn {} ({} lines)",
+                    function.line, function.name, function.lines
+                ));
             }
         }
     }
@@ -156,6 +203,13 @@ fn no_function_outside_tests_is_longer_than_the_limit() {
         "functions over {MAX_LINES} lines; split them into parts named for what each does:\n{}",
         long.join("\n")
     );
+    for (file, name) in BEING_SPLIT {
+        assert!(
+            still_long.iter().any(|(f, n)| f == file && n == name),
+            "{file}: fn {name} is no longer over {MAX_LINES} lines (or gone): remove it from \
+             BEING_SPLIT"
+        );
+    }
 }
 
 /// The scanner itself: function lengths, bodiless items, and test code skipped.

@@ -18,13 +18,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, CELDeviceSelector, CapacityRequestPolicy, CapacityRequestPolicyRange,
-    CapacityRequirements, Counter, CounterSet, Device, DeviceAllocationResult, DeviceAttribute,
-    DeviceCapacity, DeviceClaim, DeviceClaimConfiguration, DeviceClass, DeviceClassConfiguration,
-    DeviceClassSpec, DeviceConstraint, DeviceCounterConsumption, DeviceRequest,
-    DeviceRequestAllocationResult, DeviceSelector, DeviceSubRequest, DeviceTaint, DeviceToleration,
-    ExactDeviceRequest, OpaqueDeviceConfiguration, ResourceClaim, ResourceClaimSpec,
-    ResourceClaimStatus, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    AllocationResult, CapacityRequestPolicy, CapacityRequestPolicyRange, CapacityRequirements,
+    Counter, CounterSet, Device, DeviceAllocationResult, DeviceAttribute, DeviceCapacity,
+    DeviceClaim, DeviceClaimConfiguration, DeviceClass, DeviceClassConfiguration, DeviceClassSpec,
+    DeviceConstraint, DeviceCounterConsumption, DeviceRequest, DeviceRequestAllocationResult,
+    DeviceSelector, DeviceSubRequest, DeviceTaint, DeviceToleration, ExactDeviceRequest,
+    OpaqueDeviceConfiguration, ResourceClaim, ResourceClaimSpec, ResourceClaimStatus, ResourcePool,
+    ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -32,6 +32,8 @@ use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+use tessera_test_support::objects::{bool_attr, cel_selector as selector, int_attr, string_attr};
 
 use crate::instance::{Instance, apply_defaults};
 
@@ -1028,41 +1030,12 @@ fn opaque(source: &str) -> OpaqueDeviceConfiguration {
     }
 }
 
-fn selector(expression: &str) -> DeviceSelector {
-    DeviceSelector {
-        cel: Some(CELDeviceSelector {
-            expression: expression.into(),
-        }),
-    }
-}
-
 fn q(s: &str) -> Quantity {
     Quantity(s.to_owned())
 }
 
 fn counter(s: &str) -> Counter {
     Counter { value: q(s) }
-}
-
-fn string_attr(s: &str) -> DeviceAttribute {
-    DeviceAttribute {
-        string: Some(s.to_owned()),
-        ..Default::default()
-    }
-}
-
-fn int_attr(i: i64) -> DeviceAttribute {
-    DeviceAttribute {
-        int: Some(i),
-        ..Default::default()
-    }
-}
-
-fn bool_attr(b: bool) -> DeviceAttribute {
-    DeviceAttribute {
-        bool: Some(b),
-        ..Default::default()
-    }
 }
 
 #[cfg(test)]

@@ -5,19 +5,25 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, CELDeviceSelector, CapacityRequestPolicy, CapacityRequestPolicyRange,
-    CapacityRequirements, Counter, CounterSet, Device, DeviceAllocationConfiguration,
-    DeviceAllocationResult, DeviceAttribute, DeviceCapacity, DeviceClaim, DeviceClaimConfiguration,
-    DeviceClass, DeviceClassConfiguration, DeviceClassSpec, DeviceConstraint,
-    DeviceCounterConsumption, DeviceRequest, DeviceRequestAllocationResult, DeviceSelector,
-    DeviceSubRequest, DeviceTaint, DeviceToleration, ExactDeviceRequest, OpaqueDeviceConfiguration,
-    ResourceClaim, ResourceClaimSpec, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    AllocationResult, CapacityRequestPolicy, CapacityRequestPolicyRange, CapacityRequirements,
+    Counter, CounterSet, Device, DeviceAllocationConfiguration, DeviceAllocationResult,
+    DeviceAttribute, DeviceCapacity, DeviceClaim, DeviceClaimConfiguration, DeviceClass,
+    DeviceClassConfiguration, DeviceClassSpec, DeviceConstraint, DeviceCounterConsumption,
+    DeviceRequest, DeviceRequestAllocationResult, DeviceSelector, DeviceSubRequest, DeviceTaint,
+    DeviceToleration, ExactDeviceRequest, OpaqueDeviceConfiguration, ResourceClaim,
+    ResourceClaimSpec, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use tessera_allocator::{
     AllocateError, AllocateOptions, AllocatedState, Inventory, NodeInfo, Outcome, PlacementMode,
+};
+
+/// Shared with the other crates' tests (`tessera-test-support`); each test target uses some.
+#[allow(unused_imports)]
+pub use tessera_test_support::objects::{
+    bool_attr, cel_selector as selector, int_attr, string_attr, version_attr,
 };
 
 pub const REGION1: &str = "region-1";
@@ -78,14 +84,6 @@ pub fn node(name: &str, region: &str) -> NodeInfo {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect(),
-    }
-}
-
-pub fn selector(expression: &str) -> DeviceSelector {
-    DeviceSelector {
-        cel: Some(CELDeviceSelector {
-            expression: expression.into(),
-        }),
     }
 }
 
@@ -265,37 +263,9 @@ pub fn device(name: &str) -> Device {
     }
 }
 
-pub fn string_attr(v: &str) -> DeviceAttribute {
-    DeviceAttribute {
-        string: Some(v.into()),
-        ..Default::default()
-    }
-}
-
 pub fn strings_attr(v: &[&str]) -> DeviceAttribute {
     DeviceAttribute {
         strings: Some(v.iter().map(|s| (*s).to_owned()).collect()),
-        ..Default::default()
-    }
-}
-
-pub fn int_attr(v: i64) -> DeviceAttribute {
-    DeviceAttribute {
-        int: Some(v),
-        ..Default::default()
-    }
-}
-
-pub fn bool_attr(v: bool) -> DeviceAttribute {
-    DeviceAttribute {
-        bool: Some(v),
-        ..Default::default()
-    }
-}
-
-pub fn version_attr(v: &str) -> DeviceAttribute {
-    DeviceAttribute {
-        version: Some(v.into()),
         ..Default::default()
     }
 }
