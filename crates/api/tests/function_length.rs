@@ -17,8 +17,6 @@ const MAX_LINES: usize = 80;
 const BEING_SPLIT: &[(&str, &str)] = &[
     // Issue 17 (the allocator bench's dgx-h100 row) splits it.
     ("crates/allocator/src/allocate.rs", "search_nodes"),
-    // Split on branch `tidy`, landing once the e2e scenarios that run the fake MPS daemon pass.
-    ("crates/fake-driver/src/mps.rs", "serve"),
 ];
 
 /// What is checked (paths from the workspace root): every crate under `crates/`, found by

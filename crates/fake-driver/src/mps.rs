@@ -262,19 +262,7 @@ fn daemon_answers(pipe: &Path) -> bool {
 
 /// Runs the daemon in this process until `quit`.
 fn serve(pipe: &Path, log_dir: &Path) -> Result<(), String> {
-    fs::create_dir_all(pipe).map_err(|e| format!("cannot create {}: {e}", pipe.display()))?;
-    let socket = mps::control_socket(pipe);
-    if socket.exists() {
-        if daemon_answers(pipe) {
-            return Err(format!(
-                "An instance of this daemon is already running with pipe directory {}",
-                pipe.display()
-            ));
-        }
-        let _ = fs::remove_file(&socket);
-    }
-    let listener = UnixListener::bind(&socket)
-        .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+    let (listener, socket) = listen(pipe)?;
     let pid_file = pipe.join(PID_FILE);
     fs::write(&pid_file, format!("{}\n", std::process::id()))
         .map_err(|e| format!("cannot write {}: {e}", pid_file.display()))?;
@@ -304,28 +292,9 @@ fn serve(pipe: &Path, log_dir: &Path) -> Result<(), String> {
             &format!("{line} -> {}", if answer.ok { "ok" } else { "error" }),
         );
         if effect == Effect::StartServer {
-            match check_devices(&state.devices).and_then(|()| start_server(log_dir)) {
-                Ok(child) => {
-                    state.server = Some(child.id());
-                    log(
-                        log_dir,
-                        "control.log",
-                        &format!("Server started (pid {})", child.id()),
-                    );
-                    server = Some(child);
-                }
-                Err(e) => {
-                    state.clients.clear();
-                    log(
-                        log_dir,
-                        "control.log",
-                        &format!("Server failed to start: {e}"),
-                    );
-                    answer = Answer {
-                        ok: false,
-                        text: format!("{e}\n"),
-                    };
-                }
+            match start_server_for(&mut state, log_dir) {
+                Ok(child) => server = Some(child),
+                Err(refused) => answer = refused,
             }
         }
         let _ = stream.write_all(&answer.encode());
@@ -342,6 +311,53 @@ fn serve(pipe: &Path, log_dir: &Path) -> Result<(), String> {
     let _ = fs::remove_file(&pid_file);
     log(log_dir, "control.log", "Control daemon quit");
     Ok(())
+}
+
+/// Listens on `pipe`'s control socket, and the socket's path: refused while another daemon
+/// answers there; a socket left by a dead one is replaced.
+fn listen(pipe: &Path) -> Result<(UnixListener, PathBuf), String> {
+    fs::create_dir_all(pipe).map_err(|e| format!("cannot create {}: {e}", pipe.display()))?;
+    let socket = mps::control_socket(pipe);
+    if socket.exists() {
+        if daemon_answers(pipe) {
+            return Err(format!(
+                "An instance of this daemon is already running with pipe directory {}",
+                pipe.display()
+            ));
+        }
+        let _ = fs::remove_file(&socket);
+    }
+    let listener = UnixListener::bind(&socket)
+        .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+    Ok((listener, socket))
+}
+
+/// Starts the MPS server for the first client, once its devices are checked; when it cannot
+/// start, the clients are forgotten and the refusal is the client's answer.
+fn start_server_for(state: &mut DaemonState, log_dir: &Path) -> Result<Child, Answer> {
+    match check_devices(&state.devices).and_then(|()| start_server(log_dir)) {
+        Ok(child) => {
+            state.server = Some(child.id());
+            log(
+                log_dir,
+                "control.log",
+                &format!("Server started (pid {})", child.id()),
+            );
+            Ok(child)
+        }
+        Err(e) => {
+            state.clients.clear();
+            log(
+                log_dir,
+                "control.log",
+                &format!("Server failed to start: {e}"),
+            );
+            Err(Answer {
+                ok: false,
+                text: format!("{e}\n"),
+            })
+        }
+    }
 }
 
 /// Starts `nvidia-cuda-mps-server` from this program's directory.

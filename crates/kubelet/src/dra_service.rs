@@ -277,16 +277,11 @@ impl<D: DraDriver> ClaimCalls<D> {
         method: &'static str,
         claims: Vec<WireClaim>,
     ) -> Result<BTreeMap<ClaimUid, PrepareResult>, Status> {
-        let batch = check_batch(method, claims)?;
-        let from_driver = if batch.accepted.is_empty() {
-            BTreeMap::new()
-        } else {
-            let driver = Arc::clone(&self.driver);
-            let claims = batch.accepted.clone();
-            self.run(method, async move { to_wire(driver.prepare(claims).await) })
-                .await?
-        };
-        let mut results = complete_results(method, &batch.accepted, batch.rejected, from_driver);
+        let mut results = self
+            .batch(method, claims, |driver, claims| async move {
+                driver.prepare(claims).await
+            })
+            .await?;
         for devices in results.values_mut().flat_map(|result| result.as_mut().ok()) {
             for device in devices.iter_mut() {
                 device.request_names =
@@ -301,17 +296,34 @@ impl<D: DraDriver> ClaimCalls<D> {
         method: &'static str,
         claims: Vec<WireClaim>,
     ) -> Result<BTreeMap<ClaimUid, UnprepareResult>, Status> {
+        self.batch(method, claims, |driver, claims| async move {
+            driver.unprepare(claims).await
+        })
+        .await
+    }
+
+    /// One batch call of either kind: the claims checked ([`check_batch`]), the accepted ones
+    /// handed to `call` (on its own task, see [`Self::run`]; not at all when none is left), and
+    /// one result per claim asked for ([`complete_results`]).
+    async fn batch<T, E, Call, Answer>(
+        &self,
+        method: &'static str,
+        claims: Vec<WireClaim>,
+        call: Call,
+    ) -> Result<BTreeMap<ClaimUid, Result<T, String>>, Status>
+    where
+        Call: FnOnce(Arc<D>, Vec<ClaimRef>) -> Answer,
+        Answer: Future<Output = BTreeMap<ClaimUid, Result<T, E>>> + Send + 'static,
+        T: Send + 'static,
+        E: std::fmt::Display,
+    {
         let batch = check_batch(method, claims)?;
         let from_driver = if batch.accepted.is_empty() {
             BTreeMap::new()
         } else {
-            let driver = Arc::clone(&self.driver);
-            let claims = batch.accepted.clone();
-            self.run(
-                method,
-                async move { to_wire(driver.unprepare(claims).await) },
-            )
-            .await?
+            let answer = call(Arc::clone(&self.driver), batch.accepted.clone());
+            self.run(method, async move { to_wire(answer.await) })
+                .await?
         };
         Ok(complete_results(
             method,
@@ -368,13 +380,8 @@ macro_rules! dra_plugin_service {
                 &self,
                 request: Request<$proto::NodePrepareResourcesRequest>,
             ) -> Result<Response<$proto::NodePrepareResourcesResponse>, Status> {
-                let claims = request
-                    .into_inner()
-                    .claims
-                    .into_iter()
-                    .map(WireClaim::from)
-                    .collect();
                 let method = concat!($version, ".DRAPlugin/NodePrepareResources");
+                let claims = wire_claims(request.into_inner().claims);
                 let results = self.0.prepare(method, claims).await?;
                 let claims = results
                     .into_iter()
@@ -401,13 +408,8 @@ macro_rules! dra_plugin_service {
                 &self,
                 request: Request<$proto::NodeUnprepareResourcesRequest>,
             ) -> Result<Response<$proto::NodeUnprepareResourcesResponse>, Status> {
-                let claims = request
-                    .into_inner()
-                    .claims
-                    .into_iter()
-                    .map(WireClaim::from)
-                    .collect();
                 let method = concat!($version, ".DRAPlugin/NodeUnprepareResources");
+                let claims = wire_claims(request.into_inner().claims);
                 let results = self.0.unprepare(method, claims).await?;
                 let claims = results
                     .into_iter()
@@ -429,6 +431,14 @@ macro_rules! dra_plugin_service {
 
 dra_plugin_service!(DraV1Service, dra_v1, device_v1, "v1");
 dra_plugin_service!(DraV1beta1Service, dra_v1beta1, device_v1beta1, "v1beta1");
+
+/// A request's claims (either version's message) as the version-independent half takes them.
+fn wire_claims<C>(claims: Vec<C>) -> Vec<WireClaim>
+where
+    WireClaim: From<C>,
+{
+    claims.into_iter().map(WireClaim::from).collect()
+}
 
 fn device_v1(device: PreparedDevice) -> dra_v1::Device {
     dra_v1::Device {

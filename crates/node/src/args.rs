@@ -19,47 +19,47 @@ use tessera_node::injection::{self, DriverRootConfig, HookInstall};
 use tessera_node::{DeviceBackend as Backend, MpsPodSettings, NodePluginConfig};
 use tessera_runtime::{COMMON_RENAMED, ClientArgs, LogArgs, Renamed, parse_duration};
 
-/// The environment variables older releases read, and the downward API's `NODE_NAME` and
-/// `POD_NAMESPACE` (accepted without a warning: they are Kubernetes' convention).
-const OWN_RENAMED: [Renamed; 24] = [
+/// The downward API's `NODE_NAME` and `POD_NAMESPACE`, accepted without a warning (they are
+/// Kubernetes' convention), and the old names that are not simply prefixed.
+const RENAMED: [Renamed; 4] = [
     Renamed::convention("NODE_NAME", "TESSERA_NODE_NAME"),
     Renamed::convention("POD_NAMESPACE", "TESSERA_NAMESPACE"),
-    Renamed::deprecated(
-        "KUBELET_REGISTRAR_DIRECTORY_PATH",
-        "TESSERA_KUBELET_REGISTRAR_DIRECTORY_PATH",
-    ),
-    Renamed::deprecated(
-        "KUBELET_PLUGINS_DIRECTORY_PATH",
-        "TESSERA_KUBELET_PLUGINS_DIRECTORY_PATH",
-    ),
-    Renamed::deprecated("CDI_ROOT", "TESSERA_CDI_ROOT"),
-    Renamed::deprecated("STATE_DIR", "TESSERA_STATE_DIR"),
     Renamed::deprecated("NVIDIA_DRIVER_ROOT", "TESSERA_DRIVER_ROOT"),
-    Renamed::deprecated("CONTAINER_DRIVER_ROOT", "TESSERA_CONTAINER_DRIVER_ROOT"),
-    Renamed::deprecated("CDI_HOOK_PATH", "TESSERA_CDI_HOOK_PATH"),
     Renamed::deprecated("NVIDIA_DEV_ROOT", "TESSERA_DEV_ROOT"),
-    Renamed::deprecated("MPS_DAEMONS", "TESSERA_MPS_DAEMONS"),
-    Renamed::deprecated("MPS_DAEMON_IMAGE", "TESSERA_MPS_DAEMON_IMAGE"),
-    Renamed::deprecated(
-        "MPS_DAEMON_PRIORITY_CLASS",
-        "TESSERA_MPS_DAEMON_PRIORITY_CLASS",
-    ),
-    Renamed::deprecated("SYSFS_ROOT", "TESSERA_SYSFS_ROOT"),
-    Renamed::deprecated("DYNAMIC_MIG", "TESSERA_DYNAMIC_MIG"),
-    Renamed::deprecated("CONSUMABLE_SHARES", "TESSERA_CONSUMABLE_SHARES"),
-    Renamed::deprecated("RESCAN_INTERVAL", "TESSERA_RESCAN_INTERVAL"),
-    Renamed::deprecated("IGNORED_XIDS", "TESSERA_IGNORED_XIDS"),
-    Renamed::deprecated("HEALTH_RECOVERY_AFTER", "TESSERA_HEALTH_RECOVERY_AFTER"),
-    Renamed::deprecated("METRICS_ADDRESS", "TESSERA_METRICS_ADDRESS"),
-    Renamed::deprecated("API_TIMEOUT", "TESSERA_API_TIMEOUT"),
-    Renamed::deprecated("SHUTDOWN_GRACE", "TESSERA_SHUTDOWN_GRACE"),
-    Renamed::deprecated("TOPOLOGY", "TESSERA_TOPOLOGY"),
-    Renamed::deprecated("NVML_LIB", "TESSERA_NVML_LIB"),
 ];
 
-/// [`OWN_RENAMED`] and the names every binary accepts (`KUBECONFIG`, `LOG_FORMAT`).
+/// The other names older releases read, each now with the `TESSERA_` prefix.
+const PREFIXED: [Renamed; 20] = tessera_runtime::deprecated_bare_names![
+    "KUBELET_REGISTRAR_DIRECTORY_PATH",
+    "KUBELET_PLUGINS_DIRECTORY_PATH",
+    "CDI_ROOT",
+    "STATE_DIR",
+    "CONTAINER_DRIVER_ROOT",
+    "CDI_HOOK_PATH",
+    "MPS_DAEMONS",
+    "MPS_DAEMON_IMAGE",
+    "MPS_DAEMON_PRIORITY_CLASS",
+    "SYSFS_ROOT",
+    "DYNAMIC_MIG",
+    "CONSUMABLE_SHARES",
+    "RESCAN_INTERVAL",
+    "IGNORED_XIDS",
+    "HEALTH_RECOVERY_AFTER",
+    "METRICS_ADDRESS",
+    "API_TIMEOUT",
+    "SHUTDOWN_GRACE",
+    "TOPOLOGY",
+    "NVML_LIB",
+];
+
+/// [`RENAMED`], [`PREFIXED`] and the names every binary accepts (`KUBECONFIG`, `LOG_FORMAT`).
 pub fn renamed() -> Vec<Renamed> {
-    OWN_RENAMED.iter().chain(&COMMON_RENAMED).copied().collect()
+    RENAMED
+        .iter()
+        .chain(&PREFIXED)
+        .chain(&COMMON_RENAMED)
+        .copied()
+        .collect()
 }
 
 /// The plugin's default `--metrics-address`: the chart's port (8081), so that a plugin started

@@ -43,6 +43,17 @@ impl Renamed {
     }
 }
 
+/// `[Renamed; N]` of deprecated bare names, each replaced by itself with the `TESSERA_` prefix
+/// (the usual case): `deprecated_bare_names!["STATE_DIR", "TOPOLOGY"]` is
+/// `[Renamed::deprecated("STATE_DIR", "TESSERA_STATE_DIR"), Renamed::deprecated("TOPOLOGY",
+/// "TESSERA_TOPOLOGY")]`.
+#[macro_export]
+macro_rules! deprecated_bare_names {
+    ($($old:literal),* $(,)?) => {
+        [$($crate::env::Renamed::deprecated($old, concat!("TESSERA_", $old))),*]
+    };
+}
+
 /// The names every binary built on [`crate::LogArgs`] and [`crate::ClientArgs`] accepts.
 pub const COMMON_RENAMED: [Renamed; 2] = [
     Renamed::convention("KUBECONFIG", "TESSERA_KUBECONFIG"),
@@ -296,6 +307,17 @@ mod tests {
                 old: "STATE_DIR",
                 instead: "--state-dir".into()
             }]
+        );
+    }
+
+    #[test]
+    fn bare_names_are_deprecated_for_their_prefixed_form() {
+        assert_eq!(
+            crate::deprecated_bare_names!["STATE_DIR", "TOPOLOGY"],
+            [
+                Renamed::deprecated("STATE_DIR", "TESSERA_STATE_DIR"),
+                Renamed::deprecated("TOPOLOGY", "TESSERA_TOPOLOGY"),
+            ]
         );
     }
 
