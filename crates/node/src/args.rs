@@ -466,6 +466,15 @@ mod tests {
         }
     }
 
+    /// Parses `--node-name n --topology x` and then `more`.
+    fn mock_node_with(more: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(
+            ["p", "--node-name", "n", "--topology", "x"]
+                .into_iter()
+                .chain(more.iter().copied()),
+        )
+    }
+
     #[test]
     fn exactly_one_backend_and_defaults() {
         let args =
@@ -478,16 +487,7 @@ mod tests {
         assert_eq!(args.driver_root, None);
         assert_eq!(args.dev_root, PathBuf::from("/"));
         assert!(
-            Args::try_parse_from([
-                "p",
-                "--node-name",
-                "n",
-                "--topology",
-                "x",
-                "--container-driver-root",
-                "/driver-root"
-            ])
-            .is_err(),
+            mock_node_with(&["--container-driver-root", "/driver-root"]).is_err(),
             "a container view of no driver root is a mistake"
         );
         assert_eq!(args.rescan_interval, Duration::from_secs(30));
@@ -497,56 +497,16 @@ mod tests {
             GpuMonitorSettings::default(),
             "the documented defaults: every 10s, idle below 5% for 30m"
         );
-        let no_idle = Args::try_parse_from([
-            "p",
-            "--node-name",
-            "n",
-            "--topology",
-            "x",
-            "--idle-threshold",
-            "0",
-        ])
-        .unwrap();
+        let no_idle = mock_node_with(&["--idle-threshold", "0"]).unwrap();
         assert_eq!(no_idle.plugin_config().unwrap().gpu_metrics.idle, None);
-        assert!(
-            Args::try_parse_from([
-                "p",
-                "--node-name",
-                "n",
-                "--topology",
-                "x",
-                "--idle-threshold",
-                "101"
-            ])
-            .is_err()
-        );
+        assert!(mock_node_with(&["--idle-threshold", "101"]).is_err());
         assert!(matches!(config.devices, Backend::Mock { ref topology } if topology == "dgx-h100"));
         assert_eq!(
             config.metrics_address,
             Some("0.0.0.0:8081".parse().unwrap())
         );
-        let none = Args::try_parse_from([
-            "p",
-            "--node-name",
-            "n",
-            "--topology",
-            "x",
-            "--metrics-address",
-            "",
-        ])
-        .unwrap();
+        let none = mock_node_with(&["--metrics-address", ""]).unwrap();
         assert_eq!(none.metrics_address, OptionalAddress(None));
-        assert!(
-            Args::try_parse_from([
-                "p",
-                "--node-name",
-                "n",
-                "--topology",
-                "x",
-                "--nvml-lib",
-                "/l.so"
-            ])
-            .is_err()
-        );
+        assert!(mock_node_with(&["--nvml-lib", "/l.so"]).is_err());
     }
 }

@@ -73,11 +73,7 @@ async fn registers_publishes_turns_ready_and_restarts_without_going_back() {
         metrics.contains("tessera_node_prepared_devices 1"),
         "{metrics}"
     );
-    let unprepared = kubelet
-        .unprepare(std::slice::from_ref(&reference))
-        .await
-        .unwrap();
-    assert!(unprepared[&reference.uid].is_ok());
+    unprepare_ok(&kubelet, &reference).await;
     assert_eq!(specs(), 0, "unprepare removes the spec");
 
     let slices = eventually(&dirs, "8 devices in one slice", WAIT, async || {
@@ -220,6 +216,15 @@ async fn prepare_train(
         .clone()
         .expect("the claim is prepared");
     (reference, devices)
+}
+
+/// Unprepares `reference` through `kubelet`; it must succeed.
+async fn unprepare_ok(kubelet: &KubeletSimulator, reference: &ClaimRef) {
+    let unprepared = kubelet
+        .unprepare(std::slice::from_ref(reference))
+        .await
+        .unwrap();
+    assert!(unprepared[&reference.uid].is_ok(), "{unprepared:?}");
 }
 
 /// The fake NVML library cargo built next to this test (it is a dev-dependency).
@@ -419,11 +424,7 @@ async fn gpu_metrics_label_the_pod_and_an_idle_claim_gets_an_event() {
     );
 
     // Unprepared: the claim's series go (bounded cardinality); gpu-0 is free again.
-    let unprepared = kubelet
-        .unprepare(std::slice::from_ref(&reference))
-        .await
-        .unwrap();
-    assert!(unprepared[&reference.uid].is_ok());
+    unprepare_ok(&kubelet, &reference).await;
     let metrics = eventually(&dirs, "the claim's series to go", WAIT, async || {
         let (_, metrics) = plugin.http_get("/metrics").await?;
         (!metrics.contains(r#"claim="train""#)).then_some(metrics)
