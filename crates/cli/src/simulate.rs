@@ -270,13 +270,24 @@ struct TraceClaim {
 }
 
 fn trace(spec: &TraceSpec, seed: u64) -> Vec<TraceClaim> {
-    let mut rng = Rng(seed);
-    (0..spec.claims)
-        .map(|_| TraceClaim {
-            gpus: rng.weighted(&spec.sizes),
-            lifetime: rng.lifetime(&spec.lifetime),
-        })
+    draw_trace(spec.claims, &spec.sizes, &spec.lifetime, seed)
+        .map(|(gpus, lifetime)| TraceClaim { gpus, lifetime })
         .collect()
+}
+
+/// A trace of `claims` arrivals from the generator seeded with `seed`: each a size drawn by
+/// `weights` (GPUs, GiB, ...), then a lifetime in `lifetime`.
+fn draw_trace(
+    claims: usize,
+    weights: &BTreeMap<u32, u32>,
+    lifetime: &Lifetime,
+    seed: u64,
+) -> impl Iterator<Item = (u32, u64)> {
+    let mut rng = Rng(seed);
+    (0..claims).map(move |_| {
+        let size = rng.weighted(weights);
+        (size, rng.lifetime(lifetime))
+    })
 }
 
 /// The synthetic cluster: rendered slices, the class, and what the metrics need per GPU.

@@ -20,7 +20,7 @@ use tessera_allocator::{AllocateOptions, Outcome, PlacementMode};
 use tessera_api::names::{GPU_DEVICE_CLASS, capacity};
 use tessera_api::shares::ConsumableShares;
 
-use super::{Lifetime, LiveClaims, Rng, Scenario, cluster_with};
+use super::{Lifetime, LiveClaims, Scenario, cluster_with, draw_trace};
 
 /// The sharing trace: single-GPU claims of a memory size each.
 #[derive(Debug, Clone, Deserialize)]
@@ -68,11 +68,10 @@ struct SharingClaim {
 }
 
 fn trace(spec: &SharingSpec, seed: u64) -> Vec<SharingClaim> {
-    let mut rng = Rng(seed);
-    (0..spec.claims)
-        .map(|_| SharingClaim {
-            memory_gib: rng.weighted(&spec.memory_gib),
-            lifetime: rng.lifetime(&spec.lifetime),
+    draw_trace(spec.claims, &spec.memory_gib, &spec.lifetime, seed)
+        .map(|(memory_gib, lifetime)| SharingClaim {
+            memory_gib,
+            lifetime,
         })
         .collect()
 }
