@@ -2,11 +2,12 @@
 //! graph of the whole workspace, normal dependencies only, followed transitively):
 //!
 //! - the pure crates depend on none of `kube`, `tokio`, `tonic`, `hyper`, `axum`;
-//! - only `runtime`, `node`, `controller` and `cli` (and the test-only `fake-apiserver` and
-//!   `e2e`) depend on `kube`; only `kubelet` and `node` (and the test-only `e2e`) depend on
+//! - only `runtime`, `node`, `controller` and `cli` (and the test-only `fake-apiserver`,
+//!   `controller-harness` and `e2e`) depend on `kube`; only `kubelet` and `node` (and the test-only `e2e`) depend on
 //!   `tonic`;
-//! - `fake-apiserver` is nobody's normal dependency; `test-support` is none but the parity
-//!   tool's (test tooling, never shipped).
+//! - `fake-apiserver` is nobody's normal dependency but `controller-harness`'s, and
+//!   `controller-harness` is nobody's; `test-support` is none but the parity tool's and
+//!   `controller-harness`'s (test tooling, never shipped).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -38,13 +39,17 @@ const KUBE_USERS: &[&str] = &[
     "tessera-controller",
     "tessera-cli",
     "tessera-fake-apiserver",
+    "tessera-controller-harness",
     "tessera-e2e",
 ];
 /// `tessera-e2e`: the stand-in kubelet plugin of another driver (test tooling, never shipped).
 const TONIC_USERS: &[&str] = &["tessera-kubelet", "tessera-node", "tessera-e2e"];
 /// Test tooling that is never shipped and may take `tessera-test-support` as a normal
 /// dependency (the parity tool's benchmark shares the scheduler_perf fixture).
-const TEST_TOOLS: &[&str] = &["tessera-parity"];
+const TEST_TOOLS: &[&str] = &["tessera-parity", "tessera-controller-harness"];
+/// Test-only libraries, taken as dev-dependencies only, that may take the API-server fake as a
+/// normal dependency (the controller running in-process against it).
+const TEST_HARNESSES: &[&str] = &["tessera-controller-harness"];
 
 /// Workspace member name → names of every package it depends on (normal dependencies,
 /// transitively).
@@ -147,9 +152,14 @@ fn the_dependency_invariants_hold() {
         if !TONIC_USERS.contains(&member.as_str()) && deps.contains("tonic") {
             broken.push(format!("{member} depends on tonic"));
         }
-        if deps.contains("tessera-fake-apiserver") {
+        if deps.contains("tessera-fake-apiserver") && !TEST_HARNESSES.contains(&member.as_str()) {
             broken.push(format!(
                 "{member} depends on tessera-fake-apiserver (a dev-dependency only)"
+            ));
+        }
+        for harness in TEST_HARNESSES.iter().filter(|h| deps.contains(**h)) {
+            broken.push(format!(
+                "{member} depends on {harness} (a dev-dependency only)"
             ));
         }
         if deps.contains("tessera-test-support") && !TEST_TOOLS.contains(&member.as_str()) {

@@ -3,8 +3,7 @@
 //! API-server fake, and both must name the same node and devices for every claim — or both leave
 //! the pod to kube-scheduler — on topology-managed nodes, unmanaged nodes and a mix of both.
 
-#[path = "../../controller/tests/support/mod.rs"]
-mod support;
+use tessera_controller_harness as support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -27,8 +27,7 @@
 //! Checked: every claim allocated with its count of GPUs on one node and one NVLink island, no
 //! device allocated twice, every pod released; 4-GPU claims on one NUMA node are counted.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use tessera_controller_harness as support;
 
 #[path = "placement/support.rs"]
 mod placement_support;

@@ -2,7 +2,7 @@
 //! a group that does not fit places nothing and says why, a failed write leaves no partial group,
 //! and a group that has waited holds back later pods.
 
-mod support;
+use tessera_controller_harness as support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

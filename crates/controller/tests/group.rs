@@ -1,7 +1,7 @@
 //! Group (gang) decisions on data: all or nothing, one fabric clique / rack first, the budget,
 //! and the starvation policy — no API server involved.
 
-mod support;
+use tessera_controller_harness as support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! The controller against the API-server fake: gated pods placed, explained, retried.
 
-mod support;
+use tessera_controller_harness as support;
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,7 @@
 //! The planner on data: which devices, which node, what to undo, and what the pod is told — no
 //! API server involved.
 
-mod support;
+use tessera_controller_harness as support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

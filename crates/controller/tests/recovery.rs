@@ -1,7 +1,7 @@
 //! Recovery: the scheduler giving an allocation back, a leader dying half-way through a pod, a
 //! leader handing over on shutdown.
 
-mod support;
+use tessera_controller_harness as support;
 
 use std::time::Duration;
 

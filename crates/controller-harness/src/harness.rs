@@ -13,7 +13,7 @@ use tessera_placement::protocol::{ClaimMark, PLACEMENT_CONDITION};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::*;
+use crate::*;
 
 /// How long a test waits for the controller to get somewhere.
 pub const PATIENCE: Duration = Duration::from_secs(20);

@@ -1,6 +1,11 @@
-//! Objects the controller tests are made of: DGX H100 nodes rendered by crates/topology, the
-//! shipped DeviceClasses, claims, gated pods.
-#![allow(dead_code)]
+//! Test-only (a dev-dependency, never shipped): the objects the controller's tests are made of
+//! — DGX H100 nodes rendered by crates/topology, the shipped DeviceClasses, claims, gated pods —
+//! and, in [`harness`], controllers running in-process against the API-server fake.
+//!
+//! A crate of its own so that the controller's tests and the CLI's explain-equals-controller
+//! test (which must live beside the `tessera` binary it runs) share one copy, and so that
+//! tessera-test-support, which the parity tool takes as a normal dependency, stays free of kube
+//! and the controller.
 
 pub mod harness;
 
@@ -40,7 +45,7 @@ pub fn dgx_slices(node: &str, managed: bool) -> Vec<ResourceSlice> {
 
 /// The DeviceClasses the Helm chart ships.
 pub fn shipped_classes() -> Vec<DeviceClass> {
-    let text = include_str!("../../../../deploy/helm/tessera/files/deviceclasses.yaml");
+    let text = include_str!("../../../deploy/helm/tessera/files/deviceclasses.yaml");
     serde_yaml::Deserializer::from_str(text)
         .map(|doc| serde::Deserialize::deserialize(doc).expect("a DeviceClass"))
         .collect()
