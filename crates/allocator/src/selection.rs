@@ -1,18 +1,24 @@
 //! Evaluating DeviceClass and request CEL selectors on devices through `tessera-cel`.
 //!
-//! Expressions are compiled once per inventory; each device gets one CEL context, built on first
-//! use and reused by every selector; a class's verdict on a device is cached in the inventory (it
-//! cannot change while the inventory lives), a request's verdict per allocation run.
+//! Expressions are compiled once per process (a compiler shared by every inventory, as
+//! kube-scheduler shares its compiler cache, so rebuilding an inventory compiles nothing again).
+//! Selectors that read the device only through one-step names (`device.driver`,
+//! `device.attributes["<domain>"].<id>`: most class and request selectors) are evaluated on a
+//! `DeviceView` of the published object, which converts only the values they look up; the
+//! device's values are checked once (`invalid`, cached per device). Other selectors get the
+//! device's full CEL context, built on first need and then used for every selector on that
+//! device. A class's verdict on a device is cached in the inventory (it cannot change while the
+//! inventory lives), a request's verdict per allocation run.
 //!
 //! A selector that does not compile fails only when it is evaluated, as upstream (which compiles
 //! on first use) fails: selectors are evaluated in order and stop at the first that is false, so
 //! a broken second selector fails only the devices the first one matches.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, LazyLock, OnceLock, RwLock};
 
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceSelector};
-use tessera_cel::{DeviceContext, Selector, SelectorCompiler};
+use tessera_cel::{DeviceContext, DeviceView, EvalError, Selector, SelectorCompiler};
 
 use crate::device::DeviceEntry;
 
@@ -39,12 +45,23 @@ pub(crate) struct EmptySelector {
 /// One compiled selector, or why it does not compile.
 pub(crate) type Compiled = Result<Arc<Selector>, String>;
 
+/// The compiler every inventory of the process shares (it caches by expression, errors too).
+static COMPILER: LazyLock<SelectorCompiler> = LazyLock::new(SelectorCompiler::new);
+
 /// Compiled selectors, shared by all allocations on one inventory.
 #[derive(Default)]
 pub(crate) struct SelectorCache {
-    compiler: SelectorCompiler,
     compiled: RwLock<HashMap<String, Result<Arc<Selector>, String>>>,
-    contexts: OnceLock<Vec<OnceLock<DeviceContext>>>,
+    devices: OnceLock<Vec<DeviceCel>>,
+}
+
+/// What the selectors of one device need, each part made on first need.
+#[derive(Default)]
+struct DeviceCel {
+    /// Why every selector fails on the device (a value CEL cannot represent), if one does.
+    invalid: OnceLock<Option<EvalError>>,
+    /// The full `device` variable, for selectors that read its maps as a whole.
+    context: OnceLock<DeviceContext>,
 }
 
 impl std::fmt::Debug for SelectorCache {
@@ -63,7 +80,7 @@ impl SelectorCache {
         {
             return done.clone();
         }
-        let result = self.compiler.compile(expression).map_err(|e| e.to_string());
+        let result = COMPILER.compile(expression).map_err(|e| e.to_string());
         self.compiled
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -94,37 +111,63 @@ impl SelectorCache {
         if selectors.is_empty() {
             return Verdict::Match;
         }
-        let contexts = self
-            .contexts
-            .get_or_init(|| (0..devices.len()).map(|_| OnceLock::new()).collect());
+        let cel = &self
+            .devices
+            .get_or_init(|| devices.iter().map(|_| DeviceCel::default()).collect())[index];
         let entry = &devices[index];
-        let context =
-            contexts[index].get_or_init(|| DeviceContext::new(entry.id.driver(), &entry.device));
-        for (i, selector) in selectors.iter().enumerate() {
-            let selector = match selector {
-                Ok(s) => s,
-                Err(message) => {
-                    return Verdict::Failed {
-                        selector: i,
-                        message: message.clone(),
-                        compile: true,
-                    };
-                }
-            };
-            match selector.evaluate(context) {
-                Ok(true) => {}
-                Ok(false) => return Verdict::NoMatch(i),
-                Err(e) => {
-                    return Verdict::Failed {
-                        selector: i,
-                        message: e.to_string(),
-                        compile: false,
-                    };
-                }
+        let driver = entry.id.driver();
+        // A selector that does not compile fails without looking at the device.
+        let by_paths = selectors
+            .iter()
+            .all(|s| s.as_ref().map_or(true, |s| s.reads_paths_only()));
+        match cel.context.get() {
+            None if by_paths => {
+                let invalid = cel
+                    .invalid
+                    .get_or_init(|| DeviceView::new(driver, &entry.device).invalid().cloned());
+                let view = DeviceView::checked(driver, &entry.device, invalid.clone());
+                evaluate_each(selectors, |s| s.evaluate_view(&view))
+            }
+            context => {
+                let context = context.unwrap_or_else(|| {
+                    cel.context
+                        .get_or_init(|| DeviceContext::new(driver, &entry.device))
+                });
+                evaluate_each(selectors, |s| s.evaluate(context))
             }
         }
-        Verdict::Match
     }
+}
+
+/// Selectors in order, stopping at the first that is false or fails.
+fn evaluate_each(
+    selectors: &[Compiled],
+    evaluate: impl Fn(&Selector) -> Result<bool, EvalError>,
+) -> Verdict {
+    for (i, selector) in selectors.iter().enumerate() {
+        let selector = match selector {
+            Ok(s) => s,
+            Err(message) => {
+                return Verdict::Failed {
+                    selector: i,
+                    message: message.clone(),
+                    compile: true,
+                };
+            }
+        };
+        match evaluate(selector) {
+            Ok(true) => {}
+            Ok(false) => return Verdict::NoMatch(i),
+            Err(e) => {
+                return Verdict::Failed {
+                    selector: i,
+                    message: e.to_string(),
+                    compile: false,
+                };
+            }
+        }
+    }
+    Verdict::Match
 }
 
 /// A DeviceClass with its compiled selectors and per-device verdicts.

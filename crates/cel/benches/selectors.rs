@@ -8,7 +8,9 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use tessera_cel::{AttributeValue, DeviceContext, SelectorCompiler};
+use k8s_openapi::api::resource::v1::{Device, DeviceAttribute, DeviceCapacity};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use tessera_cel::{AttributeValue, DeviceContext, DeviceView, SelectorCompiler};
 
 const TYPE_CHECK: &str = r#"device.attributes["gpu.tessera.dev"].type == "gpu""#;
 const PRODUCT_NAME: &str =
@@ -119,5 +121,82 @@ fn device_context(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, evaluation, compilation, device_context);
+/// The same H100 as the API object the allocator holds.
+fn h100_api() -> Device {
+    let (attributes, capacity) = h100_parts();
+    let attribute = |v: AttributeValue| match v {
+        AttributeValue::Int(i) => DeviceAttribute {
+            int: Some(i),
+            ..Default::default()
+        },
+        AttributeValue::Bool(b) => DeviceAttribute {
+            bool: Some(b),
+            ..Default::default()
+        },
+        AttributeValue::String(s) => DeviceAttribute {
+            string: Some(s),
+            ..Default::default()
+        },
+        AttributeValue::Version(v) => DeviceAttribute {
+            version: Some(v),
+            ..Default::default()
+        },
+        other => unreachable!("the H100 has no list attribute: {other:?}"),
+    };
+    Device {
+        name: "gpu-3".to_owned(),
+        attributes: Some(
+            attributes
+                .into_iter()
+                .map(|(n, v)| (n, attribute(v)))
+                .collect(),
+        ),
+        capacity: Some(
+            capacity
+                .into_iter()
+                .map(|(n, q)| {
+                    let value = DeviceCapacity {
+                        value: Quantity(q),
+                        ..Default::default()
+                    };
+                    (n, value)
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// A class selector meeting a device for the first time (what the allocator pays once per
+/// device): building the whole `device` variable and evaluating, or evaluating on a view of the
+/// API object.
+fn first_evaluation(c: &mut Criterion) {
+    let device = h100_api();
+    let selector = SelectorCompiler::new()
+        .compile(TYPE_CHECK)
+        .expect("benchmark selectors compile");
+    assert!(selector.reads_paths_only());
+    let mut group = c.benchmark_group("first evaluation on a device");
+    group.bench_function("DeviceContext::new + evaluate", |b| {
+        b.iter(|| {
+            let context = DeviceContext::new("gpu.tessera.dev", black_box(&device));
+            selector.evaluate(&context)
+        })
+    });
+    group.bench_function("DeviceView::new + evaluate_view", |b| {
+        b.iter(|| {
+            let view = DeviceView::new("gpu.tessera.dev", black_box(&device));
+            selector.evaluate_view(&view)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    evaluation,
+    compilation,
+    device_context,
+    first_evaluation
+);
 criterion_main!(benches);

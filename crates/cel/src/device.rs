@@ -86,17 +86,11 @@ pub struct DeviceContext {
 impl DeviceContext {
     /// The `device` of `device`, published by `driver` (the domain of its unqualified names).
     pub fn new(driver: &str, device: &Device) -> Self {
-        let mut invalid = None;
-        let attributes = device.attributes.iter().flatten().filter_map(|(name, a)| {
-            let value = AttributeValue::from_api(a);
-            if value.is_none() {
-                invalid.get_or_insert_with(|| EvalError::InvalidDevice {
-                    name: format!("attribute {name}"),
-                    problem: "unsupported attribute value: none of its fields is set".to_owned(),
-                });
-            }
-            value.map(|v| (name.clone(), v))
-        });
+        let attributes = device
+            .attributes
+            .iter()
+            .flatten()
+            .filter_map(|(name, a)| AttributeValue::from_api(a).map(|v| (name.clone(), v)));
         let attributes: Vec<_> = attributes.collect();
         let capacity = device
             .capacity
@@ -109,9 +103,8 @@ impl DeviceContext {
             attributes,
             capacity,
         );
-        if context.invalid.is_none() {
-            context.invalid = invalid;
-        }
+        // The same check a [`DeviceView`] makes, so both fail a device alike.
+        context.invalid = invalid_device(device);
         context
     }
 
@@ -198,6 +191,225 @@ impl VariableResolver for DeviceContext {
         match lookup.id {
             None => Some(CowVal::Borrowed(domain)),
             Some(id) => domain.find(id).map(|v| CowVal::Borrowed(v.as_ref())),
+        }
+    }
+}
+
+/// Why upstream would fail every selector on `device` (it converts every value before evaluating
+/// anything), checked without building a value: the first attribute (in name order) whose value
+/// CEL cannot represent, else the first capacity whose quantity does not parse, else the first
+/// attribute that sets no value.
+fn invalid_device(device: &Device) -> Option<EvalError> {
+    let attributes = || device.attributes.iter().flatten();
+    let bad_value = attributes().find_map(|(name, a)| {
+        let problem = match AttributeRef::of(a)? {
+            AttributeRef::Version(v) => version_problem(v),
+            AttributeRef::Versions(vs) => vs.iter().find_map(|v| version_problem(v)),
+            _ => None,
+        }?;
+        Some(EvalError::InvalidDevice {
+            name: format!("attribute {name}"),
+            problem,
+        })
+    });
+    let bad_quantity = || {
+        device.capacity.iter().flatten().find_map(|(name, c)| {
+            Quantity::parse(&c.value.0)
+                .err()
+                .map(|e| EvalError::InvalidDevice {
+                    name: format!("capacity {name}"),
+                    problem: format!("{:?}: {e}", c.value.0),
+                })
+        })
+    };
+    let no_value = || {
+        attributes()
+            .find(|(_, a)| AttributeRef::of(a).is_none())
+            .map(|(name, _)| EvalError::InvalidDevice {
+                name: format!("attribute {name}"),
+                problem: "unsupported attribute value: none of its fields is set".to_owned(),
+            })
+    };
+    bad_value.or_else(bad_quantity).or_else(no_value)
+}
+
+fn version_problem(v: &str) -> Option<String> {
+    Version::parse(v)
+        .err()
+        .map(|e| format!("parse semantic version: {e}"))
+}
+
+/// The value an API attribute carries, borrowed (the field [`AttributeValue::from_api`] picks).
+enum AttributeRef<'a> {
+    Scalar(&'a DeviceAttribute),
+    String(&'a str),
+    Version(&'a str),
+    Versions(&'a [String]),
+}
+
+impl<'a> AttributeRef<'a> {
+    fn of(a: &'a DeviceAttribute) -> Option<AttributeRef<'a>> {
+        if a.int.is_some() || a.bool.is_some() {
+            return Some(AttributeRef::Scalar(a));
+        }
+        if let Some(s) = &a.string {
+            return Some(AttributeRef::String(s));
+        }
+        if let Some(v) = &a.version {
+            return Some(AttributeRef::Version(v));
+        }
+        if a.ints.is_some() || a.bools.is_some() || a.strings.is_some() {
+            return Some(AttributeRef::Scalar(a));
+        }
+        a.versions.as_deref().map(AttributeRef::Versions)
+    }
+
+    /// The CEL value; strings are borrowed, not copied.
+    fn to_val(&self) -> Option<Box<dyn Val + 'a>> {
+        match self {
+            AttributeRef::String(s) => Some(Box::new(CelString::from(*s))),
+            AttributeRef::Scalar(a) => AttributeValue::from_api(a)?.to_val().ok(),
+            AttributeRef::Version(v) => Version::parse(v).ok().map(|v| Box::new(v) as _),
+            AttributeRef::Versions(vs) => AttributeValue::Versions(vs.to_vec()).to_val().ok(),
+        }
+    }
+}
+
+/// The `device` variable read straight from the API object, one looked-up value at a time: for
+/// selectors that reach the device only through one-step names
+/// ([`crate::Selector::reads_paths_only`]), which is what most class and request selectors do
+/// (`device.driver == "…"`, `device.attributes["…"].type == "gpu"`). Building it costs a check of
+/// the device's values and no copies, where a [`DeviceContext`] converts every attribute and
+/// capacity; evaluating is as fast. A selector that needs the whole maps is evaluated on a
+/// [`DeviceContext`] built for the purpose ([`crate::Selector::evaluate_view`] decides).
+#[derive(Debug)]
+pub struct DeviceView<'d> {
+    driver: &'d str,
+    device: &'d Device,
+    invalid: Option<EvalError>,
+}
+
+impl<'d> DeviceView<'d> {
+    /// A view of `device`, published by `driver`, checking its values as [`DeviceContext::new`]
+    /// does.
+    pub fn new(driver: &'d str, device: &'d Device) -> Self {
+        Self::checked(driver, device, invalid_device(device))
+    }
+
+    /// A view whose check was made before: `invalid` is what [`DeviceView::invalid`] said then
+    /// (a caller evaluating one device many times keeps it instead of checking again).
+    pub fn checked(driver: &'d str, device: &'d Device, invalid: Option<EvalError>) -> Self {
+        DeviceView {
+            driver,
+            device,
+            invalid,
+        }
+    }
+
+    /// Why every selector fails on this device, if one does.
+    pub fn invalid(&self) -> Option<&EvalError> {
+        self.invalid.as_ref()
+    }
+
+    pub(crate) fn driver(&self) -> &'d str {
+        self.driver
+    }
+
+    pub(crate) fn device(&self) -> &'d Device {
+        self.device
+    }
+
+    /// `(domain, id)` of a published name: unqualified names are the driver's.
+    fn split<'n>(&self, name: &'n str) -> (&'n str, &'n str)
+    where
+        'd: 'n,
+    {
+        name.split_once('/').unwrap_or((self.driver, name))
+    }
+
+    /// The attribute `encoded_domain`/`id` names; of two published names for it (`type` and
+    /// `<driver>/type`) the later in name order, as the context's maps keep it.
+    fn attribute(&self, encoded_domain: &str, id: &str) -> Option<&'d DeviceAttribute> {
+        self.device
+            .attributes
+            .iter()
+            .flatten()
+            .rev()
+            .find(|(name, _)| {
+                let (domain, own) = self.split(name);
+                own == id && path::is_encoded(domain, encoded_domain)
+            })
+            .map(|(_, a)| a)
+    }
+
+    fn capacity(&self, encoded_domain: &str, id: &str) -> Option<&'d str> {
+        self.device
+            .capacity
+            .iter()
+            .flatten()
+            .rev()
+            .find(|(name, _)| {
+                let (domain, own) = self.split(name);
+                own == id && path::is_encoded(domain, encoded_domain)
+            })
+            .map(|(_, c)| c.value.0.as_str())
+    }
+
+    /// One domain's map, built on demand (a selector using the map itself, e.g. `"x" in
+    /// device.attributes["d"]`).
+    fn domain_map(&self, map: DeviceMap, encoded_domain: &str) -> IdMap {
+        let mut ids: BTreeMap<&str, Box<dyn Val>> = BTreeMap::new();
+        let in_domain = |name: &'d String| {
+            let (domain, id) = self.split(name);
+            path::is_encoded(domain, encoded_domain).then_some(id)
+        };
+        match map {
+            DeviceMap::Attributes => {
+                for (name, a) in self.device.attributes.iter().flatten() {
+                    let value = AttributeValue::from_api(a).and_then(|v| v.to_val().ok());
+                    if let (Some(id), Some(value)) = (in_domain(name), value) {
+                        ids.insert(id, value);
+                    }
+                }
+            }
+            DeviceMap::Capacity => {
+                for (name, c) in self.device.capacity.iter().flatten() {
+                    let value = Quantity::parse(&c.value.0).ok();
+                    if let (Some(id), Some(value)) = (in_domain(name), value) {
+                        ids.insert(id, Box::new(value));
+                    }
+                }
+            }
+        }
+        IdMap::new(ids.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+    }
+}
+
+impl VariableResolver for DeviceView<'_> {
+    /// What [`DeviceContext`] resolves for the one-step names; `None` for the whole maps, which a
+    /// selector evaluated on a view never asks for.
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        match variable {
+            "device.driver" => return Some(CowVal::owned(CelString::from(self.driver))),
+            "device.allowMultipleAllocations" => {
+                let multi = self.device.allow_multiple_allocations.unwrap_or(false);
+                return Some(CowVal::owned(CelBool::from(multi)));
+            }
+            _ => {}
+        }
+        let (map, lookup) = path::parse(variable)?;
+        let Some(id) = lookup.id else {
+            return Some(CowVal::owned(self.domain_map(map, lookup.encoded_domain)));
+        };
+        match map {
+            DeviceMap::Attributes => self
+                .attribute(lookup.encoded_domain, id)
+                .and_then(|a| AttributeRef::of(a)?.to_val())
+                .map(CowVal::Owned),
+            DeviceMap::Capacity => self
+                .capacity(lookup.encoded_domain, id)
+                .and_then(|q| Quantity::parse(q).ok())
+                .map(CowVal::owned),
         }
     }
 }
@@ -331,5 +543,126 @@ mod tests {
             error.to_string().contains("none of its fields is set"),
             "{error}"
         );
+    }
+    /// A view answers every selector exactly as the device's context does: values, missing keys
+    /// and domains, a name published both qualified and not, invalid devices, and selectors that
+    /// need the whole maps (evaluated on a context built for them).
+    #[test]
+    fn a_view_evaluates_like_the_context() {
+        let mut twice = api_device();
+        if let Some(attributes) = twice.attributes.as_mut() {
+            attributes.insert(
+                "gpu.tessera.dev/type".to_owned(),
+                DeviceAttribute {
+                    string: Some("qualified".to_owned()),
+                    ..Default::default()
+                },
+            );
+            attributes.insert(
+                "versions".to_owned(),
+                DeviceAttribute {
+                    versions: Some(vec!["1.0.0".to_owned(), "2.1.0".to_owned()]),
+                    ..Default::default()
+                },
+            );
+        }
+        let mut bad_version = api_device();
+        if let Some(attributes) = bad_version.attributes.as_mut() {
+            attributes.insert(
+                "cudaVersion".to_owned(),
+                DeviceAttribute {
+                    version: Some("12.4".to_owned()),
+                    ..Default::default()
+                },
+            );
+            attributes.insert("zzz".to_owned(), DeviceAttribute::default());
+        }
+        let mut bad_quantity = api_device();
+        if let Some(capacity) = bad_quantity.capacity.as_mut() {
+            capacity.insert(
+                "broken".to_owned(),
+                DeviceCapacity {
+                    value: ApiQuantity("lots".to_owned()),
+                    ..Default::default()
+                },
+            );
+        }
+        let mut no_value = api_device();
+        if let Some(attributes) = no_value.attributes.as_mut() {
+            attributes.insert("aaa".to_owned(), DeviceAttribute::default());
+        }
+        let compiler = SelectorCompiler::new();
+        let expressions = [
+            (r#"device.driver == "gpu.tessera.dev""#, true),
+            (
+                r#"device.attributes["gpu.tessera.dev"].type == "gpu""#,
+                true,
+            ),
+            (r#"device.attributes["gpu.tessera.dev"].type"#, true),
+            (r#"device.attributes["gpu.tessera.dev"].missing == 1"#, true),
+            (r#"device.attributes["other.vendor"].type == "gpu""#, true),
+            (
+                r#"device.attributes["gpu.tessera.dev"].versions[1].isGreaterThan(semver("2.0.0"))"#,
+                true,
+            ),
+            (
+                r#"device.attributes["gpu.tessera.dev"].driverVersion.isLessThan(semver("600.0.0"))"#,
+                true,
+            ),
+            (
+                r#"device.attributes["resource.kubernetes.io"].pcieRoot.startsWith("pci")"#,
+                true,
+            ),
+            (
+                r#"device.attributes["gpu.tessera.dev"].links.includes(2)"#,
+                true,
+            ),
+            (
+                r#"device.capacity["gpu.tessera.dev"].memory.compareTo(quantity("80Gi")) == 0"#,
+                true,
+            ),
+            (
+                r#"device.capacity["gpu.tessera.dev"].nothing.compareTo(quantity("1")) == 0"#,
+                true,
+            ),
+            (r#""type" in device.attributes["gpu.tessera.dev"]"#, true),
+            (r#"has(device.attributes["gpu.tessera.dev"].type)"#, true),
+            (r#"device.attributes["gpu.tessera.dev"].size() > 2"#, true),
+            (r#"size(device.capacity["gpu.tessera.dev"]) == 1"#, true),
+            ("device.allowMultipleAllocations", true),
+            (
+                r#"device.attributes.exists(d, d == "gpu.tessera.dev")"#,
+                false,
+            ),
+            (
+                r#"device.capacity["gpu.tessera.dev"] == device.capacity["gpu.tessera.dev"]"#,
+                true,
+            ),
+            (r#"has(device.driver)"#, false),
+            (r#"[1].all(device, device == 1)"#, false),
+            (
+                r#"cel.bind(a, device.attributes["gpu.tessera.dev"], a.type == "gpu")"#,
+                true,
+            ),
+            (r#"device == device"#, false),
+        ];
+        for device in [api_device(), twice, bad_version, bad_quantity, no_value] {
+            let context = DeviceContext::new("gpu.tessera.dev", &device);
+            let view = DeviceView::new("gpu.tessera.dev", &device);
+            assert_eq!(view.invalid(), context.invalid());
+            for (expression, paths_only) in expressions {
+                let selector = compiler.compile(expression).unwrap();
+                assert_eq!(selector.reads_paths_only(), paths_only, "{expression}");
+                assert_eq!(
+                    selector.evaluate_view(&view),
+                    selector.evaluate(&context),
+                    "{expression} on {:?}",
+                    device
+                        .attributes
+                        .as_ref()
+                        .map(|a| a.keys().collect::<Vec<_>>())
+                );
+            }
+        }
     }
 }

@@ -115,7 +115,7 @@ fn max_id(expr: &IdedExpr) -> u64 {
     max
 }
 
-fn visit(expr: &IdedExpr, f: &mut impl FnMut(&IdedExpr)) {
+pub(crate) fn visit(expr: &IdedExpr, f: &mut impl FnMut(&IdedExpr)) {
     f(expr);
     match &expr.expr {
         Expr::Call(call) => {

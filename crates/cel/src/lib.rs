@@ -81,7 +81,7 @@ mod selector;
 mod values;
 mod version;
 
-pub use device::{AttributeValue, DeviceContext};
+pub use device::{AttributeValue, DeviceContext, DeviceView};
 pub use error::{CompileError, EvalError};
 pub use quantity::{Quantity, QuantityError};
 pub use references::{DeviceMap, NameReference};

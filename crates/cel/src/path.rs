@@ -8,6 +8,8 @@
 //! so these names never clash with a user's. An identifier the device does not have surfaces as
 //! an undeclared reference, which [`missing_key`] turns back into upstream's `no such key`.
 
+use cel::common::ast::{Expr, IdedExpr};
+
 use crate::references::DeviceMap;
 
 const ATTRIBUTES: &str = "@attributes:";
@@ -71,6 +73,35 @@ pub(crate) fn is_encoded(domain: &str, encoded: &str) -> bool {
             .bytes()
             .zip(encoded.bytes())
             .all(|(d, e)| d == e || (d == b'.' && e == b'/'))
+}
+
+/// Whether a compiled (rewritten) program reads the device only through names resolved in one
+/// step: the lookups of this module, `device.driver` and `device.allowMultipleAllocations`.
+/// Such a program never needs the `device` map or its `attributes`/`capacity` maps as a whole,
+/// so it can be evaluated on a [`crate::DeviceView`] without building a
+/// [`crate::DeviceContext`]. Conservative: a comprehension or `cel.bind` variable named `device`,
+/// or a struct literal, answers no.
+pub(crate) fn reads_paths_only(program: &IdedExpr) -> bool {
+    let (mut device_idents, mut one_step_fields, mut other) = (0usize, 0usize, false);
+    crate::instrument::visit(program, &mut |e| match &e.expr {
+        Expr::Ident(name) if name == "device" => device_idents += 1,
+        Expr::Select(select)
+            if !select.test
+                && matches!(&select.operand.expr, Expr::Ident(name) if name == "device")
+                && matches!(select.field.as_str(), "driver" | "allowMultipleAllocations") =>
+        {
+            one_step_fields += 1;
+        }
+        Expr::Comprehension(c) => {
+            other |= [Some(&c.iter_var), c.iter_var2.as_ref(), Some(&c.accu_var)]
+                .into_iter()
+                .flatten()
+                .any(|v| v == "device");
+        }
+        Expr::Struct(_) => other = true,
+        _ => {}
+    });
+    !other && device_idents == one_step_fields
 }
 
 #[cfg(test)]

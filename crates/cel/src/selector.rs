@@ -8,7 +8,9 @@ use cel::common::types::CelBool;
 use cel::{Context, ParseErrors, Value};
 
 use crate::check::{self, Ty};
-use crate::device::DeviceContext;
+use cel::context::VariableResolver;
+
+use crate::device::{DeviceContext, DeviceView};
 use crate::env::environment;
 use crate::error::{CompileError, EvalError};
 use crate::instrument::instrument;
@@ -97,6 +99,8 @@ pub struct Selector {
     program: IdedExpr,
     estimated_cost: Option<u64>,
     references: Vec<NameReference>,
+    /// The program reads the device through one-step names only (see [`Selector::evaluate_view`]).
+    paths_only: bool,
 }
 
 impl Selector {
@@ -136,6 +140,7 @@ impl Selector {
         instrument(&mut program);
         Ok(Selector {
             expression: expression.to_owned(),
+            paths_only: crate::path::reads_paths_only(&program),
             program,
             estimated_cost: checked.cost.bound(),
             references,
@@ -177,9 +182,35 @@ impl Selector {
         self.evaluate_with_cost(device).0
     }
 
+    /// Whether the selector reads the device only through names resolved in one step
+    /// (`device.driver`, `device.allowMultipleAllocations`, `device.attributes["<domain>"].<id>`,
+    /// `device.capacity["<domain>"]…`), never through the `device` or `attributes`/`capacity`
+    /// maps as a whole: then [`Selector::evaluate_view`] needs no [`DeviceContext`].
+    pub fn reads_paths_only(&self) -> bool {
+        self.paths_only
+    }
+
+    /// Whether the device `view` shows matches: the same answer as [`Selector::evaluate`] on the
+    /// device's [`DeviceContext`], without building one when the selector
+    /// [reads paths only](Selector::reads_paths_only) (otherwise one is built for this call).
+    pub fn evaluate_view(&self, view: &DeviceView<'_>) -> Result<bool, EvalError> {
+        if !self.paths_only {
+            return self.evaluate(&DeviceContext::new(view.driver(), view.device()));
+        }
+        self.run(view.invalid(), view).0
+    }
+
     /// [`Selector::evaluate`] and the cost the evaluation was charged.
     pub fn evaluate_with_cost(&self, device: &DeviceContext) -> (Result<bool, EvalError>, u64) {
-        if let Some(invalid) = device.invalid() {
+        self.run(device.invalid(), device)
+    }
+
+    fn run(
+        &self,
+        invalid: Option<&EvalError>,
+        device: &dyn VariableResolver,
+    ) -> (Result<bool, EvalError>, u64) {
+        if let Some(invalid) = invalid {
             return (Err(invalid.clone()), 0);
         }
         let mut context = Context::with_env(Arc::clone(environment()));
