@@ -14,6 +14,7 @@
 //! it, or a negative consumption is not a device that does not fit but an error
 //! ([`CapacityRefusal::Fatal`]), as upstream aborts the allocation on it.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -76,6 +77,30 @@ pub(crate) fn consume(
     requests: &[(String, Amount, Quantity)],
     used: &dyn Fn(&str) -> Amount,
 ) -> Result<Consumption, CapacityRefusal> {
+    let mut out = Vec::with_capacity(capacities.len());
+    consume_with(capacities, requests, used, |cap, amount, text| {
+        out.push((cap.name.clone(), amount, text.into_owned()));
+    })?;
+    Ok(out)
+}
+
+/// Whether `requests` fit: [`consume`]'s answer without building the consumption (the search
+/// asks this of every candidate; only a shared device's allocation needs the consumption).
+pub(crate) fn fits(
+    capacities: &[Capacity],
+    requests: &[(String, Amount, Quantity)],
+    used: &dyn Fn(&str) -> Amount,
+) -> Result<(), CapacityRefusal> {
+    consume_with(capacities, requests, used, |_, _, _| {})
+}
+
+/// [`consume`], handing each capacity's consumption to `emit` in the device's order.
+fn consume_with<'c>(
+    capacities: &'c [Capacity],
+    requests: &'c [(String, Amount, Quantity)],
+    used: &dyn Fn(&str) -> Amount,
+    mut emit: impl FnMut(&'c Capacity, Amount, Cow<'c, Quantity>),
+) -> Result<(), CapacityRefusal> {
     if let Some((name, ..)) = requests
         .iter()
         .find(|(n, ..)| !capacities.iter().any(|c| c.name == *n))
@@ -84,10 +109,7 @@ pub(crate) fn consume(
             capacity: name.clone(),
         });
     }
-    // First every consumption (an unrepresentable one is fatal whatever the order), then the
-    // soft checks, as upstream orders them.
-    let mut consumed = Vec::with_capacity(capacities.len());
-    for cap in capacities {
+    let consumed = |cap: &'c Capacity| {
         let requested = requests
             .iter()
             .find(|(n, ..)| *n == cap.name)
@@ -102,10 +124,15 @@ pub(crate) fn consume(
                 why: "capacity value is negative",
             });
         }
-        consumed.push((amount, text));
+        Ok((amount, text))
+    };
+    // First every consumption (an unrepresentable one is fatal whatever the order), then the
+    // soft checks, as upstream orders them.
+    for cap in capacities {
+        consumed(cap)?;
     }
-    let mut out = Vec::with_capacity(capacities.len());
-    for (cap, (amount, text)) in capacities.iter().zip(consumed) {
+    for cap in capacities {
+        let (amount, text) = consumed(cap)?;
         if let Some(policy) = &cap.policy
             && violates(amount, policy)
         {
@@ -122,32 +149,32 @@ pub(crate) fn consume(
                 available: cap.value.saturating_sub(already),
             });
         }
-        out.push((cap.name.clone(), amount, text));
+        emit(cap, amount, text);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// What a request (or its absence) consumes of one capacity; `Err` when it cannot be represented.
-fn consumed_by(
-    requested: Option<(Amount, &Quantity)>,
-    cap: &Capacity,
-) -> Result<(Amount, Quantity), &'static str> {
+fn consumed_by<'c>(
+    requested: Option<(Amount, &'c Quantity)>,
+    cap: &'c Capacity,
+) -> Result<(Amount, Cow<'c, Quantity>), &'static str> {
     let Some((value, text)) = requested else {
         return Ok(match cap.policy.as_ref().and_then(|p| p.default.as_ref()) {
-            Some((a, q)) => (*a, q.clone()),
-            None => (cap.value, cap.raw.clone()),
+            Some((a, q)) => (*a, Cow::Borrowed(q)),
+            None => (cap.value, Cow::Borrowed(&cap.raw)),
         });
     };
     let Some(policy) = &cap.policy else {
-        return Ok((value, text.clone()));
+        return Ok((value, Cow::Borrowed(text)));
     };
     if let Some(range) = &policy.range {
         let (min, min_text) = &range.min;
         if value < *min {
-            return Ok((*min, min_text.clone()));
+            return Ok((*min, Cow::Borrowed(min_text)));
         }
         let Some(step) = range.step else {
-            return Ok((value, text.clone()));
+            return Ok((value, Cow::Borrowed(text)));
         };
         // Upstream's integer path: whole units, rounded up.
         if value.ceil_units() > i128::from(i64::MAX) {
@@ -157,7 +184,7 @@ fn consumed_by(
         }
         let (request, min, step) = (value.ceil_units(), min.ceil_units(), step.ceil_units());
         if step <= 0 {
-            return Ok((value, text.clone()));
+            return Ok((value, Cow::Borrowed(text)));
         }
         let added = request - min;
         let n = added / step + i128::from(added % step != 0);
@@ -168,12 +195,12 @@ fn consumed_by(
         }
         let units = i64::try_from(min + step * n).unwrap_or(i64::MAX);
         let v = Amount::from_units(units);
-        return Ok((v, v.to_quantity()));
+        return Ok((v, Cow::Owned(v.to_quantity())));
     }
     if let Some((v, q)) = policy.valid_values.iter().find(|(v, _)| value <= *v) {
-        return Ok((*v, q.clone()));
+        return Ok((*v, Cow::Borrowed(q)));
     }
-    Ok((value, text.clone()))
+    Ok((value, Cow::Borrowed(text)))
 }
 
 fn violates(amount: Amount, policy: &RequestPolicy) -> bool {

@@ -127,26 +127,36 @@ impl<'a> NodeSearch<'a> {
     /// What the slot's capacity request would consume of the device now.
     pub(crate) fn capacity(&self, slot: usize, pos: usize) -> Result<Consumption, CapacityRefusal> {
         let dev = self.device(pos);
-        let shared = self.state.shared(&dev.id);
+        let requests = &self.plan.slots[slot].capacity;
+        capacity::consume(&dev.parsed().capacities, requests, &self.consumed_now(pos))
+    }
+
+    /// Whether the slot's capacity request fits the device now ([`NodeSearch::capacity`] without
+    /// the consumption, which only a shared device's allocation records).
+    pub(crate) fn capacity_fits(&self, slot: usize, pos: usize) -> Result<(), CapacityRefusal> {
+        let dev = self.device(pos);
+        let requests = &self.plan.slots[slot].capacity;
+        capacity::fits(&dev.parsed().capacities, requests, &self.consumed_now(pos))
+    }
+
+    /// Capacity name → what allocations before this one and this run consume of the device.
+    fn consumed_now(&self, pos: usize) -> impl Fn(&str) -> Amount + '_ {
+        let shared = self.state.shared(&self.device(pos).id);
         let run = &self.run_capacity[pos];
-        capacity::consume(
-            &dev.parsed().capacities,
-            &self.plan.slots[slot].capacity,
-            &|name| {
-                let before = shared
-                    .and_then(|s| s.consumed.get(name))
-                    .copied()
-                    .unwrap_or_default();
-                before.saturating_add(run.get(name).copied().unwrap_or_default())
-            },
-        )
+        move |name| {
+            let before = shared
+                .and_then(|s| s.consumed.get(name))
+                .copied()
+                .unwrap_or_default();
+            before.saturating_add(run.get(name).copied().unwrap_or_default())
+        }
     }
 
     /// The error a capacity request raises on a device whatever is consumed already (see
     /// [`CapacityRefusal::Fatal`]).
     fn capacity_fatal(&self, slot: usize, pos: usize) -> Option<AllocateError> {
         let s = &self.plan.slots[slot];
-        match capacity::consume(&self.device(pos).parsed().capacities, &s.capacity, &|_| {
+        match capacity::fits(&self.device(pos).parsed().capacities, &s.capacity, &|_| {
             Amount::ZERO
         }) {
             Err(CapacityRefusal::Fatal { capacity, why }) => {
@@ -167,7 +177,7 @@ impl<'a> NodeSearch<'a> {
     /// Whether the slot's capacity request fits the device when nothing of it is consumed
     /// (upstream's static check when it collects the devices of an `All` request).
     pub(crate) fn static_capacity_fits(&self, slot: usize, pos: usize) -> bool {
-        capacity::consume(
+        capacity::fits(
             &self.device(pos).parsed().capacities,
             &self.plan.slots[slot].capacity,
             &|_| Amount::ZERO,
@@ -237,19 +247,22 @@ impl<'a> NodeSearch<'a> {
         if !self.add_to_constraints(claim, slot, pos, must)? {
             return Ok(None);
         }
-        let consumption = match self.capacity(slot, pos) {
-            Ok(c) => c,
-            Err(_) => {
-                for c in &mut self.constraints[claim] {
-                    c.remove(s);
-                }
-                return Ok(None);
+        // Only a shared device's allocation records what it consumes.
+        let consumption = if multi {
+            self.capacity(slot, pos).map(Some)
+        } else {
+            self.capacity_fits(slot, pos).map(|()| None)
+        };
+        let Ok(consumption) = consumption else {
+            for c in &mut self.constraints[claim] {
+                c.remove(s);
             }
+            return Ok(None);
         };
         if charged {
             self.charge(pos, true);
         }
-        let comm_added = self.record(claim, slot, pos, multi.then_some(consumption));
+        let comm_added = self.record(claim, slot, pos, consumption);
         Ok(Some(Undo {
             claim,
             slot,

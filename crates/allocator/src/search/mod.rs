@@ -469,7 +469,7 @@ impl<'a> NodeSearch<'a> {
             if !self.selectable(slot, pos)? {
                 continue;
             }
-            if self.capacity(slot, pos).is_err() {
+            if self.capacity_fits(slot, pos).is_err() {
                 continue;
             }
             if let Some(classes) = self.classes.as_ref().filter(|_| !admin) {

@@ -184,7 +184,7 @@ impl NodeSearch<'_> {
         if self.evaluate_pair(slot, pos) != Selectable::Yes {
             return false;
         }
-        if self.capacity(slot, pos).is_err() {
+        if self.capacity_fits(slot, pos).is_err() {
             return false;
         }
         if self.charges_counters(pos) && !self.counters_fit(pos) {
