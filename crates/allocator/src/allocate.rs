@@ -1,6 +1,8 @@
 //! The entry point: allocate a set of claims (jointly, e.g. all claims of a pod) on one node or on
 //! the node the mode prefers.
 
+use std::sync::MutexGuard;
+
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use serde::{Deserialize, Serialize};
 
@@ -11,11 +13,11 @@ use crate::node::NodeInfo;
 use crate::pools::NodePools;
 use crate::request::{Plan, claim_name, prefilter};
 use crate::result::allocation_results;
-use crate::search::{NodeSearch, SearchMode, Solution};
+use crate::search::{NodeSearch, NodeVerdict, SearchMode, Solution};
 use crate::state::AllocatedState;
 use crate::topology::NumaPolicy;
 use crate::topology::TopologyScore;
-use crate::verdicts::{NodeUse, PlanResults, Stored, plan_key};
+use crate::verdicts::{NodeUse, PlanResults, Stored, VerdictCache, plan_key};
 
 /// Steps one node's search may take by default (each checked candidate or recursion is a step).
 /// About 0.8 s of best-of search on one core (770 ms for 10 of 80 devices, docs/benchmarks.md,
@@ -229,17 +231,7 @@ impl Inventory {
         let to_find = nodes_to_find(self.nodes().len());
         let mut found = 0usize;
         let mut first_error: Option<AllocateError> = None;
-        // Topology-aware choice among nodes: results of earlier allocations of the same claim
-        // shape are reused on nodes whose devices in use did not change (module `verdicts`).
-        let reuse = self
-            .reuse_results
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let mut cache =
-            (reuse && !first_fit && skip_quickly && !plan.has_first_available()).then(|| {
-                self.verdicts
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-            });
+        let mut cache = self.verdict_cache(plan, options, skip_quickly);
         let mut cached = cache.as_mut().map(|c| {
             let key = plan_key(
                 plan.claims.iter().map(|c| c.claim),
@@ -261,27 +253,14 @@ impl Inventory {
                     (bound, min_devices, &mut out.steps),
                 )
             {
-                match stored {
-                    Some(s) if out.best.as_ref().is_none_or(|(_, b, _)| s.score < b.score) => {
-                        out.best = Some((position, s.clone(), false));
-                    }
-                    Some(_) => {}
-                    None => out.failed.push(position),
-                }
+                out.offer_stored(position, stored);
                 continue;
             }
             if !first_fit && skip_quickly && !fits_at_all(self, pools, state, plan, min_devices) {
                 out.failed.push(position);
                 continue;
             }
-            let mode = match options.mode {
-                PlacementMode::FirstFit => SearchMode::FirstFit,
-                PlacementMode::TopologyAware => SearchMode::Best { bound },
-            };
-            let verdict = NodeSearch::new(self, pools, state, plan, mode, options.step_budget)
-                .map(|search| search.with_numa(options.numa))
-                .and_then(NodeSearch::run);
-            let verdict = match verdict {
+            let verdict = match self.search_node(pools, state, plan, options, bound) {
                 Ok(v) => v,
                 Err(e) if first_fit => {
                     first_error.get_or_insert(e);
@@ -289,28 +268,57 @@ impl Inventory {
                 }
                 Err(e) => return Err(e),
             };
-            out.steps += verdict.steps;
-            let Some(solution) = verdict.solution else {
-                out.failed.push(position);
-                continue;
-            };
-            found += 1;
-            let better = match &out.best {
-                None => true,
-                Some(_) if first_fit => false,
-                Some((_, b, _)) => solution.score < b.score,
-            };
-            if better {
-                out.best = Some((position, solution, verdict.truncated));
-            }
-            if first_fit && found >= to_find {
-                break;
+            if out.offer(position, verdict, first_fit) {
+                found += 1;
+                if first_fit && found >= to_find {
+                    break;
+                }
             }
         }
         match first_error {
             Some(e) => Err(e),
             None => Ok(out),
         }
+    }
+
+    /// The stored results of earlier searches, for a topology-aware choice among nodes: results
+    /// of earlier allocations of the same claim shape are reused on nodes whose devices in use
+    /// did not change (module `verdicts`). `None` in first fit, on one node, with
+    /// `firstAvailable`, or when reuse is off.
+    fn verdict_cache(
+        &self,
+        plan: &Plan<'_>,
+        options: &AllocateOptions,
+        skip_quickly: bool,
+    ) -> Option<MutexGuard<'_, VerdictCache>> {
+        let reuse = self
+            .reuse_results
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let first_fit = options.mode == PlacementMode::FirstFit;
+        (reuse && !first_fit && skip_quickly && !plan.has_first_available()).then(|| {
+            self.verdicts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        })
+    }
+
+    /// The live search on one node: first fit, or best-of within `bound` (the best
+    /// communication cost found on earlier nodes).
+    fn search_node(
+        &self,
+        pools: &NodePools,
+        state: &AllocatedState,
+        plan: &Plan<'_>,
+        options: &AllocateOptions,
+        bound: Option<u64>,
+    ) -> Result<NodeVerdict, AllocateError> {
+        let mode = match options.mode {
+            PlacementMode::FirstFit => SearchMode::FirstFit,
+            PlacementMode::TopologyAware => SearchMode::Best { bound },
+        };
+        NodeSearch::new(self, pools, state, plan, mode, options.step_budget)
+            .map(|search| search.with_numa(options.numa))
+            .and_then(NodeSearch::run)
     }
 
     /// What the bounded best-of search on the node at `position` would return, answered from
@@ -367,6 +375,38 @@ struct NodesSearched {
     best: Option<(usize, Solution, bool)>,
     failed: Vec<usize>,
     steps: u64,
+}
+
+impl NodesSearched {
+    /// Takes a node's live search: keeps its solution if it is the first (first fit) or better
+    /// than the best so far (topology-aware). Whether the node has a solution.
+    fn offer(&mut self, position: usize, verdict: NodeVerdict, first_fit: bool) -> bool {
+        self.steps += verdict.steps;
+        let Some(solution) = verdict.solution else {
+            self.failed.push(position);
+            return false;
+        };
+        let better = match &self.best {
+            None => true,
+            Some(_) if first_fit => false,
+            Some((_, b, _)) => solution.score < b.score,
+        };
+        if better {
+            self.best = Some((position, solution, verdict.truncated));
+        }
+        true
+    }
+
+    /// Takes a node's stored result (topology-aware only): kept if better than the best so far.
+    fn offer_stored(&mut self, position: usize, stored: Option<&Solution>) {
+        match stored {
+            Some(s) if self.best.as_ref().is_none_or(|(_, b, _)| s.score < b.score) => {
+                self.best = Some((position, s.clone(), false));
+            }
+            Some(_) => {}
+            None => self.failed.push(position),
+        }
+    }
 }
 
 /// How many fitting nodes kube-scheduler's Filter looks for before it stops trying nodes
