@@ -392,10 +392,24 @@ fn kind(k: Kind, class: Option<&str>) -> String {
     }
 }
 
-/// Everything, as rows.
-pub fn all(oracle: &mut Oracle, rounds: usize) -> anyhow::Result<Vec<Row>> {
+/// The benchmark groups, as `--only` names them.
+pub const GROUPS: [&str; 4] = ["scheduler-perf", "dgx-h100", "cel", "adversarial"];
+
+/// Every benchmark (or only the groups in `only`, from [`GROUPS`]), as rows.
+pub fn all(oracle: &mut Oracle, rounds: usize, only: &[String]) -> anyhow::Result<Vec<Row>> {
+    if let Some(unknown) = only.iter().find(|g| !GROUPS.contains(&g.as_str())) {
+        anyhow::bail!(
+            "unknown benchmark group {unknown}: one of {}",
+            GROUPS.join(", ")
+        );
+    }
+    let wanted = |group: &str| only.is_empty() || only.iter().any(|g| g == group);
     let mut rows = Vec::new();
-    for w in [scheduler_perf(), dgx_h100()?] {
+    let workloads = [
+        wanted("scheduler-perf").then(scheduler_perf),
+        wanted("dgx-h100").then(dgx_h100).transpose()?,
+    ];
+    for w in workloads.into_iter().flatten() {
         let (u, o) = workload(oracle, &w, rounds)?;
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::INFINITY };
         rows.push(Row {
@@ -420,7 +434,12 @@ pub fn all(oracle: &mut Oracle, rounds: usize) -> anyhow::Result<Vec<Row>> {
             speedup: ratio(u.p99_micros, o.p99_micros),
         });
     }
-    for (e, u, o) in cel(oracle, rounds, 20_000)? {
+    let cel_rows = if wanted("cel") {
+        cel(oracle, rounds, 20_000)?
+    } else {
+        Vec::new()
+    };
+    for (e, u, o) in cel_rows {
         rows.push(Row {
             benchmark: format!("CEL `{e}`"),
             upstream: u,
@@ -429,7 +448,12 @@ pub fn all(oracle: &mut Oracle, rounds: usize) -> anyhow::Result<Vec<Row>> {
             speedup: u / o,
         });
     }
-    for (devices, take) in [(20, 6), (40, 12)] {
+    let adversarial_shapes: &[(i64, i64)] = if wanted("adversarial") {
+        &[(20, 6), (40, 12)]
+    } else {
+        &[]
+    };
+    for &(devices, take) in adversarial_shapes {
         let inst = adversarial(devices, take);
         let (u, uk, o, ok) = time_to_fail(oracle, &inst, rounds.min(2))?;
         let ms = |d: Duration| d.as_secs_f64() * 1e3;

@@ -67,6 +67,9 @@ enum Command {
         /// Write parity-bench.json and parity-bench.md here.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Run only this group (repeatable): scheduler-perf, dgx-h100, cel, adversarial.
+        #[arg(long)]
+        only: Vec<String>,
     },
     /// Decide instances from JSON files with both allocators and print both verdicts.
     Replay {
@@ -91,7 +94,8 @@ fn main() -> anyhow::Result<()> {
             oracle,
             rounds,
             out,
-        } => bench(&oracle, rounds, out),
+            only,
+        } => bench(&oracle, rounds, out, &only),
         Command::Cel { oracle, file, seed } => cel(&oracle, file, seed),
     }
 }
@@ -243,10 +247,15 @@ fn report(instance: &Instance, mine: &Verdict, upstream: &Verdict, differences: 
     }
 }
 
-fn bench(oracle: &std::path::Path, rounds: usize, out: Option<PathBuf>) -> anyhow::Result<()> {
+fn bench(
+    oracle: &std::path::Path,
+    rounds: usize,
+    out: Option<PathBuf>,
+    only: &[String],
+) -> anyhow::Result<()> {
     anyhow::ensure!(rounds > 0, "--rounds must be at least 1");
     let mut oracle = Oracle::start(oracle)?;
-    let rows = tessera_parity::bench::all(&mut oracle, rounds)?;
+    let rows = tessera_parity::bench::all(&mut oracle, rounds, only)?;
     let md = tessera_parity::bench::markdown(&rows);
     print!("{md}");
     if let Some(dir) = out {
