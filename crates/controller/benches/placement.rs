@@ -23,7 +23,11 @@
 //! Measured: per claim, the time from creating the claim (its pod right after) in the fake to the
 //! claim's allocation arriving on a watch the benchmark holds on the fake; claims/s of the burst;
 //! the controller's own decision histogram (`/metrics`); the controller process's memory
-//! (`VmRSS`, `VmHWM` from `/proc/<pid>/status`) after the initial sync and after the workload.
+//! (`VmRSS`, `VmHWM` from `/proc/<pid>/status`) after the initial sync and after the workload;
+//! per claim, a timeline (in the JSON, and for the slowest claims in the markdown): when the
+//! controller saw the claim and the pod, took the pod off its queue, decided, wrote the allocation
+//! and released the pod, from its `tessera_controller::timing` debug events (the controller runs
+//! with JSON logs and `RUST_LOG=info,tessera_controller::timing=debug`).
 //! Checked: every claim allocated with its count of GPUs on one node and one NVLink island, no
 //! device allocated twice, every pod released; 4-GPU claims on one NUMA node are counted.
 
@@ -31,6 +35,9 @@ use tessera_controller_harness as support;
 
 #[path = "placement/support.rs"]
 mod placement_support;
+
+#[path = "placement/timeline.rs"]
+mod timeline;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -47,6 +54,7 @@ use placement_support::{
 use support::{NS, Source, devices_of, gated_pod, gpu_claim, node, shipped_classes};
 use tessera_fake_apiserver::FakeApiServer;
 use tessera_placement::protocol::is_gated;
+use timeline::{ClaimTimeline, Clock, controller_steps};
 
 /// How long the benchmark waits for the controller before declaring it stuck.
 const PATIENCE: Duration = Duration::from_secs(300);
@@ -127,6 +135,32 @@ async fn wait_allocated(seen: &Allocated, created: &Created) {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// The timelines of one phase's claims.
+fn timelines(
+    phase: &'static str,
+    created: &Created,
+    seen: &Allocated,
+    clock: &Clock,
+    steps: &HashMap<String, Vec<(String, f64)>>,
+) -> Vec<ClaimTimeline> {
+    let seen = seen.lock().expect("allocation log");
+    let Some(start) = created.claims.iter().map(|c| c.2).min() else {
+        return Vec::new();
+    };
+    created
+        .claims
+        .iter()
+        .map(|(name, gpus, at)| {
+            let instants = (
+                clock.unix_micros(start),
+                clock.unix_micros(*at),
+                clock.unix_micros(seen[name]),
+            );
+            timeline::timeline(name, phase, *gpus, instants, steps)
+        })
+        .collect()
 }
 
 /// Latency figures of one phase.
@@ -255,6 +289,7 @@ async fn run() -> Report {
     );
     let burst_pods = env_usize("TESSERA_BENCH_BURST_PODS", 200);
 
+    let clock = Clock::now();
     let api = FakeApiServer::new();
     // A real API server's watch cache holds far more than the fake's default 2,000 events; a
     // shorter history would make the controller relist (slices included) during the burst.
@@ -340,6 +375,9 @@ async fn run() -> Report {
     ];
     let fours = created.iter().filter(|(_, gpus)| *gpus == 4).count();
     controller.stop().await;
+    let steps = controller_steps(&log);
+    let mut claims = timelines("paced", &paced, &seen, &clock, &steps);
+    claims.extend(timelines("burst", &burst, &seen, &clock, &steps));
     Report {
         nodes,
         gpus: topology.devices(),
@@ -353,6 +391,7 @@ async fn run() -> Report {
         metrics,
         four_gpu_claims: fours,
         four_gpu_claims_numa_local: numa_local_fours,
+        claims,
     }
 }
 

@@ -275,18 +275,21 @@ impl ApiWriter {
     }
 
     /// Publishes an event about a pod (best effort: failures are logged, never retried).
-    pub async fn event(&self, pod: &Pod, warning: bool, reason: &str, note: &str) {
+    pub async fn event(
+        &self,
+        reference: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        note: &str,
+    ) {
         if self.leadership.check().is_err() {
             return;
         }
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: pod.metadata.name.clone(),
-            namespace: pod.metadata.namespace.clone(),
-            uid: pod.metadata.uid.clone(),
-            ..Default::default()
-        };
+        let pod = format!(
+            "{}/{}",
+            reference.namespace.as_deref().unwrap_or_default(),
+            reference.name.as_deref().unwrap_or_default()
+        );
         let event = Event {
             type_: if warning {
                 EventType::Warning
@@ -301,14 +304,14 @@ impl ApiWriter {
             action: "TopologyAwarePlacement".to_owned(),
             secondary: None,
         };
-        let publish = self.recorder.publish(&event, &reference);
+        let publish = self.recorder.publish(&event, reference);
         match tokio::time::timeout(WRITE_TIMEOUT, publish).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                tracing::warn!(pod = %object_key(&pod.metadata), error = %e, "publishing an event failed")
+                tracing::warn!(pod = %pod, error = %e, "publishing an event failed")
             }
             Err(_) => {
-                tracing::warn!(pod = %object_key(&pod.metadata), "publishing an event timed out")
+                tracing::warn!(pod = %pod, "publishing an event timed out")
             }
         }
     }

@@ -1,8 +1,10 @@
 //! The composition root: watches, leader election and the worker loop, started and stopped in
-//! order. Shutdown: the worker finishes the pod in hand, then the Lease is released (so a
+//! order. Shutdown: the worker finishes the pod in hand, the events it queued are published (for
+//! at most a couple of seconds), then the Lease is released (so a
 //! successor starts at once), then the watches stop.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::SignedDuration;
@@ -17,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::api::ApiWriter;
 use crate::cluster::{Cluster, Tracked};
+use crate::events::{EVENT_QUEUE, Events, publish_all};
 use crate::leader::{LeaderElector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::queue::Outcome;
@@ -25,6 +28,9 @@ use crate::worker::Worker;
 
 /// Longest the worker sleeps between checks (keeps the liveness heartbeat fresh).
 const IDLE_TICK: Duration = Duration::from_secs(5);
+
+/// How long a shutdown waits for the queued events to be published.
+const EVENT_DRAIN: Duration = Duration::from_secs(2);
 
 /// A worker that has not looked at its queue for this long is reported dead by `/healthz`.
 const HEARTBEAT_LIMIT: Duration = Duration::from_secs(120);
@@ -94,18 +100,24 @@ impl Drop for Tasks {
     }
 }
 
-/// Ready once every watch has listed once.
+/// Ready once every watch has listed once and the device inventory was built from what they
+/// listed: at thousands of nodes that build takes seconds, and a pod that arrived before it would
+/// wait for it.
 struct CachesSynced(Arc<Signals>);
 
 impl Probe for CachesSynced {
     fn check(&self) -> Result<(), Vec<String>> {
         let synced = self.0.synced_watches();
-        if synced >= WATCHES {
-            Ok(())
-        } else {
+        if synced < WATCHES {
             Err(vec![format!(
                 "caches not synced yet: {synced} of {WATCHES} watches have listed"
             )])
+        } else if !self.0.inventory_built.load(Ordering::Acquire) {
+            Err(vec![
+                "the device inventory is being built from the synced caches".to_owned(),
+            ])
+        } else {
+            Ok(())
         }
     }
 }
@@ -178,18 +190,27 @@ impl Controller {
                 .into_iter()
                 .collect(),
         );
+        let writer = ApiWriter::new(
+            self.client.clone(),
+            self.leadership.clone(),
+            self.config.instance.clone(),
+        );
+        let (events, queued) = Events::new(EVENT_QUEUE, self.metrics.events_dropped.clone());
+        let publisher = tokio::spawn(publish_all(queued, writer.clone()));
         let worker = Worker {
             cluster: cluster.clone(),
-            writer: ApiWriter::new(
-                self.client.clone(),
-                self.leadership.clone(),
-                self.config.instance.clone(),
-            ),
+            writer,
+            events,
             metrics: self.metrics.clone(),
             config: self.config.settings(),
             waiting: WaitingGroups::default(),
         };
         self.work(&worker, shutdown).await;
+        // The events still queued are published while the Lease is held, for a bounded time.
+        drop(worker);
+        if tokio::time::timeout(EVENT_DRAIN, publisher).await.is_err() {
+            tracing::info!("shutting down: events still queued after {EVENT_DRAIN:?} were dropped");
+        }
         tracing::info!("shutting down: releasing the lease");
         let _ = stop_election.send(true);
         for task in std::mem::take(&mut elector.0) {
@@ -220,6 +241,14 @@ impl Controller {
                 tracing::info!("not leading any more: writes stopped");
             }
             was_leader = leader;
+            if self.signals.is_synced() && !self.signals.inventory_built.load(Ordering::Acquire) {
+                // The first inventory, before any pod (standbys build it too, to take over at once).
+                worker.cluster.inventory(|| {
+                    worker.metrics.inventory_rebuilds.inc();
+                });
+                self.signals.inventory_built.store(true, Ordering::Release);
+                tracing::info!("caches synced and the device inventory built: ready");
+            }
             let next = if leader && self.signals.is_synced() {
                 self.queue().pop(Instant::now())
             } else {
@@ -268,5 +297,29 @@ impl Controller {
         self.metrics
             .queue_waiting
             .set(i64::try_from(queue.waiting_len()).unwrap_or(i64::MAX));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_once_the_caches_are_synced_and_the_inventory_is_built() {
+        let signals = Arc::new(Signals::new("example.com/gate"));
+        let probe = CachesSynced(signals.clone());
+        let reasons = probe.check().expect_err("nothing listed yet");
+        assert_eq!(
+            reasons,
+            ["caches not synced yet: 0 of 6 watches have listed"]
+        );
+        signals.synced.store(WATCHES, Ordering::Release);
+        let reasons = probe.check().expect_err("listed, no inventory yet");
+        assert_eq!(
+            reasons,
+            ["the device inventory is being built from the synced caches"]
+        );
+        signals.inventory_built.store(true, Ordering::Release);
+        assert_eq!(probe.check(), Ok(()));
     }
 }

@@ -13,12 +13,14 @@
 //! - pure: the decision itself is `tessera-placement`'s (resolve, node filters, managed devices,
 //!   claims, planner, messages, patch bodies, the protocol's marks), shared with `tessera explain`;
 //!   here: [`queue`], [`trim`], [`slices`] (the encoded slice cache);
-//! - IO: [`watch`], [`cluster`], [`api`], [`worker`] (and [`group`]: gangs), [`leader`], [`controller`]; the HTTP endpoints, client,
+//! - IO: [`watch`], [`cluster`], [`api`], [`worker`] (and [`group`]: gangs), [`events`] (published off
+//!   the worker's path), [`leader`], [`controller`]; the HTTP endpoints, client,
 //!   logging and signals are `tessera-runtime`'s.
 
 pub mod api;
 pub mod cluster;
 pub mod controller;
+pub mod events;
 pub mod group;
 pub mod leader;
 pub mod metrics;

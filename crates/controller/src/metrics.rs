@@ -45,6 +45,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Rebuilds of the device inventory (slices, classes or nodes changed).
     pub inventory_rebuilds: Counter,
+    /// Events not published because their queue was full ([`crate::events`]).
+    pub events_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -72,6 +74,7 @@ impl Metrics {
             queue_waiting: Gauge::default(),
             leader: Gauge::default(),
             inventory_rebuilds: Counter::default(),
+            events_dropped: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -128,6 +131,11 @@ impl Metrics {
             "inventory_rebuilds",
             "Rebuilds of the device inventory after ResourceSlices, DeviceClasses or Nodes changed",
             metrics.inventory_rebuilds.clone(),
+        );
+        registry.register(
+            "events_dropped",
+            "Pod events not published because the queue of events to publish was full",
+            metrics.events_dropped.clone(),
         );
         Metrics {
             registry: root,

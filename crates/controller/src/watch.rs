@@ -6,7 +6,7 @@
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
@@ -44,6 +44,8 @@ pub struct Signals {
     pub inventory_generation: Arc<AtomicU64>,
     /// Watches that completed their first list.
     pub synced: AtomicUsize,
+    /// Whether the device inventory was built once from the synced caches (`/readyz` waits for it).
+    pub inventory_built: AtomicBool,
     /// The scheduling gate of candidate pods.
     pub gate: String,
 }
@@ -55,6 +57,7 @@ impl Signals {
             wake: Notify::new(),
             inventory_generation: Arc::new(AtomicU64::new(0)),
             synced: AtomicUsize::new(0),
+            inventory_built: AtomicBool::new(false),
             gate: gate.to_owned(),
         }
     }
@@ -74,6 +77,7 @@ impl Signals {
     }
 
     fn enqueue(&self, key: String) {
+        crate::worker::timing(&key, "queued");
         self.queue().add(&key);
         self.wake.notify_one();
     }
@@ -179,6 +183,9 @@ fn on_claim(
         Event::Init => return,
     };
     let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+    if old.is_none() && matches!(event, Event::Apply(_)) {
+        crate::worker::timing(&key(&claim.metadata), "claim-seen");
+    }
     let pod = |name: &str| pods.get(&ObjectRef::new(name).within(&namespace));
     // A released pod whose claim lost the allocation the controller wrote: the scheduler gave it
     // back. (Gated pods are not woken: the controller's own undo passes through that state.)

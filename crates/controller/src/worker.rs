@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{ApiWriter, WriteError, current_condition};
 use crate::cluster::Cluster;
+use crate::events::{Events, PodEvent};
 use crate::group::WaitingGroups;
 use crate::metrics::Metrics;
 use crate::queue::Outcome;
@@ -22,7 +23,7 @@ use tessera_placement::planner::{Action, Decision, Failure, Placement};
 use tessera_placement::pods::is_candidate;
 use tessera_placement::protocol::{ClaimMark, PodPlacement, is_gated, object_key};
 use tessera_placement::resolve::{Resolution, resolve_claims};
-use tessera_placement::view::{PodContext, Settings, decide_pod};
+use tessera_placement::view::{PodContext, Settings, decide_pod, decide_released};
 use tessera_placement::writes::{
     ClaimProgress, UndoStep, allocation_patch, deallocation_patch, is_marked, mark_for, mark_patch,
     pod_patch, undo_plan, unmark_patch,
@@ -40,6 +41,8 @@ pub(crate) struct Report<'a> {
 pub struct Worker {
     pub cluster: Arc<Cluster>,
     pub writer: ApiWriter,
+    /// Where the worker's events go to be published off its path ([`crate::events`]).
+    pub events: Events,
     pub metrics: Arc<Metrics>,
     pub config: Settings,
     /// Groups waiting for capacity (the starvation policy, [`crate::group`]).
@@ -50,9 +53,37 @@ fn claim_key(claim: &ResourceClaim) -> String {
     object_key(&claim.metadata)
 }
 
+/// Logs (at debug level, target `tessera_controller::timing`) that `step` of processing `pod`
+/// ended now, in Unix microseconds: `popped`, `decided`, `allocated`, `released`, `done`. The
+/// placement benchmark turns them into a timeline per claim; off (one level check) otherwise.
+pub(crate) fn timing(pod: &str, step: &'static str) {
+    tracing::debug!(target: "tessera_controller::timing", pod, step, unix_us = unix_micros());
+}
+
+/// [`timing`] for a pod object (its key made only when the events are on).
+fn timing_of(pod: &Pod, step: &'static str) {
+    if tracing::enabled!(target: "tessera_controller::timing", tracing::Level::DEBUG) {
+        timing(&object_key(&pod.metadata), step);
+    }
+}
+
+fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
 impl Worker {
     /// Processes the pod `namespace/name`.
     pub async fn process(&self, key: &str) -> Outcome {
+        timing(key, "popped");
+        let outcome = self.process_pod(key).await;
+        tracing::debug!(target: "tessera_controller::timing", pod = key, step = "done",
+            outcome = ?outcome, unix_us = unix_micros());
+        outcome
+    }
+
+    async fn process_pod(&self, key: &str) -> Outcome {
         let started = Instant::now();
         let (pod_namespace, name) = key.split_once('/').unwrap_or(("", key));
         let Some(pod) = self.cluster.pod(pod_namespace, name) else {
@@ -132,6 +163,14 @@ impl Worker {
                 return Outcome::Park;
             }
         };
+        // A released pod whose claims are all allocated (each placed pod is looked at once more
+        // after its release) needs neither the inventory nor copies of what is in use.
+        if let Some(decision) = decide_released(&pod, &claims, &self.config) {
+            self.metrics
+                .decision_seconds
+                .observe(started.elapsed().as_secs_f64());
+            return self.execute(pod, gated, decision, started).await;
+        }
         let snapshot = self.cluster.inventory(|| {
             self.metrics.inventory_rebuilds.inc();
         });
@@ -155,6 +194,7 @@ impl Worker {
         self.metrics
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
+        timing_of(&pod, "decided");
         self.execute(pod, gated, decision, started).await
     }
 
@@ -288,6 +328,7 @@ impl Worker {
             }
             return self.write_failed(&pod, e);
         }
+        timing_of(&pod, "allocated");
         record.node = placement.node.clone();
         record.placed_at = Timestamp::now().to_string();
         let message = placed_message(&placement);
@@ -483,6 +524,7 @@ impl Worker {
             Ok(updated) => self.assume_pod(updated),
             Err(e) => return self.write_failed(&pod, e),
         };
+        timing_of(&pod, "released");
         released();
         self.report(&updated, report).await;
         Outcome::Done
@@ -494,7 +536,8 @@ impl Worker {
         Outcome::Retry
     }
 
-    /// Sets the condition and publishes an event, unless the condition already says the same.
+    /// Sets the condition and queues an event ([`crate::events`]), unless the condition already
+    /// says the same.
     pub(crate) async fn report(&self, pod: &Pod, report: Report<'_>) {
         let message = truncate(&report.message, CONDITION_MESSAGE_LIMIT);
         let status = if report.placed { "True" } else { "False" };
@@ -518,9 +561,12 @@ impl Worker {
                 tracing::info!(pod = %object_key(&pod.metadata), error = %e, "setting the pod condition failed");
             }
         }
-        self.writer
-            .event(pod, report.warning, report.reason, &report.message)
-            .await;
+        self.events.publish(PodEvent::new(
+            pod,
+            report.warning,
+            report.reason,
+            &report.message,
+        ));
     }
 
     fn assume_claim(&self, mut claim: ResourceClaim) -> Arc<ResourceClaim> {

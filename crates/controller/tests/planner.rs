@@ -19,7 +19,8 @@ use tessera_placement::planner::{Action, Decision, Failure, PlacementInput, deci
 use tessera_placement::protocol::{
     CLAIM_MARK_ANNOTATION, ClaimMark, POD_PLACEMENT_ANNOTATION, PodPlacement,
 };
-use tessera_placement::resolve::{Resolution, resolve_claims};
+use tessera_placement::resolve::{PodClaim, Resolution, resolve_claims};
+use tessera_placement::view::{Settings, decide_released};
 
 #[derive(Default)]
 struct World {
@@ -49,16 +50,8 @@ impl World {
         world
     }
 
-    fn decide(&self, pod: &Pod, gated: bool) -> Decision {
-        let facts: Vec<NodeFacts> = self.nodes.iter().map(NodeFacts::from).collect();
-        let infos = || facts.iter().map(|n| n.info.clone()).collect();
-        let (managed, managed_nodes) = managed_slices(self.slices.clone());
-        let managed = Inventory::new(managed, self.classes.clone(), infos());
-        let unmanaged = Arc::new(Inventory::new(
-            unmanaged_slices(self.slices.clone()),
-            self.classes.clone(),
-            infos(),
-        ));
+    /// The pod's claims, resolved from the world's.
+    fn resolved(&self, pod: &Pod) -> Vec<PodClaim> {
         let by_name: HashMap<String, Arc<ResourceClaim>> = self
             .claims
             .iter()
@@ -69,6 +62,20 @@ impl World {
         else {
             panic!("the test pod's claims resolve");
         };
+        claims
+    }
+
+    fn decide(&self, pod: &Pod, gated: bool) -> Decision {
+        let facts: Vec<NodeFacts> = self.nodes.iter().map(NodeFacts::from).collect();
+        let infos = || facts.iter().map(|n| n.info.clone()).collect();
+        let (managed, managed_nodes) = managed_slices(self.slices.clone());
+        let managed = Inventory::new(managed, self.classes.clone(), infos());
+        let unmanaged = Arc::new(Inventory::new(
+            unmanaged_slices(self.slices.clone()),
+            self.classes.clone(),
+            infos(),
+        ));
+        let claims = self.resolved(pod);
         let in_use = AllocatedState::from_claims(&self.claims).unwrap();
         let nodes = NodeFilter::run(
             &PodRequirements::of(pod),
@@ -582,6 +589,69 @@ fn a_pod_whose_claims_are_allocated_is_just_released() {
         Action::Release { node: None }
     );
     assert_eq!(world.decide(&pod, false).action, Action::Nothing);
+}
+
+#[test]
+fn a_released_pod_with_every_claim_allocated_is_decided_without_the_cluster() {
+    // `decide_released` (the worker's shortcut, taken before any node filter or snapshot of what
+    // is in use) answers exactly what the full decision answers, and only for released pods with
+    // nothing left to allocate.
+    let mut world = World::dgx(1, 0);
+    let released = |name: &str, claim: &str| {
+        let mut pod = gated_pod(name, &[("gpus", Source::Claim(claim))]);
+        pod.spec.as_mut().unwrap().scheduling_gates = None;
+        pod.metadata.annotations = Some(BTreeMap::from([(
+            POD_PLACEMENT_ANNOTATION.to_owned(),
+            PodPlacement {
+                node: "dgx-0".into(),
+                ..Default::default()
+            }
+            .to_annotation(),
+        )]));
+        pod
+    };
+    let placed_pod = released("placed", "own");
+    let scheduled = released("scheduled", "theirs");
+    let given_back = released("given-back", "back");
+    let waiting = released("waiting", "pending");
+    let gated = gated_pod("gated", &[("gpus", Source::Claim("theirs"))]);
+    let mut no_claims = gated_pod("no-claims", &[]);
+    no_claims.spec.as_mut().unwrap().scheduling_gates = None;
+    world.claims.push(marked(
+        allocated(gpu_claim("own", 1), "dgx-0", &["gpu-0"]),
+        &placed_pod,
+        "dgx-0",
+    ));
+    world
+        .claims
+        .push(allocated(gpu_claim("theirs", 1), "dgx-0", &["gpu-1"]));
+    world
+        .claims
+        .push(marked(gpu_claim("back", 1), &given_back, "dgx-0"));
+    world.claims.push(gpu_claim("pending", 1));
+    let settings = Settings::new(tessera_api::names::TOPOLOGY_AWARE_GATE);
+    for (pod, shortcut) in [
+        (&placed_pod, true),
+        (&scheduled, true),
+        (&no_claims, true),
+        (&given_back, false),
+        (&waiting, false),
+        (&gated, false),
+    ] {
+        let name = pod.metadata.name.as_deref().unwrap();
+        let fast = decide_released(pod, &world.resolved(pod), &settings);
+        assert_eq!(fast.is_some(), shortcut, "pod {name}: {fast:?}");
+        if let Some(fast) = fast {
+            assert_eq!(fast.action, Action::Nothing, "pod {name}");
+            assert_eq!(fast, world.decide(pod, false), "pod {name}");
+        }
+    }
+    // The full decision for the ones it leaves alone is not "nothing".
+    assert!(world.decide(&given_back, false).record_first);
+    assert!(matches!(
+        world.decide(&waiting, false).action,
+        Action::Place(_)
+    ));
 }
 
 #[test]

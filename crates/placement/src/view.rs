@@ -19,12 +19,13 @@ use tessera_allocator::{
     AllocateOptions, AllocatedState, DEFAULT_STEP_BUDGET, Inventory, PlacementMode,
 };
 
+use crate::claims::PodClaims;
 use crate::extended::ExtendedResources;
 use crate::group::{DEFAULT_GROUP_HOLD, GroupSettings};
 use crate::managed::{managed_slices, unmanaged_slices};
 use crate::nodes::{NodeFacts, NodeFilter, PodRequirements};
-use crate::planner::{Decision, PlacementInput, decide};
-use crate::protocol::is_gated;
+use crate::planner::{Action, Decision, PlacementInput, decide};
+use crate::protocol::{PodPlacement, is_gated};
 use crate::resolve::PodClaim;
 use crate::resources::NodeUsage;
 
@@ -134,6 +135,22 @@ pub fn decide_pod(
     decide_pod_within(pod, claims, context, settings, now, None)
 }
 
+/// The decision for a released pod (the gate removed) whose claims are all allocated: nothing to
+/// do — what [`decide_pod`] decides for it, without the node filters and without what the cluster
+/// uses, which the answer does not depend on. `None` for every other pod. Every pod the controller
+/// places is looked at once more after its release; at thousands of nodes the filters and the
+/// snapshots of what is in use were most of the cost of that second look.
+pub fn decide_released(pod: &Pod, claims: &[PodClaim], settings: &Settings) -> Option<Decision> {
+    // A claim that lost an allocation the controller wrote is pending, so with nothing pending no
+    // node is given back and the placement record stays as it is.
+    let done = !is_gated(pod, &settings.gate) && PodClaims::sort(pod, claims).pending.is_empty();
+    done.then(|| Decision {
+        action: Action::Nothing,
+        record: PodPlacement::of(pod).unwrap_or_default(),
+        record_first: false,
+    })
+}
+
 /// [`decide_pod`] with the nodes looked at restricted to `within` (indices into
 /// [`DeviceView::nodes`]): a group's decision tries one topology domain at a time.
 pub fn decide_pod_within(
@@ -144,6 +161,9 @@ pub fn decide_pod_within(
     now: Timestamp,
     within: Option<&[usize]>,
 ) -> Decision {
+    if let Some(decision) = decide_released(pod, claims, settings) {
+        return decision;
+    }
     let requirements = PodRequirements::of(pod);
     let all = &context.devices.nodes;
     let nodes = match within {

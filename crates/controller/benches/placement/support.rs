@@ -33,14 +33,16 @@ fn attribute_text(value: &DeviceAttribute) -> String {
 }
 
 impl Topology {
-    /// Records the devices of a rendered slice.
+    /// Records the devices of a rendered slice. Attributes are matched by their unqualified name
+    /// (`numaNode` is published as `resource.kubernetes.io/numaNode`).
     pub fn add(&mut self, slice: &ResourceSlice) {
         for device in slice.spec.devices.iter().flatten() {
             let attributes = device.attributes.clone().unwrap_or_default();
             let find = |name: &str| {
+                let unqualified = name.rsplit('/').next();
                 attributes
                     .iter()
-                    .find(|(key, _)| key.rsplit('/').next() == Some(name))
+                    .find(|(key, _)| key.rsplit('/').next() == unqualified)
                     .map(|(_, value)| attribute_text(value))
                     .unwrap_or_else(|| panic!("device {} has no {name} attribute", device.name))
             };
@@ -201,7 +203,9 @@ impl ControllerProcess {
             .arg(metrics_address.to_string())
             .args(["--leader-elect=true", "--lease-namespace", "tessera-system"])
             .args(["--identity", "placement-bench"])
-            .env_remove("RUST_LOG")
+            .env("RUST_LOG", crate::timeline::LOG_FILTER)
+            .env("TESSERA_LOG_FORMAT", "json")
+            .env_remove("TESSERA_LOG_LEVEL")
             .stdout(log_file.try_clone().expect("a second log handle"))
             .stderr(log_file)
             .spawn()
@@ -379,7 +383,7 @@ pub struct Report {
     pub gpus: usize,
     pub preallocated_claims: usize,
     pub paced_interval_millis: f64,
-    /// Process start → every watch listed and the Lease held.
+    /// Process start → ready (every watch listed, the inventory built) and the Lease held.
     pub sync_seconds: f64,
     pub memory_after_sync: Memory,
     pub memory_after_paced: Memory,
@@ -388,6 +392,8 @@ pub struct Report {
     pub metrics: MetricsSummary,
     pub four_gpu_claims: usize,
     pub four_gpu_claims_numa_local: usize,
+    /// Every benchmark claim's timeline.
+    pub claims: Vec<crate::timeline::ClaimTimeline>,
 }
 
 impl Report {
@@ -415,7 +421,7 @@ impl Report {
         }
         let m = &self.metrics;
         md.push_str(&format!(
-            "\nController memory (VmRSS / VmHWM): after sync {:.1} / {:.1} MiB, after the paced stream {:.1} / {:.1} MiB, after the burst {:.1} / {:.1} MiB. Sync (start → listed and leading): {:.1} s.\n",
+            "\nController memory (VmRSS / VmHWM): after sync {:.1} / {:.1} MiB, after the paced stream {:.1} / {:.1} MiB, after the burst {:.1} / {:.1} MiB. Ready (start → every watch listed, the inventory built, the Lease held): {:.1} s.\n",
             self.memory_after_sync.rss_mib,
             self.memory_after_sync.hwm_mib,
             self.memory_after_paced.rss_mib,
@@ -441,6 +447,17 @@ impl Report {
             "\nChecked: every claim on one node and one NVLink island, no device allocated twice, every pod released. 4-GPU claims on one NUMA node: {} of {}.\n",
             self.four_gpu_claims_numa_local, self.four_gpu_claims
         ));
+        for phase in &self.phases {
+            md.push_str(&format!(
+                "\nThe {} phase's slowest claims (steps in ms after the claim was created):\n\n",
+                phase.phase
+            ));
+            for (name, _, _) in &phase.slowest {
+                if let Some(t) = self.claims.iter().find(|t| &t.claim == name) {
+                    md.push_str(&format!("- {}\n", t.describe()));
+                }
+            }
+        }
         md
     }
 }
