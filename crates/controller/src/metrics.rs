@@ -61,7 +61,6 @@ impl Metrics {
         // controller's own metrics under `tessera_controller_`.
         let mut root = Registry::default();
         tessera_runtime::build::register(&mut root);
-        let registry = root.sub_registry_with_prefix("tessera_controller");
         let metrics = Metrics {
             pods_placed: Counter::default(),
             claims_allocated: Counter::default(),
@@ -77,70 +76,75 @@ impl Metrics {
             events_dropped: Counter::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            "pods_placed",
-            "Pods whose claims were allocated and whose gate was removed",
-            metrics.pods_placed.clone(),
-        );
-        registry.register(
-            "claims_allocated",
-            "Claim allocations written",
-            metrics.claims_allocated.clone(),
-        );
-        registry.register(
-            "claims_undone",
-            "Claim allocations cleared again (partial writes undone, re-placements)",
-            metrics.claims_undone.clone(),
-        );
-        registry.register(
-            "pods_left_to_scheduler",
-            "Pods released to the default scheduler because a claim needs devices that are not topology-managed",
-            metrics.pods_left_to_scheduler.clone(),
-        );
-        registry.register(
-            "failures",
-            "Attempts that did not place a pod, by reason",
-            metrics.failures.clone(),
-        );
-        registry.register(
-            "decision_duration_seconds",
-            "Time from taking a pod off the queue to the placement decision",
-            metrics.decision_seconds.clone(),
-        );
-        registry.register(
-            "placement_duration_seconds",
-            "Time from taking a pod off the queue to its claims written and its gate removed",
-            metrics.placement_seconds.clone(),
-        );
-        registry.register(
-            "queue_ready",
-            "Pods ready to be processed",
-            metrics.queue_ready.clone(),
-        );
-        registry.register(
-            "queue_waiting",
-            "Pods waiting for a retry or a cluster change",
-            metrics.queue_waiting.clone(),
-        );
-        registry.register(
-            "leader",
-            "1 while this replica holds the leader lease",
-            metrics.leader.clone(),
-        );
-        registry.register(
-            "inventory_rebuilds",
-            "Rebuilds of the device inventory after ResourceSlices, DeviceClasses or Nodes changed",
-            metrics.inventory_rebuilds.clone(),
-        );
-        registry.register(
-            "events_dropped",
-            "Pod events not published because the queue of events to publish was full",
-            metrics.events_dropped.clone(),
-        );
+        metrics.register(root.sub_registry_with_prefix("tessera_controller"));
         Metrics {
             registry: root,
             ..metrics
         }
+    }
+
+    /// Registers every metric (their names without the prefix) under `registry`.
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "pods_placed",
+            "Pods whose claims were allocated and whose gate was removed",
+            self.pods_placed.clone(),
+        );
+        registry.register(
+            "claims_allocated",
+            "Claim allocations written",
+            self.claims_allocated.clone(),
+        );
+        registry.register(
+            "claims_undone",
+            "Claim allocations cleared again (partial writes undone, re-placements)",
+            self.claims_undone.clone(),
+        );
+        registry.register(
+            "pods_left_to_scheduler",
+            "Pods released to the default scheduler because a claim needs devices that are not topology-managed",
+            self.pods_left_to_scheduler.clone(),
+        );
+        registry.register(
+            "failures",
+            "Attempts that did not place a pod, by reason",
+            self.failures.clone(),
+        );
+        registry.register(
+            "decision_duration_seconds",
+            "Time from taking a pod off the queue to the placement decision",
+            self.decision_seconds.clone(),
+        );
+        registry.register(
+            "placement_duration_seconds",
+            "Time from taking a pod off the queue to its claims written and its gate removed",
+            self.placement_seconds.clone(),
+        );
+        registry.register(
+            "queue_ready",
+            "Pods ready to be processed",
+            self.queue_ready.clone(),
+        );
+        registry.register(
+            "queue_waiting",
+            "Pods waiting for a retry or a cluster change",
+            self.queue_waiting.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader lease",
+            self.leader.clone(),
+        );
+        registry.register(
+            "inventory_rebuilds",
+            "Rebuilds of the device inventory after ResourceSlices, DeviceClasses or Nodes changed",
+            self.inventory_rebuilds.clone(),
+        );
+        registry.register(
+            "events_dropped",
+            "Pod events not published because the queue of events to publish was full",
+            self.events_dropped.clone(),
+        );
     }
 
     /// Counts a failed attempt.
