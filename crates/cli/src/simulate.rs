@@ -32,7 +32,14 @@ first fit (what kube-scheduler does) and once topology-aware, and compares place
 
 With --gangs it runs a gang trace instead (groups of pods that must start together), placed \
 by the controller's group decision (all or nothing, one fabric clique or rack first) and by \
-per-pod first fit; see docs/benchmarks.md, section Gangs.
+per-pod first fit (each pod takes the first node that fits; placed pods hold their GPUs until \
+the gang's last pod is placed). Gang metrics per mode: started, oneCliquePercent (of the gangs \
+started on GB200 trays, percent within one fabric clique), oneRackPercent, \
+rejectedWhileCapacity (gangs that waited at some step although the cluster could have run them \
+then: counting only GPUs held by running gangs as taken, the nodes had room for every pod, whole \
+pods per node; GPUs held by a partly placed gang count as free, a GB200 tray's 4 free GPUs do not \
+hold an 8-GPU pod), meanWait (steps from arrival to start, over the gangs started) and \
+gpusHeldByIncomplete. See docs/benchmarks.md, section Gangs.
 
 The default scenario is 64 dgx-h100 and 64 pcie-l40s nodes and 3000 claims of 1, 2, 4 or 8 GPUs \
 (weights 40/25/20/15) living 1-480 arrivals each. A scenario file (YAML) describes its own:
