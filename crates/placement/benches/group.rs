@@ -18,21 +18,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{
-    Node, NodeStatus, Pod, PodResourceClaim, PodSchedulingGate, PodSpec,
-};
+use k8s_openapi::api::core::v1::{Node, Pod, PodResourceClaim, PodSchedulingGate, PodSpec};
 use k8s_openapi::api::resource::v1::{
     CELDeviceSelector, DeviceClaim, DeviceClass, DeviceClassSpec, DeviceRequest, DeviceSelector,
     ExactDeviceRequest, ResourceClaim, ResourceClaimSpec, ResourceSlice,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tessera_allocator::{AllocatedState, Inventory};
 use tessera_api::names::{
     BLOCK_LABEL, DRIVER_NAME, GPU_DEVICE_CLASS, RACK_LABEL, TOPOLOGY_AWARE_GATE,
-    TOPOLOGY_MANAGED_LABEL,
 };
 use tessera_placement::claims::tolerating_managed_taint;
 use tessera_placement::group::{
@@ -40,6 +36,7 @@ use tessera_placement::group::{
 };
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::resolve::PodClaim;
+use tessera_placement::synthetic::gpu_node;
 use tessera_placement::view::{DeviceView, PodContext, Settings};
 use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
 
@@ -111,35 +108,13 @@ fn claim(name: &str, gpus: u32) -> ResourceClaim {
 }
 
 fn node(i: usize) -> Node {
-    Node {
-        metadata: ObjectMeta {
-            name: Some(format!("dgx-{i:04}")),
-            labels: Some(
-                [
-                    (TOPOLOGY_MANAGED_LABEL.to_owned(), "true".to_owned()),
-                    (RACK_LABEL.to_owned(), format!("rack-{:03}", i / RACK)),
-                    (
-                        BLOCK_LABEL.to_owned(),
-                        format!("block-{:02}", i / (RACK * BLOCK)),
-                    ),
-                ]
-                .into(),
-            ),
-            ..Default::default()
-        },
-        spec: None,
-        status: Some(NodeStatus {
-            allocatable: Some(
-                [
-                    ("cpu".to_owned(), Quantity("256".into())),
-                    ("memory".to_owned(), Quantity("2Ti".into())),
-                    ("pods".to_owned(), Quantity("110".into())),
-                ]
-                .into(),
-            ),
-            ..Default::default()
-        }),
-    }
+    gpu_node(
+        &format!("dgx-{i:04}"),
+        [
+            (RACK_LABEL, format!("rack-{:03}", i / RACK)),
+            (BLOCK_LABEL, format!("block-{:02}", i / (RACK * BLOCK))),
+        ],
+    )
 }
 
 fn pod(name: &str) -> Pod {

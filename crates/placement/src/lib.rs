@@ -14,7 +14,8 @@
 //! - [`view`]: the cluster as a decision reads it and [`view::decide_pod`];
 //! - [`objects`]: the same decision over a plain set of API objects;
 //! - [`writes`]: the patch bodies that carry a decision out, and the undo plan;
-//! - [`protocol`]: the marks the controller leaves on pods and claims (docs/protocol.md).
+//! - [`protocol`]: the marks the controller leaves on pods and claims (docs/protocol.md);
+//! - [`synthetic`]: the GPU node that simulations and benchmarks build their clusters from.
 
 pub mod claims;
 pub mod extended;
@@ -28,6 +29,7 @@ pub mod pods;
 pub mod protocol;
 pub mod resolve;
 pub mod resources;
+pub mod synthetic;
 pub mod usage;
 pub mod view;
 pub mod writes;

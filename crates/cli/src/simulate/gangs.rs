@@ -23,16 +23,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::{
-    Node, NodeStatus, Pod, PodResourceClaim, PodSchedulingGate, PodSpec,
-};
+use k8s_openapi::api::core::v1::{Pod, PodResourceClaim, PodSchedulingGate, PodSpec};
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceSlice};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tessera_allocator::{AllocateOptions, AllocatedState, Inventory, Outcome, PlacementMode};
-use tessera_api::names::{RACK_LABEL, TOPOLOGY_AWARE_GATE, TOPOLOGY_MANAGED_LABEL};
+use tessera_api::names::{RACK_LABEL, TOPOLOGY_AWARE_GATE};
 use tessera_placement::claims::tolerating_managed_taint;
 use tessera_placement::group::{
     GroupInput, GroupKey, GroupOutcome, GroupSettings, GroupSource, Member, decide_group,
@@ -40,6 +37,7 @@ use tessera_placement::group::{
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::planner::Action;
 use tessera_placement::resolve::PodClaim;
+use tessera_placement::synthetic::gpu_node;
 use tessera_placement::view::{DeviceView, PodContext, Settings};
 use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
 
@@ -112,34 +110,6 @@ struct Cluster {
     capacity: BTreeMap<String, usize>,
 }
 
-fn node(name: &str, rack: &str) -> Node {
-    Node {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(
-                [
-                    (TOPOLOGY_MANAGED_LABEL.to_owned(), "true".to_owned()),
-                    (RACK_LABEL.to_owned(), rack.to_owned()),
-                ]
-                .into(),
-            ),
-            ..Default::default()
-        },
-        spec: None,
-        status: Some(NodeStatus {
-            allocatable: Some(
-                [
-                    ("cpu".to_owned(), Quantity("256".into())),
-                    ("memory".to_owned(), Quantity("2Ti".into())),
-                    ("pods".to_owned(), Quantity("110".into())),
-                ]
-                .into(),
-            ),
-            ..Default::default()
-        }),
-    }
-}
-
 fn cluster(s: &GangScenario) -> anyhow::Result<Cluster> {
     let mut slices: Vec<ResourceSlice> = Vec::new();
     let mut nodes = Vec::new();
@@ -158,7 +128,7 @@ fn cluster(s: &GangScenario) -> anyhow::Result<Cluster> {
             };
             slices.extend(render_slices(&dgx, &options).context("render dgx-h100")?);
             capacity.insert(name.clone(), dgx.gpus.len());
-            nodes.push(node(&name, &rack));
+            nodes.push(gpu_node(&name, [(RACK_LABEL, rack.clone())]));
             domains.insert(name, (rack, None));
         }
     }
@@ -183,7 +153,7 @@ fn cluster(s: &GangScenario) -> anyhow::Result<Cluster> {
             };
             slices.extend(render_slices(&tray, &options).context("render gb200-tray")?);
             capacity.insert(name.clone(), tray.gpus.len());
-            nodes.push(node(&name, &rack));
+            nodes.push(gpu_node(&name, [(RACK_LABEL, rack.clone())]));
             domains.insert(name, (rack, clique.clone()));
         }
     }
