@@ -17,7 +17,7 @@ use crate::search::{NodeSearch, NodeVerdict, SearchMode, Solution};
 use crate::state::AllocatedState;
 use crate::topology::NumaPolicy;
 use crate::topology::TopologyScore;
-use crate::verdicts::{NodeUse, PlanResults, Stored, VerdictCache, plan_key};
+use crate::verdicts::{NodeUse, PlanResults, Stored, VerdictCache, plan_key, pool_stamps};
 
 /// Steps one node's search may take by default (each checked candidate or recursion is a step).
 /// About 0.8 s of best-of search on one core (770 ms for 10 of 80 devices, docs/benchmarks.md,
@@ -337,10 +337,16 @@ impl Inventory {
         (bound, min_devices, steps): (Option<u64>, usize, &mut u64),
     ) -> Option<Option<&'r Solution>> {
         let slot = &mut results.nodes[position];
-        if !slot
-            .as_ref()
-            .is_some_and(|s| s.uses.matches(self, pools, state))
-        {
+        // Unchanged pools (same stamps) need no device-by-device comparison.
+        let holds = match slot.as_mut() {
+            Some(s) if s.stamps.iter().copied().eq(pool_stamps(pools, state)) => true,
+            Some(s) if s.uses.matches(self, pools, state) => {
+                s.stamps = pool_stamps(pools, state).collect();
+                true
+            }
+            _ => false,
+        };
+        if !holds {
             *slot = None;
             let solution = if fits_at_all(self, pools, state, plan, min_devices) {
                 let mode = SearchMode::Best { bound: None };
@@ -356,6 +362,7 @@ impl Inventory {
             };
             *slot = Some(Stored {
                 uses: NodeUse::of(self, pools, state),
+                stamps: pool_stamps(pools, state).collect(),
                 solution,
             });
         }

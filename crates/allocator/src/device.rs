@@ -52,6 +52,11 @@ impl DeviceId {
         &self.pool
     }
 
+    /// The pool name, shared.
+    pub(crate) fn pool_name(&self) -> &Arc<str> {
+        &self.pool
+    }
+
     /// The device name.
     pub fn device(&self) -> &str {
         &self.device

@@ -3,6 +3,8 @@
 //! kept current by adding and removing allocation results.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceRequestAllocationResult, ResourceClaim,
@@ -38,10 +40,33 @@ pub struct SharedUse {
 ///
 /// Results with `adminAccess: true` do not make a device unavailable (upstream semantics); results
 /// with a `shareID` are shared allocations of a multi-allocatable device.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Every change of a device also gives its pool (by name) a new *stamp*, unique in the process: two
+/// states — one cloned from the other, each changed since — show the same stamp for a pool only
+/// when neither changed a device of that pool after the clone, so the pool's devices are in the
+/// same use in both. The results the allocator stores per node (module `verdicts`) are checked
+/// against the stamps first, and device by device only when a stamp moved. Equality ignores the
+/// stamps.
+#[derive(Clone, Debug, Default)]
 pub struct AllocatedState {
     dedicated: HashSet<DeviceId, BuildPrehashed>,
     shared: HashMap<DeviceId, SharedUse, BuildPrehashed>,
+    /// Per pool name, the stamp of its last change; a pool never changed has none (stamp 0).
+    stamps: HashMap<Arc<str>, u64>,
+}
+
+impl PartialEq for AllocatedState {
+    fn eq(&self, other: &Self) -> bool {
+        self.dedicated == other.dedicated && self.shared == other.shared
+    }
+}
+
+impl Eq for AllocatedState {}
+
+/// The next stamp (never 0).
+fn next_stamp() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl AllocatedState {
@@ -71,6 +96,17 @@ impl AllocatedState {
         Ok(state)
     }
 
+    /// Gives the pool of `id` a new stamp (a device of it changed).
+    fn touch(&mut self, id: &DeviceId) {
+        self.stamps.insert(id.pool_name().clone(), next_stamp());
+    }
+
+    /// The stamp of the pool's last change (0: none of its devices was ever changed in this state
+    /// or the ones it was cloned from).
+    pub(crate) fn pool_stamp(&self, pool: &str) -> u64 {
+        self.stamps.get(pool).copied().unwrap_or(0)
+    }
+
     /// Marks the devices of an allocation as used.
     pub fn add_allocation(&mut self, allocation: &AllocationResult) -> Result<(), StateError> {
         for result in allocation_results(allocation) {
@@ -78,6 +114,7 @@ impl AllocatedState {
             if result.admin_access == Some(true) {
                 continue;
             }
+            self.touch(&id);
             match &result.share_id {
                 Some(share) => {
                     let consumed = parse_consumed(result, &id)?;
@@ -103,6 +140,7 @@ impl AllocatedState {
             if result.admin_access == Some(true) {
                 continue;
             }
+            self.touch(&id);
             match &result.share_id {
                 Some(share) => {
                     let consumed = parse_consumed(result, &id)?;
@@ -128,6 +166,7 @@ impl AllocatedState {
 
     /// Marks one device as allocated exclusively.
     pub fn insert_device(&mut self, id: DeviceId) {
+        self.touch(&id);
         self.dedicated.insert(id);
     }
 
@@ -138,6 +177,7 @@ impl AllocatedState {
         share_id: &str,
         consumed: impl IntoIterator<Item = (String, Amount)>,
     ) {
+        self.touch(&id);
         let entry = self.shared.entry(id).or_default();
         entry.share_ids.insert(share_id.to_owned());
         for (name, amount) in consumed {
@@ -153,6 +193,7 @@ impl AllocatedState {
         id: DeviceId,
         consumed: impl IntoIterator<Item = (String, Amount)>,
     ) {
+        self.touch(&id);
         let entry = self.shared.entry(id).or_default();
         for (name, amount) in consumed {
             let slot = entry.consumed.entry(name).or_default();
@@ -164,6 +205,7 @@ impl AllocatedState {
     /// allocations (`None`: none). For callers that keep a state current device by device rather
     /// than allocation by allocation.
     pub fn set_device(&mut self, id: DeviceId, dedicated: bool, shared: Option<SharedUse>) {
+        self.touch(&id);
         if dedicated {
             self.dedicated.insert(id.clone());
         } else {
@@ -228,4 +270,38 @@ fn parse_consumed(
                 })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pools_stamp_moves_with_every_change_of_its_devices_and_only_then() {
+        let mut state = AllocatedState::new();
+        assert_eq!(state.pool_stamp("node-a"), 0, "never changed");
+        state.insert_device(DeviceId::new("d", "node-a", "gpu-0"));
+        let a = state.pool_stamp("node-a");
+        assert_ne!(a, 0);
+        assert_eq!(state.pool_stamp("node-b"), 0, "another pool is not touched");
+        // A clone keeps the stamps; a change in either moves that pool's stamp in that one only.
+        let mut copy = state.clone();
+        assert_eq!(copy.pool_stamp("node-a"), a);
+        copy.set_device(DeviceId::new("d", "node-a", "gpu-0"), false, None);
+        assert_ne!(copy.pool_stamp("node-a"), a);
+        assert_eq!(state.pool_stamp("node-a"), a);
+        state.insert_shared(DeviceId::new("d", "node-b", "gpu-1"), "s1", []);
+        let b = state.pool_stamp("node-b");
+        assert_ne!(b, 0);
+        assert_ne!(b, copy.pool_stamp("node-b"));
+        state.insert_consumed(DeviceId::new("d", "node-b", "gpu-1"), []);
+        assert_ne!(state.pool_stamp("node-b"), b);
+        // Equality is about the devices, not the stamps.
+        let mut again = AllocatedState::new();
+        again.insert_device(DeviceId::new("d", "node-a", "gpu-0"));
+        let mut same = AllocatedState::new();
+        same.insert_device(DeviceId::new("d", "node-a", "gpu-0"));
+        assert_ne!(again.pool_stamp("node-a"), same.pool_stamp("node-a"));
+        assert_eq!(again, same);
+    }
 }

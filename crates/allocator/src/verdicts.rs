@@ -107,10 +107,21 @@ fn consumers<'i>(inv: &'i Inventory, np: &'i NodePools) -> impl Iterator<Item = 
         .map(|(d, _)| &inv.devices[*d].id)
 }
 
+/// The stamps of the node's pools in `state` ([`AllocatedState`]'s stamps), in pool order.
+pub(crate) fn pool_stamps<'s>(
+    np: &'s NodePools,
+    state: &'s AllocatedState,
+) -> impl Iterator<Item = u64> + 's {
+    np.pools.iter().map(|p| state.pool_stamp(&p.name))
+}
+
 /// One node's stored result.
 #[derive(Debug)]
 pub(crate) struct Stored {
     pub uses: NodeUse,
+    /// The stamps of the node's pools when `uses` was last found to hold: while they are the
+    /// same, it still holds without comparing devices.
+    pub stamps: Vec<u64>,
     /// The node's best solution without a bound, `None` when nothing fits (or too few devices are
     /// free to try).
     pub solution: Option<Solution>,
