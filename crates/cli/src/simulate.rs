@@ -9,14 +9,15 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, CELDeviceSelector, DeviceClaim, DeviceClass, DeviceClassSpec, DeviceRequest,
-    DeviceSelector, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec, ResourceSlice,
+    AllocationResult, CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector,
+    ResourceClaim, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use tessera_allocator::{AllocateOptions, Allocation, DeviceId, Inventory, Outcome, PlacementMode};
 use tessera_api::names::{DRIVER_NAME, GPU_DEVICE_CLASS, attr};
 use tessera_api::shares::ConsumableShares;
+use tessera_placement::synthetic;
 use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
 
 mod gangs;
@@ -412,29 +413,13 @@ struct Report {
 }
 
 fn claim(index: usize, gpus: u32) -> ResourceClaim {
-    ResourceClaim {
-        metadata: ObjectMeta {
-            name: Some(format!("claim-{index}")),
-            namespace: Some("simulate".into()),
-            uid: Some(format!("sim-{index}")),
-            ..Default::default()
-        },
-        spec: Some(ResourceClaimSpec {
-            devices: Some(DeviceClaim {
-                requests: Some(vec![DeviceRequest {
-                    name: "gpus".into(),
-                    exactly: Some(ExactDeviceRequest {
-                        device_class_name: GPU_DEVICE_CLASS.into(),
-                        count: Some(i64::from(gpus)),
-                        ..Default::default()
-                    }),
-                    first_available: None,
-                }]),
-                ..Default::default()
-            }),
-        }),
-        status: None,
-    }
+    synthetic::device_claim(
+        "simulate",
+        &format!("claim-{index}"),
+        &format!("sim-{index}"),
+        GPU_DEVICE_CLASS,
+        i64::from(gpus),
+    )
 }
 
 fn round2(x: f64) -> f64 {

@@ -17,14 +17,14 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, DeviceAllocationResult, DeviceClaim, DeviceClass, DeviceRequest,
-    DeviceRequestAllocationResult, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec,
-    ResourceClaimStatus, ResourceSlice,
+    AllocationResult, DeviceAllocationResult, DeviceClass, DeviceRequestAllocationResult,
+    ResourceClaim, ResourceClaimStatus, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tessera_api::names::{DRIVER_NAME, TOPOLOGY_AWARE_GATE, TOPOLOGY_MANAGED_LABEL};
 use tessera_placement::claims::managed_toleration;
+use tessera_placement::synthetic;
 use tessera_topology::render::ServerVersion;
 use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
 
@@ -82,30 +82,9 @@ pub fn node(name: &str, managed: bool) -> Node {
 
 /// A claim for `count` devices of `class`.
 pub fn claim_of(name: &str, class: &str, count: i64) -> ResourceClaim {
-    ResourceClaim {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            uid: Some(format!("uid-{name}")),
-            resource_version: Some("1".into()),
-            ..Default::default()
-        },
-        spec: Some(ResourceClaimSpec {
-            devices: Some(DeviceClaim {
-                requests: Some(vec![DeviceRequest {
-                    name: "gpus".into(),
-                    exactly: Some(ExactDeviceRequest {
-                        device_class_name: class.into(),
-                        count: Some(count),
-                        ..Default::default()
-                    }),
-                    first_available: None,
-                }]),
-                ..Default::default()
-            }),
-        }),
-        status: None,
-    }
+    let mut claim = synthetic::device_claim(NS, name, &format!("uid-{name}"), class, count);
+    claim.metadata.resource_version = Some("1".into());
+    claim
 }
 
 /// A claim for `count` whole GPUs.

@@ -20,8 +20,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Node, Pod, PodResourceClaim, PodSchedulingGate, PodSpec};
 use k8s_openapi::api::resource::v1::{
-    CELDeviceSelector, DeviceClaim, DeviceClass, DeviceClassSpec, DeviceRequest, DeviceSelector,
-    ExactDeviceRequest, ResourceClaim, ResourceClaimSpec, ResourceSlice,
+    CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector, ResourceClaim, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
@@ -36,7 +35,7 @@ use tessera_placement::group::{
 };
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::resolve::PodClaim;
-use tessera_placement::synthetic::gpu_node;
+use tessera_placement::synthetic::{self, gpu_node};
 use tessera_placement::view::{DeviceView, PodContext, Settings};
 use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
 
@@ -82,29 +81,13 @@ fn class() -> DeviceClass {
 }
 
 fn claim(name: &str, gpus: u32) -> ResourceClaim {
-    tolerating_managed_taint(&ResourceClaim {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("bench".into()),
-            uid: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(ResourceClaimSpec {
-            devices: Some(DeviceClaim {
-                requests: Some(vec![DeviceRequest {
-                    name: "gpus".into(),
-                    exactly: Some(ExactDeviceRequest {
-                        device_class_name: GPU_DEVICE_CLASS.into(),
-                        count: Some(i64::from(gpus)),
-                        ..Default::default()
-                    }),
-                    first_available: None,
-                }]),
-                ..Default::default()
-            }),
-        }),
-        status: None,
-    })
+    tolerating_managed_taint(&synthetic::device_claim(
+        "bench",
+        name,
+        name,
+        GPU_DEVICE_CLASS,
+        i64::from(gpus),
+    ))
 }
 
 fn node(i: usize) -> Node {

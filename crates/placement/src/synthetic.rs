@@ -1,7 +1,11 @@
-//! Synthetic objects for simulations and benchmarks (`tessera simulate --gangs`, the group
-//! bench): one builder, so the clusters they decide over are the nodes the controller sees.
+//! Synthetic objects for simulations, benchmarks and tests (`tessera simulate`, the group
+//! bench, the controller's tests): one builder each, so what they decide over is what the
+//! controller sees.
 
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use k8s_openapi::api::resource::v1::{
+    DeviceClaim, DeviceRequest, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tessera_api::names::TOPOLOGY_MANAGED_LABEL;
@@ -34,6 +38,43 @@ pub fn gpu_node<'l>(name: &str, labels: impl IntoIterator<Item = (&'l str, Strin
     }
 }
 
+/// The request name of a [`device_claim`].
+pub const REQUEST: &str = "gpus";
+
+/// A claim `namespace/name` (uid `uid`) with one request, [`REQUEST`], for exactly `count`
+/// devices of `class`; no status.
+pub fn device_claim(
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    class: &str,
+    count: i64,
+) -> ResourceClaim {
+    ResourceClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
+        spec: Some(ResourceClaimSpec {
+            devices: Some(DeviceClaim {
+                requests: Some(vec![DeviceRequest {
+                    name: REQUEST.into(),
+                    exactly: Some(ExactDeviceRequest {
+                        device_class_name: class.into(),
+                        count: Some(count),
+                        ..Default::default()
+                    }),
+                    first_available: None,
+                }]),
+                ..Default::default()
+            }),
+        }),
+        status: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +92,19 @@ mod tests {
         assert!(facts.taints.is_empty());
         let allocatable = &node.status.as_ref().unwrap().allocatable.as_ref().unwrap();
         assert_eq!(allocatable["pods"].0, "110");
+    }
+
+    #[test]
+    fn a_synthetic_claim_asks_for_count_devices_of_its_class() {
+        let claim = device_claim("ns", "c", "uid-c", "gpu.tessera.dev", 4);
+        assert_eq!(claim.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(claim.metadata.uid.as_deref(), Some("uid-c"));
+        let requests = claim.spec.unwrap().devices.unwrap().requests.unwrap();
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].name, REQUEST);
+        let exactly = requests[0].exactly.as_ref().unwrap();
+        assert_eq!(exactly.device_class_name, "gpu.tessera.dev");
+        assert_eq!(exactly.count, Some(4));
+        assert!(claim.status.is_none());
     }
 }
