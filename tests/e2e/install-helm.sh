@@ -53,6 +53,9 @@ rm -rf "$chart_dir" && mkdir -p "$chart_dir"
 "$helm_bin" package "$root/deploy/helm/tessera" --destination "$chart_dir" >&2
 chart=$(find "$chart_dir" -maxdepth 1 -name 'tessera-*.tgz' -print -quit)
 [[ -n "$chart" ]] || die "helm package wrote no tessera-*.tgz into $chart_dir"
+# The chart's CI values (left out of the archive by .helmignore), beside it for the scenarios
+# that render the chart with them (monitoring).
+cp -r "$root/deploy/helm/tessera/ci" "$chart_dir/ci"
 
 step "helm upgrade --install tessera $chart (namespace $namespace, image $tessera_ref)"
 kubectl create namespace "$namespace" --dry-run=client -o yaml | kubectl apply -f - >&2

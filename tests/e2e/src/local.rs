@@ -31,11 +31,24 @@ pub struct HelmRelease {
     /// The helm binary tests/cluster built.
     pub helm: PathBuf,
     /// The chart archive local-up packaged from deploy/helm/tessera and installed (in its state dir),
-    /// so an upgrade during the run uses the chart the run started with.
+    /// so an upgrade during the run uses the chart the run started with. Its directory also holds
+    /// the chart's `ci/` values, which the archive leaves out ([`HelmRelease::ci_values`]).
     pub chart: PathBuf,
     /// The values file local-up installed with.
     pub values: PathBuf,
     pub namespace: String,
+}
+
+impl HelmRelease {
+    /// The chart's CI values file `name` (`monitoring-values.yaml`), copied beside the archive
+    /// when local-up packaged it.
+    pub fn ci_values(&self, name: &str) -> PathBuf {
+        self.chart
+            .parent()
+            .unwrap_or_else(|| Path::new("."))
+            .join("ci")
+            .join(name)
+    }
 }
 
 /// A Tessera process local-up started.
@@ -432,7 +445,7 @@ mod tests {
              TESSERA_NODE_1_CDI_SPEC_DIR=/s/n1/cdi\nTESSERA_NODE_1_KUBELET_LOG=/s/logs/k1\n");
         let install = env("TESSERA_E2E_INSTALL=helm\nTESSERA_E2E_NAMESPACE=ns\n\
              TESSERA_E2E_PLUGIN_1_STATE_DIR=/s/nodes/tessera-node-1/tessera\n\
-             TESSERA_E2E_HELM=/c/helm\nTESSERA_E2E_CHART=/r/chart\nTESSERA_E2E_VALUES=/s/v.yaml\n");
+             TESSERA_E2E_HELM=/c/helm\nTESSERA_E2E_CHART=/s/tessera/chart/tessera-0.1.0.tgz\nTESSERA_E2E_VALUES=/s/v.yaml\n");
         let local = LocalCluster::from_env(&cluster, Some(&install)).unwrap();
         assert_eq!(
             local.install,
@@ -444,10 +457,18 @@ mod tests {
             local.helm,
             Some(HelmRelease {
                 helm: "/c/helm".into(),
-                chart: "/r/chart".into(),
+                chart: "/s/tessera/chart/tessera-0.1.0.tgz".into(),
                 values: "/s/v.yaml".into(),
                 namespace: "ns".into(),
             })
+        );
+        assert_eq!(
+            local
+                .helm
+                .as_ref()
+                .unwrap()
+                .ci_values("monitoring-values.yaml"),
+            Path::new("/s/tessera/chart/ci/monitoring-values.yaml")
         );
         let node = &local.nodes["tessera-node-1"];
         assert!(node.plugin.is_none() && node.cdi_record_dir.is_none());

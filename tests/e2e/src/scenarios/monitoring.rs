@@ -52,7 +52,7 @@ pub async fn monitoring(ctx: &Ctx) -> anyhow::Result<Outcome> {
         .args(["--namespace", &release.namespace, "--values"])
         .arg(&release.values)
         .arg("--values")
-        .arg(release.chart.join("ci/monitoring-values.yaml"))
+        .arg(release.ci_values("monitoring-values.yaml"))
         .output()
         .with_context(|| format!("run {}", release.helm.display()))?;
     ensure!(
