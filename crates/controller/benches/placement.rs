@@ -279,6 +279,59 @@ fn check_allocations(api: &FakeApiServer, topology: &Topology, created: &[(Strin
     numa_local_fours
 }
 
+/// The shipped classes and `nodes` topology-managed DGX H100 nodes with their slices, each
+/// fragmented by pre-allocated claims: the topology seen, and how many claims were pre-allocated.
+fn seed(api: &FakeApiServer, nodes: usize) -> (Topology, usize) {
+    let seeding = Instant::now();
+    for class in shipped_classes() {
+        api.seed(&class);
+    }
+    let mut topology = Topology::default();
+    let mut preallocated = 0;
+    for i in 0..nodes {
+        let name = format!("dgx-{i:04}");
+        api.seed(&node(&name, true));
+        for slice in support::dgx_slices(&name, true) {
+            topology.add(&slice);
+            api.seed(&slice);
+        }
+        preallocated += fragment(api, &name, i);
+    }
+    let seed_seconds = seeding.elapsed().as_secs_f64();
+    println!(
+        "seeded {nodes} nodes ({} GPUs, {preallocated} pre-allocated claims) in {seed_seconds:.1}s",
+        topology.devices()
+    );
+    (topology, preallocated)
+}
+
+/// `count` gated pods with a claim each (`phase`-0, `phase`-1, ...), sizes from `sizes`: one per
+/// `interval` (a paced stream, late ticks delayed rather than bunched), or all at once.
+async fn create_pods(
+    api: &FakeApiServer,
+    phase: &str,
+    count: usize,
+    sizes: &mut SizeStream,
+    interval: Option<Duration>,
+) -> Created {
+    let mut created = Created::default();
+    let mut ticks = interval.map(|interval| {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks
+    });
+    for i in 0..count {
+        if let Some(ticks) = ticks.as_mut() {
+            ticks.tick().await;
+        }
+        let gpus = sizes.next_size();
+        let at = Instant::now();
+        let claim = create_pod(api, phase, i, gpus);
+        created.claims.push((claim, gpus, at));
+    }
+    created
+}
+
 async fn run() -> Report {
     let nodes = env_usize("TESSERA_BENCH_NODES", 1000);
     let paced_pods = env_usize("TESSERA_BENCH_PACED_PODS", 300);
@@ -294,26 +347,7 @@ async fn run() -> Report {
     // A real API server's watch cache holds far more than the fake's default 2,000 events; a
     // shorter history would make the controller relist (slices included) during the burst.
     api.set_history_limit(100_000);
-    let seeding = Instant::now();
-    for class in shipped_classes() {
-        api.seed(&class);
-    }
-    let mut topology = Topology::default();
-    let mut preallocated = 0;
-    for i in 0..nodes {
-        let name = format!("dgx-{i:04}");
-        api.seed(&node(&name, true));
-        for slice in support::dgx_slices(&name, true) {
-            topology.add(&slice);
-            api.seed(&slice);
-        }
-        preallocated += fragment(&api, &name, i);
-    }
-    let seed_seconds = seeding.elapsed().as_secs_f64();
-    println!(
-        "seeded {nodes} nodes ({} GPUs, {preallocated} pre-allocated claims) in {seed_seconds:.1}s",
-        topology.devices()
-    );
+    let (topology, preallocated) = seed(&api, nodes);
 
     let http = api.serve_http().await.expect("serve the fake over HTTP");
     let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("controller-placement.log");
@@ -332,25 +366,10 @@ async fn run() -> Report {
 
     let (seen, watch) = watch_allocations(&api);
     let mut sizes = SizeStream::new(0x7e55_e7a5);
-    let mut paced = Created::default();
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    for i in 0..paced_pods {
-        ticks.tick().await;
-        let gpus = sizes.next_size();
-        let at = Instant::now();
-        let claim = create_pod(&api, "paced", i, gpus);
-        paced.claims.push((claim, gpus, at));
-    }
+    let paced = create_pods(&api, "paced", paced_pods, &mut sizes, Some(interval)).await;
     wait_allocated(&seen, &paced).await;
     let after_paced = Memory::of(controller.pid());
-    let mut burst = Created::default();
-    for i in 0..burst_pods {
-        let gpus = sizes.next_size();
-        let at = Instant::now();
-        let claim = create_pod(&api, "burst", i, gpus);
-        burst.claims.push((claim, gpus, at));
-    }
+    let burst = create_pods(&api, "burst", burst_pods, &mut sizes, None).await;
     wait_allocated(&seen, &burst).await;
     wait_released(&api, paced_pods + burst_pods).await;
     let after_workload = Memory::of(controller.pid());

@@ -131,7 +131,9 @@ fn load_average() -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-fn main() {
+/// The bench's cluster: [`NODES`] topology-managed dgx-h100 nodes, every fourth with 4 GPUs in
+/// use.
+fn cluster() -> (DeviceView, AllocatedState) {
     let dgx = MockSource::new("dgx-h100")
         .and_then(|m| m.inventory())
         .expect("the shipped dgx-h100 topology loads");
@@ -147,7 +149,6 @@ fn main() {
     }
     let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::from).collect();
     let view = DeviceView::new(slices, vec![class()], facts);
-    // Every fourth node has 4 GPUs in use.
     let mut in_use = AllocatedState::new();
     for i in (0..NODES).step_by(4) {
         let c = claim(&format!("busy-{i}"), 4);
@@ -166,85 +167,81 @@ fn main() {
                 .expect("the state takes it");
         }
     }
-    let unmanaged = Arc::new(Inventory::new(Vec::new(), Vec::new(), Vec::new()));
-    let unmanaged_fn = || unmanaged.clone();
-    let usage = HashMap::new();
-    let settings = Settings::new(TOPOLOGY_AWARE_GATE);
-    let load_before = load_average();
-    let mut rows = Vec::new();
-    for gpus in [8u32, 4, 1] {
-        let pods: Vec<Pod> = (0..PODS).map(|p| pod(&format!("g{gpus}-{p}"))).collect();
-        let claims: Vec<Vec<PodClaim>> = (0..PODS)
-            .map(|p| {
-                vec![PodClaim {
-                    pod_claim: "gpus".into(),
-                    claim: Arc::new(claim(&format!("g{gpus}-{p}"), gpus)),
-                }]
-            })
-            .collect();
-        let key = GroupKey {
-            namespace: "bench".into(),
-            name: format!("gang-{gpus}"),
-            source: GroupSource::Label,
-        };
-        let input = GroupInput {
-            key: &key,
-            min_count: PODS as u32,
-            placed: 0,
-            members: pods
-                .iter()
-                .zip(&claims)
-                .map(|(pod, claims)| Member { pod, claims })
-                .collect(),
-            unresolved: 0,
-        };
-        let context = PodContext {
-            devices: &view,
-            unmanaged: &unmanaged_fn,
-            in_use: &in_use,
-            usage: &usage,
-        };
-        // The decision's clock only dates waiting groups; a fixed instant keeps the bench
-        // independent of jiff's `std` feature (not enabled when this package builds alone).
-        let mut best = f64::MAX;
-        let mut last = None;
-        for _ in 0..RUNS {
-            let started = Instant::now();
-            let decision = decide_group(
-                &input,
-                &context,
-                &settings,
-                &GroupSettings::default(),
-                Timestamp::UNIX_EPOCH,
-            );
-            best = best.min(started.elapsed().as_secs_f64() * 1000.0);
-            last = Some(decision);
-        }
-        let decision = last.expect("ran");
-        let (placed, domain, nodes_used, racks_used) = match &decision.outcome {
-            GroupOutcome::Place { domain, score, .. } => {
-                (true, domain.to_string(), score.nodes, score.domains[0])
-            }
-            GroupOutcome::Wait { reason, .. } => (false, (*reason).to_owned(), 0, 0),
-        };
-        rows.push(Row {
-            case: format!("{PODS} pods × {gpus} GPUs"),
-            nodes: NODES,
-            pods: PODS,
-            gpus_per_pod: gpus,
-            placed,
-            domain,
-            nodes_used,
-            racks_used,
-            steps: decision.steps,
-            truncated: decision.truncated,
-            millis: (best * 10.0).round() / 10.0,
-        });
+    (view, in_use)
+}
+
+/// A gang of [`PODS`] pods of `gpus` GPUs each, decided [`RUNS`] times on `context`: its row,
+/// with the fastest run's time.
+fn measure(gpus: u32, context: &PodContext<'_>, settings: &Settings) -> Row {
+    let pods: Vec<Pod> = (0..PODS).map(|p| pod(&format!("g{gpus}-{p}"))).collect();
+    let claims: Vec<Vec<PodClaim>> = (0..PODS)
+        .map(|p| {
+            vec![PodClaim {
+                pod_claim: "gpus".into(),
+                claim: Arc::new(claim(&format!("g{gpus}-{p}"), gpus)),
+            }]
+        })
+        .collect();
+    let key = GroupKey {
+        namespace: "bench".into(),
+        name: format!("gang-{gpus}"),
+        source: GroupSource::Label,
+    };
+    let input = GroupInput {
+        key: &key,
+        min_count: PODS as u32,
+        placed: 0,
+        members: pods
+            .iter()
+            .zip(&claims)
+            .map(|(pod, claims)| Member { pod, claims })
+            .collect(),
+        unresolved: 0,
+    };
+    // The decision's clock only dates waiting groups; a fixed instant keeps the bench
+    // independent of jiff's `std` feature (not enabled when this package builds alone).
+    let mut best = f64::MAX;
+    let mut last = None;
+    for _ in 0..RUNS {
+        let started = Instant::now();
+        let decision = decide_group(
+            &input,
+            context,
+            settings,
+            &GroupSettings::default(),
+            Timestamp::UNIX_EPOCH,
+        );
+        best = best.min(started.elapsed().as_secs_f64() * 1000.0);
+        last = Some(decision);
     }
+    let decision = last.expect("ran");
+    let (placed, domain, nodes_used, racks_used) = match &decision.outcome {
+        GroupOutcome::Place { domain, score, .. } => {
+            (true, domain.to_string(), score.nodes, score.domains[0])
+        }
+        GroupOutcome::Wait { reason, .. } => (false, (*reason).to_owned(), 0, 0),
+    };
+    Row {
+        case: format!("{PODS} pods × {gpus} GPUs"),
+        nodes: NODES,
+        pods: PODS,
+        gpus_per_pod: gpus,
+        placed,
+        domain,
+        nodes_used,
+        racks_used,
+        steps: decision.steps,
+        truncated: decision.truncated,
+        millis: (best * 10.0).round() / 10.0,
+    }
+}
+
+/// The rows as markdown (printed) and JSON, both written to the target's tmp dir.
+fn report(rows: &[Row], load_before: &str) {
     let mut md = String::from(
         "| gang | placed | domain | nodes | racks | pod decisions | truncated | decision ms |\n|---|---|---|---:|---:|---:|---|---:|\n",
     );
-    for r in &rows {
+    for r in rows {
         md.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.case, r.placed, r.domain, r.nodes_used, r.racks_used, r.steps, r.truncated, r.millis
@@ -257,7 +254,7 @@ fn main() {
     print!("{md}");
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let json = serde_json::json!({
-        "cases": &rows,
+        "cases": rows,
         "loadAverageBefore": load_before,
         "loadAverageAfter": load_after,
     });
@@ -267,4 +264,24 @@ fn main() {
     );
     let _ = std::fs::write(dir.join("group.md"), &md);
     println!("written: {}", dir.join("group.md").display());
+}
+
+fn main() {
+    let (view, in_use) = cluster();
+    let unmanaged = Arc::new(Inventory::new(Vec::new(), Vec::new(), Vec::new()));
+    let unmanaged_fn = || unmanaged.clone();
+    let usage = HashMap::new();
+    let settings = Settings::new(TOPOLOGY_AWARE_GATE);
+    let context = PodContext {
+        devices: &view,
+        unmanaged: &unmanaged_fn,
+        in_use: &in_use,
+        usage: &usage,
+    };
+    let load_before = load_average();
+    let rows: Vec<Row> = [8u32, 4, 1]
+        .into_iter()
+        .map(|gpus| measure(gpus, &context, &settings))
+        .collect();
+    report(&rows, &load_before);
 }
