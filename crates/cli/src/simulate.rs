@@ -8,14 +8,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::resource::v1::{
-    AllocationResult, CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector,
-    ResourceClaim, ResourceSlice,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceSlice};
 use serde::{Deserialize, Serialize};
 use tessera_allocator::{AllocateOptions, Allocation, DeviceId, Inventory, Outcome, PlacementMode};
-use tessera_api::names::{DRIVER_NAME, GPU_DEVICE_CLASS, attr};
+use tessera_api::names::{GPU_DEVICE_CLASS, attr};
 use tessera_api::shares::ConsumableShares;
 use tessera_placement::synthetic;
 use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
@@ -307,26 +303,6 @@ struct Cluster {
     numa: HashMap<(String, String), i64>,
 }
 
-fn gpu_class() -> DeviceClass {
-    DeviceClass {
-        metadata: ObjectMeta {
-            name: Some(GPU_DEVICE_CLASS.into()),
-            ..Default::default()
-        },
-        spec: Some(DeviceClassSpec {
-            selectors: Some(vec![DeviceSelector {
-                cel: Some(CELDeviceSelector {
-                    expression: format!(
-                        "device.driver == \"{DRIVER_NAME}\" && device.attributes[\"{DRIVER_NAME}\"].{} == \"gpu\"",
-                        attr::TYPE
-                    ),
-                }),
-            }]),
-            ..Default::default()
-        }),
-    }
-}
-
 fn cluster(scenario: &Scenario) -> anyhow::Result<Cluster> {
     cluster_with(scenario, ConsumableShares::Disabled)
 }
@@ -384,7 +360,7 @@ fn cluster_with(scenario: &Scenario, shares: ConsumableShares) -> anyhow::Result
         }
     }
     Ok(Cluster {
-        inventory: Inventory::new(slices, vec![gpu_class()], vec![]),
+        inventory: Inventory::new(slices, vec![synthetic::gpu_class()], vec![]),
         gpus,
         islands,
         numa,

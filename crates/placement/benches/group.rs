@@ -19,16 +19,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Node, Pod, PodResourceClaim, PodSchedulingGate, PodSpec};
-use k8s_openapi::api::resource::v1::{
-    CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector, ResourceClaim, ResourceSlice,
-};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tessera_allocator::{AllocatedState, Inventory};
-use tessera_api::names::{
-    BLOCK_LABEL, DRIVER_NAME, GPU_DEVICE_CLASS, RACK_LABEL, TOPOLOGY_AWARE_GATE,
-};
+use tessera_api::names::{BLOCK_LABEL, GPU_DEVICE_CLASS, RACK_LABEL, TOPOLOGY_AWARE_GATE};
 use tessera_placement::claims::tolerating_managed_taint;
 use tessera_placement::group::{
     GroupInput, GroupKey, GroupOutcome, GroupSettings, GroupSource, Member, decide_group,
@@ -59,25 +55,6 @@ struct Row {
     steps: usize,
     truncated: bool,
     millis: f64,
-}
-
-fn class() -> DeviceClass {
-    DeviceClass {
-        metadata: ObjectMeta {
-            name: Some(GPU_DEVICE_CLASS.into()),
-            ..Default::default()
-        },
-        spec: Some(DeviceClassSpec {
-            selectors: Some(vec![DeviceSelector {
-                cel: Some(CELDeviceSelector {
-                    expression: format!(
-                        "device.driver == \"{DRIVER_NAME}\" && device.attributes[\"{DRIVER_NAME}\"].type == \"gpu\""
-                    ),
-                }),
-            }]),
-            ..Default::default()
-        }),
-    }
 }
 
 fn claim(name: &str, gpus: u32) -> ResourceClaim {
@@ -148,7 +125,7 @@ fn cluster() -> (DeviceView, AllocatedState) {
         nodes.push(node(i));
     }
     let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::from).collect();
-    let view = DeviceView::new(slices, vec![class()], facts);
+    let view = DeviceView::new(slices, vec![synthetic::gpu_class()], facts);
     let mut in_use = AllocatedState::new();
     for i in (0..NODES).step_by(4) {
         let c = claim(&format!("busy-{i}"), 4);

@@ -4,11 +4,12 @@
 
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use k8s_openapi::api::resource::v1::{
-    DeviceClaim, DeviceRequest, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec,
+    CELDeviceSelector, DeviceClaim, DeviceClass, DeviceClassSpec, DeviceRequest, DeviceSelector,
+    ExactDeviceRequest, ResourceClaim, ResourceClaimSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use tessera_api::names::TOPOLOGY_MANAGED_LABEL;
+use tessera_api::names::{DRIVER_NAME, GPU_DEVICE_CLASS, TOPOLOGY_MANAGED_LABEL, attr};
 
 /// A topology-managed GPU node named `name` with `labels` (rack, block, ...) besides the
 /// managed label, and room for any pod: 256 CPUs, 2 TiB of memory, 110 pods allocatable, so
@@ -33,6 +34,28 @@ pub fn gpu_node<'l>(name: &str, labels: impl IntoIterator<Item = (&'l str, Strin
                 ]
                 .into(),
             ),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The whole-GPU class, `gpu.tessera.dev`, selecting Tessera's devices of type `gpu` (as the
+/// shipped class does).
+pub fn gpu_class() -> DeviceClass {
+    DeviceClass {
+        metadata: ObjectMeta {
+            name: Some(GPU_DEVICE_CLASS.into()),
+            ..Default::default()
+        },
+        spec: Some(DeviceClassSpec {
+            selectors: Some(vec![DeviceSelector {
+                cel: Some(CELDeviceSelector {
+                    expression: format!(
+                        "device.driver == \"{DRIVER_NAME}\" && device.attributes[\"{DRIVER_NAME}\"].{} == \"gpu\"",
+                        attr::TYPE
+                    ),
+                }),
+            }]),
             ..Default::default()
         }),
     }

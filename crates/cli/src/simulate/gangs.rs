@@ -37,11 +37,11 @@ use tessera_placement::group::{
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::planner::Action;
 use tessera_placement::resolve::PodClaim;
-use tessera_placement::synthetic::gpu_node;
+use tessera_placement::synthetic::{self, gpu_node};
 use tessera_placement::view::{DeviceView, PodContext, Settings};
 use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
 
-use super::{Lifetime, Rng, claim, gpu_class};
+use super::{Lifetime, Rng, claim};
 
 /// The default gang scenario: 64 dgx-h100 nodes in 8 racks of 8, and 36 GB200 trays (4 GPUs) in
 /// 2 fabric cliques of 18 (one rack each); 400 gangs of 2/4/8/16 pods × 4 GPUs (weights
@@ -159,7 +159,7 @@ fn cluster(s: &GangScenario) -> anyhow::Result<Cluster> {
     }
     let facts = nodes.iter().map(NodeFacts::from).collect();
     Ok(Cluster {
-        view: DeviceView::new(slices, vec![gpu_class()], facts),
+        view: DeviceView::new(slices, vec![synthetic::gpu_class()], facts),
         domains,
         capacity,
     })
