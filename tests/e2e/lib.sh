@@ -36,7 +36,7 @@ has_workspace_bin() {
 # Whether the workspace has the tessera-controller binary (it lands after the node plugin).
 has_controller_binary() { has_workspace_bin tessera-controller; }
 
-# Whether the workspace has a fake NVIDIA driver (crates/fake-driver) and a node plugin that
+# Whether the workspace has a fake NVIDIA driver (testing/fake-driver) and a node plugin that
 # injects a driver root (it ships tessera-cdi-hook): then every local node gets a fake driver.
 has_fake_driver() { has_workspace_bin tessera-fake-driver-root && has_workspace_bin tessera-cdi-hook; }
 

@@ -14,7 +14,7 @@
 //!   nodes × 10 devices, each with 4 attributes and 1Gi of memory capacity, a class with one CEL
 //!   selector, 5,000 single-device claims allocated one after the other, first fit, node chosen
 //!   by the allocator;
-//! - `dgx-topology-aware`: 128 dgx-h100 nodes rendered by crates/topology, 4-GPU claims until the
+//! - `dgx-topology-aware`: 128 dgx-h100 nodes rendered by crates/gpu-inventory, 4-GPU claims until the
 //!   cluster is full (256), topology-aware;
 //! - `dgx-5000-fragmented`: 5,000 dgx-h100 nodes (40,000 GPUs), three of every four fragmented as
 //!   in the controller's placement benchmark (1 GPU; 2 GPUs across both NUMA nodes; 3 + 1 GPUs in
@@ -135,14 +135,14 @@ fn scheduler_perf() -> Result {
 }
 
 fn dgx_topology_aware(mode: PlacementMode) -> Result {
-    let inventory_of = tessera_topology::MockSource::new("dgx-h100")
-        .and_then(|s| tessera_topology::DeviceSource::inventory(&s))
+    let inventory_of = tessera_gpu_inventory::MockSource::new("dgx-h100")
+        .and_then(|s| tessera_gpu_inventory::DeviceSource::inventory(&s))
         .expect("shipped topology");
     let slices: Vec<ResourceSlice> = (0..128)
         .flat_map(|n| {
-            tessera_topology::render_slices(
+            tessera_gpu_inventory::render_slices(
                 &inventory_of,
-                &tessera_topology::RenderOptions::new(format!("dgx-{n:03}")),
+                &tessera_gpu_inventory::RenderOptions::new(format!("dgx-{n:03}")),
             )
             .expect("renders")
         })
@@ -180,15 +180,15 @@ fn sizes(count: usize) -> Vec<i64> {
 
 fn dgx_5000(reuse: bool) -> Result {
     const NODES: usize = 5000;
-    let inventory_of = tessera_topology::MockSource::new("dgx-h100")
-        .and_then(|s| tessera_topology::DeviceSource::inventory(&s))
+    let inventory_of = tessera_gpu_inventory::MockSource::new("dgx-h100")
+        .and_then(|s| tessera_gpu_inventory::DeviceSource::inventory(&s))
         .expect("shipped topology");
     let name = |n: usize| format!("dgx-{n:04}");
     let slices: Vec<ResourceSlice> = (0..NODES)
         .flat_map(|n| {
-            tessera_topology::render_slices(
+            tessera_gpu_inventory::render_slices(
                 &inventory_of,
-                &tessera_topology::RenderOptions::new(name(n)),
+                &tessera_gpu_inventory::RenderOptions::new(name(n)),
             )
             .expect("renders")
         })

@@ -1,10 +1,10 @@
 //! What this build is: the release, the git commit, the compiler and the target, for
 //! `--version`, `tessera version` and the `tessera_build_info` metric (registered by
-//! `tessera_runtime::build`). `build.rs` records the commit and the compiler.
+//! `tessera_process::build`). `build.rs` records the commit and the compiler.
 //!
 //! A crate of its own, with no dependencies: its build script reruns whenever HEAD moves (a
 //! commit, a rebase, a checkout), and only the crates that report the build are rebuilt then
-//! (`tessera-runtime` and the packages of the binaries: node, controller, cli), never the crates
+//! (`tessera-process` and the packages of the binaries: node, controller, cli), never the crates
 //! below them. Cargo's dependencies are per package, so a package whose binary reports the
 //! commit recompiles its library too.
 

@@ -8,10 +8,10 @@ use anyhow::Context;
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 use tessera_api::names::attr;
 use tessera_api::shares::ConsumableShares;
-use tessera_topology::nvml::{NvmlSource, Sysfs};
-use tessera_topology::{
+use tessera_gpu_inventory::{
     DeviceSource, MockSource, RenderOptions, ServerVersion, render_slices, shipped_topology_names,
 };
+use tessera_nvml::{NvmlSource, Sysfs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {

@@ -24,7 +24,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 #[command(
     name = "tessera",
     version,
-    long_version = tessera_runtime::build::LONG_VERSION,
+    long_version = tessera_process::build::LONG_VERSION,
     about = "Tessera: a DRA driver for NVIDIA GPUs"
 )]
 struct Args {
@@ -80,7 +80,7 @@ struct VersionArgs {
 }
 
 fn version(args: &VersionArgs, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
-    use tessera_runtime::build::{GIT_COMMIT, RUSTC, TARGET, VERSION};
+    use tessera_process::build::{GIT_COMMIT, RUSTC, TARGET, VERSION};
     match args.output.format {
         output::OutputFormat::Text => writeln!(
             out,

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use tessera_allocator::{AllocateOptions, Allocation, DeviceId, Inventory, Outcome, PlacementMode};
 use tessera_api::names::{GPU_DEVICE_CLASS, attr};
 use tessera_api::shares::ConsumableShares;
+use tessera_gpu_inventory::{DeviceSource, MockSource, RenderOptions, render_slices};
 use tessera_placement::synthetic;
-use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
 
 mod gangs;
 mod live;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use tessera_topology::{DeviceSource, MockSource};
+use tessera_gpu_inventory::{DeviceSource, MockSource};
 
 fn tessera(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tessera"))
@@ -230,7 +230,7 @@ fn unknown_topology_lists_the_shipped_ones() {
 fn malformed_topology_file_names_file_line_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("node.yaml");
-    let yaml = tessera_topology::mock::shipped_topology("pcie-l40s")
+    let yaml = tessera_gpu_inventory::mock::shipped_topology("pcie-l40s")
         .unwrap()
         .replacen("multiprocessors: 142", "multiprocessors: many", 1);
     std::fs::write(&path, yaml).unwrap();

@@ -10,7 +10,7 @@
 //! `controller-placement.md` under Cargo's benchmark temporary directory (the path is printed).
 //!
 //! The cluster: `TESSERA_BENCH_NODES` (default 1,000) nodes labelled topology-managed, each with
-//! the ResourceSlices `tessera_topology::render_slices` publishes for a dgx-h100 (8 GPUs, one
+//! the ResourceSlices `tessera_gpu_inventory::render_slices` publishes for a dgx-h100 (8 GPUs, one
 //! NVLink island, two NUMA nodes), the shipped DeviceClasses, and three of every four nodes
 //! fragmented by claims allocated to running pods (1, 2 or 4 GPUs spread over both NUMA nodes).
 //!

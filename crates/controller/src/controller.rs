@@ -14,7 +14,7 @@ use tessera_placement::Settings;
 use tessera_placement::group::{DEFAULT_GROUP_BUDGET, DEFAULT_GROUP_HOLD, Hierarchy};
 
 use crate::group::WaitingGroups;
-use tessera_runtime::{Endpoints, Heartbeat, Liveness, Probe};
+use tessera_process::{Endpoints, Heartbeat, Liveness, Probe};
 use tokio::sync::watch;
 
 use crate::api::ApiWriter;

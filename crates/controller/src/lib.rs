@@ -15,7 +15,7 @@
 //!   here: [`queue`], [`trim`], [`slices`] (the encoded slice cache);
 //! - IO: [`watch`], [`cluster`], [`api`], [`worker`] (and [`group`]: gangs), [`events`] (published off
 //!   the worker's path), [`leader`], [`controller`]; the HTTP endpoints, client,
-//!   logging and signals are `tessera-runtime`'s.
+//!   logging and signals are `tessera-process`'s.
 
 pub mod api;
 pub mod cluster;

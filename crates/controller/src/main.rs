@@ -9,7 +9,7 @@ use clap::{ArgAction, Parser};
 use tessera_api::names::TOPOLOGY_AWARE_GATE;
 use tessera_controller::{Controller, ControllerConfig, LeaseConfig, Metrics};
 use tessera_placement::group::{DEFAULT_GROUP_BUDGET, Hierarchy};
-use tessera_runtime::{
+use tessera_process::{
     COMMON_RENAMED, ClientArgs, EndpointServer, LogArgs, Renamed, Stop, parse_duration,
 };
 
@@ -32,7 +32,7 @@ const DEFAULT_TOPOLOGY_LEVELS: &str =
 #[command(
     name = "tessera-controller",
     version,
-    long_version = tessera_runtime::build::LONG_VERSION,
+    long_version = tessera_process::build::LONG_VERSION,
     max_term_width = 100,
     after_help = "Every flag can also be set by its environment variable (shown with each flag); \
                   POD_NAME, POD_NAMESPACE and KUBECONFIG are read as Kubernetes' conventions."
@@ -124,7 +124,7 @@ fn identity(args: &Args) -> String {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let (args, notices) = tessera_runtime::env::parse::<Args>(&renamed());
+    let (args, notices) = tessera_process::env::parse::<Args>(&renamed());
     args.log.init();
     for notice in &notices {
         notice.log();
@@ -136,7 +136,7 @@ async fn main() -> anyhow::Result<()> {
             args.lease_duration
         );
     }
-    let client = tessera_runtime::kube_client(args.client.kubeconfig.as_deref()).await?;
+    let client = tessera_process::kube_client(args.client.kubeconfig.as_deref()).await?;
     let identity = identity(&args);
     let mut config = ControllerConfig::new(&args.gate_name);
     config.avoid_for = args.avoid_node_for;
@@ -166,7 +166,7 @@ async fn main() -> anyhow::Result<()> {
         leader_elect = args.leader_elect, "tessera-controller starting");
     let stop = Stop::new();
     let http = tokio::spawn(endpoints.serve(stop.clone().cancelled_owned()));
-    controller.run(tessera_runtime::termination()).await;
+    controller.run(tessera_process::termination()).await;
     stop.cancel();
     http.await
         .context("the metrics server task failed")?
@@ -208,8 +208,8 @@ mod tests {
     #[test]
     fn every_variable_is_prefixed_and_pod_name_still_names_the_replica() {
         use clap::CommandFactory;
-        tessera_runtime::env::check_table(&Args::command(), &renamed()).unwrap();
-        let (argv, notices) = tessera_runtime::env::apply_renamed(
+        tessera_process::env::check_table(&Args::command(), &renamed()).unwrap();
+        let (argv, notices) = tessera_process::env::apply_renamed(
             &Args::command(),
             &renamed(),
             |name| match name {
@@ -221,10 +221,10 @@ mod tests {
         );
         let args = Args::try_parse_from(argv).unwrap();
         assert_eq!(args.identity.as_deref(), Some("controller-0"));
-        assert_eq!(args.log.log_format, tessera_runtime::LogFormat::Json);
+        assert_eq!(args.log.log_format, tessera_process::LogFormat::Json);
         assert_eq!(
             notices,
-            vec![tessera_runtime::Notice::Deprecated {
+            vec![tessera_process::Notice::Deprecated {
                 old: "LOG_FORMAT",
                 new: "TESSERA_LOG_FORMAT"
             }]

@@ -60,7 +60,7 @@ impl Metrics {
         // The build info at the root (`tessera_build_info`, the same name in both servers), the
         // controller's own metrics under `tessera_controller_`.
         let mut root = Registry::default();
-        tessera_runtime::build::register(&mut root);
+        tessera_process::build::register(&mut root);
         let metrics = Metrics {
             pods_placed: Counter::default(),
             claims_allocated: Counter::default(),
@@ -158,14 +158,14 @@ impl Metrics {
 
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
-        tessera_runtime::MetricsText::encode(&self.registry)
+        tessera_process::MetricsText::encode(&self.registry)
             .expect("writing to a String cannot fail")
     }
 }
 
-impl tessera_runtime::MetricsText for Metrics {
+impl tessera_process::MetricsText for Metrics {
     fn encode(&self) -> Result<String, std::fmt::Error> {
-        tessera_runtime::MetricsText::encode(&self.registry)
+        tessera_process::MetricsText::encode(&self.registry)
     }
 }
 
@@ -186,8 +186,8 @@ mod tests {
         );
         let build = format!(
             "tessera_build_info{{version=\"{}\",git_commit=\"{}\"",
-            tessera_runtime::build::VERSION,
-            tessera_runtime::build::GIT_COMMIT
+            tessera_process::build::VERSION,
+            tessera_process::build::GIT_COMMIT
         );
         assert!(text.contains(&build), "{build} missing from\n{text}");
         assert!(

@@ -16,6 +16,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use support::*;
 use tessera_allocator::{AllocatedState, Inventory};
 use tessera_api::names::{GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION, RACK_LABEL};
+use tessera_gpu_inventory::render::ServerVersion;
+use tessera_gpu_inventory::{DeviceSource, MockSource, RenderOptions, render_slices};
 use tessera_placement::group::{
     GroupDecision, GroupError, GroupInput, GroupKey, GroupOutcome, GroupSettings, GroupSource,
     Hierarchy, Member, Waiting, decide_group, fits_when_free, group_key, held_back_by,
@@ -25,8 +27,6 @@ use tessera_placement::nodes::NodeFacts;
 use tessera_placement::planner::Action;
 use tessera_placement::resolve::{PodClaim, Resolution, resolve_claims};
 use tessera_placement::view::{DeviceView, PodContext, Settings};
-use tessera_topology::render::ServerVersion;
-use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
 
 /// The slices of a GB200 compute tray (4 GPUs, one NVLink island) in fabric clique `clique`.
 fn gb200_slices(node: &str, clique: u32) -> Vec<ResourceSlice> {

@@ -455,7 +455,9 @@ fn memory_claim(name: &str, memory: &str, share: Option<(&str, &str)>) -> Resour
 /// own shareID and consumed memory, and nothing is allocated beyond a device's memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_shared_devices_the_controller_allocates_shares_within_capacity() {
-    use tessera_topology::{DeviceSource, MockSource, RenderOptions, ServerVersion, render_slices};
+    use tessera_gpu_inventory::{
+        DeviceSource, MockSource, RenderOptions, ServerVersion, render_slices,
+    };
     let api = tessera_fake_apiserver::FakeApiServer::new();
     for class in shipped_classes() {
         api.seed(&class);

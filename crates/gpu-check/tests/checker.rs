@@ -10,8 +10,8 @@ use std::process::{Command, ExitCode, Stdio};
 
 use serde_json::Value;
 use tessera_fake_driver::layout::{self, Artifacts, Layout, NodeKind};
+use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
 use tessera_test_support::{harness, needed_libraries, running_as_root};
-use tessera_topology::{DeviceSource, Inventory, MockSource};
 
 const CHECKER: &str = env!("CARGO_BIN_EXE_tessera-gpu-check");
 const NODE: &str = "checker-node";

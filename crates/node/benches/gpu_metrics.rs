@@ -17,9 +17,9 @@ use std::path::PathBuf;
 
 use criterion::{BenchmarkId, Criterion, criterion_group};
 use prometheus_client::registry::Registry;
+use tessera_gpu_inventory::{DeviceSource, MockSource};
 use tessera_node::gpu_metrics::{GpuMetrics, Holder, PodRef, series};
-use tessera_topology::nvml::{GpuTelemetry, NvmlSource};
-use tessera_topology::{DeviceSource, MockSource};
+use tessera_nvml::{GpuTelemetry, NvmlSource};
 
 /// The fake NVML library cargo built next to this bench (a dev-dependency).
 fn fake_nvml_library() -> PathBuf {

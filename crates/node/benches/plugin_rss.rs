@@ -23,8 +23,8 @@ use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 use tessera_api::DRIVER_NAME;
 use tessera_fake_apiserver::FakeApiServer;
-use tessera_kubelet::ClaimRef;
-use tessera_kubelet::simulator::KubeletSimulator;
+use tessera_kubelet_grpc::ClaimRef;
+use tessera_kubelet_grpc::simulator::KubeletSimulator;
 
 const NODE: &str = "node-a";
 const SETTLE: Duration = Duration::from_secs(3);

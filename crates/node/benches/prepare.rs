@@ -23,15 +23,15 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::{Value, json};
 use tessera_api::DRIVER_NAME;
 use tessera_fake_apiserver::FakeApiServer;
-use tessera_kubelet::simulator::KubeletSimulator;
-use tessera_kubelet::{ClaimRef, PluginConfig};
+use tessera_gpu_inventory::{DeviceSource, MockSource};
+use tessera_kubelet_grpc::simulator::KubeletSimulator;
+use tessera_kubelet_grpc::{ClaimRef, PluginConfig};
 use tessera_node::claims::KubeClaimSource;
 use tessera_node::inventory::NodeInventory;
 use tessera_node::mig::SimulatedMig;
 use tessera_node::plan::MigMode;
 use tessera_node::sharing::SimulatedGpuControl;
 use tessera_node::{DriverParts, NodeDriver, NodeDriverConfig};
-use tessera_topology::{DeviceSource, MockSource};
 
 const NODE: &str = "node-a";
 

@@ -17,11 +17,11 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::ObjectMeta;
 use prometheus_client::registry::Registry;
 use tessera_fake_apiserver::FakeApiServer;
+use tessera_gpu_inventory::{DeviceSource, MockSource};
 use tessera_node::health::HealthFindings;
 use tessera_node::metrics::NodeMetrics;
 use tessera_node::publish::{NodeFacts, PublishInput, Publisher, PublisherConfig};
-use tessera_topology::nvml::{HealthEvent, HealthEventKind};
-use tessera_topology::{DeviceSource, MockSource};
+use tessera_nvml::{HealthEvent, HealthEventKind};
 
 const CASES: &[(&str, &str, bool)] = &[
     ("dgx-h100", "8 devices", false),

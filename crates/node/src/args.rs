@@ -1,6 +1,6 @@
 //! Command-line flags of `tessera-kubelet-plugin`. Every flag has an environment variable,
 //! `TESSERA_<FLAG>`; [`renamed`] lists the names older releases read, still accepted
-//! (`tessera_runtime::env`).
+//! (`tessera_process::env`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,13 +11,13 @@ use clap::{Args as ClapArgs, Parser, ValueEnum};
 use tessera_api::DRIVER_NAME;
 use tessera_api::shares::ConsumableShares;
 use tessera_driver_root::edits::HOOK_BINARY;
-use tessera_kubelet::{DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR};
+use tessera_kubelet_grpc::{DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR};
 use tessera_node::gpu_metrics::idle::IdleSettings;
 use tessera_node::gpu_metrics::monitor::GpuMonitorSettings;
 use tessera_node::health::monitor::HealthSettings;
 use tessera_node::injection::{self, DriverRootConfig, HookInstall};
 use tessera_node::{DeviceBackend as Backend, MpsPodSettings, NodePluginConfig};
-use tessera_runtime::{COMMON_RENAMED, ClientArgs, LogArgs, Renamed, parse_duration};
+use tessera_process::{COMMON_RENAMED, ClientArgs, LogArgs, Renamed, parse_duration};
 
 /// The downward API's `NODE_NAME` and `POD_NAMESPACE`, accepted without a warning (they are
 /// Kubernetes' convention), and the old names that are not simply prefixed.
@@ -29,7 +29,7 @@ const RENAMED: [Renamed; 4] = [
 ];
 
 /// The other names older releases read, each now with the `TESSERA_` prefix.
-const PREFIXED: [Renamed; 20] = tessera_runtime::deprecated_bare_names![
+const PREFIXED: [Renamed; 20] = tessera_process::deprecated_bare_names![
     "KUBELET_REGISTRAR_DIRECTORY_PATH",
     "KUBELET_PLUGINS_DIRECTORY_PATH",
     "CDI_ROOT",
@@ -72,7 +72,7 @@ pub const DEFAULT_METRICS_ADDRESS: &str = "0.0.0.0:8081";
 #[command(
     name = "tessera-kubelet-plugin",
     version,
-    long_version = tessera_runtime::build::LONG_VERSION,
+    long_version = tessera_process::build::LONG_VERSION,
     max_term_width = 100,
     after_help = "Every flag can also be set by its environment variable (shown with each flag). \
                   Names older releases read (TOPOLOGY, STATE_DIR, LOG_FORMAT, ...) still work \
@@ -377,14 +377,14 @@ mod tests {
 
     #[test]
     fn every_variable_is_prefixed_and_every_old_name_reaches_its_flag() {
-        tessera_runtime::env::check_table(&Args::command(), &renamed()).unwrap();
+        tessera_process::env::check_table(&Args::command(), &renamed()).unwrap();
     }
 
     #[test]
     fn old_variable_names_still_work_and_warn() {
         use std::ffi::OsString;
 
-        use tessera_runtime::Notice;
+        use tessera_process::Notice;
 
         let env: std::collections::BTreeMap<&str, &str> = [
             ("NODE_NAME", "gpu-1"),
@@ -394,7 +394,7 @@ mod tests {
             ("DYNAMIC_MIG", "1"),
         ]
         .into();
-        let (argv, notices) = tessera_runtime::env::apply_renamed(
+        let (argv, notices) = tessera_process::env::apply_renamed(
             &Args::command(),
             &renamed(),
             |name| env.get(name).map(OsString::from),
@@ -404,7 +404,7 @@ mod tests {
         assert_eq!(args.node_name, "gpu-1");
         assert_eq!(args.devices.topology.as_deref(), Some("pcie-l40s"));
         assert_eq!(args.state_dir, PathBuf::from("/old/state"));
-        assert_eq!(args.log.log_format, tessera_runtime::LogFormat::Json);
+        assert_eq!(args.log.log_format, tessera_process::LogFormat::Json);
         assert!(args.dynamic_mig);
         let mut warned: Vec<&str> = notices
             .iter()

@@ -34,7 +34,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 use tessera_api::DRIVER_NAME;
 use tessera_api::checkpoint::{ClaimRecord, DeviceTarget};
-use tessera_runtime::Stop;
+use tessera_process::Stop;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -21,7 +21,7 @@ use tessera_driver_root::devices::CONTROL_NODES;
 use tessera_driver_root::discover::{self, DiscoveryError, DriverFiles};
 use tessera_driver_root::edits::{self, HOOK_BINARY, Injection};
 use tessera_driver_root::tree::HostTree;
-use tessera_topology::nvml::DEFAULT_LIBRARY as NVML_LIBRARY;
+use tessera_nvml::DEFAULT_LIBRARY as NVML_LIBRARY;
 
 /// What claim specs inject besides each device's own nodes and environment.
 #[derive(Debug, Clone, PartialEq, Eq)]

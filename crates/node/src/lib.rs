@@ -1,6 +1,6 @@
 //! The Tessera node driver: prepare/unprepare, checkpoint, sharing, MIG, health, slice publisher.
 //!
-//! Claim preparation is [`NodeDriver`] (a [`tessera_kubelet::DraDriver`]); how prepare is
+//! Claim preparation is [`NodeDriver`] (a [`tessera_kubelet_grpc::DraDriver`]); how prepare is
 //! ordered and why a crash at any point converges is documented in [`driver`]. Its pure core is
 //! [`plan`] (claim → devices and configs) and [`cdi_spec`] (prepared claim → CDI spec); its side
 //! effects go through [`sharing::GpuControl`], [`mig::MigControl`] and the [`checkpoint`].
@@ -16,7 +16,7 @@
 //! # use tessera_node::{claims::KubeClaimSource, mig::SimulatedMig, plan::MigMode};
 //! # use tessera_node::sharing::{SimulatedGpuControl, SystemGpuControl};
 //! # use tessera_node::inventory::NodeInventory;
-//! # use tessera_topology::{DeviceSource, MockSource, nvml::NvmlSource};
+//! # use tessera_gpu_inventory::{DeviceSource, MockSource}; use tessera_nvml::NvmlSource;
 //! # async fn wire(client: kube::Client, dynamic_mig: bool) -> Result<(), Box<dyn std::error::Error>> {
 //! let state_dir = std::path::PathBuf::from("/var/lib/tessera");
 //! let config = NodeDriverConfig::new("node-a", "/var/run/cdi", &state_dir)

@@ -10,7 +10,7 @@ use tessera_node::NodePlugin;
 use crate::args::Args;
 
 fn main() -> ExitCode {
-    let (args, notices) = tessera_runtime::env::parse::<Args>(&args::renamed());
+    let (args, notices) = tessera_process::env::parse::<Args>(&args::renamed());
     args.log.init();
     for notice in &notices {
         notice.log();
@@ -37,9 +37,9 @@ fn main() -> ExitCode {
 async fn run(args: Args) -> anyhow::Result<()> {
     let config = args.plugin_config()?;
     let clients =
-        tessera_runtime::kube_clients(args.client.kubeconfig.as_deref(), args.api_timeout).await?;
+        tessera_process::kube_clients(args.client.kubeconfig.as_deref(), args.api_timeout).await?;
     let plugin = NodePlugin::start(config, clients).await?;
-    plugin.run(tessera_runtime::termination()).await?;
+    plugin.run(tessera_process::termination()).await?;
     tracing::info!("tessera-kubelet-plugin stopped");
     Ok(())
 }

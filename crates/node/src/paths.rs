@@ -24,7 +24,7 @@ pub fn create_dir(dir: &Path, mode: u32) -> io::Result<()> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "`{}` cannot name an entry of {}: {reason}",
-    tessera_kubelet::bounded(name, 64),
+    tessera_kubelet_grpc::bounded(name, 64),
     dir.display()
 )]
 pub struct UnsafeName {

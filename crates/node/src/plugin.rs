@@ -6,7 +6,7 @@
 //! loop and the watch of this node's Node object ([`crate::publish`]), the health monitor when
 //! there is NVML ([`crate::health`]), the GPU monitor (per-device metrics and idle claims,
 //! [`crate::gpu_metrics`]) when there is NVML — the backend's, or on a mock node a fake driver
-//! root's — and the HTTP endpoints (`tessera-runtime`).
+//! root's — and the HTTP endpoints (`tessera-process`).
 //!
 //! Shutdown order, once the `shutdown` future given to [`NodePlugin::run`] completes:
 //! 1. the registration socket goes (the kubelet deregisters the plugin), the DRA socket stops
@@ -27,12 +27,12 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tessera_api::DRIVER_NAME;
 use tessera_api::shares::ConsumableShares;
-use tessera_kubelet::{KubeletPlugin, PluginConfig, ServeError};
-use tessera_runtime::{
+use tessera_gpu_inventory::{DeviceSource, MockSource, SourceError};
+use tessera_kubelet_grpc::{KubeletPlugin, PluginConfig, ServeError};
+use tessera_nvml::{HealthEvents, NvmlError, NvmlSource, Sysfs};
+use tessera_process::{
     Clients, EndpointError, EndpointServer, Endpoints, Heartbeat, Liveness, Stop, StopOnDrop,
 };
-use tessera_topology::nvml::{HealthEvents, NvmlError, NvmlSource, Sysfs};
-use tessera_topology::{DeviceSource, MockSource, SourceError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -103,7 +103,7 @@ pub struct NodePluginConfig {
     /// Address of `/metrics`, `/healthz` and `/readyz`; `None` turns them off.
     pub metrics_address: Option<SocketAddr>,
     /// How long one claim read may take (the clients bound other API requests themselves:
-    /// [`tessera_runtime::kube_clients`]).
+    /// [`tessera_process::kube_clients`]).
     pub api_timeout: Duration,
     /// How long in-flight kubelet calls may run after the shutdown signal.
     pub shutdown_grace: Duration,
@@ -190,7 +190,7 @@ impl NodePlugin {
         let config = with_nvml_library(config, nvml_library)?;
         let devices = Devices::open(&config, &clients.requests, tools.as_ref())?;
         let mut registry = Registry::default();
-        tessera_runtime::build::register(&mut registry);
+        tessera_process::build::register(&mut registry);
         let metrics = NodeMetrics::new(&mut registry);
         let gpu_metrics = GpuMetrics::new(&mut registry);
         let (kubelet_health, kubelet_health_feed) = watch::channel(Vec::new());
@@ -303,7 +303,7 @@ impl Background {
         &mut self,
         shared: &Shared<'_>,
         kubelet: &KubeletPlugin<ServedDriver>,
-        kubelet_health: watch::Sender<Vec<tessera_kubelet::DeviceHealth>>,
+        kubelet_health: watch::Sender<Vec<tessera_kubelet_grpc::DeviceHealth>>,
         published: watch::Sender<bool>,
     ) {
         let config = shared.config;

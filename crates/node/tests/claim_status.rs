@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
-use tessera_kubelet::DraDriver;
+use tessera_kubelet_grpc::DraDriver;
 use tessera_node::claim_status::{ClaimKey, ClaimStatusSink, RecordedStatus, StatusWriter};
 use tessera_node::plan::MigMode;
-use tessera_runtime::Stop;
+use tessera_process::Stop;
 
 use support::harness::{Harness, allocated_claim, uid_of};
 
@@ -87,7 +87,7 @@ async fn mig_devices_report_the_mig_uuid_and_profile() {
             let state = g.mig.as_ref()?;
             let instance = state.instances.first()?;
             let profile = state.profiles.iter().find(|p| p.name == instance.profile)?;
-            let label = tessera_topology::profile_label(&profile.name);
+            let label = tessera_gpu_inventory::profile_label(&profile.name);
             Some((
                 format!("gpu-{}-mig-{label}-{}", g.minor, instance.placement_start),
                 instance.uuid.clone(),

@@ -21,10 +21,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tessera_kubelet::simulator::KubeletSimulator;
-use tessera_kubelet::{ClaimRef, PreparedDevice};
+use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_kubelet_grpc::simulator::KubeletSimulator;
+use tessera_kubelet_grpc::{ClaimRef, PreparedDevice};
 use tessera_test_support::SplitMix64;
-use tessera_topology::{DeviceSource, Inventory, MockSource};
 
 use support::harness::{allocated_claim, claim_config, uid_of};
 use support::node_state::{check_node_state, spec_uids};

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tessera_fake_apiserver::FakeApiServer;
-use tessera_kubelet::ClaimRef;
-use tessera_kubelet::simulator::KubeletSimulator;
+use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_kubelet_grpc::ClaimRef;
+use tessera_kubelet_grpc::simulator::KubeletSimulator;
 use tessera_node::crash::{CRASH_AT, CRASH_EXIT_CODE};
-use tessera_topology::{DeviceSource, Inventory, MockSource};
 
 use support::harness::{allocated_claim, claim_config, uid_of};
 use support::node_state::check_node_state;
@@ -209,7 +209,7 @@ fn uids(claims: &[ClaimRef]) -> BTreeSet<String> {
 }
 
 fn all_ok<T, E: std::fmt::Debug>(
-    answers: &BTreeMap<tessera_kubelet::ClaimUid, Result<T, E>>,
+    answers: &BTreeMap<tessera_kubelet_grpc::ClaimUid, Result<T, E>>,
     what: &str,
 ) {
     for (uid, answer) in answers {

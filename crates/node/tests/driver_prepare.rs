@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 use tessera_api::checkpoint::ClaimState;
 use tessera_api::config::TimeSliceInterval;
-use tessera_kubelet::{ClaimRef, DraDriver};
+use tessera_kubelet_grpc::{ClaimRef, DraDriver};
 use tessera_node::plan::MigMode;
 use tessera_node::sharing::{GpuCall, GpuOperation};
 
@@ -73,7 +73,7 @@ async fn whole_gpus_are_prepared_once_and_unprepared() {
             .map_err(|e| e.to_string()),
         Ok(())
     );
-    let stranger = tessera_kubelet::ClaimRef::new("ml", "never", uid_of("never"));
+    let stranger = tessera_kubelet_grpc::ClaimRef::new("ml", "never", uid_of("never"));
     assert_eq!(
         driver.unprepare(vec![stranger.clone()]).await[&stranger.uid]
             .clone()
@@ -100,10 +100,11 @@ async fn bad_claims_fail_alone_with_a_message_naming_them() {
     let mut not_allocated = support::harness::allocated_claim("unallocated", &[], vec![]);
     not_allocated.status = None;
     h.claims.put(not_allocated);
-    let unallocated = tessera_kubelet::ClaimRef::new("ml", "unallocated", uid_of("unallocated"));
+    let unallocated =
+        tessera_kubelet_grpc::ClaimRef::new("ml", "unallocated", uid_of("unallocated"));
     let wrong_uid =
-        tessera_kubelet::ClaimRef::new("ml", "good", "00000000-0000-4000-8000-00000000beef");
-    let missing = tessera_kubelet::ClaimRef::new("ml", "missing", uid_of("missing"));
+        tessera_kubelet_grpc::ClaimRef::new("ml", "good", "00000000-0000-4000-8000-00000000beef");
+    let missing = tessera_kubelet_grpc::ClaimRef::new("ml", "missing", uid_of("missing"));
 
     let results = driver
         .prepare(vec![
@@ -632,7 +633,7 @@ async fn a_claim_uid_never_names_a_path_outside_the_state_directory() {
     );
     object.metadata.uid = Some(uid.to_owned());
     h.claims.put(object);
-    let claim = tessera_kubelet::ClaimRef::new("ml", "evil", uid);
+    let claim = tessera_kubelet_grpc::ClaimRef::new("ml", "evil", uid);
 
     let answer = driver.prepare(vec![claim.clone()]).await[&claim.uid].clone();
     let unprepared = driver.unprepare(vec![claim.clone()]).await[&claim.uid].clone();

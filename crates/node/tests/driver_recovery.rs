@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tessera_api::checkpoint::{ClaimState, DeviceTarget};
-use tessera_kubelet::DraDriver;
+use tessera_kubelet_grpc::DraDriver;
 use tessera_node::NodeDriver;
 use tessera_node::checkpoint::{LoadOutcome, quarantined_files};
 use tessera_node::mig::MigControl;
@@ -18,7 +18,7 @@ use support::harness::{Harness, claim_config, env_of};
 
 /// A claim with a dynamic MIG device, MPS and a whole GPU with a time slice: every kind of
 /// side effect.
-fn busy_claim(h: &Harness, name: &str) -> tessera_kubelet::ClaimRef {
+fn busy_claim(h: &Harness, name: &str) -> tessera_kubelet_grpc::ClaimRef {
     h.claim(
         name,
         &[("gpu", "gpu-6"), ("mig", "gpu-1-mig-1g-10gb-3")],
@@ -55,7 +55,7 @@ fn assert_nothing_left(h: &Harness) {
 /// instances it recorded when `forget_instances`, as before the final write).
 async fn crashed_at(
     h: &Harness,
-    claim: &tessera_kubelet::ClaimRef,
+    claim: &tessera_kubelet_grpc::ClaimRef,
     state: ClaimState,
     forget_instances: bool,
 ) {

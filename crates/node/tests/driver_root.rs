@@ -1,4 +1,4 @@
-//! `tessera-kubelet-plugin` with a driver root — a fake one (crates/fake-driver), laid out like a
+//! `tessera-kubelet-plugin` with a driver root — a fake one (testing/fake-driver), laid out like a
 //! real install — as a process against the API-server fake and the kubelet simulator:
 //!
 //! - a prepared claim's CDI spec injects the driver's libraries under every name, its binaries
@@ -28,9 +28,9 @@ use support::harness::{allocated_claim, claim_config};
 use support::process::*;
 use tessera_fake_apiserver::FakeApiServer;
 use tessera_fake_driver::layout::{self, Artifacts, Layout, NodeKind};
-use tessera_kubelet::ClaimRef;
+use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_kubelet_grpc::ClaimRef;
 use tessera_test_support::harness;
-use tessera_topology::{DeviceSource, Inventory, MockSource};
 
 const TOPOLOGY: &str = "dgx-h100";
 
@@ -97,7 +97,7 @@ impl FakeDriver {
         String::from_utf8(output.stdout).unwrap()
     }
 
-    fn gpu(&self, device: &str) -> &tessera_topology::Gpu {
+    fn gpu(&self, device: &str) -> &tessera_gpu_inventory::Gpu {
         let minor: u32 = device.trim_start_matches("gpu-").parse().unwrap();
         self.inventory
             .gpus

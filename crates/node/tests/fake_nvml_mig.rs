@@ -12,13 +12,13 @@ use serde_json::json;
 use tessera_api::DRIVER_NAME;
 use tessera_fake_apiserver::FakeApiServer;
 use tessera_fake_nvml::{LIBRARY_FILE_NAME, TOPOLOGY_ENV};
-use tessera_kubelet::simulator::KubeletSimulator;
-use tessera_kubelet::{ClaimRef, PluginConfig};
+use tessera_kubelet_grpc::simulator::KubeletSimulator;
+use tessera_kubelet_grpc::{ClaimRef, PluginConfig};
 use tessera_node::claims::KubeClaimSource;
 use tessera_node::mig::MigCapMinors;
 use tessera_node::plan::MigMode;
 use tessera_node::{DriverParts, NodeDriver};
-use tessera_topology::nvml::NvmlSource;
+use tessera_nvml::NvmlSource;
 
 use support::harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
 
@@ -168,7 +168,7 @@ async fn child() {
     assert!(report.destroyed_mig.is_empty(), "{report:?}");
     assert_eq!(nvml.mig_devices(&gpu).unwrap(), created);
 
-    use tessera_kubelet::DraDriver;
+    use tessera_kubelet_grpc::DraDriver;
     driver.unprepare(vec![claim.clone()]).await[&claim.uid]
         .clone()
         .unwrap();

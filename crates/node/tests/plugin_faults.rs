@@ -7,8 +7,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
-use tessera_kubelet::ClaimRef;
-use tessera_kubelet::simulator::KubeletSimulator;
+use tessera_kubelet_grpc::ClaimRef;
+use tessera_kubelet_grpc::simulator::KubeletSimulator;
 
 use support::harness::{allocated_claim, uid_of};
 use support::process::*;
@@ -335,7 +335,7 @@ async fn a_huge_config_value_is_not_echoed_whole() {
         .expect("the reply fits the kubelet's 4 MiB limit");
     let error = answer[&claim.uid].clone().unwrap_err();
     assert!(
-        error.len() <= tessera_kubelet::MAX_CLAIM_ERROR_BYTES,
+        error.len() <= tessera_kubelet_grpc::MAX_CLAIM_ERROR_BYTES,
         "{} bytes",
         error.len()
     );
@@ -407,7 +407,7 @@ async fn files_directories_and_sockets_get_their_modes_whatever_the_umask() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_copied_from_another_node_is_quarantined_not_used() {
     use tessera_api::checkpoint::{self, ClaimRecord, ClaimState, DeviceRecord, DeviceTarget};
-    use tessera_topology::{DeviceSource, MockSource};
+    use tessera_gpu_inventory::{DeviceSource, MockSource};
 
     let (_server, http, _) = api_server_with_node().await;
     // Node B's checkpoint, in today's format and in the version 1 format (no node recorded).

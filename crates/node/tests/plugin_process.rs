@@ -16,9 +16,9 @@ use kube::ResourceExt;
 use kube::api::ObjectMeta;
 use support::process::*;
 use tessera_fake_apiserver::FakeApiServer;
-use tessera_kubelet::simulator::KubeletSimulator;
-use tessera_kubelet::{ClaimRef, HealthStatus, PreparedDevice};
-use tessera_topology::{DeviceSource, Inventory, MockSource};
+use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_kubelet_grpc::simulator::KubeletSimulator;
+use tessera_kubelet_grpc::{ClaimRef, HealthStatus, PreparedDevice};
 
 const WAIT: Duration = Duration::from_secs(30);
 

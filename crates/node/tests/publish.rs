@@ -12,7 +12,8 @@ use kube::ResourceExt;
 use kube::api::ObjectMeta;
 use prometheus_client::registry::Registry;
 use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
-use tessera_kubelet::{HealthStatus, RegistrationState};
+use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_kubelet_grpc::{HealthStatus, RegistrationState};
 use tessera_node::health::{HealthFindings, SharedFindings};
 use tessera_node::inventory::NodeInventory;
 use tessera_node::metrics::NodeMetrics;
@@ -20,9 +21,8 @@ use tessera_node::publish::runner::PublishLoop;
 use tessera_node::publish::{
     MANAGED_MODE_REFUSED_REASON, NodeFacts, PublishInput, Publisher, PublisherConfig, watch_node,
 };
-use tessera_runtime::Heartbeat;
-use tessera_topology::nvml::{HealthEvent, HealthEventKind};
-use tessera_topology::{DeviceSource, Inventory, MockSource};
+use tessera_nvml::{HealthEvent, HealthEventKind};
+use tessera_process::Heartbeat;
 use tokio::sync::watch;
 
 const NODE: &str = "node-a";
@@ -341,7 +341,7 @@ async fn health_findings_taint_their_devices_and_failures_are_errors() {
 
 /// A running publish loop and the channels it feeds.
 struct RunningLoop {
-    kubelet_health: watch::Receiver<Vec<tessera_kubelet::DeviceHealth>>,
+    kubelet_health: watch::Receiver<Vec<tessera_kubelet_grpc::DeviceHealth>>,
     published: watch::Receiver<bool>,
     registration: watch::Sender<RegistrationState>,
     findings: SharedFindings,
@@ -353,7 +353,7 @@ struct RunningLoop {
 
 fn start_loop(server: &FakeApiServer, source: Arc<dyn DeviceSource>) -> RunningLoop {
     // The watch runs until the test's runtime ends.
-    let (node, _node_task) = watch_node(server.client(), NODE, tessera_runtime::Stop::new());
+    let (node, _node_task) = watch_node(server.client(), NODE, tessera_process::Stop::new());
     let (kubelet_health_tx, kubelet_health) = watch::channel(Vec::new());
     let (published_tx, published) = watch::channel(false);
     let (registration, registration_rx) = watch::channel(RegistrationState::Pending);
@@ -521,7 +521,7 @@ impl ScriptedSource {
 }
 
 impl DeviceSource for ScriptedSource {
-    fn inventory(&self) -> Result<Inventory, tessera_topology::SourceError> {
+    fn inventory(&self) -> Result<Inventory, tessera_gpu_inventory::SourceError> {
         Ok(self.0.lock().unwrap().clone())
     }
 

@@ -1,6 +1,6 @@
 //! `tessera-kubelet-plugin` on an NVIDIA driver through its NVML backend, the way a container
 //! sees a claim: against a real GPU when one is named, and on every CI run against a fake driver
-//! root (crates/fake-driver) so the code path is exercised without one.
+//! root (testing/fake-driver) so the code path is exercised without one.
 //!
 //! The plugin runs its NVML backend against the driver (API server fake and kubelet simulator as
 //! in the other process tests). A claim's CDI spec is then applied to a root filesystem the way a
@@ -44,10 +44,10 @@ use support::harness::{allocated_claim, claim_config};
 use support::process::*;
 use tessera_fake_apiserver::FakeApiServer;
 use tessera_fake_driver::layout::{self, Artifacts, Layout, NodeKind};
-use tessera_kubelet::ClaimRef;
-use tessera_kubelet::simulator::KubeletSimulator;
+use tessera_gpu_inventory::{DeviceSource, MockSource};
+use tessera_kubelet_grpc::ClaimRef;
+use tessera_kubelet_grpc::simulator::KubeletSimulator;
 use tessera_test_support::{harness, needed_libraries, running_as_root};
-use tessera_topology::{DeviceSource, MockSource};
 
 const WAIT: Duration = Duration::from_secs(60);
 

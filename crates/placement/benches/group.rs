@@ -5,7 +5,7 @@
 //! cargo bench -p tessera-placement --bench group
 //! ```
 //!
-//! The cluster: 1,000 topology-managed dgx-h100 nodes rendered by crates/topology (8,000 GPUs), in
+//! The cluster: 1,000 topology-managed dgx-h100 nodes rendered by crates/gpu-inventory (8,000 GPUs), in
 //! racks of 16 nodes (`gpu.tessera.dev/rack`) and blocks of 8 racks (`gpu.tessera.dev/block`);
 //! every fourth node has 4 GPUs in use. Cases: one 64-pod gang of 8, 4 or 1 GPUs per pod, decided
 //! by `decide_group` with the controller's defaults (budget 4,096 pod decisions). Each case runs
@@ -25,6 +25,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tessera_allocator::{AllocatedState, Inventory};
 use tessera_api::names::{BLOCK_LABEL, GPU_DEVICE_CLASS, RACK_LABEL, TOPOLOGY_AWARE_GATE};
+use tessera_gpu_inventory::{DeviceSource, MockSource, RenderOptions, render_slices};
 use tessera_placement::claims::tolerating_managed_taint;
 use tessera_placement::group::{
     GroupInput, GroupKey, GroupOutcome, GroupSettings, GroupSource, Member, decide_group,
@@ -33,7 +34,6 @@ use tessera_placement::nodes::NodeFacts;
 use tessera_placement::resolve::PodClaim;
 use tessera_placement::synthetic::{self, gpu_node};
 use tessera_placement::view::{DeviceView, PodContext, Settings};
-use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
 
 const NODES: usize = 1000;
 const RACK: usize = 16;

@@ -85,7 +85,7 @@ pub struct LocalNode {
     /// out: claim containers then get its files and run the checker against them.
     pub driver_root: Option<PathBuf>,
     /// The fake driver's device root: its fake NVML reads scripted GPU telemetry from
-    /// `<dev root>/tessera-fake-gpu-state/samples` (crates/fake-nvml/README.md).
+    /// `<dev root>/tessera-fake-gpu-state/samples` (testing/fake-nvml/README.md).
     pub dev_root: Option<PathBuf>,
     /// The kubelet's plugin registration directory (`plugins_registry`), where a kubelet plugin
     /// of another driver registers (the stand-in NIC driver, crate::stand_in).

@@ -7,7 +7,7 @@
 //! CDI id); it records which claims each node's kubelet prepared and unprepared, so a scenario can
 //! check that the kubelet really went through it.
 //!
-//! Built on crates/kubelet, the same registration and DRA plumbing as Tessera's node plugin. It
+//! Built on crates/kubelet-grpc, the same registration and DRA plumbing as Tessera's node plugin. It
 //! runs inside the suite's process; [`StandInPlugins::stop`] (or dropping it) ends every plugin,
 //! whose sockets are then removed and the kubelets deregister it.
 
@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use tessera_kubelet::{
+use tessera_kubelet_grpc::{
     ClaimRef, ClaimUid, DraDriver, PluginConfig, PrepareResult, RegistrationState, UnprepareResult,
 };
 use tokio::sync::oneshot;
@@ -80,7 +80,7 @@ struct Running {
     node: String,
     calls: Arc<Mutex<Calls>>,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), tessera_kubelet::ServeError>>>,
+    task: Option<JoinHandle<Result<(), tessera_kubelet_grpc::ServeError>>>,
 }
 
 /// The stand-in plugin of one driver on every node of the local cluster.
@@ -265,7 +265,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_kubelet_registers_it_calls_it_and_stopping_removes_its_sockets() {
-        use tessera_kubelet::simulator::KubeletSimulator;
+        use tessera_kubelet_grpc::simulator::KubeletSimulator;
 
         const DRIVER: &str = "nic.example.com";
         let dir = tempfile::tempdir().unwrap();

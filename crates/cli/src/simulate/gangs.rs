@@ -30,6 +30,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tessera_allocator::{AllocateOptions, AllocatedState, Inventory, Outcome, PlacementMode};
 use tessera_api::names::{RACK_LABEL, TOPOLOGY_AWARE_GATE};
+use tessera_gpu_inventory::{DeviceSource, MockSource, RenderOptions, render_slices};
 use tessera_placement::claims::tolerating_managed_taint;
 use tessera_placement::group::{
     GroupInput, GroupKey, GroupOutcome, GroupSettings, GroupSource, Member, decide_group,
@@ -39,7 +40,6 @@ use tessera_placement::planner::Action;
 use tessera_placement::resolve::PodClaim;
 use tessera_placement::synthetic::{self, gpu_node};
 use tessera_placement::view::{DeviceView, PodContext, Settings};
-use tessera_topology::{DeviceSource, MockSource, RenderOptions, render_slices};
 
 use super::{Lifetime, Rng, claim};
 

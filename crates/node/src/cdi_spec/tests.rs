@@ -3,7 +3,7 @@ use std::path::Path;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::json;
 use tessera_api::checkpoint::{ClaimRecord, DeviceTarget, MigInstanceRecord};
-use tessera_topology::{DeviceSource, MockSource};
+use tessera_gpu_inventory::{DeviceSource, MockSource};
 
 use super::*;
 use crate::injection::DriverInjection;

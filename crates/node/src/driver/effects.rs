@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use tessera_api::checkpoint::{ClaimRecord, DeviceTarget, MigLifecycle};
 use tessera_cdi::{Spec, SpecDirError};
-use tessera_topology::ResolvedDevice;
+use tessera_gpu_inventory::ResolvedDevice;
 
 use super::Core;
 use super::placements::HeldPlacements;

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use tessera_kubelet::ClaimRef;
+use tessera_kubelet_grpc::ClaimRef;
 
 use super::effects::EffectError;
 use crate::claims::ClaimSourceError;
@@ -62,5 +62,5 @@ pub(crate) const LOGGED_BYTES: usize = 1024;
 
 /// An error's text for a log line, bounded like the kubelet's copy.
 pub(crate) fn logged(error: &impl fmt::Display) -> String {
-    tessera_kubelet::bounded(&error.to_string(), LOGGED_BYTES)
+    tessera_kubelet_grpc::bounded(&error.to_string(), LOGGED_BYTES)
 }

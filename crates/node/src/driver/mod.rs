@@ -73,8 +73,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tessera_api::shares::ConsumableShares;
 use tessera_cdi::{SpecDir, SpecDirError};
-use tessera_kubelet::{ClaimRef, ClaimUid, DraDriver, PrepareResult, UnprepareResult};
-use tessera_topology::{Inventory, SourceError};
+use tessera_gpu_inventory::{Inventory, SourceError};
+use tessera_kubelet_grpc::{ClaimRef, ClaimUid, DraDriver, PrepareResult, UnprepareResult};
 
 pub use effects::EffectError;
 pub use error::{ClaimError, ClaimFailure};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tessera_api::checkpoint::{ClaimRecord, ClaimState};
-use tessera_kubelet::{ClaimRef, ClaimUid, PrepareResult, PreparedDevice, UnprepareResult};
+use tessera_kubelet_grpc::{ClaimRef, ClaimUid, PrepareResult, PreparedDevice, UnprepareResult};
 
 use super::Core;
 use super::effects::{EffectError, has_node_local_effects};

@@ -46,7 +46,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tessera_topology::nvml::{GpuTelemetry, NvmlSource};
+use tessera_nvml::{GpuTelemetry, NvmlSource};
 
 use crate::metrics::Outcome;
 

@@ -16,9 +16,9 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use tessera_runtime::{Heartbeat, Stop};
-use tessera_topology::DeviceName;
-use tessera_topology::nvml::GpuTelemetry;
+use tessera_gpu_inventory::DeviceName;
+use tessera_nvml::GpuTelemetry;
+use tessera_process::{Heartbeat, Stop};
 use tokio::task::JoinHandle;
 
 use super::idle::{ClaimUtilization, IdleSettings, IdleTracker};

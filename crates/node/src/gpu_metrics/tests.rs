@@ -2,8 +2,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
-use tessera_runtime::Heartbeat;
-use tessera_topology::MockSource;
+use tessera_gpu_inventory::MockSource;
+use tessera_process::Heartbeat;
 
 use super::idle::IdleSettings;
 use super::monitor::{GpuMonitor, GpuMonitorSettings, MonitorState, RecordedPodEvents, XidCounts};

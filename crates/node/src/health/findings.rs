@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::resource::v1::DeviceTaint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use tessera_kubelet::{DeviceHealth, HealthStatus};
-use tessera_topology::nvml::HealthEvent;
-use tessera_topology::{Inventory, ResolvedDevice};
+use tessera_gpu_inventory::{Inventory, ResolvedDevice};
+use tessera_kubelet_grpc::{DeviceHealth, HealthStatus};
+use tessera_nvml::HealthEvent;
 
 use super::policy::{Finding, TaintEffect, classify};
 
@@ -277,8 +277,8 @@ pub fn strongest(findings: &[&DatedFinding]) -> Option<TaintEffect> {
 mod tests {
     use std::time::Duration;
 
-    use tessera_topology::nvml::HealthEventKind;
-    use tessera_topology::{DeviceSource, MockSource};
+    use tessera_gpu_inventory::{DeviceSource, MockSource};
+    use tessera_nvml::HealthEventKind;
 
     use super::*;
 
@@ -382,7 +382,7 @@ mod tests {
         let names: Vec<String> = instances
             .iter()
             .map(|i| {
-                tessera_topology::DeviceName::mig(gpu.minor, &i.profile, i.placement_start)
+                tessera_gpu_inventory::DeviceName::mig(gpu.minor, &i.profile, i.placement_start)
                     .to_string()
             })
             .collect();

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use tessera_kubelet::{
+use tessera_kubelet_grpc::{
     ClaimRef, ClaimUid, DeviceHealth, DraDriver, PrepareResult, UnprepareResult,
 };
 use tokio::sync::watch;

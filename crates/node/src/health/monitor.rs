@@ -5,13 +5,13 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use tessera_topology::nvml::{HealthEvent, HealthEventKind, HealthEvents};
+use tessera_nvml::{HealthEvent, HealthEventKind, HealthEvents};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::findings::HealthFindings;
 use super::policy::Finding;
-use tessera_runtime::{Heartbeat, Stop};
+use tessera_process::{Heartbeat, Stop};
 
 use crate::gpu_metrics::monitor::XidCounts;
 use crate::metrics::{HealthAction, HealthEventLabel, NodeMetrics};

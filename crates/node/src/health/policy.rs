@@ -26,7 +26,7 @@
 //! health stream reports every tainted device `UNHEALTHY`, with the finding as message.
 
 use tessera_api::names::taints;
-use tessera_topology::nvml::HealthEventKind;
+use tessera_nvml::HealthEventKind;
 
 /// Taint effects health monitoring uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
-use tessera_topology::Inventory;
+use tessera_gpu_inventory::Inventory;
 
 use crate::health::HealthFindings;
 
@@ -88,7 +88,7 @@ impl LostGpus {
 mod tests {
     use std::time::Duration;
 
-    use tessera_topology::{DeviceSource, MockSource};
+    use tessera_gpu_inventory::{DeviceSource, MockSource};
 
     use super::*;
 
@@ -118,7 +118,7 @@ mod tests {
             .instances
             .iter()
             .map(|i| {
-                tessera_topology::DeviceName::mig(gpu.minor, &i.profile, i.placement_start)
+                tessera_gpu_inventory::DeviceName::mig(gpu.minor, &i.profile, i.placement_start)
                     .to_string()
             })
             .collect();

@@ -10,7 +10,7 @@ pub mod lost;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use tessera_topology::{DeviceSource, Inventory, SourceError};
+use tessera_gpu_inventory::{DeviceSource, Inventory, SourceError};
 
 use crate::health::HealthFindings;
 use lost::LostGpus;
@@ -81,7 +81,7 @@ impl NodeInventory {
 
 #[cfg(test)]
 mod tests {
-    use tessera_topology::MockSource;
+    use tessera_gpu_inventory::MockSource;
 
     use super::*;
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use tessera_kubelet::{
+use tessera_kubelet_grpc::{
     ClaimRef, ClaimUid, DeviceHealth, DraDriver, PrepareResult, UnprepareResult,
 };
 use tokio::sync::watch;

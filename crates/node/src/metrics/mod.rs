@@ -1,5 +1,5 @@
 //! The node plugin's Prometheus metrics ([`NodeMetrics`]) and what its `/readyz` checks
-//! ([`readiness`]); `tessera-runtime` serves them, with `/healthz`.
+//! ([`readiness`]); `tessera-process` serves them, with `/healthz`.
 //!
 //! Every family is registered under the `tessera_node` prefix:
 //!

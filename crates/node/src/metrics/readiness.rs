@@ -2,14 +2,14 @@
 //! kubelet has registered the plugin and the node's ResourceSlices have been published at least
 //! once.
 
-use tessera_kubelet::RegistrationState;
-use tessera_runtime::Probe;
+use tessera_kubelet_grpc::RegistrationState;
+use tessera_process::Probe;
 use tokio::sync::watch;
 
 /// The plugin's readiness.
 #[derive(Debug, Clone)]
 pub struct Readiness {
-    /// The kubelet's registration verdict ([`tessera_kubelet::KubeletPlugin::registration_state`]).
+    /// The kubelet's registration verdict ([`tessera_kubelet_grpc::KubeletPlugin::registration_state`]).
     pub registration: watch::Receiver<RegistrationState>,
     /// Whether the node's slices have been published at least once.
     pub published: watch::Receiver<bool>,

@@ -7,8 +7,8 @@ mod caps;
 mod simulated;
 
 use tessera_api::checkpoint::MigInstanceRecord;
-use tessera_topology::MigInstance;
-use tessera_topology::nvml::NvmlSource;
+use tessera_gpu_inventory::MigInstance;
+use tessera_nvml::NvmlSource;
 
 pub use caps::{DEFAULT_MIG_MINORS_PATH, MigCapMinors};
 pub use simulated::SimulatedMig;

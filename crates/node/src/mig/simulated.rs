@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
-use tessera_topology::node_identity::name_based_uuid;
-use tessera_topology::{Inventory, MigInstance, MigProfile};
+use tessera_gpu_inventory::node_identity::name_based_uuid;
+use tessera_gpu_inventory::{Inventory, MigInstance, MigProfile};
 
 use super::{MigControl, MigError};
 
@@ -219,7 +219,7 @@ impl MigControl for SimulatedMig {
 mod tests {
     use super::*;
     use crate::mig::{Ensured, ensure_instance, release_instance};
-    use tessera_topology::{DeviceSource, MockSource};
+    use tessera_gpu_inventory::{DeviceSource, MockSource};
 
     fn inventory() -> Inventory {
         MockSource::new("hgx-a100-mig")

@@ -21,7 +21,7 @@ use tessera_api::checkpoint::{
 };
 use tessera_api::config::{ConfigError, Sharing, SharingStrategy, TimeSliceInterval};
 use tessera_api::names::capacity;
-use tessera_topology::{Gpu, Inventory, MigInstance, MigProfile, ResolvedDevice};
+use tessera_gpu_inventory::{Gpu, Inventory, MigInstance, MigProfile, ResolvedDevice};
 
 pub use config::{ConfigSource, translation_notes};
 

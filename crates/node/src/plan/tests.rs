@@ -5,7 +5,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tessera_api::checkpoint::{ClaimState, DeviceTarget, MigInstanceRecord, MigLifecycle};
 use tessera_api::config::{SharingStrategy, TimeSliceInterval};
-use tessera_topology::{DeviceSource, Inventory, MockSource};
+use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
 
 use super::*;
 

@@ -1,5 +1,5 @@
 //! Publishing the node's pool: the inventory rendered into ResourceSlices
-//! ([`tessera_topology::render_slices`]) and server-side applied.
+//! ([`tessera_gpu_inventory::render_slices`]) and server-side applied.
 //!
 //! - Field manager `tessera`, forced (the slices are ours); every slice is owned by the Node
 //!   (owner reference, `controller: false`), so deleting the Node deletes them.
@@ -34,7 +34,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tessera_api::names::{FIELD_MANAGER, TOPOLOGY_MANAGED_LABEL, TOPOLOGY_MANAGED_TAINT};
 use tessera_api::shares::ConsumableShares;
-use tessera_topology::{
+use tessera_gpu_inventory::{
     Inventory, RenderError, RenderOptions, ServerVersion, Violation, check_slice, render_slices,
 };
 

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use tessera_api::names::TOPOLOGY_MANAGED_LABEL;
-use tessera_runtime::Stop;
+use tessera_process::Stop;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 

@@ -10,9 +10,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tessera_kubelet::{DeviceHealth, RegistrationState};
-use tessera_runtime::Heartbeat;
-use tessera_topology::Inventory;
+use tessera_gpu_inventory::Inventory;
+use tessera_kubelet_grpc::{DeviceHealth, RegistrationState};
+use tessera_process::Heartbeat;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -230,7 +230,7 @@ impl PublishLoop {
     ) {
         let version = match self.publisher.server_version {
             Some(version) => version,
-            None => tessera_topology::ServerVersion::V1_34,
+            None => tessera_gpu_inventory::ServerVersion::V1_34,
         };
         let layout = match self.publisher.layout(inventory, version) {
             Ok(layout) => layout,

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::{Value, json};
 use tessera_api::checkpoint::{self, Checkpoint};
-use tessera_kubelet::ClaimRef;
+use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_kubelet_grpc::ClaimRef;
 use tessera_node::claims::{ClaimSource, InMemoryClaims};
 use tessera_node::inventory::NodeInventory;
 use tessera_node::mig::SimulatedMig;
 use tessera_node::plan::MigMode;
 use tessera_node::sharing::RecordingGpuControl;
 use tessera_node::{DriverParts, NodeDriver, NodeDriverConfig, StartupReport};
-use tessera_topology::{DeviceSource, Inventory, MockSource};
 
 pub const NODE: &str = "node-a";
 

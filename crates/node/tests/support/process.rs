@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::ObjectMeta;
 use tessera_fake_apiserver::{FakeApiServer, HttpServer};
-use tessera_kubelet::simulator::KubeletSimulator;
+use tessera_kubelet_grpc::simulator::KubeletSimulator;
 
 pub const NODE: &str = "node-a";
 pub const MANAGED_LABEL: &str = "gpu.tessera.dev/topology-managed";

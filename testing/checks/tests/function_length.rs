@@ -1,0 +1,256 @@
+//! No function outside tests is longer than [`MAX_LINES`] lines in any crate of the workspace: a
+//! longer one is split into parts whose names say what each does.
+//!
+//! A line scanner, not a parser: it relies on rustfmt's layout (`cargo fmt --check` runs in CI),
+//! where a function's body closes with a `}` at the indentation its `fn` line starts at. Test code
+//! is skipped: `tests/` directories, files named `tests.rs`, and every item after a `#[cfg(test)]`
+//! line. Benchmarks (`benches/`) and the end-to-end suite (`tests/e2e`, test code as a whole) are
+//! not checked either.
+
+use std::path::{Path, PathBuf};
+
+/// The longest a function may be, its signature and closing brace included.
+const MAX_LINES: usize = 80;
+
+/// Functions over the limit that are being split, as (file, function): each stays listed only
+/// while it is over the limit (the test fails once it is not, so the list only shrinks).
+const BEING_SPLIT: &[(&str, &str)] = &[];
+
+/// What is checked (paths from the workspace root): every crate under `crates/` and `testing/`,
+/// found by listing them, so a new crate is checked without being named here; its `src/` and
+/// `build.rs`.
+fn checked(root: &Path) -> Vec<PathBuf> {
+    let mut checked = Vec::new();
+    for krate in tessera_checks::crate_dirs(root) {
+        let src = krate.join("src");
+        assert!(src.is_dir(), "{} has no src/", krate.display());
+        checked.push(src);
+        let build = krate.join("build.rs");
+        if build.is_file() {
+            checked.push(build);
+        }
+    }
+    checked
+}
+
+/// A function found in a source file.
+#[derive(Debug, PartialEq)]
+struct Function {
+    name: String,
+    /// 1-based line of its `fn`.
+    line: usize,
+    lines: usize,
+}
+
+/// The word after `fn` when `line` starts a function item (any visibility and qualifiers).
+fn function_name(line: &str) -> Option<&str> {
+    let mut words = line.split_whitespace().peekable();
+    while let Some(word) = words.next() {
+        match word {
+            "fn" => {
+                let name = words.next()?;
+                let end = name
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .unwrap_or(name.len());
+                return (end > 0).then(|| &name[..end]);
+            }
+            "pub" | "async" | "const" | "unsafe" | "default" | "extern" | "\"C\"" => {}
+            w if w.starts_with("pub(") => {}
+            _ => return None,
+        }
+    }
+    None
+}
+
+fn indentation(line: &str) -> &str {
+    &line[..line.len() - line.trim_start().len()]
+}
+
+/// The end (exclusive) of the item starting at `start`: the line after its closing brace at its
+/// own indentation, or after its `;` for an item without a body.
+fn item_end(lines: &[&str], start: usize) -> usize {
+    let indent = indentation(lines[start]);
+    let close = format!("{indent}}}");
+    for (offset, line) in lines[start..].iter().enumerate() {
+        let trimmed = line.trim_end();
+        if offset == 0 && trimmed.ends_with('}') && trimmed.contains('{') {
+            return start + 1;
+        }
+        if trimmed.ends_with(';')
+            && !lines[start..start + offset]
+                .iter()
+                .any(|l| l.trim_end().ends_with('{'))
+        {
+            return start + offset + 1;
+        }
+        if offset > 0 && line.trim_end() == close {
+            return start + offset + 1;
+        }
+    }
+    lines.len()
+}
+
+/// The functions of one file's source outside test code.
+fn functions(source: &str) -> Vec<Function> {
+    let lines: Vec<&str> = source.lines().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        if line.trim() == "#[cfg(test)]" {
+            // Skip the attributes after it, then the item they belong to.
+            let mut item = i + 1;
+            while item < lines.len() && lines[item].trim_start().starts_with("#[") {
+                item += 1;
+            }
+            i = if item < lines.len() {
+                item_end(&lines, item)
+            } else {
+                item
+            };
+            continue;
+        }
+        if let Some(name) = function_name(line) {
+            let end = item_end(&lines, i);
+            found.push(Function {
+                name: name.to_owned(),
+                line: i + 1,
+                lines: end - i,
+            });
+        }
+        i += 1;
+    }
+    found
+}
+
+fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("source directories are readable") {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            if path.file_name().is_none_or(|n| n != "tests") {
+                rust_files(&path, files);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs")
+            && path.file_name().is_none_or(|n| n != "tests.rs")
+        {
+            files.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_function_outside_tests_is_longer_than_the_limit() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let checked = checked(&root);
+    for krate in [
+        "crates/api",
+        "crates/node",
+        "crates/controller",
+        "crates/placement",
+        "crates/cli",
+        "testing/parity",
+        "testing/fake-driver",
+    ] {
+        assert!(
+            checked.contains(&root.join(krate).join("src")),
+            "{krate}/src is not among the checked directories"
+        );
+    }
+    let mut long = Vec::new();
+    let mut still_long = Vec::new();
+    for path in checked {
+        let mut files = Vec::new();
+        if path.is_dir() {
+            rust_files(&path, &mut files);
+            assert!(!files.is_empty(), "{} holds no Rust file", path.display());
+        } else {
+            files.push(path);
+        }
+        files.sort();
+        for file in files {
+            let shown = file
+                .strip_prefix(&root)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            let source = std::fs::read_to_string(&file).unwrap();
+            for function in functions(&source) {
+                if function.lines <= MAX_LINES {
+                    continue;
+                }
+                if BEING_SPLIT.contains(&(shown.as_str(), function.name.as_str())) {
+                    still_long.push((shown.clone(), function.name.clone()));
+                    continue;
+                }
+                long.push(format!(
+                    "{shown}:{} fn {} ({} lines)",
+                    function.line, function.name, function.lines
+                ));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_LINES} lines; split them into parts named for what each does:\n{}",
+        long.join("\n")
+    );
+    for (file, name) in BEING_SPLIT {
+        assert!(
+            still_long.iter().any(|(f, n)| f == file && n == name),
+            "{file}: fn {name} is no longer over {MAX_LINES} lines (or gone): remove it from \
+             BEING_SPLIT"
+        );
+    }
+}
+
+/// The scanner itself: function lengths, bodiless items, and test code skipped.
+#[test]
+fn the_scanner_measures_functions_and_skips_tests() {
+    let source = "\
+pub(crate) async fn first(
+    a: u32,
+) -> u32 {
+    a
+}
+
+impl X {
+    fn short(&self) -> u32 { 1 }
+
+    pub fn method(&self) {
+        if true {
+        }
+    }
+}
+
+trait T {
+    fn declared(
+        &self,
+    ) -> u32;
+}
+
+#[cfg(test)]
+#[allow(unused)]
+mod tests {
+    fn hidden() {
+    }
+}
+
+#[cfg(test)]
+fn also_hidden() {
+}
+";
+    let found = functions(source);
+    let summary: Vec<(&str, usize, usize)> = found
+        .iter()
+        .map(|f| (f.name.as_str(), f.line, f.lines))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("first", 1, 5),
+            ("short", 8, 1),
+            ("method", 10, 4),
+            ("declared", 17, 3),
+        ]
+    );
+}
