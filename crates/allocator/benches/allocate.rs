@@ -20,7 +20,7 @@
 //!   in the controller's placement benchmark (1 GPU; 2 GPUs across both NUMA nodes; 3 + 1 GPUs in
 //!   use), then 500 claims of 1, 2, 4 or 8 GPUs (weights 40/25/20/15, fixed seed), topology-aware,
 //!   once searching every node for every claim and once reusing each node's stored result while
-//!   its devices in use are unchanged (`Inventory::set_reuse_results`), one run each;
+//!   its devices in use are unchanged (`DeviceIndex::set_reuse_results`), one run each;
 //! - `step-bound`: a topology-aware search that runs into the default step bound (10 of 80
 //!   interchangeable-looking devices, too many for symmetry classes): time until it stops;
 //! - `budget`: an unsatisfiable claim (upstream issue 131730's shape): time until the search
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::resource::v1::{Device, ResourceClaim, ResourceSlice};
 use serde::Serialize;
 use tessera_allocator::{
-    AllocateError, AllocateOptions, AllocatedState, Inventory, Outcome, PlacementMode,
+    AllocateError, AllocateOptions, AllocatedState, DeviceIndex, Outcome, PlacementMode,
 };
 use tessera_test_support::scheduler_perf::{self as perf, DRIVER as PERF_DRIVER, class};
 
@@ -61,7 +61,7 @@ fn claim(index: usize, class: &str, count: i64) -> ResourceClaim {
 /// Allocates `claims` one after the other (each into the state), timing every call.
 fn run(
     scenario: &'static str,
-    inventory: &Inventory,
+    inventory: &DeviceIndex,
     claims: Vec<ResourceClaim>,
     mode: PlacementMode,
 ) -> std::result::Result<Result, AllocateError> {
@@ -71,7 +71,7 @@ fn run(
 /// [`run`] from the devices in use in `state`.
 fn run_from(
     scenario: &'static str,
-    inventory: &Inventory,
+    inventory: &DeviceIndex,
     claims: Vec<ResourceClaim>,
     mode: PlacementMode,
     mut state: AllocatedState,
@@ -116,7 +116,7 @@ fn run_from(
 
 fn scheduler_perf() -> Result {
     let slices: Vec<ResourceSlice> = (0..500).map(|n| perf::slice(n, 10)).collect();
-    let inventory = Inventory::new(
+    let inventory = DeviceIndex::new(
         slices,
         vec![class(
             "perf",
@@ -147,7 +147,7 @@ fn dgx_topology_aware(mode: PlacementMode) -> Result {
             .expect("renders")
         })
         .collect();
-    let inventory = Inventory::new(
+    let inventory = DeviceIndex::new(
         slices,
         vec![class(
             "gpu.tessera.dev",
@@ -193,7 +193,7 @@ fn dgx_5000(reuse: bool) -> Result {
             .expect("renders")
         })
         .collect();
-    let inventory = Inventory::new(
+    let inventory = DeviceIndex::new(
         slices,
         vec![class(
             "gpu.tessera.dev",
@@ -250,7 +250,7 @@ fn step_bound() -> (f64, bool) {
             })
             .collect(),
     );
-    let inventory = Inventory::new(
+    let inventory = DeviceIndex::new(
         vec![slice],
         vec![class(
             "perf",
@@ -290,7 +290,7 @@ fn budget() -> (f64, String) {
         );
         s
     };
-    let inventory = Inventory::new(
+    let inventory = DeviceIndex::new(
         vec![slice],
         vec![
             class("perf", &format!("device.driver == \"{PERF_DRIVER}\"")),

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AllocateError;
 use crate::explain::{NodeExplanation, Unsatisfiable};
-use crate::inventory::Inventory;
+use crate::inventory::DeviceIndex;
 use crate::node::NodeInfo;
 use crate::pools::NodePools;
 use crate::request::{Plan, claim_name, prefilter};
@@ -107,7 +107,7 @@ pub enum Outcome {
     Unsatisfiable(Unsatisfiable),
 }
 
-impl Inventory {
+impl DeviceIndex {
     /// Allocates `claims` jointly on `node`, or — without a node — on the node the mode prefers
     /// among all nodes of the inventory. `state` holds the devices already allocated.
     ///
@@ -142,7 +142,7 @@ impl Inventory {
         self.allocate_at(claims, &plan, state, &positions, node.is_none(), options)
     }
 
-    /// Like [`Inventory::allocate`] without a node, but choosing only among the nodes for which
+    /// Like [`DeviceIndex::allocate`] without a node, but choosing only among the nodes for which
     /// `eligible` is true (e.g. the nodes a pod's node selector, affinity, tolerations and
     /// resource requests allow). Nodes the inventory does not know are never offered.
     pub fn allocate_among(
@@ -165,7 +165,7 @@ impl Inventory {
         self.allocate_at(claims, &plan, state, &positions, true, options)
     }
 
-    /// The outcome of searching the nodes at `positions` (see [`Inventory::search_nodes`]).
+    /// The outcome of searching the nodes at `positions` (see [`DeviceIndex::search_nodes`]).
     fn allocate_at(
         &self,
         claims: &[ResourceClaim],
@@ -432,7 +432,7 @@ pub(crate) fn nodes_to_find(nodes: usize) -> usize {
 /// smallest possible allocation. Undecided (true) when devices may be shared: admin access or
 /// multi-allocatable devices.
 fn fits_at_all(
-    inv: &Inventory,
+    inv: &DeviceIndex,
     pools: &NodePools,
     state: &AllocatedState,
     plan: &Plan<'_>,
@@ -450,7 +450,7 @@ fn fits_at_all(
     free >= min
 }
 
-fn known_nodes(inv: &Inventory) -> String {
+fn known_nodes(inv: &DeviceIndex) -> String {
     let names: Vec<&str> = inv
         .nodes()
         .iter()

@@ -121,8 +121,8 @@ impl std::hash::Hasher for PrehashedHasher {
 /// Hash maps keyed by [`DeviceId`].
 pub(crate) type BuildPrehashed = std::hash::BuildHasherDefault<PrehashedHasher>;
 
-/// Index of a device in an [`crate::Inventory`].
-pub(crate) type DeviceIndex = usize;
+/// The position of a device in a [`crate::DeviceIndex`].
+pub(crate) type DevicePosition = usize;
 
 /// A capacity rounding rule (`requestPolicy`) with its values parsed.
 #[derive(Clone, Debug, PartialEq)]

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::constraints::AttrSet;
 use crate::error::AllocateError;
-use crate::inventory::Inventory;
+use crate::inventory::DeviceIndex;
 use crate::pools::{NodePools, PoolStatus};
 use crate::request::{ConstraintKind, Plan, Wanted};
 use crate::search::{NodeSearch, SearchMode};
@@ -114,7 +114,7 @@ impl NodeExplanation {
 
     /// The full account for one node.
     pub(crate) fn diagnose(
-        inv: &Inventory,
+        inv: &DeviceIndex,
         np: &NodePools,
         state: &AllocatedState,
         plan: &Plan<'_>,

@@ -1,5 +1,5 @@
 //! The cluster as the allocator indexes it once: slices, their devices, DeviceClasses and nodes.
-//! An [`Inventory`] is immutable after construction and shared between allocations (it is `Send +
+//! An [`DeviceIndex`] is immutable after construction and shared between allocations (it is `Send +
 //! Sync`); per-node pool views and class-selector results are computed on first use and cached.
 
 use std::collections::{BTreeSet, HashMap};
@@ -55,7 +55,7 @@ impl SliceEntry {
 
 /// Everything the allocator knows about the cluster, indexed for allocation.
 #[derive(Debug)]
-pub struct Inventory {
+pub struct DeviceIndex {
     pub(crate) slices: Vec<SliceEntry>,
     pub(crate) devices: Vec<DeviceEntry>,
     pub(crate) classes: HashMap<String, ClassEntry>,
@@ -72,11 +72,11 @@ pub struct Inventory {
     pub(crate) selectors: SelectorCache,
     /// Per-node search results of recent claim shapes (topology-aware choice among nodes).
     pub(crate) verdicts: Mutex<VerdictCache>,
-    /// Whether [`Inventory::set_reuse_results`] left the stored results on.
+    /// Whether [`DeviceIndex::set_reuse_results`] left the stored results on.
     pub(crate) reuse_results: AtomicBool,
 }
 
-impl Inventory {
+impl DeviceIndex {
     /// Indexes slices, classes and nodes. With no nodes, the node set is derived from the
     /// `nodeName` of slices and devices (without labels, so label selectors match none of them).
     /// A class name given twice keeps the last definition.
@@ -84,8 +84,8 @@ impl Inventory {
         slices: Vec<ResourceSlice>,
         classes: Vec<DeviceClass>,
         nodes: Vec<NodeInfo>,
-    ) -> Inventory {
-        let mut inv = Inventory {
+    ) -> DeviceIndex {
+        let mut inv = DeviceIndex {
             slices: Vec::with_capacity(slices.len()),
             devices: Vec::new(),
             classes: HashMap::new(),
@@ -126,13 +126,13 @@ impl Inventory {
         inv
     }
 
-    /// Like [`Inventory::new`] with `core/v1` Node objects.
+    /// Like [`DeviceIndex::new`] with `core/v1` Node objects.
     pub fn from_nodes(
         slices: Vec<ResourceSlice>,
         classes: Vec<DeviceClass>,
         nodes: &[Node],
-    ) -> Inventory {
-        Inventory::new(slices, classes, nodes.iter().map(NodeInfo::from).collect())
+    ) -> DeviceIndex {
+        DeviceIndex::new(slices, classes, nodes.iter().map(NodeInfo::from).collect())
     }
 
     fn add_slice(&mut self, slice: ResourceSlice, derived_nodes: &mut BTreeSet<String>) {

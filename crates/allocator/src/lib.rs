@@ -7,7 +7,7 @@
 //! an account of why the claims fit nowhere ([`Unsatisfiable`]).
 //!
 //! ```text
-//! Inventory::new(slices, classes, nodes)      index once, share between allocations
+//! DeviceIndex::new(slices, classes, nodes)      index once, share between allocations
 //! AllocatedState::from_claims(allocated)      devices already in use
 //! inventory.allocate(&claims, &state, node, &options) -> Outcome::{Allocated, Unsatisfiable}
 //! ```
@@ -48,7 +48,7 @@ pub use explain::{
     ConstraintAccount, Exclusion, ExclusionReason, NodeExplanation, Reason, RequestAccount,
     Unsatisfiable, WantedDevices,
 };
-pub use inventory::Inventory;
+pub use inventory::DeviceIndex;
 pub use node::{NODE_NAME_FIELD, NodeInfo, selector_matches};
 pub use request::{MAX_RESULTS_PER_CLAIM, claim_name};
 pub use state::{AllocatedState, SharedUse, StateError};

@@ -22,8 +22,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::device::DeviceIndex;
-use crate::inventory::{Inventory, SliceEntry};
+use crate::device::DevicePosition;
+use crate::inventory::{DeviceIndex, SliceEntry};
 use crate::node::{NodeInfo, node_matches};
 use crate::quantity::Amount;
 use crate::topology::NodeTopology;
@@ -51,7 +51,7 @@ pub(crate) struct Pool {
     pub counter_totals: Vec<Amount>,
     /// Every device of the pool that consumes counters (targeting this node or not), with its
     /// consumption resolved to counter indices.
-    pub consumers: Vec<(DeviceIndex, CounterUse)>,
+    pub consumers: Vec<(DevicePosition, CounterUse)>,
 }
 
 impl Pool {
@@ -66,7 +66,7 @@ pub(crate) struct NodePools {
     pub node: NodeInfo,
     pub pools: Vec<Pool>,
     /// Devices of usable pools available to the node, in first-fit order.
-    pub candidates: Vec<DeviceIndex>,
+    pub candidates: Vec<DevicePosition>,
     /// Per candidate: index into `pools`.
     pub candidate_pool: Vec<usize>,
     /// Per candidate: counters it consumes, as indices into its pool's counters.
@@ -80,7 +80,7 @@ pub(crate) struct NodePools {
 }
 
 impl NodePools {
-    pub fn gather(inv: &Inventory, node: &NodeInfo) -> NodePools {
+    pub fn gather(inv: &DeviceIndex, node: &NodeInfo) -> NodePools {
         let mut pools: Vec<(Pool, Vec<usize>)> = relevant_slices(inv, node)
             .into_iter()
             .filter_map(|((driver, name), targeting)| resolve_pool(inv, driver, name, targeting))
@@ -117,9 +117,9 @@ impl NodePools {
     }
 
     /// Appends the devices of a usable pool's slices that are available to the node.
-    fn add_candidates(&mut self, inv: &Inventory, pool: &Pool, slices: &[usize]) {
+    fn add_candidates(&mut self, inv: &DeviceIndex, pool: &Pool, slices: &[usize]) {
         let index = self.pools.len();
-        let consumption: HashMap<DeviceIndex, &CounterUse> =
+        let consumption: HashMap<DevicePosition, &CounterUse> =
             pool.consumers.iter().map(|(d, c)| (*d, c)).collect();
         for &s in slices {
             let slice = &inv.slices[s];
@@ -150,7 +150,10 @@ impl NodePools {
 }
 
 /// The node's own and matching shared slices, by pool, of the highest generation seen.
-fn relevant_slices(inv: &Inventory, node: &NodeInfo) -> HashMap<(Arc<str>, Arc<str>), Vec<usize>> {
+fn relevant_slices(
+    inv: &DeviceIndex,
+    node: &NodeInfo,
+) -> HashMap<(Arc<str>, Arc<str>), Vec<usize>> {
     let mut by_pool: HashMap<(Arc<str>, Arc<str>), Vec<usize>> = HashMap::new();
     let own = inv
         .slices_by_node
@@ -177,7 +180,7 @@ fn relevant_slices(inv: &Inventory, node: &NodeInfo) -> HashMap<(Arc<str>, Arc<s
 /// A pool from its slices targeting the node (sorted by name, returned with the pool), checked
 /// against all slices of its generation; `None` when the generation is obsolete.
 fn resolve_pool(
-    inv: &Inventory,
+    inv: &DeviceIndex,
     driver: Arc<str>,
     name: Arc<str>,
     mut targeting: Vec<usize>,
@@ -216,7 +219,7 @@ fn resolve_pool(
     ))
 }
 
-fn slice_relevant(inv: &Inventory, slice: &SliceEntry, node: &NodeInfo) -> bool {
+fn slice_relevant(inv: &DeviceIndex, slice: &SliceEntry, node: &NodeInfo) -> bool {
     if slice.node_name.is_some() || slice.all_nodes || slice.node_selector.is_some() {
         return node_matches(
             node,
@@ -253,7 +256,7 @@ impl Pool {
     }
 
     fn build(
-        inv: &Inventory,
+        inv: &DeviceIndex,
         driver: Arc<str>,
         name: Arc<str>,
         targeting: &[usize],
@@ -278,7 +281,7 @@ impl Pool {
     }
 
     fn validate(
-        inv: &Inventory,
+        inv: &DeviceIndex,
         targeting: &[usize],
         others: &[usize],
     ) -> Result<PoolCounters, String> {
@@ -310,10 +313,10 @@ impl Pool {
 struct PoolCounters {
     names: Vec<(String, String)>,
     totals: Vec<Amount>,
-    consumers: Vec<(DeviceIndex, CounterUse)>,
+    consumers: Vec<(DevicePosition, CounterUse)>,
 }
 
-fn check_device_names(inv: &Inventory, slices: &[usize]) -> Result<(), String> {
+fn check_device_names(inv: &DeviceIndex, slices: &[usize]) -> Result<(), String> {
     let mut names = HashSet::new();
     for &s in slices {
         for d in &inv.devices[inv.slices[s].devices.clone()] {
@@ -334,7 +337,7 @@ struct Counters<'i> {
 }
 
 impl<'i> Counters<'i> {
-    fn of(inv: &'i Inventory, slices: &[usize]) -> Result<Counters<'i>, String> {
+    fn of(inv: &'i DeviceIndex, slices: &[usize]) -> Result<Counters<'i>, String> {
         let mut c = Counters {
             names: Vec::new(),
             totals: Vec::new(),
@@ -360,9 +363,9 @@ impl<'i> Counters<'i> {
     /// Every device of `slices` that consumes counters, with its consumption resolved.
     fn consumers(
         &self,
-        inv: &Inventory,
+        inv: &DeviceIndex,
         slices: &[usize],
-    ) -> Result<Vec<(DeviceIndex, CounterUse)>, String> {
+    ) -> Result<Vec<(DevicePosition, CounterUse)>, String> {
         let mut consumers = Vec::new();
         for &s in slices {
             for d in inv.slices[s].devices.clone() {

@@ -3,7 +3,7 @@
 
 use crate::error::AllocateError;
 use crate::explain::ClaimProblem;
-use crate::inventory::Inventory;
+use crate::inventory::DeviceIndex;
 use crate::quantity::Amount;
 use crate::selection::{Compiled, EmptySelector};
 use k8s_openapi::api::resource::v1::{
@@ -134,7 +134,7 @@ pub fn claim_name(claim: &ResourceClaim) -> String {
 /// DeviceClass that exists and is of a known type. A missing class or an unknown request type
 /// makes the pod unschedulable (`Ok(Some(problem))`); an empty class name is an error.
 pub(crate) fn prefilter(
-    inv: &Inventory,
+    inv: &DeviceIndex,
     claims: &[ResourceClaim],
 ) -> Result<Option<ClaimProblem>, AllocateError> {
     for claim in claims {
@@ -197,7 +197,7 @@ struct SlotSource<'a> {
 }
 
 impl<'c> Plan<'c> {
-    pub fn new(inv: &Inventory, claims: &'c [ResourceClaim]) -> Result<Plan<'c>, AllocateError> {
+    pub fn new(inv: &DeviceIndex, claims: &'c [ResourceClaim]) -> Result<Plan<'c>, AllocateError> {
         let mut plan = Plan {
             claims: Vec::new(),
             slots: Vec::new(),
@@ -210,7 +210,7 @@ impl<'c> Plan<'c> {
 
     fn add_claim(
         &mut self,
-        inv: &Inventory,
+        inv: &DeviceIndex,
         ci: usize,
         claim: &'c ResourceClaim,
     ) -> Result<(), AllocateError> {
@@ -313,7 +313,7 @@ fn slot_sources<'r>(
 
 impl Slot {
     fn new(
-        inv: &Inventory,
+        inv: &DeviceIndex,
         claim: usize,
         claim_name: &str,
         request_name: &str,

@@ -1,4 +1,4 @@
-//! Per-node search results kept between topology-aware allocations on one [`Inventory`], so that
+//! Per-node search results kept between topology-aware allocations on one [`DeviceIndex`], so that
 //! choosing a node among thousands costs a search only on the nodes whose devices in use changed
 //! since the last claim of the same shape, and a comparison on the others.
 //!
@@ -26,7 +26,7 @@ use std::collections::{HashMap, VecDeque};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
 use crate::device::DeviceId;
-use crate::inventory::Inventory;
+use crate::inventory::DeviceIndex;
 use crate::pools::NodePools;
 use crate::search::Solution;
 use crate::state::{AllocatedState, SharedUse};
@@ -51,7 +51,7 @@ fn use_code(state: &AllocatedState, id: &DeviceId) -> u8 {
 }
 
 impl NodeUse {
-    pub fn of(inv: &Inventory, np: &NodePools, state: &AllocatedState) -> NodeUse {
+    pub fn of(inv: &DeviceIndex, np: &NodePools, state: &AllocatedState) -> NodeUse {
         let mut shared = Vec::new();
         let candidates = np
             .candidates
@@ -73,7 +73,7 @@ impl NodeUse {
     }
 
     /// Whether `state` gives the node this use (without building a new [`NodeUse`]).
-    pub fn matches(&self, inv: &Inventory, np: &NodePools, state: &AllocatedState) -> bool {
+    pub fn matches(&self, inv: &DeviceIndex, np: &NodePools, state: &AllocatedState) -> bool {
         if self.candidates.len() != np.candidates.len() {
             return false;
         }
@@ -100,7 +100,7 @@ impl NodeUse {
     }
 }
 
-fn consumers<'i>(inv: &'i Inventory, np: &'i NodePools) -> impl Iterator<Item = &'i DeviceId> {
+fn consumers<'i>(inv: &'i DeviceIndex, np: &'i NodePools) -> impl Iterator<Item = &'i DeviceId> {
     np.pools
         .iter()
         .flat_map(|p| &p.consumers)

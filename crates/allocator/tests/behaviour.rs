@@ -6,7 +6,7 @@ mod support;
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 use support::*;
 use tessera_allocator::{
-    AllocateError, AllocateOptions, AllocatedState, DeviceId, Inventory, NodeInfo, Outcome,
+    AllocateError, AllocateOptions, AllocatedState, DeviceId, DeviceIndex, NodeInfo, Outcome,
     PlacementMode, Reason,
 };
 
@@ -90,7 +90,7 @@ fn in_use(node_name: &str, gpus: &[usize]) -> AllocatedState {
 fn adversarial(
     unique: bool,
 ) -> (
-    Inventory,
+    DeviceIndex,
     Vec<k8s_openapi::api::resource::v1::ResourceClaim>,
 ) {
     let devices: Vec<Device> = (0..40)
@@ -101,7 +101,7 @@ fn adversarial(
             )
         })
         .collect();
-    let inv = Inventory::new(
+    let inv = DeviceIndex::new(
         vec![node_slice(SLICE1, NODE1, POOL1, DRIVER_A, devices)],
         vec![class(CLASS_A, DRIVER_A)],
         vec![node(NODE1, REGION1)],
@@ -215,7 +215,7 @@ fn topology_aware_keeps_a_claim_inside_one_nvlink_island() {
         Some("b"),
         Some("b"),
     ];
-    let inv = Inventory::new(
+    let inv = DeviceIndex::new(
         vec![gpu_node(NODE1, &islands)],
         vec![class(CLASS_A, DRIVER)],
         vec![],
@@ -260,7 +260,7 @@ fn topology_aware_fills_partly_used_islands_and_nodes_first() {
         Some("b"),
         Some("b"),
     ];
-    let inv = Inventory::new(
+    let inv = DeviceIndex::new(
         vec![gpu_node("node-a", &islands), gpu_node("node-b", &islands)],
         vec![class(CLASS_A, DRIVER)],
         vec![],
@@ -291,7 +291,7 @@ fn topology_aware_fills_partly_used_islands_and_nodes_first() {
 fn topology_aware_prefers_pcie_only_gpus_for_small_claims() {
     let nvlink = [Some("a"); 8];
     let pcie = [None; 4];
-    let inv = Inventory::new(
+    let inv = DeviceIndex::new(
         vec![gpu_node("dgx", &nvlink), gpu_node("l40s", &pcie)],
         vec![class(CLASS_A, DRIVER)],
         vec![],
@@ -320,7 +320,7 @@ fn topology_aware_prefers_pcie_only_gpus_for_small_claims() {
 #[test]
 fn first_fit_without_a_node_takes_the_first_node_by_name_that_fits() {
     let islands = [Some("a"); 2];
-    let inv = Inventory::new(
+    let inv = DeviceIndex::new(
         vec![
             gpu_node("node-c", &islands),
             gpu_node("node-a", &islands),
@@ -355,7 +355,7 @@ fn explanations_account_for_every_device() {
         devices[6].clone(),
         &[taint("gpu.tessera.dev/xid", "79", "NoSchedule")],
     );
-    let inv = Inventory::new(vec![slice], vec![class(CLASS_A, DRIVER)], vec![]);
+    let inv = DeviceIndex::new(vec![slice], vec![class(CLASS_A, DRIVER)], vec![]);
     let state = in_use(NODE1, &[0, 1, 2, 3, 4]);
     let claims = vec![claim_with(
         CLAIM0,
@@ -412,7 +412,7 @@ fn explanations_account_for_every_device() {
 #[test]
 fn constraint_accounts_name_the_values_of_available_devices() {
     let islands = [Some("a"), Some("a"), Some("b"), Some("b")];
-    let inv = Inventory::new(
+    let inv = DeviceIndex::new(
         vec![gpu_node(NODE1, &islands)],
         vec![class(CLASS_A, DRIVER)],
         vec![],
@@ -443,7 +443,7 @@ fn constraint_accounts_name_the_values_of_available_devices() {
 
 #[test]
 fn an_unknown_node_is_an_error_naming_the_known_ones() {
-    let inv = Inventory::new(
+    let inv = DeviceIndex::new(
         vec![gpu_node(NODE1, &[None])],
         vec![class(CLASS_A, DRIVER)],
         vec![],
@@ -466,7 +466,7 @@ fn an_unknown_node_is_an_error_naming_the_known_ones() {
 #[test]
 fn the_shared_types_can_cross_threads() {
     fn send_sync<T: Send + Sync>() {}
-    send_sync::<Inventory>();
+    send_sync::<DeviceIndex>();
     send_sync::<AllocatedState>();
     send_sync::<tessera_allocator::Outcome>();
     send_sync::<AllocateError>();
@@ -474,7 +474,7 @@ fn the_shared_types_can_cross_threads() {
 
 #[test]
 fn allocations_round_trip_through_the_allocated_state() {
-    let inv = Inventory::new(
+    let inv = DeviceIndex::new(
         vec![gpu_node(NODE1, &[Some("a"); 4])],
         vec![class(CLASS_A, DRIVER)],
         vec![],

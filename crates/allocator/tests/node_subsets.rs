@@ -6,12 +6,12 @@ mod support;
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use support::*;
 use tessera_allocator::{
-    AllocateError, AllocateOptions, AllocatedState, Inventory, NODE_NAME_FIELD, NodeInfo, Outcome,
-    PlacementMode, selector_matches,
+    AllocateError, AllocateOptions, AllocatedState, DeviceIndex, NODE_NAME_FIELD, NodeInfo,
+    Outcome, PlacementMode, selector_matches,
 };
 
-fn two_nodes() -> Inventory {
-    Inventory::new(
+fn two_nodes() -> DeviceIndex {
+    DeviceIndex::new(
         vec![
             node_slice(SLICE1, NODE1, POOL1, DRIVER_A, devices(2)),
             node_slice(SLICE2, NODE2, POOL2, DRIVER_A, devices(2)),

@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use support::*;
 use tessera_allocator::topology::{TopologyAttributes, comm_cost};
 use tessera_allocator::{
-    AllocateOptions, AllocatedState, DeviceId, Inventory, Outcome, PlacementMode,
+    AllocateOptions, AllocatedState, DeviceId, DeviceIndex, Outcome, PlacementMode,
 };
 
 /// One device of a random instance.
@@ -85,7 +85,7 @@ fn name(i: usize) -> String {
     format!("device-{i}")
 }
 
-fn build(inst: &Instance) -> (Inventory, Vec<ResourceClaim>, AllocatedState) {
+fn build(inst: &Instance) -> (DeviceIndex, Vec<ResourceClaim>, AllocatedState) {
     let devices: Vec<Device> = inst
         .devices
         .iter()
@@ -152,7 +152,7 @@ fn build(inst: &Instance) -> (Inventory, Vec<ResourceClaim>, AllocatedState) {
             state.insert_device(DeviceId::new(DRIVER_A, POOL1, &name(i)));
         }
     }
-    let inv = Inventory::new(
+    let inv = DeviceIndex::new(
         slices,
         vec![class(CLASS_A, DRIVER_A)],
         vec![node(NODE1, REGION1)],
@@ -360,7 +360,7 @@ proptest! {
                 state.insert_device(DeviceId::new(DRIVER, NODE1, &name(i)));
             }
         }
-        let inv = Inventory::new(
+        let inv = DeviceIndex::new(
             vec![node_slice(SLICE1, NODE1, NODE1, DRIVER, devices.clone())],
             vec![class(CLASS_A, DRIVER)],
             vec![node(NODE1, REGION1)],

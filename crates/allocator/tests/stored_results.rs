@@ -1,5 +1,5 @@
 //! Topology-aware choice among nodes answers unchanged nodes from results stored for earlier claims
-//! of the same shape (`Inventory::set_reuse_results`). The property: over a random sequence of
+//! of the same shape (`DeviceIndex::set_reuse_results`). The property: over a random sequence of
 //! allocations and releases on random clusters of GPU nodes, an inventory reusing its stored
 //! results chooses exactly what an inventory searching every node every time chooses — the same
 //! node, devices and score, or the same account of why nothing fits — whichever NUMA policy each
@@ -11,7 +11,7 @@ use k8s_openapi::api::resource::v1::{Device, DeviceRequest, ResourceClaim, Resou
 use proptest::prelude::*;
 use support::*;
 use tessera_allocator::{
-    AllocateOptions, AllocatedState, Inventory, NumaPolicy, Outcome, PlacementMode,
+    AllocateOptions, AllocatedState, DeviceIndex, NumaPolicy, Outcome, PlacementMode,
 };
 
 const DRIVER: &str = "gpu.tessera.dev";
@@ -144,8 +144,8 @@ fn claim_of(name: &str, shape: &Shape) -> ResourceClaim {
     claim_with(name, requests, constraints, Vec::new())
 }
 
-fn inventory(slices: &[ResourceSlice], nodes: usize, reuse: bool) -> Inventory {
-    let inv = Inventory::new(
+fn inventory(slices: &[ResourceSlice], nodes: usize, reuse: bool) -> DeviceIndex {
+    let inv = DeviceIndex::new(
         slices.to_vec(),
         vec![
             class(CLASS_A, DRIVER),
@@ -235,7 +235,7 @@ fn a_change_of_numa_policy_is_not_answered_from_a_stored_result() {
     let free: Vec<Gpu> = (0..8).map(|i| gpu(i / 4, false)).collect();
     let (slices, state) = cluster(&[fragmented, free]);
     let claims = vec![claim_of("train", &(vec![(4, false)], false, false))];
-    let chosen = |inv: &Inventory, numa: NumaPolicy| {
+    let chosen = |inv: &DeviceIndex, numa: NumaPolicy| {
         let options = AllocateOptions {
             mode: PlacementMode::TopologyAware,
             explain: false,

@@ -10,8 +10,8 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde::{Deserialize as _, Serialize};
 use tessera_allocator::{
-    AllocateOptions, AllocatedState, Allocation, Inventory, Outcome, PlacementMode, Unsatisfiable,
-    claim_name,
+    AllocateOptions, AllocatedState, Allocation, DeviceIndex, Outcome, PlacementMode,
+    Unsatisfiable, claim_name,
 };
 use tessera_placement::extended::extended_resource_claim_owner;
 use tessera_placement::{ClusterObjects, Settings};
@@ -322,7 +322,7 @@ fn explain_claim(
     let previous = target.status.as_mut().and_then(|s| s.allocation.take());
     let state =
         AllocatedState::from_claims(cluster.claims.iter().filter(|c| qualified(c) != wanted))?;
-    let inventory = Inventory::from_nodes(cluster.slices, cluster.classes, &cluster.nodes);
+    let inventory = DeviceIndex::from_nodes(cluster.slices, cluster.classes, &cluster.nodes);
     let options = AllocateOptions {
         mode: args.mode.unwrap_or(Mode::FirstFit).into(),
         step_budget: args.step_budget,

@@ -10,7 +10,9 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceSlice};
 use serde::{Deserialize, Serialize};
-use tessera_allocator::{AllocateOptions, Allocation, DeviceId, Inventory, Outcome, PlacementMode};
+use tessera_allocator::{
+    AllocateOptions, Allocation, DeviceId, DeviceIndex, Outcome, PlacementMode,
+};
 use tessera_api::names::{GPU_DEVICE_CLASS, attr};
 use tessera_api::shares::ConsumableShares;
 use tessera_gpu_inventory::{DeviceSource, MockSource, RenderOptions, render_slices};
@@ -296,7 +298,7 @@ fn draw_trace(
 
 /// The synthetic cluster: rendered slices, the class, and what the metrics need per GPU.
 struct Cluster {
-    inventory: Inventory,
+    inventory: DeviceIndex,
     gpus: Vec<DeviceId>,
     islands: HashMap<(String, String), Option<String>>,
     /// `(pool, device)` → its NUMA node, for every GPU.
@@ -360,7 +362,7 @@ fn cluster_with(scenario: &Scenario, shares: ConsumableShares) -> anyhow::Result
         }
     }
     Ok(Cluster {
-        inventory: Inventory::new(slices, vec![synthetic::gpu_class()], vec![]),
+        inventory: DeviceIndex::new(slices, vec![synthetic::gpu_class()], vec![]),
         gpus,
         islands,
         numa,

@@ -13,8 +13,8 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTe
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::Event;
-use tessera_allocator::{AllocatedState, Inventory};
-use tessera_placement::DeviceView;
+use tessera_allocator::{AllocatedState, DeviceIndex};
+use tessera_placement::ClusterSnapshot;
 use tessera_placement::group::{GroupKey, group_key};
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::pods::UnreadableAllocation;
@@ -214,8 +214,8 @@ impl Tracked {
 pub struct InventorySnapshot {
     pub generation: u64,
     /// Topology-managed devices, nodes with them, every node's facts.
-    pub devices: DeviceView,
-    unmanaged: OnceLock<Arc<Inventory>>,
+    pub devices: ClusterSnapshot,
+    unmanaged: OnceLock<Arc<DeviceIndex>>,
     slices: Vec<EncodedSlice>,
     classes: Vec<DeviceClass>,
 }
@@ -237,7 +237,7 @@ impl InventorySnapshot {
             .collect();
         InventorySnapshot {
             generation,
-            devices: DeviceView::new(decode(&slices), classes.clone(), nodes),
+            devices: ClusterSnapshot::new(decode(&slices), classes.clone(), nodes),
             unmanaged: OnceLock::new(),
             slices,
             classes,
@@ -245,7 +245,7 @@ impl InventorySnapshot {
     }
 
     /// The devices the scheduler allocates (built on first use, from the encoded slices).
-    pub fn unmanaged(&self) -> Arc<Inventory> {
+    pub fn unmanaged(&self) -> Arc<DeviceIndex> {
         self.unmanaged
             .get_or_init(|| {
                 Arc::new(

@@ -14,7 +14,7 @@ use k8s_openapi::api::scheduling::v1beta1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use support::*;
-use tessera_allocator::{AllocatedState, Inventory};
+use tessera_allocator::{AllocatedState, DeviceIndex};
 use tessera_api::names::{GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION, RACK_LABEL};
 use tessera_gpu_inventory::render::ServerVersion;
 use tessera_gpu_inventory::{DeviceSource, MockSource, RenderOptions, render_slices};
@@ -26,7 +26,7 @@ use tessera_placement::group::{
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::planner::Action;
 use tessera_placement::resolve::{PodClaim, Resolution, resolve_claims};
-use tessera_placement::view::{DeviceView, PodContext, Settings};
+use tessera_placement::view::{ClusterSnapshot, PodContext, Settings};
 
 /// The slices of a GB200 compute tray (4 GPUs, one NVLink island) in fabric clique `clique`.
 fn gb200_slices(node: &str, clique: u32) -> Vec<ResourceSlice> {
@@ -89,8 +89,8 @@ impl World {
         }
     }
 
-    fn view(&self) -> DeviceView {
-        DeviceView::new(
+    fn view(&self) -> ClusterSnapshot {
+        ClusterSnapshot::new(
             self.slices.clone(),
             shipped_classes(),
             self.nodes.iter().map(NodeFacts::from).collect(),
@@ -121,7 +121,12 @@ impl World {
         self.decide_in(&self.view(), group, settings)
     }
 
-    fn decide_in(&self, view: &DeviceView, group: &str, settings: &GroupSettings) -> GroupDecision {
+    fn decide_in(
+        &self,
+        view: &ClusterSnapshot,
+        group: &str,
+        settings: &GroupSettings,
+    ) -> GroupDecision {
         let members = self.members(group);
         let key = group_key(&members[0].0).unwrap();
         let min_count = label_min_count(&key, members.iter().map(|(p, _)| p)).unwrap();
@@ -137,7 +142,7 @@ impl World {
         };
         let in_use = AllocatedState::from_claims(&self.claims).unwrap();
         let usage = HashMap::new();
-        let unmanaged = Arc::new(Inventory::new(Vec::new(), Vec::new(), Vec::new()));
+        let unmanaged = Arc::new(DeviceIndex::new(Vec::new(), Vec::new(), Vec::new()));
         let unmanaged_fn = || unmanaged.clone();
         let context = PodContext {
             devices: view,
@@ -313,7 +318,7 @@ fn two_gangs_that_do_not_fit_together_one_runs_the_other_waits() {
             .collect(),
         unresolved: 0,
     };
-    let unmanaged = Arc::new(Inventory::new(Vec::new(), Vec::new(), Vec::new()));
+    let unmanaged = Arc::new(DeviceIndex::new(Vec::new(), Vec::new(), Vec::new()));
     let settings = Settings::new(tessera_api::names::TOPOLOGY_AWARE_GATE);
     assert!(fits_when_free(
         &input,

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use support::*;
-use tessera_allocator::{AllocateOptions, AllocatedState, Inventory, PlacementMode};
+use tessera_allocator::{AllocateOptions, AllocatedState, DeviceIndex, PlacementMode};
 use tessera_api::names::NUMA_POLICY_ANNOTATION;
 use tessera_placement::extended::ExtendedResources;
 use tessera_placement::managed::{managed_slices, unmanaged_slices};
@@ -69,8 +69,8 @@ impl World {
         let facts: Vec<NodeFacts> = self.nodes.iter().map(NodeFacts::from).collect();
         let infos = || facts.iter().map(|n| n.info.clone()).collect();
         let (managed, managed_nodes) = managed_slices(self.slices.clone());
-        let managed = Inventory::new(managed, self.classes.clone(), infos());
-        let unmanaged = Arc::new(Inventory::new(
+        let managed = DeviceIndex::new(managed, self.classes.clone(), infos());
+        let unmanaged = Arc::new(DeviceIndex::new(
             unmanaged_slices(self.slices.clone()),
             self.classes.clone(),
             infos(),

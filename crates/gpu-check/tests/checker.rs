@@ -10,7 +10,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use serde_json::Value;
 use tessera_fake_driver::layout::{self, Artifacts, Layout, NodeKind};
-use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_test_support::{harness, needed_libraries, running_as_root};
 
 const CHECKER: &str = env!("CARGO_BIN_EXE_tessera-gpu-check");
@@ -21,7 +21,7 @@ struct FakeNode {
     dir: PathBuf,
     lib: PathBuf,
     bin: PathBuf,
-    inventory: Inventory,
+    inventory: GpuInventory,
 }
 
 impl FakeNode {

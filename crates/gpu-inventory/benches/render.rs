@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tessera_gpu_inventory::{
-    DeviceSource, Inventory, MockSource, RenderOptions, ServerVersion, render_slices,
+    DeviceSource, GpuInventory, MockSource, RenderOptions, ServerVersion, render_slices,
 };
 
 const NODES: usize = 1_000;
@@ -25,14 +25,14 @@ const MIX: &[(&str, ServerVersion, bool, bool)] = &[
     ("gb200-tray", ServerVersion::V1_35, false, false),
 ];
 
-fn inventory(name: &str) -> Inventory {
+fn inventory(name: &str) -> GpuInventory {
     MockSource::new(name)
         .and_then(|s| s.inventory())
         .unwrap_or_else(|e| panic!("shipped topology {name}: {e}"))
 }
 
-fn cluster() -> Vec<(Inventory, RenderOptions)> {
-    let inventories: Vec<Inventory> = MIX.iter().map(|(name, ..)| inventory(name)).collect();
+fn cluster() -> Vec<(GpuInventory, RenderOptions)> {
+    let inventories: Vec<GpuInventory> = MIX.iter().map(|(name, ..)| inventory(name)).collect();
     (0..NODES)
         .map(|i| {
             let (_, server, dynamic_mig, managed) = MIX[i % MIX.len()];

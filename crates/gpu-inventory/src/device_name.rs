@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::model::{Gpu, Inventory, MigInstance, MigProfile};
+use crate::model::{Gpu, GpuInventory, MigInstance, MigProfile};
 
 /// A device name, parsed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -117,7 +117,7 @@ pub enum ResolvedDevice<'a> {
     },
 }
 
-impl Inventory {
+impl GpuInventory {
     /// Resolves a published device name to the hardware it names. `None` when the name is not one
     /// of Tessera's or names a GPU, profile or placement this inventory does not have.
     pub fn resolve_device(&self, name: &str) -> Option<ResolvedDevice<'_>> {

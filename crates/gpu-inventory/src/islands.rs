@@ -16,7 +16,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::model::{Gpu, Inventory, LinkPeer};
+use crate::model::{Gpu, GpuInventory, LinkPeer};
 
 /// One NVLink island.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +27,7 @@ pub struct NvlinkIsland {
     pub members: Vec<String>,
 }
 
-impl Inventory {
+impl GpuInventory {
     /// The NVLink islands of this node, ordered by their smallest member UUID.
     pub fn nvlink_islands(&self) -> Vec<NvlinkIsland> {
         let graph = ConnectionGraph::new(self);
@@ -85,7 +85,7 @@ struct ConnectionGraph {
 }
 
 impl ConnectionGraph {
-    fn new(inventory: &Inventory) -> Self {
+    fn new(inventory: &GpuInventory) -> Self {
         let mut gpus: Vec<&Gpu> = inventory.gpus.iter().collect();
         gpus.sort_by(|a, b| a.uuid.cmp(&b.uuid));
         let n = gpus.len();

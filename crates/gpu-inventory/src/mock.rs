@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::model::Inventory;
+use crate::model::GpuInventory;
 use crate::node_identity;
 use crate::source::{DeviceSource, SourceError};
 
@@ -40,25 +40,26 @@ pub fn shipped_topology(name: &str) -> Option<&'static str> {
 
 /// Parses and validates topology YAML. `origin` names the text in errors (a path, or
 /// `<shipped topology NAME>`).
-pub fn parse_topology(origin: &str, yaml: &str) -> Result<Inventory, SourceError> {
+pub fn parse_topology(origin: &str, yaml: &str) -> Result<GpuInventory, SourceError> {
     let deserializer = serde_yaml::Deserializer::from_str(yaml);
-    let mut inventory: Inventory = serde_path_to_error::deserialize(deserializer).map_err(|e| {
-        let field = e.path().to_string();
-        let inner = e.into_inner();
-        let location = inner.location();
-        let message = strip_location(&inner.to_string());
-        // serde_yaml prefixes the path it knows; the error carries the path separately.
-        let message = message
-            .strip_prefix(&format!("{field}: "))
-            .map_or(message.clone(), str::to_owned);
-        SourceError::TopologySyntax {
-            file: origin.to_owned(),
-            line: location.as_ref().map(|l| l.line()),
-            column: location.as_ref().map(|l| l.column()),
-            field: if field == "." { String::new() } else { field },
-            message,
-        }
-    })?;
+    let mut inventory: GpuInventory =
+        serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let field = e.path().to_string();
+            let inner = e.into_inner();
+            let location = inner.location();
+            let message = strip_location(&inner.to_string());
+            // serde_yaml prefixes the path it knows; the error carries the path separately.
+            let message = message
+                .strip_prefix(&format!("{field}: "))
+                .map_or(message.clone(), str::to_owned);
+            SourceError::TopologySyntax {
+                file: origin.to_owned(),
+                line: location.as_ref().map(|l| l.line()),
+                column: location.as_ref().map(|l| l.column()),
+                field: if field == "." { String::new() } else { field },
+                message,
+            }
+        })?;
     inventory
         .validate()
         .map_err(|problems| SourceError::TopologyInvalid {
@@ -131,7 +132,7 @@ impl MockSource {
         self
     }
 
-    fn read_file_inventory(&self) -> Result<Inventory, SourceError> {
+    fn read_file_inventory(&self) -> Result<GpuInventory, SourceError> {
         match &self.origin {
             Origin::Shipped(name, text) => {
                 parse_topology(&format!("<shipped topology {name}>"), text)
@@ -149,7 +150,7 @@ impl MockSource {
 }
 
 impl DeviceSource for MockSource {
-    fn inventory(&self) -> Result<Inventory, SourceError> {
+    fn inventory(&self) -> Result<GpuInventory, SourceError> {
         let inventory = self.read_file_inventory()?;
         Ok(match &self.node_name {
             Some(node_name) => node_identity::for_node(inventory, node_name),

@@ -14,13 +14,13 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::model::Inventory;
+use crate::model::GpuInventory;
 
 /// Domain separation for the hash, so these UUIDs cannot collide with other name-based ones.
 const NAMESPACE: &[u8] = b"tessera mock device identity";
 
 /// The inventory with every GPU and MIG-device UUID replaced by the one this node would have.
-pub fn for_node(mut inventory: Inventory, node_name: &str) -> Inventory {
+pub fn for_node(mut inventory: GpuInventory, node_name: &str) -> GpuInventory {
     for gpu in &mut inventory.gpus {
         gpu.uuid = node_uuid(node_name, &gpu.uuid);
         if let Some(mig) = &mut gpu.mig {

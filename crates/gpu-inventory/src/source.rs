@@ -2,13 +2,13 @@
 
 use std::path::PathBuf;
 
-use crate::model::Inventory;
+use crate::model::GpuInventory;
 use crate::validate::InventoryProblem;
 
 /// A backend that reads the node's GPUs: `mock` (a topology file) or `nvml` (the real driver).
 pub trait DeviceSource: Send + Sync {
-    /// Reads the current inventory, normalized ([`Inventory::normalize`]) and validated.
-    fn inventory(&self) -> Result<Inventory, SourceError>;
+    /// Reads the current inventory, normalized ([`GpuInventory::normalize`]) and validated.
+    fn inventory(&self) -> Result<GpuInventory, SourceError>;
 
     /// A short description for logs, e.g. `mock topology dgx-h100` or `NVML (libnvidia-ml.so.1)`.
     fn describe(&self) -> String;

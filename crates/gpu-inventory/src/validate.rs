@@ -9,7 +9,7 @@ use std::fmt;
 use tessera_api::validation::MAX_ATTRIBUTE_VALUE_LENGTH;
 
 use crate::device_name::{DeviceName, profile_label};
-use crate::model::{Gpu, Inventory, MigInstance, MigState, NvLinkRemoteType};
+use crate::model::{Gpu, GpuInventory, MigInstance, MigState, NvLinkRemoteType};
 use crate::pci;
 use crate::units::dotted_to_semver;
 
@@ -26,7 +26,7 @@ impl fmt::Display for InventoryProblem {
     }
 }
 
-impl Inventory {
+impl GpuInventory {
     /// Checks the inventory's consistency rules; every problem found, not just the first.
     pub fn validate(&self) -> Result<(), Vec<InventoryProblem>> {
         let mut problems = Problems::default();
@@ -111,7 +111,7 @@ impl Seen {
     }
 }
 
-fn check_gpu(problems: &mut Problems, at: &str, gpu: &Gpu, inventory: &Inventory) {
+fn check_gpu(problems: &mut Problems, at: &str, gpu: &Gpu, inventory: &GpuInventory) {
     if !gpu.uuid.starts_with("GPU-") || gpu.uuid.len() <= 4 {
         problems.add(
             format!("{at}.uuid"),
@@ -160,7 +160,7 @@ fn check_gpu(problems: &mut Problems, at: &str, gpu: &Gpu, inventory: &Inventory
     check_links(problems, at, gpu, inventory);
 }
 
-fn check_links(problems: &mut Problems, at: &str, gpu: &Gpu, inventory: &Inventory) {
+fn check_links(problems: &mut Problems, at: &str, gpu: &Gpu, inventory: &GpuInventory) {
     let mut links = BTreeSet::new();
     for (j, link) in gpu.nvlinks.iter().enumerate() {
         let field = format!("{at}.nvlinks[{j}]");

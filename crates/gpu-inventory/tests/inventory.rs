@@ -4,11 +4,11 @@ use std::collections::BTreeSet;
 
 use pretty_assertions::assert_eq;
 use tessera_gpu_inventory::{
-    DeviceSource, FabricState, Inventory, MockSource, NvLinkRemoteType, NvLinkState, NvLinkVersion,
-    SHIPPED_TOPOLOGIES, SourceError, island_of, parse_topology,
+    DeviceSource, FabricState, GpuInventory, MockSource, NvLinkRemoteType, NvLinkState,
+    NvLinkVersion, SHIPPED_TOPOLOGIES, SourceError, island_of, parse_topology,
 };
 
-fn shipped(name: &str) -> Inventory {
+fn shipped(name: &str) -> GpuInventory {
     MockSource::new(name)
         .expect("shipped topology exists")
         .inventory()

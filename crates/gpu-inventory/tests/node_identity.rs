@@ -6,11 +6,11 @@ use k8s_openapi::api::resource::v1::Device;
 use pretty_assertions::assert_eq;
 use tessera_api::names::attr;
 use tessera_gpu_inventory::{
-    DeviceSource, Inventory, MockSource, RenderOptions, ResolvedDevice, SHIPPED_TOPOLOGIES,
+    DeviceSource, GpuInventory, MockSource, RenderOptions, ResolvedDevice, SHIPPED_TOPOLOGIES,
     render_slices,
 };
 
-fn on_node(topology: &str, node: &str) -> Inventory {
+fn on_node(topology: &str, node: &str) -> GpuInventory {
     MockSource::new(topology)
         .unwrap()
         .for_node(node)
@@ -18,12 +18,12 @@ fn on_node(topology: &str, node: &str) -> Inventory {
         .unwrap_or_else(|e| panic!("{topology} on {node}: {e}"))
 }
 
-fn file_inventory(topology: &str) -> Inventory {
+fn file_inventory(topology: &str) -> GpuInventory {
     MockSource::new(topology).unwrap().inventory().unwrap()
 }
 
 /// Every GPU and MIG-device UUID of the inventory.
-fn uuids(inventory: &Inventory) -> BTreeSet<String> {
+fn uuids(inventory: &GpuInventory) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for gpu in &inventory.gpus {
         out.insert(gpu.uuid.clone());
@@ -35,7 +35,7 @@ fn uuids(inventory: &Inventory) -> BTreeSet<String> {
 }
 
 /// The inventory with every UUID blanked, to compare everything else.
-fn without_uuids(mut inventory: Inventory) -> Inventory {
+fn without_uuids(mut inventory: GpuInventory) -> GpuInventory {
     for gpu in &mut inventory.gpus {
         gpu.uuid.clear();
         for instance in gpu.mig.iter_mut().flat_map(|m| &mut m.instances) {
@@ -53,7 +53,7 @@ fn string_attribute(device: &Device, name: &str) -> Option<String> {
         .and_then(|a| a.string.clone())
 }
 
-fn published_devices(inventory: &Inventory, node: &str, dynamic_mig: bool) -> Vec<Device> {
+fn published_devices(inventory: &GpuInventory, node: &str, dynamic_mig: bool) -> Vec<Device> {
     let options = RenderOptions {
         dynamic_mig,
         ..RenderOptions::new(node)
@@ -143,7 +143,7 @@ fn dgx_h100_is_still_one_island_per_node_with_its_own_id() {
 fn nvlink_pairs_still_form_the_same_islands() {
     let file = file_inventory("pcie-a100-nvlink-pairs");
     let node = on_node("pcie-a100-nvlink-pairs", "gpu-node-a");
-    let minors = |inventory: &Inventory| -> Vec<Vec<u32>> {
+    let minors = |inventory: &GpuInventory| -> Vec<Vec<u32>> {
         let mut islands: Vec<Vec<u32>> = inventory
             .nvlink_islands()
             .iter()

@@ -8,11 +8,11 @@ use pretty_assertions::assert_eq;
 use tessera_api::names::{TOPOLOGY_MANAGED_TAINT, counter};
 use tessera_api::schema::{self, AttributeKind, Carriers};
 use tessera_gpu_inventory::{
-    DeviceSource, Inventory, MockSource, RenderError, RenderOptions, SHIPPED_TOPOLOGIES,
+    DeviceSource, GpuInventory, MockSource, RenderError, RenderOptions, SHIPPED_TOPOLOGIES,
     ServerVersion, check_pool, check_slice, render_slices,
 };
 
-fn shipped(name: &str) -> Inventory {
+fn shipped(name: &str) -> GpuInventory {
     MockSource::new(name).unwrap().inventory().unwrap()
 }
 
@@ -413,7 +413,7 @@ fn topology_managed_nodes_taint_every_device() {
 }
 
 /// A node with `n` whole GPUs and no NVLink.
-fn synthetic(n: u32) -> Inventory {
+fn synthetic(n: u32) -> GpuInventory {
     let mut inv = shipped("pcie-l40s");
     let template = inv.gpus[0].clone();
     inv.gpus = (0..n)

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_kubelet_grpc::simulator::KubeletSimulator;
 use tessera_kubelet_grpc::{ClaimRef, PreparedDevice};
 use tessera_test_support::SplitMix64;
@@ -91,7 +91,7 @@ struct Run {
     rng: SplitMix64,
     kubeconfig: std::path::PathBuf,
     dirs: PluginDirs,
-    inventory: Inventory,
+    inventory: GpuInventory,
     plugin: PluginProcess,
     kubelet: KubeletSimulator,
     /// Claims the kubelet was told are prepared.

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tessera_fake_apiserver::FakeApiServer;
-use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_kubelet_grpc::ClaimRef;
 use tessera_kubelet_grpc::simulator::KubeletSimulator;
 use tessera_node::crash::{CRASH_AT, CRASH_EXIT_CODE};
@@ -114,7 +114,7 @@ enum Started {
 struct Node {
     kubeconfig: std::path::PathBuf,
     dirs: PluginDirs,
-    inventory: Inventory,
+    inventory: GpuInventory,
 }
 
 impl Node {

@@ -28,7 +28,7 @@ use support::harness::{allocated_claim, claim_config};
 use support::process::*;
 use tessera_fake_apiserver::FakeApiServer;
 use tessera_fake_driver::layout::{self, Artifacts, Layout, NodeKind};
-use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_kubelet_grpc::ClaimRef;
 use tessera_test_support::harness;
 
@@ -40,7 +40,7 @@ struct FakeDriver {
     root: PathBuf,
     dev_root: PathBuf,
     hook: PathBuf,
-    inventory: Inventory,
+    inventory: GpuInventory,
 }
 
 impl FakeDriver {

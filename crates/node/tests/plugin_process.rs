@@ -16,7 +16,7 @@ use kube::ResourceExt;
 use kube::api::ObjectMeta;
 use support::process::*;
 use tessera_fake_apiserver::FakeApiServer;
-use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_kubelet_grpc::simulator::KubeletSimulator;
 use tessera_kubelet_grpc::{ClaimRef, HealthStatus, PreparedDevice};
 
@@ -181,7 +181,7 @@ async fn registers_publishes_turns_ready_and_restarts_without_going_back() {
 
 /// A dgx-h100 behind the fake NVML: its inventory, and the plugin flags and environment that
 /// load the fake library with a fake sysfs tree under `dirs` (a test adds its own to both).
-fn fake_nvml_node(dirs: &PluginDirs) -> (Inventory, Vec<String>, Vec<(&'static str, String)>) {
+fn fake_nvml_node(dirs: &PluginDirs) -> (GpuInventory, Vec<String>, Vec<(&'static str, String)>) {
     let inventory = MockSource::new("dgx-h100").unwrap().inventory().unwrap();
     let sysfs = dirs.path("sys");
     tessera_fake_nvml::sysfs::write_fake_sysfs(&sysfs, &inventory).unwrap();

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::ObjectMeta;
 use prometheus_client::registry::Registry;
 use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
-use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_kubelet_grpc::{HealthStatus, RegistrationState};
 use tessera_node::health::{HealthFindings, SharedFindings};
 use tessera_node::inventory::NodeInventory;
@@ -44,7 +44,7 @@ fn node(managed: bool) -> Node {
     node
 }
 
-fn inventory(name: &str) -> Inventory {
+fn inventory(name: &str) -> GpuInventory {
     MockSource::new(name).unwrap().inventory().unwrap()
 }
 
@@ -512,16 +512,16 @@ async fn the_loop_follows_the_node_the_inventory_health_and_a_wiped_pool() {
 
 /// A source answering with whatever inventory the test sets, as the NVML backend reads it
 /// (GPUs in `lost_gpus` are not in `gpus`).
-struct ScriptedSource(std::sync::Mutex<Inventory>);
+struct ScriptedSource(std::sync::Mutex<GpuInventory>);
 
 impl ScriptedSource {
-    fn set(&self, inventory: Inventory) {
+    fn set(&self, inventory: GpuInventory) {
         *self.0.lock().unwrap() = inventory;
     }
 }
 
 impl DeviceSource for ScriptedSource {
-    fn inventory(&self) -> Result<Inventory, tessera_gpu_inventory::SourceError> {
+    fn inventory(&self) -> Result<GpuInventory, tessera_gpu_inventory::SourceError> {
         Ok(self.0.lock().unwrap().clone())
     }
 
@@ -531,7 +531,7 @@ impl DeviceSource for ScriptedSource {
 }
 
 /// `full` as NVML reads it with the GPU `uuid` lost.
-fn lost_read(full: &Inventory, uuid: &str) -> Inventory {
+fn lost_read(full: &GpuInventory, uuid: &str) -> GpuInventory {
     let mut read = full.clone();
     read.gpus.retain(|g| g.uuid != uuid);
     read.lost_gpus = vec![uuid.to_owned()];

@@ -1,6 +1,6 @@
 //! The `nvml` backend: the only place in Tessera that calls NVML.
 //!
-//! [`NvmlSource`] reads the [inventory](tessera_gpu_inventory::model::Inventory) through nvml-wrapper, and through
+//! [`NvmlSource`] reads the [inventory](tessera_gpu_inventory::model::GpuInventory) through nvml-wrapper, and through
 //! nvml-wrapper-sys (`nvml.lib()`) what the wrapper lacks: GPU fabric info, GPU-instance profiles
 //! and placements, GPU and compute instances, MIG device ids, NVLink remote device types. What
 //! NVML does not know — the PCIe root complex and the NUMA node of the PCI attachment — comes
@@ -39,7 +39,7 @@ pub use read::cuda_cores_per_multiprocessor;
 pub use sysfs::{DEFAULT_SYSFS_ROOT, Sysfs};
 pub use telemetry::GpuTelemetry;
 
-use tessera_gpu_inventory::model::{Inventory, MigInstance};
+use tessera_gpu_inventory::model::{GpuInventory, MigInstance};
 use tessera_gpu_inventory::source::{DeviceSource, SourceError};
 
 /// An open NVML session plus the sysfs tree to read PCI facts from.
@@ -81,9 +81,9 @@ impl NvmlSource {
 
     /// Reads every GPU: identity, versions, memory, multiprocessors, PCI placement, NVLink links,
     /// fabric membership, MIG state with existing MIG devices and creatable profiles. The result
-    /// is normalized ([`Inventory::normalize`]) but not validated; [`DeviceSource::inventory`]
+    /// is normalized ([`GpuInventory::normalize`]) but not validated; [`DeviceSource::inventory`]
     /// validates it too.
-    pub fn read_inventory(&self) -> Result<Inventory, NvmlError> {
+    pub fn read_inventory(&self) -> Result<GpuInventory, NvmlError> {
         read::inventory(&self.nvml, &self.sysfs)
     }
 
@@ -160,7 +160,7 @@ impl NvmlSource {
 }
 
 impl DeviceSource for NvmlSource {
-    fn inventory(&self) -> Result<Inventory, SourceError> {
+    fn inventory(&self) -> Result<GpuInventory, SourceError> {
         let inventory = self.read_inventory().map_err(|e| {
             let (operation, source) = e.into_operation_and_cause();
             SourceError::Backend {

@@ -14,7 +14,7 @@ use super::ffi::{check, format_uuid, struct_version, sys_fn};
 use super::mig_sys;
 use super::sysfs::Sysfs;
 use tessera_gpu_inventory::model::{
-    Architecture, Brand, FabricInfo, FabricState, Gpu, Inventory, MigEngines, MigInstance,
+    Architecture, Brand, FabricInfo, FabricState, Gpu, GpuInventory, MigEngines, MigInstance,
     MigProfile, MigState, NvLink, NvLinkRemoteType, NvLinkState, NvLinkVersion,
 };
 use tessera_gpu_inventory::pci::normalize_bus_id;
@@ -24,8 +24,8 @@ const MIB: u64 = 1 << 20;
 
 /// Reads the whole inventory: system versions, then every GPU in NVML index order. A GPU that
 /// answers `NVML_ERROR_GPU_IS_LOST` once its UUID is known is listed in
-/// [`Inventory::lost_gpus`]; any other failure fails the read.
-pub(crate) fn inventory(nvml: &Nvml, sysfs: &Sysfs) -> Result<Inventory, NvmlError> {
+/// [`GpuInventory::lost_gpus`]; any other failure fails the read.
+pub(crate) fn inventory(nvml: &Nvml, sysfs: &Sysfs) -> Result<GpuInventory, NvmlError> {
     let system = |query| {
         move |e: WrapperError| NvmlError::SystemQuery {
             query,
@@ -58,7 +58,7 @@ pub(crate) fn inventory(nvml: &Nvml, sysfs: &Sysfs) -> Result<Inventory, NvmlErr
             },
         }
     }
-    let mut inventory = Inventory {
+    let mut inventory = GpuInventory {
         driver_version,
         cuda_driver_version,
         gpus,
@@ -70,7 +70,7 @@ pub(crate) fn inventory(nvml: &Nvml, sysfs: &Sysfs) -> Result<Inventory, NvmlErr
 
 /// The UUID of the GPU a failed read was about, when the failure says that GPU is lost
 /// (`NVML_ERROR_GPU_IS_LOST` on a query after its UUID was read): such a GPU is reported in
-/// [`Inventory::lost_gpus`] instead of failing the whole read. A GPU lost before NVML gave its
+/// [`GpuInventory::lost_gpus`] instead of failing the whole read. A GPU lost before NVML gave its
 /// UUID, and every other failure, still fails the read.
 fn lost_gpu_uuid(error: &NvmlError) -> Option<&str> {
     let (gpu, source) = match error {

@@ -23,7 +23,7 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
-use tessera_allocator::{AllocatedState, Inventory};
+use tessera_allocator::{AllocatedState, DeviceIndex};
 use tessera_api::names::{BLOCK_LABEL, GPU_DEVICE_CLASS, RACK_LABEL, TOPOLOGY_AWARE_GATE};
 use tessera_gpu_inventory::{DeviceSource, MockSource, RenderOptions, render_slices};
 use tessera_placement::claims::tolerating_managed_taint;
@@ -33,7 +33,7 @@ use tessera_placement::group::{
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::resolve::PodClaim;
 use tessera_placement::synthetic::{self, gpu_node};
-use tessera_placement::view::{DeviceView, PodContext, Settings};
+use tessera_placement::view::{ClusterSnapshot, PodContext, Settings};
 
 const NODES: usize = 1000;
 const RACK: usize = 16;
@@ -110,7 +110,7 @@ fn load_average() -> String {
 
 /// The bench's cluster: [`NODES`] topology-managed dgx-h100 nodes, every fourth with 4 GPUs in
 /// use.
-fn cluster() -> (DeviceView, AllocatedState) {
+fn cluster() -> (ClusterSnapshot, AllocatedState) {
     let dgx = MockSource::new("dgx-h100")
         .and_then(|m| m.inventory())
         .expect("the shipped dgx-h100 topology loads");
@@ -125,7 +125,7 @@ fn cluster() -> (DeviceView, AllocatedState) {
         nodes.push(node(i));
     }
     let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::from).collect();
-    let view = DeviceView::new(slices, vec![synthetic::gpu_class()], facts);
+    let view = ClusterSnapshot::new(slices, vec![synthetic::gpu_class()], facts);
     let mut in_use = AllocatedState::new();
     for i in (0..NODES).step_by(4) {
         let c = claim(&format!("busy-{i}"), 4);
@@ -245,7 +245,7 @@ fn report(rows: &[Row], load_before: &str) {
 
 fn main() {
     let (view, in_use) = cluster();
-    let unmanaged = Arc::new(Inventory::new(Vec::new(), Vec::new(), Vec::new()));
+    let unmanaged = Arc::new(DeviceIndex::new(Vec::new(), Vec::new(), Vec::new()));
     let unmanaged_fn = || unmanaged.clone();
     let usage = HashMap::new();
     let settings = Settings::new(TOPOLOGY_AWARE_GATE);

@@ -31,7 +31,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use tessera_allocator::{AllocatedState, Inventory};
+use tessera_allocator::{AllocatedState, DeviceIndex};
 use tessera_api::names::{
     BLOCK_LABEL, DRIVER_NAME, GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION, RACK_LABEL, attr,
 };
@@ -42,7 +42,7 @@ use crate::pods::pod_usage_requests;
 use crate::protocol::object_key;
 use crate::resolve::PodClaim;
 use crate::resources::NodeUsage;
-use crate::view::{DeviceView, PodContext, Settings, decide_pod_within};
+use crate::view::{ClusterSnapshot, PodContext, Settings, decide_pod_within};
 
 /// Domains tried at the level where the group first fits, before the best is kept.
 pub const ALTERNATIVES: usize = 4;
@@ -359,14 +359,14 @@ pub struct GroupDecision {
     pub truncated: bool,
 }
 
-/// One level of domains: each node's value (indexed like [`DeviceView::nodes`]).
+/// One level of domains: each node's value (indexed like [`ClusterSnapshot::nodes`]).
 struct Level {
     name: String,
     of_node: Vec<Option<String>>,
 }
 
 /// Each node's fabric clique: the `fabricClique` attribute of its first managed device.
-fn clique_level(devices: &DeviceView) -> Option<Level> {
+fn clique_level(devices: &ClusterSnapshot) -> Option<Level> {
     let qualified = format!("{DRIVER_NAME}/{}", attr::FABRIC_CLIQUE);
     let of_node: Vec<Option<String>> = devices
         .nodes
@@ -379,7 +379,7 @@ fn clique_level(devices: &DeviceView) -> Option<Level> {
     })
 }
 
-fn node_clique(inventory: &Inventory, node: &str, qualified: &str) -> Option<String> {
+fn node_clique(inventory: &DeviceIndex, node: &str, qualified: &str) -> Option<String> {
     inventory.node_devices(node).find_map(|(_, device)| {
         let attributes = device.attributes.as_ref()?;
         attributes
@@ -391,7 +391,7 @@ fn node_clique(inventory: &Inventory, node: &str, qualified: &str) -> Option<Str
     })
 }
 
-fn label_levels(devices: &DeviceView, hierarchy: &Hierarchy) -> Vec<Level> {
+fn label_levels(devices: &ClusterSnapshot, hierarchy: &Hierarchy) -> Vec<Level> {
     hierarchy
         .labels
         .iter()
@@ -407,7 +407,7 @@ fn label_levels(devices: &DeviceView, hierarchy: &Hierarchy) -> Vec<Level> {
 }
 
 /// Free (not in use) managed devices per node.
-fn free_devices(devices: &DeviceView, in_use: &AllocatedState) -> Vec<usize> {
+fn free_devices(devices: &ClusterSnapshot, in_use: &AllocatedState) -> Vec<usize> {
     devices
         .nodes
         .iter()
@@ -628,7 +628,7 @@ fn short_of_pods(input: &GroupInput<'_>) -> Option<GroupDecision> {
 
 /// The cluster's domains as one group decision reads them.
 struct Layout {
-    /// Node name → index into [`DeviceView::nodes`].
+    /// Node name → index into [`ClusterSnapshot::nodes`].
     index: HashMap<String, usize>,
     /// Nodes with managed devices.
     managed: Vec<usize>,
@@ -935,8 +935,8 @@ fn wait_outcome(
 /// it is, empty): a group that could not is never waited for by others.
 pub fn fits_when_free(
     input: &GroupInput<'_>,
-    devices: &DeviceView,
-    unmanaged: &dyn Fn() -> std::sync::Arc<Inventory>,
+    devices: &ClusterSnapshot,
+    unmanaged: &dyn Fn() -> std::sync::Arc<DeviceIndex>,
     settings: &Settings,
     group: &GroupSettings,
     now: Timestamp,

@@ -36,4 +36,4 @@ pub mod writes;
 
 pub use objects::{ClusterObjects, GroupVerdict, PodVerdict};
 pub use planner::{Action, Decision, Failure, Placement};
-pub use view::{DeviceView, PodContext, Settings, decide_pod};
+pub use view::{ClusterSnapshot, PodContext, Settings, decide_pod};

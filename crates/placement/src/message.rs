@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tessera_allocator::{
-    AllocateOptions, AllocatedState, Inventory, Outcome, PlacementMode, Unsatisfiable, claim_name,
+    AllocateOptions, AllocatedState, DeviceIndex, Outcome, PlacementMode, Unsatisfiable, claim_name,
 };
 
 use crate::nodes::NodeFilter;
@@ -40,7 +40,7 @@ fn mode_name(options: &AllocateOptions) -> &'static str {
 /// Why `claims` fit on no node, given the search's brief account `searched` over the eligible
 /// nodes of `nodes`. The first [`EXPLAINED_NODES`] nodes are diagnosed device by device again.
 pub fn unsatisfiable_message(
-    inventory: &Inventory,
+    inventory: &DeviceIndex,
     claims: &[ResourceClaim],
     in_use: &AllocatedState,
     nodes: &NodeFilter,

@@ -12,7 +12,7 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::Timestamp;
-use tessera_allocator::Inventory;
+use tessera_allocator::DeviceIndex;
 
 use crate::group::{
     GroupDecision, GroupInput, GroupKey, GroupSource, Member, decide_group, group_key,
@@ -23,7 +23,7 @@ use crate::planner::Decision;
 use crate::pods::{devices_in_use, is_candidate, node_usage};
 use crate::protocol::{is_bound, is_gated, is_terminal, object_key};
 use crate::resolve::{Resolution, resolve_claims};
-use crate::view::{DeviceView, PodContext, Settings, decide_pod};
+use crate::view::{ClusterSnapshot, PodContext, Settings, decide_pod};
 
 /// A set of API objects.
 #[derive(Clone, Debug, Default)]
@@ -104,12 +104,12 @@ impl ClusterObjects {
         usage: &std::collections::HashMap<String, crate::resources::NodeUsage>,
         decide: impl FnOnce(&PodContext<'_>) -> T,
     ) -> T {
-        let devices = DeviceView::new(
+        let devices = ClusterSnapshot::new(
             self.slices.clone(),
             self.classes.clone(),
             self.nodes.iter().map(NodeFacts::from).collect(),
         );
-        let unmanaged_cell: OnceCell<Arc<Inventory>> = OnceCell::new();
+        let unmanaged_cell: OnceCell<Arc<DeviceIndex>> = OnceCell::new();
         let unmanaged = || {
             unmanaged_cell
                 .get_or_init(|| {

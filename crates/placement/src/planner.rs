@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use tessera_allocator::{
-    AllocateError, AllocateOptions, AllocatedState, Inventory, NumaPolicy, NumaPolicyError,
+    AllocateError, AllocateOptions, AllocatedState, DeviceIndex, NumaPolicy, NumaPolicyError,
     Outcome, TopologyScore, selector_matches,
 };
 use tessera_api::names::NUMA_POLICY_ANNOTATION;
@@ -33,9 +33,9 @@ pub struct PlacementInput<'a> {
     pub gated: bool,
     pub claims: &'a [PodClaim],
     /// The topology-managed devices (the only ones the controller allocates).
-    pub managed: &'a Inventory,
+    pub managed: &'a DeviceIndex,
     /// The devices the scheduler may allocate (untainted, any driver); built only when needed.
-    pub unmanaged: &'a dyn Fn() -> Arc<Inventory>,
+    pub unmanaged: &'a dyn Fn() -> Arc<DeviceIndex>,
     /// The extended resources DeviceClasses stand for (only the scheduler allocates them).
     pub extended: &'a ExtendedResources,
     /// Every allocated claim, whoever allocated it.
@@ -270,7 +270,7 @@ fn decide_action(input: &PlacementInput<'_>, sorted: &PodClaims, record: &PodPla
 }
 
 fn allocate(
-    inventory: &Inventory,
+    inventory: &DeviceIndex,
     claims: &[ResourceClaim],
     in_use: &AllocatedState,
     nodes: &NodeFilter,
@@ -316,7 +316,7 @@ fn placement(
 /// Keeps only the nodes every allocation's node selector admits.
 fn restrict_to_allocations(
     nodes: &mut Cow<'_, NodeFilter>,
-    inventory: &Inventory,
+    inventory: &DeviceIndex,
     claims: &[Arc<ResourceClaim>],
 ) {
     let selectors: Vec<_> = claims
@@ -381,7 +381,7 @@ fn check_extended_resources(input: &PlacementInput<'_>, sorted: &PodClaims) -> O
 }
 
 fn check_classes(input: &PlacementInput<'_>, sorted: &PodClaims) -> Option<Action> {
-    let mut unmanaged: Option<Arc<Inventory>> = None;
+    let mut unmanaged: Option<Arc<DeviceIndex>> = None;
     let mut nowhere = Vec::new();
     for claim in &sorted.pending {
         let claim_name = claim_list(std::slice::from_ref(claim));

@@ -2,7 +2,7 @@
 //! entry point the controller's worker and `tessera explain --pod` both call, so that they cannot
 //! disagree.
 //!
-//! [`DeviceView`] is what changes rarely (slices, classes, nodes): the controller builds it once per
+//! [`ClusterSnapshot`] is what changes rarely (slices, classes, nodes): the controller builds it once per
 //! change and keeps it; explain builds it from files. [`PodContext`] adds what changes with every
 //! placement (devices in use, pods' requests per node). [`decide_pod`] runs the node filters and the
 //! planner for a pod whose claims are resolved. A decision over several pods (all or nothing) is
@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use tessera_allocator::{
-    AllocateOptions, AllocatedState, DEFAULT_STEP_BUDGET, Inventory, PlacementMode,
+    AllocateOptions, AllocatedState, DEFAULT_STEP_BUDGET, DeviceIndex, PlacementMode,
 };
 
 use crate::claims::PodClaims;
@@ -65,9 +65,9 @@ impl Settings {
 }
 
 /// The devices and nodes of one generation of slices, classes and nodes.
-pub struct DeviceView {
+pub struct ClusterSnapshot {
     /// Topology-managed devices only (the only ones the controller allocates).
-    pub managed: Arc<Inventory>,
+    pub managed: Arc<DeviceIndex>,
     /// Nodes with topology-managed devices.
     pub managed_nodes: HashSet<String>,
     /// Every node, parsed for the filters.
@@ -76,7 +76,7 @@ pub struct DeviceView {
     pub extended: ExtendedResources,
 }
 
-impl DeviceView {
+impl ClusterSnapshot {
     /// Indexes the managed devices of `slices`. Every class is evaluated on every device now (the
     /// verdicts are cached in the inventory), not in the first decision that needs them; a class
     /// whose selectors fail is reported by the decisions that use it.
@@ -84,16 +84,16 @@ impl DeviceView {
         slices: Vec<ResourceSlice>,
         classes: Vec<DeviceClass>,
         nodes: Vec<NodeFacts>,
-    ) -> DeviceView {
+    ) -> ClusterSnapshot {
         let (managed, managed_nodes) = managed_slices(slices);
         let extended = ExtendedResources::new(&classes);
-        let managed = Inventory::new(managed, classes.clone(), node_infos(&nodes));
+        let managed = DeviceIndex::new(managed, classes.clone(), node_infos(&nodes));
         for class in &classes {
             if let Some(name) = class.metadata.name.as_deref() {
                 let _ = managed.devices_selected_by_class(name);
             }
         }
-        DeviceView {
+        ClusterSnapshot {
             managed: Arc::new(managed),
             managed_nodes,
             nodes,
@@ -103,8 +103,8 @@ impl DeviceView {
 
     /// The devices the scheduler allocates (untainted, any driver), from the same `slices` and
     /// `classes`. Built only when a decision needs it.
-    pub fn unmanaged(&self, slices: Vec<ResourceSlice>, classes: Vec<DeviceClass>) -> Inventory {
-        Inventory::new(unmanaged_slices(slices), classes, node_infos(&self.nodes))
+    pub fn unmanaged(&self, slices: Vec<ResourceSlice>, classes: Vec<DeviceClass>) -> DeviceIndex {
+        DeviceIndex::new(unmanaged_slices(slices), classes, node_infos(&self.nodes))
     }
 }
 
@@ -114,9 +114,9 @@ fn node_infos(nodes: &[NodeFacts]) -> Vec<tessera_allocator::NodeInfo> {
 
 /// What one pod's decision reads about the cluster.
 pub struct PodContext<'a> {
-    pub devices: &'a DeviceView,
-    /// [`DeviceView::unmanaged`], built on first call.
-    pub unmanaged: &'a dyn Fn() -> Arc<Inventory>,
+    pub devices: &'a ClusterSnapshot,
+    /// [`ClusterSnapshot::unmanaged`], built on first call.
+    pub unmanaged: &'a dyn Fn() -> Arc<DeviceIndex>,
     /// Every allocated claim's devices ([`crate::pods::devices_in_use`]).
     pub in_use: &'a AllocatedState,
     /// What the other pods request per node ([`crate::pods::node_usage`]).
@@ -152,7 +152,7 @@ pub fn decide_released(pod: &Pod, claims: &[PodClaim], settings: &Settings) -> O
 }
 
 /// [`decide_pod`] with the nodes looked at restricted to `within` (indices into
-/// [`DeviceView::nodes`]): a group's decision tries one topology domain at a time.
+/// [`ClusterSnapshot::nodes`]): a group's decision tries one topology domain at a time.
 pub fn decide_pod_within(
     pod: &Pod,
     claims: &[PodClaim],

@@ -19,7 +19,7 @@
 //! `NVIDIA_VISIBLE_DEVICES` is not read: it is the container toolkit's variable, which a real
 //! libcuda ignores too.
 
-use tessera_gpu_inventory::Inventory;
+use tessera_gpu_inventory::GpuInventory;
 
 /// One CUDA device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub const DRIVER_RESERVED_BYTES: u64 = 480 << 20;
 
 /// The devices before `CUDA_VISIBLE_DEVICES`: every non-MIG GPU, and the MIG devices of MIG
 /// GPUs, in NVML order.
-pub fn physical(inventory: &Inventory) -> Vec<CudaDevice> {
+pub fn physical(inventory: &GpuInventory) -> Vec<CudaDevice> {
     let mut devices = Vec::new();
     for gpu in &inventory.gpus {
         let cc = (

@@ -14,7 +14,7 @@ use std::ffi::{CStr, c_char, c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 
-use tessera_gpu_inventory::Inventory;
+use tessera_gpu_inventory::GpuInventory;
 use tessera_nvml::NvmlSource;
 
 use crate::devices::{self, CudaDevice};
@@ -43,7 +43,7 @@ pub const CU_DEVICE_ATTRIBUTE_MPS_ENABLED: c_int = 133;
 
 /// What `libnvidia-ml.so.1` reported, read once per process.
 struct Nvml {
-    inventory: Inventory,
+    inventory: GpuInventory,
 }
 
 /// The state `cuInit` set up.

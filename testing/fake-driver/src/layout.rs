@@ -39,7 +39,7 @@ use tessera_driver_root::devices::{
 };
 use tessera_driver_root::ldcache::{Entry, LdCache};
 use tessera_fake_nvml::embedded::{self, DriverData};
-use tessera_gpu_inventory::Inventory;
+use tessera_gpu_inventory::GpuInventory;
 
 use crate::stub;
 
@@ -430,7 +430,7 @@ pub fn write_driver_root(
     root: &Path,
     layout: Layout,
     node_name: &str,
-    inventory: &Inventory,
+    inventory: &GpuInventory,
     dev_root: &Path,
     artifacts: &Artifacts,
 ) -> Result<Summary, LayoutError> {
@@ -484,7 +484,7 @@ pub enum NodeKind {
 }
 
 /// The device nodes of a node with `inventory`, as `(path under the dev root, mode)`.
-pub fn device_nodes(inventory: &Inventory) -> Vec<(String, u32)> {
+pub fn device_nodes(inventory: &GpuInventory) -> Vec<(String, u32)> {
     let mut nodes: Vec<(String, u32)> = inventory
         .gpus
         .iter()
@@ -507,7 +507,7 @@ pub fn device_nodes(inventory: &Inventory) -> Vec<(String, u32)> {
 /// kind are kept.
 pub fn write_dev_root(
     dev_root: &Path,
-    inventory: &Inventory,
+    inventory: &GpuInventory,
     kind: NodeKind,
 ) -> Result<(), LayoutError> {
     for (node, mode) in device_nodes(inventory) {

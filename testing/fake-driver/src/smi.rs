@@ -14,7 +14,7 @@
 
 use std::process::ExitCode;
 
-use tessera_gpu_inventory::Inventory;
+use tessera_gpu_inventory::GpuInventory;
 use tessera_nvml::NvmlSource;
 
 /// The time-slice calls of the fake NVML, which the real `nvidia-smi` makes through the driver's
@@ -113,7 +113,7 @@ mod private {
     }
 }
 
-fn inventory() -> Result<Inventory, String> {
+fn inventory() -> Result<GpuInventory, String> {
     let source = NvmlSource::open(None).map_err(|e| {
         format!("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver: {e}")
     })?;
@@ -123,7 +123,7 @@ fn inventory() -> Result<Inventory, String> {
 }
 
 /// `-L`.
-pub fn list(inventory: &Inventory) -> String {
+pub fn list(inventory: &GpuInventory) -> String {
     let mut out = String::new();
     for gpu in &inventory.gpus {
         out.push_str(&format!(
@@ -147,7 +147,7 @@ pub fn list(inventory: &Inventory) -> String {
 }
 
 /// No arguments.
-pub fn summary(inventory: &Inventory) -> String {
+pub fn summary(inventory: &GpuInventory) -> String {
     let mut out = format!(
         "NVIDIA-SMI (stand-in)   Driver Version: {}   CUDA Version: {}\n",
         inventory.driver_version, inventory.cuda_driver_version
@@ -170,7 +170,7 @@ pub fn summary(inventory: &Inventory) -> String {
 }
 
 /// `--query-gpu=<fields> --format=<format>`.
-pub fn query(inventory: &Inventory, fields: &str, format: &str) -> Result<String, String> {
+pub fn query(inventory: &GpuInventory, fields: &str, format: &str) -> Result<String, String> {
     let options: Vec<&str> = format.split(',').map(str::trim).collect();
     if options.first() != Some(&"csv") {
         return Err(format!("--format={format}: only csv is modelled"));
@@ -209,7 +209,7 @@ pub fn query(inventory: &Inventory, fields: &str, format: &str) -> Result<String
 }
 
 /// The GPU `-i` names: an index or a (GPU) UUID.
-fn gpu_index(inventory: &Inventory, id: &str) -> Result<u32, String> {
+fn gpu_index(inventory: &GpuInventory, id: &str) -> Result<u32, String> {
     inventory
         .gpus
         .iter()
@@ -218,7 +218,7 @@ fn gpu_index(inventory: &Inventory, id: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("No GPU matches -i {id}"))
 }
 
-fn compute_policy(inventory: &Inventory, args: &[String]) -> Result<String, String> {
+fn compute_policy(inventory: &GpuInventory, args: &[String]) -> Result<String, String> {
     let mut id = None;
     let mut slice = None;
     let mut list = false;

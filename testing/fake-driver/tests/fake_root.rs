@@ -11,7 +11,7 @@ use tessera_driver_root::ldcache::LdCache;
 use tessera_fake_driver::layout::{
     self, Artifacts, BINARIES, FIRMWARE, LIBRARIES, Layout, NodeKind, Summary,
 };
-use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 
 const NODE: &str = "gpu-node-7";
 
@@ -31,7 +31,7 @@ struct FakeNode {
     _dir: tempfile::TempDir,
     root: PathBuf,
     dev_root: PathBuf,
-    inventory: Inventory,
+    inventory: GpuInventory,
     summary: Summary,
 }
 

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use tessera_gpu_inventory::model::{Gpu, Inventory, MigEngines, MigInstance, MigProfile};
+use tessera_gpu_inventory::model::{Gpu, GpuInventory, MigEngines, MigInstance, MigProfile};
 
 use crate::handles::Handle;
 use crate::samples::{Sample, Samples};
@@ -42,7 +42,7 @@ pub struct GpuInstanceState {
 /// The fake driver state.
 #[derive(Debug)]
 pub struct Driver {
-    inventory: Inventory,
+    inventory: GpuInventory,
     /// Per GPU (by NVML index): GPU instances by id.
     gpu_instances: Vec<BTreeMap<u32, GpuInstanceState>>,
     /// Counter mixed into the UUIDs of MIG devices created at run time.
@@ -73,7 +73,7 @@ pub enum DeviceRef<'a> {
 impl Driver {
     /// The driver for a validated, normalized inventory. Fails (with a message for the test log)
     /// when the GPUs' indices are not exactly `0..n`, which NVML enumeration requires.
-    pub fn new(inventory: Inventory) -> Result<Driver, String> {
+    pub fn new(inventory: GpuInventory) -> Result<Driver, String> {
         for (position, gpu) in inventory.gpus.iter().enumerate() {
             if gpu.index as usize != position {
                 return Err(format!(
@@ -174,7 +174,7 @@ impl Driver {
         })
     }
 
-    pub fn inventory(&self) -> &Inventory {
+    pub fn inventory(&self) -> &GpuInventory {
         &self.inventory
     }
 

@@ -23,7 +23,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use tessera_gpu_inventory::Inventory;
+use tessera_gpu_inventory::GpuInventory;
 
 /// The first bytes of the region; [`patch`] looks for them in the library file.
 pub const MAGIC: [u8; 28] = *b"TESSERA_FAKE_DRIVER_DATA_v1:";
@@ -135,7 +135,7 @@ pub fn device_node_visible(minor: u32, dev_root: Option<&Path>) -> bool {
 
 /// The GPUs of `inventory` this process can see (their device nodes exist), numbered `0..n` in
 /// the inventory's order, as NVML in a container numbers them.
-pub fn visible_inventory(mut inventory: Inventory, dev_root: Option<&Path>) -> Inventory {
+pub fn visible_inventory(mut inventory: GpuInventory, dev_root: Option<&Path>) -> GpuInventory {
     inventory
         .gpus
         .retain(|gpu| device_node_visible(gpu.minor, dev_root));

@@ -9,10 +9,10 @@ use std::io;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use tessera_gpu_inventory::model::Inventory;
+use tessera_gpu_inventory::model::GpuInventory;
 
 /// Writes the tree for `inventory` under `root` (which must exist).
-pub fn write_fake_sysfs(root: &Path, inventory: &Inventory) -> io::Result<()> {
+pub fn write_fake_sysfs(root: &Path, inventory: &GpuInventory) -> io::Result<()> {
     let links = root.join("bus/pci/devices");
     fs::create_dir_all(&links)?;
     for gpu in &inventory.gpus {

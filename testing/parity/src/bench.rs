@@ -5,7 +5,7 @@
 //! - Workloads: claims allocated one after the other from an empty state, each on the node it
 //!   fits (the node is given: this measures the per-node allocation the scheduler's Filter does,
 //!   not node choice). Upstream: `NewAllocator` with the state so far, then `Allocate` on the node,
-//!   timed; ours: `Inventory::allocate` on the node, timed (the inventory is built once, as the
+//!   timed; ours: `DeviceIndex::allocate` on the node, timed (the inventory is built once, as the
 //!   scheduler's informer caches are).
 //! - CEL: each expression evaluated many times on one device, nanoseconds per evaluation.
 //! - Adversarial: claims that cannot fit on their node, where a plain depth-first search tries

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use tessera_allocator::{
-    AllocateError, AllocateOptions, AllocatedState, DeviceId, Inventory, Outcome, PlacementMode,
+    AllocateError, AllocateOptions, AllocatedState, DeviceId, DeviceIndex, Outcome, PlacementMode,
     quantity::Amount,
 };
 
@@ -51,8 +51,8 @@ pub fn allocated_state(instance: &Instance) -> anyhow::Result<AllocatedState> {
 }
 
 /// Builds the inventory of an instance.
-pub fn inventory(instance: &Instance) -> Inventory {
-    Inventory::from_nodes(
+pub fn inventory(instance: &Instance) -> DeviceIndex {
+    DeviceIndex::from_nodes(
         instance.slices.clone(),
         instance.classes.clone(),
         &instance.nodes,

@@ -35,7 +35,7 @@ use crate::capacity::Consumption;
 use crate::constraints::ConstraintState;
 use crate::device::DeviceEntry;
 use crate::error::AllocateError;
-use crate::inventory::Inventory;
+use crate::inventory::DeviceIndex;
 use crate::pools::{NodePools, PoolStatus};
 use crate::quantity::Amount;
 use crate::request::{MAX_RESULTS_PER_CLAIM, Plan, Wanted};
@@ -134,7 +134,7 @@ enum Selectable {
 }
 
 pub(crate) struct NodeSearch<'a> {
-    pub inv: &'a Inventory,
+    pub inv: &'a DeviceIndex,
     pub np: &'a NodePools,
     pub state: &'a AllocatedState,
     pub plan: &'a Plan<'a>,
@@ -181,7 +181,7 @@ impl<'a> NodeSearch<'a> {
     }
 
     pub fn new(
-        inv: &'a Inventory,
+        inv: &'a DeviceIndex,
         np: &'a NodePools,
         state: &'a AllocatedState,
         plan: &'a Plan<'a>,
@@ -569,7 +569,7 @@ impl<'a> NodeSearch<'a> {
 /// A pool's counters minus what its allocated devices (on any node) consume; negative when the
 /// allocated devices overdraw it (then no device consuming the pool's counters fits).
 fn counters_left(
-    inv: &Inventory,
+    inv: &DeviceIndex,
     state: &AllocatedState,
     pool: &crate::pools::Pool,
 ) -> Vec<Amount> {

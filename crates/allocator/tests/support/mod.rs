@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use tessera_allocator::{
-    AllocateError, AllocateOptions, AllocatedState, Inventory, NodeInfo, Outcome, PlacementMode,
+    AllocateError, AllocateOptions, AllocatedState, DeviceIndex, NodeInfo, Outcome, PlacementMode,
 };
 
 /// Shared with the other crates' tests (`tessera-test-support`); each test target uses some.
@@ -656,7 +656,7 @@ fn normalize(mut r: AllocationResult) -> AllocationResult {
 }
 
 pub fn allocate(case: &Case, mode: PlacementMode) -> Result<Outcome, AllocateError> {
-    let inv = Inventory::new(
+    let inv = DeviceIndex::new(
         case.slices.clone(),
         case.classes.clone(),
         vec![case.node.clone()],

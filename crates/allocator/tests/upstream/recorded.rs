@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tessera_allocator::quantity::Amount;
 use tessera_allocator::{
-    AllocateError, AllocateOptions, AllocatedState, DeviceId, Inventory, Outcome, PlacementMode,
+    AllocateError, AllocateOptions, AllocatedState, DeviceId, DeviceIndex, Outcome, PlacementMode,
 };
 
 /// Cases whose expectation does not apply to Tessera, and why.
@@ -138,7 +138,7 @@ fn expected(case: &Recorded) -> Verdict {
 
 fn ours(case: &Recorded) -> Verdict {
     let inst = &case.instance;
-    let inv = Inventory::from_nodes(inst.slices.clone(), inst.classes.clone(), &inst.nodes);
+    let inv = DeviceIndex::from_nodes(inst.slices.clone(), inst.classes.clone(), &inst.nodes);
     let mut state = AllocatedState::new();
     if let Some(s) = &inst.state {
         let id = |d: &DeviceRef| DeviceId::new(&d.driver, &d.pool, &d.device);

@@ -28,7 +28,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceSl
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
-use tessera_allocator::{AllocateOptions, AllocatedState, Inventory, Outcome, PlacementMode};
+use tessera_allocator::{AllocateOptions, AllocatedState, DeviceIndex, Outcome, PlacementMode};
 use tessera_api::names::{RACK_LABEL, TOPOLOGY_AWARE_GATE};
 use tessera_gpu_inventory::{DeviceSource, MockSource, RenderOptions, render_slices};
 use tessera_placement::claims::tolerating_managed_taint;
@@ -39,7 +39,7 @@ use tessera_placement::nodes::NodeFacts;
 use tessera_placement::planner::Action;
 use tessera_placement::resolve::PodClaim;
 use tessera_placement::synthetic::{self, gpu_node};
-use tessera_placement::view::{DeviceView, PodContext, Settings};
+use tessera_placement::view::{ClusterSnapshot, PodContext, Settings};
 
 use super::{Lifetime, Rng, claim};
 
@@ -103,7 +103,7 @@ pub struct GangReport {
 }
 
 struct Cluster {
-    view: DeviceView,
+    view: ClusterSnapshot,
     /// node → (rack, clique).
     domains: HashMap<String, (String, Option<String>)>,
     /// node → its GPUs (the devices of the GPU class that every claim asks for).
@@ -159,7 +159,7 @@ fn cluster(s: &GangScenario) -> anyhow::Result<Cluster> {
     }
     let facts = nodes.iter().map(NodeFacts::from).collect();
     Ok(Cluster {
-        view: DeviceView::new(slices, vec![synthetic::gpu_class()], facts),
+        view: ClusterSnapshot::new(slices, vec![synthetic::gpu_class()], facts),
         domains,
         capacity,
     })
@@ -390,7 +390,7 @@ fn first_fit(run: &mut Run<'_>, g: usize, gang: &Gang) -> anyhow::Result<bool> {
         mode: PlacementMode::FirstFit,
         ..AllocateOptions::default()
     };
-    let inventory: &Inventory = &run.cluster.view.managed;
+    let inventory: &DeviceIndex = &run.cluster.view.managed;
     let done = run.partial.get(&g).map_or(0, |p| p.pods.len());
     for claim in &gang.claims[done..] {
         match inventory.allocate(std::slice::from_ref(&**claim), &run.state, None, &options)? {
@@ -442,7 +442,7 @@ fn controller(
         unresolved: 0,
     };
     let usage = HashMap::new();
-    let unmanaged = Arc::new(Inventory::new(Vec::new(), Vec::new(), Vec::new()));
+    let unmanaged = Arc::new(DeviceIndex::new(Vec::new(), Vec::new(), Vec::new()));
     let unmanaged_fn = || unmanaged.clone();
     let context = PodContext {
         devices: &run.cluster.view,

@@ -17,19 +17,19 @@ use crate::units::{MajorMinor, bytes_quantity};
 /// Everything the node plugin knows about the GPUs of one node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Inventory {
+pub struct GpuInventory {
     /// NVIDIA kernel driver version as NVML reports it (`nvmlSystemGetDriverVersion`), e.g.
     /// `550.54.15` or `535.129.03`; rendering turns it into semver.
     pub driver_version: String,
     /// Highest CUDA version the driver supports (`nvmlSystemGetCudaDriverVersion_v2`, which
     /// reports `major * 1000 + minor * 10`), e.g. `12.4`.
     pub cuda_driver_version: MajorMinor,
-    /// The GPUs, in NVML index order after [`Inventory::normalize`].
+    /// The GPUs, in NVML index order after [`GpuInventory::normalize`].
     pub gpus: Vec<Gpu>,
     /// UUIDs of GPUs the backend enumerates but cannot query: NVML answers
     /// `NVML_ERROR_GPU_IS_LOST` (the GPU fell off the bus). They are not in [`Self::gpus`]: their
     /// facts cannot be read. A runtime observation of the NVML backend, not a topology fact, so
-    /// not part of the topology file format. Sorted by [`Inventory::normalize`].
+    /// not part of the topology file format. Sorted by [`GpuInventory::normalize`].
     #[serde(skip)]
     pub lost_gpus: Vec<String>,
 }
@@ -151,7 +151,7 @@ pub struct MigState {
     pub enabled: bool,
     /// GPU-instance profiles the GPU supports, with their placements (`nvmlDeviceGetGpuInstanceProfileInfoV`
     /// and `nvmlDeviceGetGpuInstancePossiblePlacements_v2`), in NVML profile-index order after
-    /// [`Inventory::normalize`].
+    /// [`GpuInventory::normalize`].
     pub profiles: Vec<MigProfile>,
     /// Existing MIG devices (GPU instance + compute instance), only while `enabled`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -277,7 +277,7 @@ pub struct MigInstance {
     pub engines: MigEngines,
 }
 
-impl Inventory {
+impl GpuInventory {
     /// Sorts GPUs by index, links by link index, profiles by NVML profile index and instances by
     /// (placement, GPU-instance id), so that backends enumerating in different orders agree.
     pub fn normalize(&mut self) {

@@ -1,4 +1,4 @@
-//! Inventory → `resource.k8s.io/v1` devices (docs/attributes.md), grouped per GPU with the GPU's
+//! GpuInventory → `resource.k8s.io/v1` devices (docs/attributes.md), grouped per GPU with the GPU's
 //! counter set when it is published as partitionable (dynamic MIG).
 
 use std::collections::BTreeMap;
@@ -13,7 +13,7 @@ use tessera_api::shares::{ConsumableShares, MEMORY_STEP_BYTES, memory_rounded};
 
 use crate::device_name::DeviceName;
 use crate::islands::{NvlinkIsland, island_of};
-use crate::model::{Gpu, Inventory, MigEngines, MigInstance, MigProfile, MigState};
+use crate::model::{Gpu, GpuInventory, MigEngines, MigInstance, MigProfile, MigState};
 use crate::units::dotted_to_semver;
 
 use super::RenderOptions;
@@ -31,7 +31,7 @@ type Attributes = BTreeMap<String, DeviceAttribute>;
 type Capacities = BTreeMap<String, DeviceCapacity>;
 
 /// Every device of the node, GPU by GPU in inventory order.
-pub(crate) fn device_groups(inventory: &Inventory, options: &RenderOptions) -> Vec<DeviceGroup> {
+pub(crate) fn device_groups(inventory: &GpuInventory, options: &RenderOptions) -> Vec<DeviceGroup> {
     let islands = inventory.nvlink_islands();
     let driver_version = dotted_to_semver(&inventory.driver_version)
         .unwrap_or_else(|| inventory.driver_version.clone());
@@ -46,7 +46,7 @@ pub(crate) fn device_groups(inventory: &Inventory, options: &RenderOptions) -> V
 
 /// Node-wide facts every device shares.
 struct NodeFacts<'a> {
-    inventory: &'a Inventory,
+    inventory: &'a GpuInventory,
     islands: &'a [NvlinkIsland],
     driver_version: String,
     options: &'a RenderOptions,

@@ -1,4 +1,4 @@
-//! Inventory → the ResourceSlices of the node's pool (docs/attributes.md). Pure: no IO, no clock.
+//! GpuInventory → the ResourceSlices of the node's pool (docs/attributes.md). Pure: no IO, no clock.
 //!
 //! One pool per node, named after the node, `spec.nodeName` set on every slice. Devices:
 //!
@@ -34,7 +34,7 @@ pub use check::{
 pub use options::{RenderOptions, ServerVersion, ServerVersionError};
 pub use pool_check::check_pool;
 
-use crate::model::Inventory;
+use crate::model::GpuInventory;
 use crate::validate::InventoryProblem;
 
 /// Why an inventory could not be rendered.
@@ -84,7 +84,7 @@ fn list<T: std::fmt::Display>(items: &[T]) -> String {
 /// Renders the node's pool: every slice named `<node>-<driver>-<n>`, in order, each checked
 /// against the limits of `options.server_version`. A node without devices renders no slices.
 pub fn render_slices(
-    inventory: &Inventory,
+    inventory: &GpuInventory,
     options: &RenderOptions,
 ) -> Result<Vec<ResourceSlice>, RenderError> {
     check_options(options)?;

@@ -73,7 +73,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tessera_api::shares::ConsumableShares;
 use tessera_cdi::{SpecDir, SpecDirError};
-use tessera_gpu_inventory::{Inventory, SourceError};
+use tessera_gpu_inventory::{GpuInventory, SourceError};
 use tessera_kubelet_grpc::{ClaimRef, ClaimUid, DraDriver, PrepareResult, UnprepareResult};
 
 pub use effects::EffectError;
@@ -222,12 +222,12 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub(crate) fn inventory(&self) -> Arc<Inventory> {
+    pub(crate) fn inventory(&self) -> Arc<GpuInventory> {
         self.inventory.current()
     }
 
     /// Re-reads the inventory (a stale one names fewer devices or old MIG instances).
-    fn refresh_inventory(&self) -> Result<Arc<Inventory>, SourceError> {
+    fn refresh_inventory(&self) -> Result<Arc<GpuInventory>, SourceError> {
         self.inventory.rescan()
     }
 }

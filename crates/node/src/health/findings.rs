@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::resource::v1::DeviceTaint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use tessera_gpu_inventory::{Inventory, ResolvedDevice};
+use tessera_gpu_inventory::{GpuInventory, ResolvedDevice};
 use tessera_kubelet_grpc::{DeviceHealth, HealthStatus};
 use tessera_nvml::HealthEvent;
 
@@ -144,7 +144,7 @@ impl HealthFindings {
 
     /// The findings that apply to the published device `name`, one per taint key (strongest
     /// effect first found), ordered by key.
-    pub fn for_device(&self, inventory: &Inventory, name: &str) -> Vec<&DatedFinding> {
+    pub fn for_device(&self, inventory: &GpuInventory, name: &str) -> Vec<&DatedFinding> {
         let mut scopes = Vec::new();
         match inventory.resolve_device(name) {
             Some(ResolvedDevice::Gpu(gpu)) => scopes.push((gpu.uuid.as_str(), None)),
@@ -196,7 +196,7 @@ impl HealthFindings {
     /// left out).
     pub fn device_taints<'a>(
         &self,
-        inventory: &Inventory,
+        inventory: &GpuInventory,
         devices: impl IntoIterator<Item = &'a str>,
     ) -> BTreeMap<String, Vec<DeviceTaint>> {
         devices
@@ -221,7 +221,7 @@ impl HealthFindings {
     /// as message for devices with findings, `Healthy` (as of `healthy_since`) for the others.
     pub fn device_health<'a>(
         &self,
-        inventory: &Inventory,
+        inventory: &GpuInventory,
         pool: &str,
         devices: impl IntoIterator<Item = &'a str>,
         healthy_since: SystemTime,

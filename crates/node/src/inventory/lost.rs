@@ -1,4 +1,4 @@
-//! GPUs a rescan finds lost ([`Inventory::lost_gpus`]: NVML answers `NVML_ERROR_GPU_IS_LOST`).
+//! GPUs a rescan finds lost ([`GpuInventory::lost_gpus`]: NVML answers `NVML_ERROR_GPU_IS_LOST`).
 //! Pure.
 //!
 //! - A lost GPU the previous inventory knew stays in the published inventory with its last known
@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
-use tessera_gpu_inventory::Inventory;
+use tessera_gpu_inventory::GpuInventory;
 
 use crate::health::HealthFindings;
 
@@ -28,10 +28,10 @@ impl LostGpus {
     /// inventory published before) of every GPU `read` reports lost. `now` dates new losses.
     pub fn merge(
         &mut self,
-        mut read: Inventory,
-        previous: Option<&Inventory>,
+        mut read: GpuInventory,
+        previous: Option<&GpuInventory>,
         now: SystemTime,
-    ) -> Inventory {
+    ) -> GpuInventory {
         let lost: BTreeSet<&str> = read.lost_gpus.iter().map(String::as_str).collect();
         self.kept.retain(|uuid, _| {
             let still_lost = lost.contains(uuid.as_str());
@@ -97,7 +97,7 @@ mod tests {
     }
 
     /// `full` as NVML reads it with the GPU `uuid` lost.
-    fn read_without(full: &Inventory, uuid: &str) -> Inventory {
+    fn read_without(full: &GpuInventory, uuid: &str) -> GpuInventory {
         let mut read = full.clone();
         read.gpus.retain(|g| g.uuid != uuid);
         read.lost_gpus = vec![uuid.to_owned()];

@@ -10,7 +10,7 @@ pub mod lost;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use tessera_gpu_inventory::{DeviceSource, Inventory, SourceError};
+use tessera_gpu_inventory::{DeviceSource, GpuInventory, SourceError};
 
 use crate::health::HealthFindings;
 use lost::LostGpus;
@@ -22,7 +22,7 @@ pub struct NodeInventory {
 }
 
 struct State {
-    current: Arc<Inventory>,
+    current: Arc<GpuInventory>,
     lost: LostGpus,
 }
 
@@ -57,14 +57,14 @@ impl NodeInventory {
     }
 
     /// The inventory of the last successful read.
-    pub fn current(&self) -> Arc<Inventory> {
+    pub fn current(&self) -> Arc<GpuInventory> {
         Arc::clone(&self.state().current)
     }
 
     /// Reads the GPUs again (blocking: NVML or a file) and makes the result current; GPUs the
     /// read reports lost keep their facts from the current inventory. On error the current
     /// inventory stays.
-    pub fn rescan(&self) -> Result<Arc<Inventory>, SourceError> {
+    pub fn rescan(&self) -> Result<Arc<GpuInventory>, SourceError> {
         let read = self.source.inventory()?;
         let mut state = self.state();
         let previous = Arc::clone(&state.current);

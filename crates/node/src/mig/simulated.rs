@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 use tessera_gpu_inventory::node_identity::name_based_uuid;
-use tessera_gpu_inventory::{Inventory, MigInstance, MigProfile};
+use tessera_gpu_inventory::{GpuInventory, MigInstance, MigProfile};
 
 use super::{MigControl, MigError};
 
@@ -36,7 +36,7 @@ pub struct SimulatedMig {
     file: Option<PathBuf>,
 }
 
-fn initial_state(inventory: &Inventory) -> State {
+fn initial_state(inventory: &GpuInventory) -> State {
     let gpus = inventory
         .gpus
         .iter()
@@ -64,7 +64,7 @@ fn failure(message: String) -> Box<dyn std::error::Error + Send + Sync> {
 
 impl SimulatedMig {
     /// In memory, starting with the inventory's MIG instances.
-    pub fn in_memory(inventory: &Inventory) -> Self {
+    pub fn in_memory(inventory: &GpuInventory) -> Self {
         Self {
             state: Mutex::new(initial_state(inventory)),
             file: None,
@@ -73,7 +73,7 @@ impl SimulatedMig {
 
     /// Kept in `file`: loaded from it if it exists (and parses), otherwise started from the
     /// inventory's MIG instances.
-    pub fn persistent(inventory: &Inventory, file: impl Into<PathBuf>) -> Self {
+    pub fn persistent(inventory: &GpuInventory, file: impl Into<PathBuf>) -> Self {
         let file = file.into();
         let state = fs::read(&file)
             .ok()
@@ -221,7 +221,7 @@ mod tests {
     use crate::mig::{Ensured, ensure_instance, release_instance};
     use tessera_gpu_inventory::{DeviceSource, MockSource};
 
-    fn inventory() -> Inventory {
+    fn inventory() -> GpuInventory {
         MockSource::new("hgx-a100-mig")
             .unwrap()
             .inventory()

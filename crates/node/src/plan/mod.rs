@@ -3,7 +3,7 @@
 //! before its first side effect. No IO: everything the plan needs is passed in.
 //!
 //! The plan decides which allocation results are ours (driver `gpu.tessera.dev`, pool = this
-//! node), what hardware each device name stands for ([`Inventory::resolve_device`]), the
+//! node), what hardware each device name stands for ([`GpuInventory::resolve_device`]), the
 //! effective opaque configuration of each device ([`config`]), the CDI device ids handed to the
 //! kubelet, and where the claim's MPS daemon lives. Bad input is a [`PlanError`] naming the
 //! result or config at fault.
@@ -21,7 +21,7 @@ use tessera_api::checkpoint::{
 };
 use tessera_api::config::{ConfigError, Sharing, SharingStrategy, TimeSliceInterval};
 use tessera_api::names::capacity;
-use tessera_gpu_inventory::{Gpu, Inventory, MigInstance, MigProfile, ResolvedDevice};
+use tessera_gpu_inventory::{Gpu, GpuInventory, MigInstance, MigProfile, ResolvedDevice};
 
 pub use config::{ConfigSource, translation_notes};
 
@@ -44,7 +44,7 @@ pub struct PlanContext<'a> {
     /// This node's name: the name of the pool whose devices this plugin prepares.
     pub node_name: &'a str,
     /// The node's GPUs.
-    pub inventory: &'a Inventory,
+    pub inventory: &'a GpuInventory,
     /// Static or dynamic MIG.
     pub mig_mode: MigMode,
     /// Where per-claim MPS directories go (`<mps root>/<claim uid>/{pipe,log}`), on the host.

@@ -5,14 +5,14 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tessera_api::checkpoint::{ClaimState, DeviceTarget, MigInstanceRecord, MigLifecycle};
 use tessera_api::config::{SharingStrategy, TimeSliceInterval};
-use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 
 use super::*;
 
 const NODE: &str = "node-a";
 const UID: &str = "0b3c0e7e-0000-4000-8000-000000000001";
 
-fn inventory(name: &str) -> Inventory {
+fn inventory(name: &str) -> GpuInventory {
     MockSource::new(name).unwrap().inventory().unwrap()
 }
 
@@ -44,7 +44,7 @@ fn claim(results: Vec<Value>, configs: Vec<Value>) -> ResourceClaim {
 
 fn plan(
     claim: &ResourceClaim,
-    inventory: &Inventory,
+    inventory: &GpuInventory,
     mode: MigMode,
 ) -> Result<ClaimRecord, PlanError> {
     plan_claim(
@@ -397,7 +397,7 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
         ],
         vec![],
     );
-    let cases: Vec<(&str, ResourceClaim, &Inventory, &str)> = vec![
+    let cases: Vec<(&str, ResourceClaim, &GpuInventory, &str)> = vec![
         ("uid", wrong_uid, &dgx, "has UID another-uid, not"),
         ("unallocated", unallocated, &dgx, "not allocated"),
         (

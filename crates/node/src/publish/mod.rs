@@ -35,7 +35,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tessera_api::names::{FIELD_MANAGER, TOPOLOGY_MANAGED_LABEL, TOPOLOGY_MANAGED_TAINT};
 use tessera_api::shares::ConsumableShares;
 use tessera_gpu_inventory::{
-    Inventory, RenderError, RenderOptions, ServerVersion, Violation, check_slice, render_slices,
+    GpuInventory, RenderError, RenderOptions, ServerVersion, Violation, check_slice, render_slices,
 };
 
 use crate::health::HealthFindings;
@@ -119,7 +119,7 @@ fn list(violations: &[Violation]) -> String {
 /// What one publish needs.
 #[derive(Debug, Clone, Copy)]
 pub struct PublishInput<'a> {
-    pub inventory: &'a Inventory,
+    pub inventory: &'a GpuInventory,
     pub node: &'a NodeFacts,
     pub findings: &'a HealthFindings,
 }
@@ -236,7 +236,7 @@ impl Publisher {
     /// what the kubelet health stream lists and what the generation tracks.
     pub fn layout(
         &self,
-        inventory: &Inventory,
+        inventory: &GpuInventory,
         version: ServerVersion,
     ) -> Result<PoolLayout, PublishError> {
         let options = self.options(version, false, 0, BTreeMap::new());

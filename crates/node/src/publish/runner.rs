@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tessera_gpu_inventory::Inventory;
+use tessera_gpu_inventory::GpuInventory;
 use tessera_kubelet_grpc::{DeviceHealth, RegistrationState};
 use tessera_process::Heartbeat;
 use tokio::sync::watch;
@@ -53,7 +53,7 @@ pub struct PublishLoop {
 /// What the last successful publish was made from.
 #[derive(PartialEq)]
 struct PublishedFrom {
-    inventory: Arc<Inventory>,
+    inventory: Arc<GpuInventory>,
     node: NodeFacts,
     findings: HealthFindings,
 }
@@ -82,7 +82,7 @@ impl PublishLoop {
         let mut rescan = tokio::time::interval(self.rescan_interval);
         rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut findings_changed = self.findings.subscribe();
-        let mut inventory: Option<Arc<Inventory>> = None;
+        let mut inventory: Option<Arc<GpuInventory>> = None;
         let mut last: Option<PublishedFrom> = None;
         let mut retry: Option<Retry> = None;
         let mut waiting_for_node_logged = false;
@@ -195,7 +195,7 @@ impl PublishLoop {
 
     /// Rescans the inventory on a blocking thread; keeps `previous` (what the loop last worked
     /// with) when the read fails.
-    async fn rescan(&self, previous: Option<Arc<Inventory>>) -> Option<Arc<Inventory>> {
+    async fn rescan(&self, previous: Option<Arc<GpuInventory>>) -> Option<Arc<GpuInventory>> {
         let shared = Arc::clone(&self.inventory);
         let read = tokio::task::spawn_blocking(move || shared.rescan()).await;
         match read {
@@ -224,7 +224,7 @@ impl PublishLoop {
     /// Replaces the kubelet health list when it changed (device set or findings).
     fn update_kubelet_health(
         &self,
-        inventory: &Inventory,
+        inventory: &GpuInventory,
         findings: &HealthFindings,
         started: SystemTime,
     ) {
@@ -258,7 +258,7 @@ impl PublishLoop {
 /// Logs GPUs the backend found without their PCIe root or NUMA node (the NVML backend reads
 /// them from sysfs); such devices lose the `pcieRoot`/`numaNode` attributes that topology-aware
 /// placement uses. Logged when first seen.
-fn warn_missing_pci_facts(inventory: &Inventory, previous: Option<&Inventory>) {
+fn warn_missing_pci_facts(inventory: &GpuInventory, previous: Option<&GpuInventory>) {
     for gpu in &inventory.gpus {
         let missing: Vec<&str> = [
             gpu.pcie_root.is_none().then_some("PCIe root"),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::{Value, json};
 use tessera_api::checkpoint::{self, Checkpoint};
-use tessera_gpu_inventory::{DeviceSource, Inventory, MockSource};
+use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_kubelet_grpc::ClaimRef;
 use tessera_node::claims::{ClaimSource, InMemoryClaims};
 use tessera_node::inventory::NodeInventory;
@@ -21,7 +21,7 @@ pub const NODE: &str = "node-a";
 pub struct Harness {
     pub dir: tempfile::TempDir,
     pub topology: &'static str,
-    pub inventory: Inventory,
+    pub inventory: GpuInventory,
     pub claims: Arc<InMemoryClaims>,
     pub gpu: Arc<RecordingGpuControl>,
     pub mig: Arc<SimulatedMig>,

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use tessera_api::checkpoint::{self, ClaimState, DeviceTarget, MigLifecycle};
 use tessera_api::config::{SharingStrategy, TimeSliceInterval};
-use tessera_gpu_inventory::Inventory;
+use tessera_gpu_inventory::GpuInventory;
 use tessera_node::checkpoint::quarantined_files;
 use tessera_node::mig::SimulatedMig;
 use tessera_node::sharing::SimulatedGpuControl;
@@ -19,7 +19,7 @@ use tessera_node::sharing::SimulatedGpuControl;
 pub fn check_node_state(
     state: &Path,
     cdi: &Path,
-    inventory: &Inventory,
+    inventory: &GpuInventory,
     prepared: &BTreeSet<String>,
     in_flight: &BTreeSet<String>,
 ) -> Result<(), String> {
