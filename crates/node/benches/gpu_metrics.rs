@@ -18,7 +18,8 @@ use std::path::PathBuf;
 use criterion::{BenchmarkId, Criterion, criterion_group};
 use prometheus_client::registry::Registry;
 use tessera_gpu_inventory::{DeviceSource, MockSource};
-use tessera_node::gpu_metrics::{GpuMetrics, Holder, PodRef, series};
+use tessera_node::HeldDevice;
+use tessera_node::gpu_metrics::{GpuMetrics, PodRef, series};
 use tessera_nvml::{GpuTelemetry, NvmlSource};
 
 /// The fake NVML library cargo built next to this bench (a dev-dependency).
@@ -36,13 +37,16 @@ fn fake_nvml_library() -> PathBuf {
     .expect("libtessera_fake_nvml.so next to the bench executable")
 }
 
-fn holders(gpus: &[GpuTelemetry], per_gpu: usize) -> (Vec<Holder>, HashMap<String, Vec<PodRef>>) {
+fn holders(
+    gpus: &[GpuTelemetry],
+    per_gpu: usize,
+) -> (Vec<HeldDevice>, HashMap<String, Vec<PodRef>>) {
     let mut holders = Vec::new();
     let mut pods = HashMap::new();
     for (index, gpu) in gpus.iter().enumerate() {
         for share in 0..per_gpu {
             let uid = format!("claim-{index}-{share}");
-            holders.push(Holder {
+            holders.push(HeldDevice {
                 claim_uid: uid.clone(),
                 namespace: "ml".into(),
                 claim: uid.clone(),

@@ -17,6 +17,7 @@
 //! # use tessera_node::sharing::{SimulatedGpuControl, SystemGpuControl};
 //! # use tessera_node::inventory::NodeInventory;
 //! # use tessera_gpu_inventory::{DeviceSource, MockSource}; use tessera_nvml::NvmlSource;
+//! # use tessera_node::backend::NvmlMig;
 //! # async fn wire(client: kube::Client, dynamic_mig: bool) -> Result<(), Box<dyn std::error::Error>> {
 //! let state_dir = std::path::PathBuf::from("/var/lib/tessera");
 //! let config = NodeDriverConfig::new("node-a", "/var/run/cdi", &state_dir)
@@ -27,7 +28,7 @@
 //! // The node's inventory is shared with the slice publisher (`publish::runner::PublishLoop`).
 //! let parts = DriverParts { inventory: Arc::new(NodeInventory::read(nvml.clone())?),
 //!     claims: claims.clone(),
-//!     gpu: Arc::new(SystemGpuControl::default()), mig: nvml };
+//!     gpu: Arc::new(SystemGpuControl::default()), mig: Arc::new(NvmlMig(nvml)) };
 //! // Mock backend (--topology): no GPUs, so sharing and MIG are simulated in files under the
 //! // state directory (they outlive the process like the real state; crash tests read them).
 //! let mock = MockSource::new("hgx-a100-mig")?;
@@ -40,11 +41,14 @@
 //! # Ok(()) }
 //! ```
 
+pub mod backend;
 pub mod cdi_spec;
 pub mod checkpoint;
+pub mod claim_source;
 pub mod claim_status;
 pub mod claims;
 pub mod crash;
+pub mod device_status;
 pub mod driver;
 pub mod gpu_metrics;
 pub mod health;
@@ -59,7 +63,7 @@ pub mod publish;
 pub mod sharing;
 
 pub use driver::{
-    ClaimError, ClaimFailure, DriverParts, DriverStats, NodeDriver, NodeDriverConfig, StartError,
-    StartupReport,
+    ClaimError, ClaimFailure, DriverParts, DriverStats, HeldDevice, NodeDriver, NodeDriverConfig,
+    StartError, StartupReport,
 };
-pub use plugin::{DeviceBackend, MpsPodSettings, NodePlugin, NodePluginConfig, PluginError};
+pub use plugin::{NodePlugin, NodePluginConfig, PluginError};

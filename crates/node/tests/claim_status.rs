@@ -10,7 +10,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
 use tessera_kubelet_grpc::DraDriver;
-use tessera_node::claim_status::{ClaimKey, ClaimStatusSink, RecordedStatus, StatusWriter};
+use tessera_node::claim_status::StatusWriter;
+use tessera_node::device_status::{ClaimKey, ClaimStatusSink, RecordedStatus};
 use tessera_node::plan::MigMode;
 use tessera_process::Stop;
 

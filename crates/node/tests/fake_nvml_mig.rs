@@ -14,6 +14,7 @@ use tessera_fake_apiserver::FakeApiServer;
 use tessera_fake_nvml::{LIBRARY_FILE_NAME, TOPOLOGY_ENV};
 use tessera_kubelet_grpc::simulator::KubeletSimulator;
 use tessera_kubelet_grpc::{ClaimRef, PluginConfig};
+use tessera_node::backend::NvmlMig;
 use tessera_node::claims::KubeClaimSource;
 use tessera_node::mig::MigCapMinors;
 use tessera_node::plan::MigMode;
@@ -99,7 +100,7 @@ async fn child() {
         inventory: Arc::new(tessera_node::inventory::NodeInventory::read(nvml.clone()).unwrap()),
         claims: Arc::new(KubeClaimSource::new(api.client())),
         gpu: h.gpu.clone(),
-        mig: nvml.clone(),
+        mig: Arc::new(NvmlMig(nvml.clone())),
     };
 
     let (driver, report) = NodeDriver::start(config.clone(), parts.clone())

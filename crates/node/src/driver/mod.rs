@@ -7,7 +7,7 @@
 //! batch then answers claims already `PrepareCompleted` from the checkpoint (idempotence,
 //! without the API server), reads the others from the API server (concurrently, but at most a
 //! few reads at once, each bounded by a timeout well inside the kubelet's 45 s:
-//! [`crate::claims::KubeClaimSource`]), and:
+//! the node plugin's `KubeClaimSource`), and:
 //!
 //! 1. A record left `PrepareStarted`/`UnprepareStarted` by a failed earlier call is undone
 //!    first.
@@ -81,8 +81,8 @@ pub use error::{ClaimError, ClaimFailure};
 pub use recovery::StartupReport;
 
 use crate::checkpoint::{CheckpointStore, CheckpointStoreError, DEFAULT_BOOT_ID_PATH};
-use crate::claim_status::{ClaimKey, ClaimStatusSink, device_statuses};
-use crate::claims::ClaimSource;
+use crate::claim_source::ClaimSource;
+use crate::device_status::{ClaimKey, ClaimStatusSink, device_statuses};
 use crate::injection::DriverInjection;
 use crate::inventory::NodeInventory;
 use crate::mig::{DEFAULT_MIG_MINORS_PATH, MigCapMinors, MigControl};
@@ -184,8 +184,8 @@ pub enum StartError {
     Specs(#[from] SpecDirError),
 }
 
-/// The driver's counters, which the runtime exports as metrics
-/// ([`crate::metrics::instrumented::InstrumentedDriver`] reads them after every call).
+/// The driver's counters, which the node plugin exports as metrics (it reads them after every
+/// call).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DriverStats {
     /// Corrupt checkpoints moved aside (at most one per start).
@@ -196,6 +196,21 @@ pub struct DriverStats {
     pub prepared_claims: u64,
     /// Devices of the claims prepared now.
     pub prepared_devices: u64,
+}
+
+/// One device of one prepared claim, with who holds it (from the checkpoint:
+/// [`NodeDriver::holders`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HeldDevice {
+    pub claim_uid: String,
+    pub namespace: String,
+    pub claim: String,
+    /// The allocation result's request (`req` or `req/sub`).
+    pub request: String,
+    /// The published device name (`gpu-0`, `gpu-3-mig-1g-10gb-6`).
+    pub device: String,
+    /// The physical GPU behind the device.
+    pub gpu_uuid: String,
 }
 
 /// Shared state of the driver; every method that does IO is blocking.
@@ -289,26 +304,21 @@ impl NodeDriver {
     }
 
     /// Every device of every prepared claim (`PrepareCompleted`), with the physical GPU behind
-    /// it: who holds what, for the per-device GPU metrics ([`crate::gpu_metrics`]).
-    pub fn holders(&self) -> Vec<crate::gpu_metrics::Holder> {
+    /// it: who holds what (the node plugin's per-device GPU metrics).
+    pub fn holders(&self) -> Vec<HeldDevice> {
         let mut holders = Vec::new();
         for (uid, record) in self.core.store.records() {
             if record.state != tessera_api::checkpoint::ClaimState::PrepareCompleted {
                 continue;
             }
-            holders.extend(
-                record
-                    .devices
-                    .iter()
-                    .map(|device| crate::gpu_metrics::Holder {
-                        claim_uid: uid.clone(),
-                        namespace: record.namespace.clone(),
-                        claim: record.name.clone(),
-                        request: device.request.clone(),
-                        device: device.device.clone(),
-                        gpu_uuid: device.target.gpu_uuid().to_owned(),
-                    }),
-            );
+            holders.extend(record.devices.iter().map(|device| HeldDevice {
+                claim_uid: uid.clone(),
+                namespace: record.namespace.clone(),
+                claim: record.name.clone(),
+                request: device.request.clone(),
+                device: device.device.clone(),
+                gpu_uuid: device.target.gpu_uuid().to_owned(),
+            }));
         }
         holders
     }

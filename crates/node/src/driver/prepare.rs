@@ -13,7 +13,7 @@ use super::effects::{EffectError, has_node_local_effects};
 use super::error::{ClaimError, ClaimFailure, logged};
 use super::placements::HeldPlacements;
 use crate::checkpoint::CheckpointStoreError;
-use crate::claims::ClaimSourceError;
+use crate::claim_source::ClaimSourceError;
 use crate::plan::{ClaimIdentity, PlanContext, PlanError, plan_claim};
 
 /// A claim as read from the API server.

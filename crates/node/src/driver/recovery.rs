@@ -19,7 +19,7 @@ use crate::cdi_spec;
 use crate::checkpoint::{
     CheckpointOwner, CheckpointStore, CheckpointStoreError, LoadOutcome, read_boot_id,
 };
-use crate::claims::ClaimSourceError;
+use crate::claim_source::ClaimSourceError;
 use crate::mig::MigCapMinors;
 use crate::plan::{ClaimIdentity, MigMode, PlanContext, plan_claim};
 use crate::sharing::MpsDirectories;

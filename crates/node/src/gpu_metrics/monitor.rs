@@ -22,8 +22,10 @@ use tessera_process::{Heartbeat, Stop};
 use tokio::task::JoinHandle;
 
 use super::idle::{ClaimUtilization, IdleSettings, IdleTracker};
-use super::{ClaimLabels, GpuMetrics, Holder, PodRef, TelemetrySource, series};
-use crate::claims::{ClaimSource, truncate};
+use super::{ClaimLabels, GpuMetrics, PodRef, TelemetrySource, series};
+use crate::claim_source::ClaimSource;
+use crate::claims::truncate;
+use crate::driver::HeldDevice;
 use crate::inventory::NodeInventory;
 use crate::metrics::Outcome;
 
@@ -170,7 +172,7 @@ impl XidCounts {
 }
 
 /// The devices of the prepared claims now.
-pub type Holders = Arc<dyn Fn() -> Vec<Holder> + Send + Sync>;
+pub type Holders = Arc<dyn Fn() -> Vec<HeldDevice> + Send + Sync>;
 
 /// The monitor's parts.
 pub struct GpuMonitor {
@@ -271,7 +273,7 @@ impl GpuMonitor {
 
     /// Reads the pods of claims that are new or were read [`POD_REFRESH`] ago; forgets the
     /// claims that went.
-    async fn read_pods(&self, holders: &[Holder], state: &mut MonitorState) {
+    async fn read_pods(&self, holders: &[HeldDevice], state: &mut MonitorState) {
         let live: BTreeSet<&str> = holders.iter().map(|h| h.claim_uid.as_str()).collect();
         state.pods.retain(|uid, _| live.contains(uid.as_str()));
         state.read_at.retain(|uid, _| live.contains(uid.as_str()));
@@ -330,7 +332,7 @@ pub fn reserved_pods(claim: &ResourceClaim) -> Vec<PodRef> {
 fn detect_idle(
     tracker: &mut IdleTracker,
     gpus: &[GpuTelemetry],
-    holders: &[Holder],
+    holders: &[HeldDevice],
 ) -> Vec<(String, String)> {
     let utilization: HashMap<&str, Option<u32>> = gpus
         .iter()

@@ -8,7 +8,7 @@ use tessera_process::Heartbeat;
 use super::idle::IdleSettings;
 use super::monitor::{GpuMonitor, GpuMonitorSettings, MonitorState, RecordedPodEvents, XidCounts};
 use super::*;
-use crate::claims::InMemoryClaims;
+use crate::claim_source::InMemoryClaims;
 use crate::inventory::NodeInventory;
 
 fn gpu(uuid: &str, utilization: u32) -> GpuTelemetry {
@@ -26,8 +26,8 @@ fn gpu(uuid: &str, utilization: u32) -> GpuTelemetry {
     }
 }
 
-fn holder(uid: &str, claim: &str, device: &str, gpu_uuid: &str) -> Holder {
-    Holder {
+fn holder(uid: &str, claim: &str, device: &str, gpu_uuid: &str) -> HeldDevice {
+    HeldDevice {
         claim_uid: uid.into(),
         namespace: "ml".into(),
         claim: claim.into(),

@@ -12,8 +12,6 @@ use std::time::SystemTime;
 
 use tessera_gpu_inventory::GpuInventory;
 
-use crate::health::HealthFindings;
-
 /// What the node inventory remembers about lost GPUs across rescans.
 #[derive(Debug, Default)]
 pub struct LostGpus {
@@ -71,16 +69,17 @@ impl LostGpus {
         read
     }
 
-    /// Adds the unreachable finding of every lost GPU kept in the published inventory.
-    pub fn add_findings(&self, findings: &mut HealthFindings) {
-        for (uuid, since) in &self.kept {
-            findings.record_unreachable(uuid, *since);
-        }
-    }
-
     /// UUIDs of the lost GPUs published with their last known facts.
     pub fn kept(&self) -> impl Iterator<Item = &str> {
         self.kept.keys().map(String::as_str)
+    }
+
+    /// The lost GPUs published with their last known facts, each with the rescan that first
+    /// found it lost (what the node's health policy taints as unreachable, since then).
+    pub fn kept_since(&self) -> impl Iterator<Item = (&str, SystemTime)> {
+        self.kept
+            .iter()
+            .map(|(uuid, since)| (uuid.as_str(), *since))
     }
 }
 
@@ -111,18 +110,6 @@ mod tests {
             .inventory()
             .unwrap();
         let gpu = full.gpus.iter().find(|g| g.mig_enabled()).unwrap();
-        let mig_names: Vec<String> = gpu
-            .mig
-            .as_ref()
-            .unwrap()
-            .instances
-            .iter()
-            .map(|i| {
-                tessera_gpu_inventory::DeviceName::mig(gpu.minor, &i.profile, i.placement_start)
-                    .to_string()
-            })
-            .collect();
-        assert!(!mig_names.is_empty());
         let mut lost = LostGpus::default();
 
         let merged = lost.merge(read_without(&full, &gpu.uuid), Some(&full), at(1));
@@ -136,34 +123,20 @@ mod tests {
         assert_eq!(merged.gpus, full.gpus);
         assert_eq!(lost.kept().collect::<Vec<_>>(), [gpu.uuid.as_str()]);
 
-        let mut findings = HealthFindings::default();
-        lost.add_findings(&mut findings);
-        let taints = findings.device_taints(&merged, mig_names.iter().map(String::as_str));
-        assert_eq!(taints.len(), mig_names.len(), "every MIG device of the GPU");
-        let taint = &taints[&mig_names[0]][0];
         assert_eq!(
-            (
-                taint.key.as_str(),
-                taint.value.as_deref(),
-                taint.effect.as_str()
-            ),
-            (
-                "gpu.tessera.dev/unreachable",
-                Some("gpu-is-lost"),
-                "NoExecute"
-            )
-        );
-        assert_eq!(
-            taint.time_added.as_ref().unwrap().0.as_second(),
-            1_700_000_001
+            lost.kept_since().collect::<Vec<_>>(),
+            [(gpu.uuid.as_str(), at(1))],
+            "dated by the rescan that first found it lost"
         );
 
         let recovered = lost.merge(full.clone(), Some(&merged), at(9));
         assert_eq!(recovered, full);
         assert_eq!(lost.kept().count(), 0);
-        let mut findings = HealthFindings::default();
-        lost.add_findings(&mut findings);
-        assert!(findings.is_empty(), "the taint goes when the GPU answers");
+        assert_eq!(
+            lost.kept_since().count(),
+            0,
+            "the taint goes when the GPU answers"
+        );
     }
 
     #[test]
@@ -175,8 +148,6 @@ mod tests {
         assert_eq!(merged.gpus.len(), full.gpus.len() - 1);
         assert!(merged.gpu_by_uuid(&uuid).is_none());
         assert_eq!(lost.kept().count(), 0);
-        let mut findings = HealthFindings::default();
-        lost.add_findings(&mut findings);
-        assert!(findings.is_empty());
+        assert_eq!(lost.kept_since().count(), 0);
     }
 }

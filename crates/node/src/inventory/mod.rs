@@ -12,7 +12,6 @@ use std::time::SystemTime;
 
 use tessera_gpu_inventory::{DeviceSource, GpuInventory, SourceError};
 
-use crate::health::HealthFindings;
 use lost::LostGpus;
 
 /// The node's GPUs: where they are read from and what the last read found.
@@ -73,9 +72,12 @@ impl NodeInventory {
         Ok(merged)
     }
 
-    /// Adds the unreachable finding of every lost GPU kept in the inventory.
-    pub fn add_lost_findings(&self, findings: &mut HealthFindings) {
-        self.state().lost.add_findings(findings);
+    /// The lost GPUs kept in the inventory with their last known facts, each with when a
+    /// rescan first found it lost.
+    pub fn lost_gpus(&self) -> Vec<(String, SystemTime)> {
+        let state = self.state();
+        let kept = state.lost.kept_since();
+        kept.map(|(uuid, since)| (uuid.to_owned(), since)).collect()
     }
 }
 

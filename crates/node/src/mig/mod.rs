@@ -1,14 +1,13 @@
 //! MIG device management for prepare: the [`MigControl`] trait (implemented by
-//! [`NvmlSource`] and by [`SimulatedMig`]), the capability device minors containers need to use
-//! a MIG device ([`MigCapMinors`]), and the two operations prepare and unprepare build on:
-//! [`ensure_instance`] and [`release_instance`].
+//! [`SimulatedMig`], and by the node plugin's NVML backend), the capability device minors
+//! containers need to use a MIG device ([`MigCapMinors`]), and the two operations prepare and
+//! unprepare build on: [`ensure_instance`] and [`release_instance`].
 
 mod caps;
 mod simulated;
 
 use tessera_api::checkpoint::MigInstanceRecord;
 use tessera_gpu_inventory::MigInstance;
-use tessera_nvml::NvmlSource;
 
 pub use caps::{DEFAULT_MIG_MINORS_PATH, MigCapMinors};
 pub use simulated::SimulatedMig;
@@ -58,45 +57,6 @@ pub trait MigControl: Send + Sync {
 
     /// Destroys `instance` on GPU `gpu_uuid`.
     fn destroy(&self, gpu_uuid: &str, instance: &MigInstance) -> Result<(), MigError>;
-}
-
-impl MigControl for NvmlSource {
-    fn mig_devices(&self, gpu_uuid: &str) -> Result<Vec<MigInstance>, MigError> {
-        NvmlSource::mig_devices(self, gpu_uuid).map_err(|e| MigError::List {
-            gpu: gpu_uuid.to_owned(),
-            source: Box::new(e),
-        })
-    }
-
-    fn create(
-        &self,
-        gpu_uuid: &str,
-        profile: &str,
-        placement_start: u32,
-    ) -> Result<MigInstance, MigError> {
-        self.create_mig_device(gpu_uuid, profile, placement_start)
-            .map_err(|e| MigError::Create {
-                gpu: gpu_uuid.to_owned(),
-                profile: profile.to_owned(),
-                start: placement_start,
-                source: Box::new(e),
-            })
-    }
-
-    fn destroy(&self, gpu_uuid: &str, instance: &MigInstance) -> Result<(), MigError> {
-        self.destroy_mig_device(
-            gpu_uuid,
-            instance.gpu_instance_id,
-            instance.compute_instance_id,
-        )
-        .map_err(|e| MigError::Destroy {
-            gpu: gpu_uuid.to_owned(),
-            uuid: instance.uuid.clone(),
-            gpu_instance_id: instance.gpu_instance_id,
-            compute_instance_id: instance.compute_instance_id,
-            source: Box::new(e),
-        })
-    }
 }
 
 /// The record form of a live instance.

@@ -110,7 +110,7 @@ impl PublishLoop {
                 continue;
             };
             let mut findings = self.findings.snapshot();
-            self.inventory.add_lost_findings(&mut findings);
+            findings.record_lost(self.inventory.lost_gpus());
             self.update_kubelet_health(current, &findings, started);
             let node = self.node.borrow().clone();
             let Some(node) = node else {

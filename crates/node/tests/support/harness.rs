@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tessera_api::checkpoint::{self, Checkpoint};
 use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_kubelet_grpc::ClaimRef;
-use tessera_node::claims::{ClaimSource, InMemoryClaims};
+use tessera_node::claim_source::{ClaimSource, InMemoryClaims};
 use tessera_node::inventory::NodeInventory;
 use tessera_node::mig::SimulatedMig;
 use tessera_node::plan::MigMode;
