@@ -18,9 +18,9 @@ use std::path::PathBuf;
 use criterion::{BenchmarkId, Criterion, criterion_group};
 use prometheus_client::registry::Registry;
 use tessera_gpu_inventory::{DeviceSource, MockSource};
-use tessera_node::HeldDevice;
 use tessera_node::gpu_metrics::{GpuMetrics, PodRef, series};
 use tessera_nvml::{GpuTelemetry, NvmlSource};
+use tessera_prepare::HeldDevice;
 
 /// The fake NVML library cargo built next to this bench (a dev-dependency).
 fn fake_nvml_library() -> PathBuf {

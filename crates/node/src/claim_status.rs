@@ -1,6 +1,6 @@
 //! Writing `ResourceClaim.status.devices` (KEP-4817): after prepare the plugin says, on the
 //! claim, which GPU or MIG device each of its allocated devices is (the entries:
-//! [`crate::device_status`]); after unprepare it takes its entries back.
+//! [`tessera_prepare::device_status`]); after unprepare it takes its entries back.
 //!
 //! [`StatusWriter`] writes them in the background: prepare never waits for the API server (a
 //! failed or slow write never fails or delays a claim). Each claim's latest wanted state is kept
@@ -25,13 +25,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::resource::v1::{AllocatedDeviceStatus, ResourceClaim};
 use kube::api::{Api, Patch, PatchParams};
+use tessera_prepare::device_status::{ClaimKey, ClaimStatusSink};
 use tessera_process::Stop;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::claims::path_segment;
-use crate::device_status::{ClaimKey, ClaimStatusSink};
 
 /// The field manager of the plugin's `status.devices` entries.
 pub const FIELD_MANAGER: &str = "tessera-kubelet-plugin";

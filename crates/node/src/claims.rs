@@ -19,7 +19,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use tokio::sync::Semaphore;
 
-use crate::claim_source::{ClaimFuture, ClaimSource, ClaimSourceError};
+use tessera_prepare::claims::{ClaimFuture, ClaimSource, ClaimSourceError};
 
 /// How long one read of the API server may take by default.
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);

@@ -29,6 +29,9 @@ use tessera_api::DRIVER_NAME;
 use tessera_api::shares::ConsumableShares;
 use tessera_kubelet_grpc::{KubeletPlugin, PluginConfig, ServeError};
 use tessera_nvml::HealthEvents;
+use tessera_prepare::inventory::NodeInventory;
+use tessera_prepare::plan::MigMode;
+use tessera_prepare::{DriverParts, NodeDriver, NodeDriverConfig, StartError};
 use tessera_process::{
     Clients, EndpointError, EndpointServer, Endpoints, Heartbeat, Liveness, Stop, StopOnDrop,
 };
@@ -44,14 +47,11 @@ use crate::gpu_metrics::monitor::{
 use crate::gpu_metrics::{GpuMetrics, TelemetrySource};
 use crate::health::monitor::{HealthMonitor, HealthSettings, MAX_SILENCE};
 use crate::health::{SharedFindings, WithDeviceHealth};
-use crate::inventory::NodeInventory;
 use crate::metrics::NodeMetrics;
 use crate::metrics::instrumented::InstrumentedDriver;
 use crate::metrics::readiness::Readiness;
-use crate::plan::MigMode;
 use crate::publish::runner::{PublishLoop, max_silence};
 use crate::publish::{Publisher, PublisherConfig, watch_node};
-use crate::{DriverParts, NodeDriver, NodeDriverConfig, StartError};
 
 /// How the node plugin runs (the binary fills it from its flags).
 #[derive(Debug, Clone)]
@@ -331,7 +331,7 @@ impl Background {
 }
 
 /// Starts claim preparation: loads the checkpoint and recovers from whatever a previous run
-/// left (see [`crate::driver`]).
+/// left (see [`tessera_prepare::driver`]).
 async fn start_driver(
     config: &NodePluginConfig,
     client: &kube::Client,

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
 use tessera_kubelet_grpc::DraDriver;
 use tessera_node::claim_status::StatusWriter;
-use tessera_node::device_status::{ClaimKey, ClaimStatusSink, RecordedStatus};
-use tessera_node::plan::MigMode;
+use tessera_prepare::device_status::{ClaimKey, ClaimStatusSink, RecordedStatus};
+use tessera_prepare::plan::MigMode;
 use tessera_process::Stop;
 
 use support::harness::{Harness, allocated_claim, uid_of};

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
-use tessera_api::checkpoint::ClaimState;
 use tessera_api::config::TimeSliceInterval;
 use tessera_kubelet_grpc::{ClaimRef, DraDriver};
-use tessera_node::plan::MigMode;
-use tessera_node::sharing::{GpuCall, GpuOperation};
+use tessera_prepare::checkpoint::ClaimState;
+use tessera_prepare::plan::MigMode;
+use tessera_prepare::sharing::{GpuCall, GpuOperation};
 
 use support::harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
 

@@ -7,12 +7,12 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use tessera_api::checkpoint::{ClaimState, DeviceTarget};
 use tessera_kubelet_grpc::DraDriver;
-use tessera_node::NodeDriver;
-use tessera_node::checkpoint::{LoadOutcome, quarantined_files};
-use tessera_node::mig::MigControl;
-use tessera_node::plan::MigMode;
+use tessera_prepare::NodeDriver;
+use tessera_prepare::checkpoint::{ClaimState, DeviceTarget};
+use tessera_prepare::checkpoint::{LoadOutcome, quarantined_files};
+use tessera_prepare::mig::MigControl;
+use tessera_prepare::plan::MigMode;
 
 use support::harness::{Harness, claim_config, env_of};
 

@@ -16,10 +16,10 @@ use tessera_kubelet_grpc::simulator::KubeletSimulator;
 use tessera_kubelet_grpc::{ClaimRef, PluginConfig};
 use tessera_node::backend::NvmlMig;
 use tessera_node::claims::KubeClaimSource;
-use tessera_node::mig::MigCapMinors;
-use tessera_node::plan::MigMode;
-use tessera_node::{DriverParts, NodeDriver};
 use tessera_nvml::NvmlSource;
+use tessera_prepare::mig::MigCapMinors;
+use tessera_prepare::plan::MigMode;
+use tessera_prepare::{DriverParts, NodeDriver};
 
 use support::harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
 
@@ -97,7 +97,7 @@ async fn child() {
     ));
     let claim = ClaimRef::new("ml", "dynamic", uid_of("dynamic"));
     let parts = DriverParts {
-        inventory: Arc::new(tessera_node::inventory::NodeInventory::read(nvml.clone()).unwrap()),
+        inventory: Arc::new(tessera_prepare::inventory::NodeInventory::read(nvml.clone()).unwrap()),
         claims: Arc::new(KubeClaimSource::new(api.client())),
         gpu: h.gpu.clone(),
         mig: Arc::new(NvmlMig(nvml.clone())),

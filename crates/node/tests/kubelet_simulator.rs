@@ -13,9 +13,9 @@ use tessera_api::config::TimeSliceInterval;
 use tessera_fake_apiserver::{FakeApiServer, Verb};
 use tessera_kubelet_grpc::simulator::{DraApiVersion, KubeletSimulator};
 use tessera_kubelet_grpc::{ClaimRef, PluginConfig, ServeError};
-use tessera_node::NodeDriver;
 use tessera_node::claims::KubeClaimSource;
-use tessera_node::plan::MigMode;
+use tessera_prepare::NodeDriver;
+use tessera_prepare::plan::MigMode;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 

@@ -406,8 +406,8 @@ async fn files_directories_and_sockets_get_their_modes_whatever_the_umask() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_copied_from_another_node_is_quarantined_not_used() {
-    use tessera_api::checkpoint::{self, ClaimRecord, ClaimState, DeviceRecord, DeviceTarget};
     use tessera_gpu_inventory::{DeviceSource, MockSource};
+    use tessera_prepare::checkpoint::{self, ClaimRecord, ClaimState, DeviceRecord, DeviceTarget};
 
     let (_server, http, _) = api_server_with_node().await;
     // Node B's checkpoint, in today's format and in the version 1 format (no node recorded).
@@ -465,7 +465,7 @@ async fn a_checkpoint_copied_from_another_node_is_quarantined_not_used() {
             "{what}: node B's GPUs went into a CDI spec\n{}",
             plugin_logs(&dirs)
         );
-        let quarantined = tessera_node::checkpoint::quarantined_files(&dirs.path("state"));
+        let quarantined = tessera_prepare::checkpoint::quarantined_files(&dirs.path("state"));
         assert_eq!(quarantined.len(), 1, "{what}: {quarantined:?}");
         assert!(
             quarantined[0]

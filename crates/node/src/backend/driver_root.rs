@@ -15,7 +15,7 @@ use tessera_driver_root::edits::{self, HOOK_BINARY, Injection};
 use tessera_driver_root::tree::HostTree;
 use tessera_nvml::DEFAULT_LIBRARY as NVML_LIBRARY;
 
-use crate::injection::{DriverInjection, control_nodes};
+use tessera_prepare::injection::{DriverInjection, control_nodes};
 
 /// The driver's tools as this process runs them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,14 +15,13 @@ use std::sync::Arc;
 
 use tessera_gpu_inventory::{DeviceSource, MigInstance, MockSource, SourceError};
 use tessera_nvml::{HealthEvents, NvmlError, NvmlSource, Sysfs};
+use tessera_prepare::injection::DriverInjection;
+use tessera_prepare::inventory::NodeInventory;
+use tessera_prepare::mig::{MigControl, MigError, SimulatedMig};
+use tessera_prepare::sharing::{GpuControl, SimulatedGpuControl, SystemGpuControl};
 
 use crate::gpu_metrics::TelemetrySource;
-use crate::injection::DriverInjection;
-use crate::inventory::NodeInventory;
-use crate::mig::{MigControl, MigError, SimulatedMig};
-use crate::sharing::{
-    GpuControl, MpsPodTemplate, PodMpsControl, SimulatedGpuControl, SystemGpuControl,
-};
+use crate::mps_pods::{MpsPodTemplate, PodMpsControl};
 use driver_root::{DriverRootConfig, DriverRootError, DriverTools};
 
 /// Where the GPUs come from.

@@ -47,8 +47,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tessera_nvml::{GpuTelemetry, NvmlSource};
+use tessera_prepare::driver::HeldDevice;
 
-use crate::driver::HeldDevice;
 use crate::metrics::Outcome;
 
 /// Where samples come from: NVML, or a test's values.

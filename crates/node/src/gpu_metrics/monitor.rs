@@ -1,6 +1,6 @@
 //! The GPU monitor: every `--gpu-metrics-interval` it samples the GPUs (NVML on a blocking
 //! thread), reads from the checkpoint which claim holds which device
-//! ([`crate::NodeDriver::holders`]), learns each claim's pods from its `status.reservedFor`
+//! ([`tessera_prepare::NodeDriver::holders`]), learns each claim's pods from its `status.reservedFor`
 //! (one claim read when the claim is new, again every [`POD_REFRESH`]), exports the labelled
 //! series ([`super::GpuMetrics`]) and, with idle detection on, records a `GPUIdle` Event on the
 //! pods of a claim that just became idle ([`super::idle`]).
@@ -18,15 +18,15 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tessera_gpu_inventory::DeviceName;
 use tessera_nvml::GpuTelemetry;
+use tessera_prepare::claims::ClaimSource;
+use tessera_prepare::driver::HeldDevice;
+use tessera_prepare::inventory::NodeInventory;
 use tessera_process::{Heartbeat, Stop};
 use tokio::task::JoinHandle;
 
 use super::idle::{ClaimUtilization, IdleSettings, IdleTracker};
 use super::{ClaimLabels, GpuMetrics, PodRef, TelemetrySource, series};
-use crate::claim_source::ClaimSource;
 use crate::claims::truncate;
-use crate::driver::HeldDevice;
-use crate::inventory::NodeInventory;
 use crate::metrics::Outcome;
 
 /// Reason of the Event on the pods of an idle claim.

@@ -3,13 +3,13 @@ use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
 use tessera_gpu_inventory::MockSource;
+use tessera_prepare::claims::InMemoryClaims;
+use tessera_prepare::inventory::NodeInventory;
 use tessera_process::Heartbeat;
 
 use super::idle::IdleSettings;
 use super::monitor::{GpuMonitor, GpuMonitorSettings, MonitorState, RecordedPodEvents, XidCounts};
 use super::*;
-use crate::claim_source::InMemoryClaims;
-use crate::inventory::NodeInventory;
 
 fn gpu(uuid: &str, utilization: u32) -> GpuTelemetry {
     GpuTelemetry {

@@ -289,7 +289,7 @@ mod tests {
     use tessera_nvml::HealthEventKind;
 
     use super::*;
-    use crate::inventory::lost::LostGpus;
+    use tessera_prepare::inventory::lost::LostGpus;
 
     fn event(uuid: &str, kind: HealthEventKind, instance: Option<(u32, u32)>) -> HealthEvent {
         HealthEvent {

@@ -15,7 +15,7 @@
 //!   rest of the process: logged, reported as a Warning event on the Node, and the slices are
 //!   published untainted so that the scheduler can still use the devices.
 //! - Health findings add their taints ([`crate::health`]); so do GPUs a rescan finds lost, which
-//!   stay published with their last known facts ([`crate::inventory::lost`]).
+//!   stay published with their last known facts ([`tessera_prepare::inventory::lost`]).
 //!
 //! Slices are never deleted on shutdown: the kubelet removes them 30 s after the plugin is
 //! gone, and a restarting plugin must not make the devices flap.

@@ -4,7 +4,7 @@
 //! (the kubelet wipes a plugin's slices when it restarts, so a new registration also triggers a
 //! check). Failures are retried with exponential backoff. It also keeps the kubelet health list
 //! current. A GPU a rescan finds lost stays published with its last known facts, tainted
-//! unreachable ([`crate::inventory::lost`]).
+//! unreachable ([`tessera_prepare::inventory::lost`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,13 +12,13 @@ use std::time::{Duration, SystemTime};
 
 use tessera_gpu_inventory::GpuInventory;
 use tessera_kubelet_grpc::{DeviceHealth, RegistrationState};
+use tessera_prepare::inventory::NodeInventory;
 use tessera_process::Heartbeat;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{NodeFacts, PublishInput, Publisher};
 use crate::health::{HealthFindings, SharedFindings};
-use crate::inventory::NodeInventory;
 use crate::metrics::{NodeMetrics, Outcome};
 
 /// First retry delay after a failed publish; doubles up to the rescan interval.

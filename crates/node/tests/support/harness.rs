@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::{Value, json};
-use tessera_api::checkpoint::{self, Checkpoint};
 use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_kubelet_grpc::ClaimRef;
-use tessera_node::claim_source::{ClaimSource, InMemoryClaims};
-use tessera_node::inventory::NodeInventory;
-use tessera_node::mig::SimulatedMig;
-use tessera_node::plan::MigMode;
-use tessera_node::sharing::RecordingGpuControl;
-use tessera_node::{DriverParts, NodeDriver, NodeDriverConfig, StartupReport};
+use tessera_prepare::checkpoint::{self, Checkpoint};
+use tessera_prepare::claims::{ClaimSource, InMemoryClaims};
+use tessera_prepare::inventory::NodeInventory;
+use tessera_prepare::mig::SimulatedMig;
+use tessera_prepare::plan::MigMode;
+use tessera_prepare::sharing::RecordingGpuControl;
+use tessera_prepare::{DriverParts, NodeDriver, NodeDriverConfig, StartupReport};
 
 pub const NODE: &str = "node-a";
 

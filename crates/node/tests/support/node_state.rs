@@ -4,12 +4,12 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use tessera_api::checkpoint::{self, ClaimState, DeviceTarget, MigLifecycle};
 use tessera_api::config::{SharingStrategy, TimeSliceInterval};
 use tessera_gpu_inventory::GpuInventory;
-use tessera_node::checkpoint::quarantined_files;
-use tessera_node::mig::SimulatedMig;
-use tessera_node::sharing::SimulatedGpuControl;
+use tessera_prepare::checkpoint::quarantined_files;
+use tessera_prepare::checkpoint::{self, ClaimState, DeviceTarget, MigLifecycle};
+use tessera_prepare::mig::SimulatedMig;
+use tessera_prepare::sharing::SimulatedGpuControl;
 
 /// Checks that what is on disk agrees with the checkpoint in `state`, and the checkpoint with
 /// what the kubelet was told (`prepared`) — except for the claims of an interrupted call

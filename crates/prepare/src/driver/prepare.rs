@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::checkpoint::{ClaimRecord, ClaimState};
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use tessera_api::checkpoint::{ClaimRecord, ClaimState};
 use tessera_kubelet_grpc::{ClaimRef, ClaimUid, PrepareResult, PreparedDevice, UnprepareResult};
 
 use super::Core;
@@ -13,7 +13,7 @@ use super::effects::{EffectError, has_node_local_effects};
 use super::error::{ClaimError, ClaimFailure, logged};
 use super::placements::HeldPlacements;
 use crate::checkpoint::CheckpointStoreError;
-use crate::claim_source::ClaimSourceError;
+use crate::claims::ClaimSourceError;
 use crate::plan::{ClaimIdentity, PlanContext, PlanError, plan_claim};
 
 /// A claim as read from the API server.

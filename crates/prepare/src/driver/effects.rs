@@ -13,7 +13,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tessera_api::checkpoint::{ClaimRecord, DeviceTarget, MigLifecycle};
+use crate::checkpoint::{ClaimRecord, DeviceTarget, MigLifecycle};
 use tessera_cdi::{Spec, SpecDirError};
 use tessera_gpu_inventory::ResolvedDevice;
 

@@ -5,8 +5,8 @@
 //! - [`SystemGpuControl`]: `nvidia-smi compute-policy --set-timeslice` and one
 //!   `nvidia-cuda-mps-control -d` per claim, configured through its control interface (a daemon
 //!   that outlives the plugin *process*, not the plugin's pod);
-//! - [`PodMpsControl`]: the same tools, but each claim's MPS daemon in a pod of its own, which
-//!   outlives the plugin's pod (rollouts);
+//! - the node plugin's `PodMpsControl`: the same tools, but each claim's MPS daemon in a pod of
+//!   its own, which outlives the plugin's pod (rollouts);
 //! - [`RecordingGpuControl`]: an in-memory fake that records every call (tests);
 //! - [`SimulatedGpuControl`]: keeps the same state in files, so that it survives the plugin
 //!   process (mock topologies, crash tests).
@@ -14,7 +14,6 @@
 //! Every operation is idempotent: starting a running daemon only reapplies its settings,
 //! stopping a daemon that is not running succeeds. Recovery relies on this.
 
-pub mod pods;
 mod recording;
 mod simulated;
 mod system;
@@ -24,11 +23,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use tessera_api::checkpoint::{ClaimRecord, DeviceTarget};
+use crate::checkpoint::{ClaimRecord, DeviceTarget};
 use tessera_api::config::{SharingStrategy, TimeSliceInterval};
 use tessera_api::shares::thread_percentage;
 
-pub use pods::{MpsPodTemplate, PodMpsControl};
 pub use recording::{GpuCall, GpuOperation, RecordingGpuControl};
 pub use simulated::SimulatedGpuControl;
 pub use system::SystemGpuControl;

@@ -18,9 +18,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::checkpoint::{DeviceRecord, DeviceTarget};
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 use tessera_api::DRIVER_NAME;
-use tessera_api::checkpoint::{DeviceRecord, DeviceTarget};
 use tessera_api::config::{self, GPU_CONFIG_KIND, MIG_DEVICE_CONFIG_KIND, OpaqueConfig};
 use tessera_api::names::device_type;
 use tessera_api::nvidia::{ConfiguredDevice, NVIDIA_DRIVER_NAME, resolve_per_device_key};

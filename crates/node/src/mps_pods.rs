@@ -41,7 +41,9 @@ use k8s_openapi::api::core::v1::{
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use tessera_api::config::TimeSliceInterval;
 
-use super::{GpuControl, MpsDaemon, MpsDirectories, SharingError, SystemGpuControl};
+use tessera_prepare::sharing::{
+    GpuControl, MpsDaemon, MpsDirectories, SharingError, SystemGpuControl,
+};
 
 /// Where the driver root is mounted in an MPS daemon pod.
 pub const DRIVER_ROOT_IN_POD: &str = "/driver-root";
@@ -506,7 +508,7 @@ impl GpuControl for PodMpsControl {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sharing::MpsDevice;
+    use tessera_prepare::sharing::MpsDevice;
 
     fn template(dev_root: &str) -> MpsPodTemplate {
         MpsPodTemplate {

@@ -137,11 +137,13 @@ impl SystemGpuControl {
     }
 
     /// Whether a daemon answers in `directories` (`get_server_list` through the control client).
-    pub(crate) fn daemon_answers(&self, directories: &MpsDirectories) -> bool {
+    pub fn daemon_answers(&self, directories: &MpsDirectories) -> bool {
         directories.pipe.is_dir() && self.mps_command(directories, "get_server_list").is_ok()
     }
 
-    pub(crate) fn configure(&self, daemon: &MpsDaemon) -> Result<(), String> {
+    /// Applies `daemon`'s settings (active thread percentage, pinned memory limits) to the daemon
+    /// that answers in its directories, through the control client.
+    pub fn configure(&self, daemon: &MpsDaemon) -> Result<(), String> {
         if let Some(pct) = daemon.active_thread_percentage {
             self.mps_command(
                 &daemon.directories,

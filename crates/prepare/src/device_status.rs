@@ -12,11 +12,11 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use crate::checkpoint::{ClaimRecord, DeviceTarget};
 use k8s_openapi::api::resource::v1::AllocatedDeviceStatus;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use serde::{Deserialize, Serialize};
 use tessera_api::DRIVER_NAME;
-use tessera_api::checkpoint::{ClaimRecord, DeviceTarget};
 
 /// What `status.devices[].data` holds for a Tessera device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use tessera_api::checkpoint::{ClaimRecord, DeviceTarget};
+use crate::checkpoint::{ClaimRecord, DeviceTarget};
 
 /// A MIG placement: GPU, profile, first memory slice.
 type Placement = (String, String, u32);
@@ -57,7 +57,7 @@ impl HeldPlacements {
 
 #[cfg(test)]
 mod tests {
-    use tessera_api::checkpoint::{ClaimState, DeviceRecord, MigLifecycle};
+    use crate::checkpoint::{ClaimState, DeviceRecord, MigLifecycle};
 
     use super::*;
 

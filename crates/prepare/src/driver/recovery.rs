@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use crate::checkpoint::{ClaimRecord, ClaimState, DeviceTarget};
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use tessera_api::checkpoint::{ClaimRecord, ClaimState, DeviceTarget};
 use tessera_cdi::{SpecDir, SpecDirError};
 use tokio::sync::watch;
 
@@ -19,7 +19,7 @@ use crate::cdi_spec;
 use crate::checkpoint::{
     CheckpointOwner, CheckpointStore, CheckpointStoreError, LoadOutcome, read_boot_id,
 };
-use crate::claim_source::ClaimSourceError;
+use crate::claims::ClaimSourceError;
 use crate::mig::MigCapMinors;
 use crate::plan::{ClaimIdentity, MigMode, PlanContext, plan_claim};
 use crate::sharing::MpsDirectories;

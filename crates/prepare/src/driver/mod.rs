@@ -81,7 +81,7 @@ pub use error::{ClaimError, ClaimFailure};
 pub use recovery::StartupReport;
 
 use crate::checkpoint::{CheckpointStore, CheckpointStoreError, DEFAULT_BOOT_ID_PATH};
-use crate::claim_source::ClaimSource;
+use crate::claims::ClaimSource;
 use crate::device_status::{ClaimKey, ClaimStatusSink, device_statuses};
 use crate::injection::DriverInjection;
 use crate::inventory::NodeInventory;
@@ -279,7 +279,7 @@ impl NodeDriver {
     /// are idempotent). Prepare never waits for the sink.
     pub fn report_status(mut self, sink: Arc<dyn ClaimStatusSink>) -> Self {
         for (uid, record) in self.core.store.records() {
-            if record.state == tessera_api::checkpoint::ClaimState::PrepareCompleted {
+            if record.state == crate::checkpoint::ClaimState::PrepareCompleted {
                 sink.prepared(claim_key(&uid, &record), self.core.device_statuses(&record));
             }
         }
@@ -292,7 +292,7 @@ impl NodeDriver {
         let records = self.core.store.records();
         let prepared = records
             .values()
-            .filter(|r| r.state == tessera_api::checkpoint::ClaimState::PrepareCompleted);
+            .filter(|r| r.state == crate::checkpoint::ClaimState::PrepareCompleted);
         let (claims, devices) =
             prepared.fold((0, 0), |(c, d), r| (c + 1, d + r.devices.len() as u64));
         DriverStats {
@@ -308,7 +308,7 @@ impl NodeDriver {
     pub fn holders(&self) -> Vec<HeldDevice> {
         let mut holders = Vec::new();
         for (uid, record) in self.core.store.records() {
-            if record.state != tessera_api::checkpoint::ClaimState::PrepareCompleted {
+            if record.state != crate::checkpoint::ClaimState::PrepareCompleted {
                 continue;
             }
             holders.extend(record.devices.iter().map(|device| HeldDevice {
@@ -340,7 +340,7 @@ impl NodeDriver {
     }
 }
 
-fn claim_key(uid: &str, record: &tessera_api::checkpoint::ClaimRecord) -> ClaimKey {
+fn claim_key(uid: &str, record: &crate::checkpoint::ClaimRecord) -> ClaimKey {
     ClaimKey {
         namespace: record.namespace.clone(),
         name: record.name.clone(),
@@ -352,7 +352,7 @@ impl Core {
     /// The `status.devices` entries of a prepared claim, products from the inventory.
     fn device_statuses(
         &self,
-        record: &tessera_api::checkpoint::ClaimRecord,
+        record: &crate::checkpoint::ClaimRecord,
     ) -> Vec<k8s_openapi::api::resource::v1::AllocatedDeviceStatus> {
         let inventory = self.inventory();
         device_statuses(record, |uuid| {

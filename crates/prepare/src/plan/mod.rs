@@ -12,13 +12,13 @@ mod config;
 
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorTerm};
-use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
-use tessera_api::DRIVER_NAME;
-use tessera_api::checkpoint::{
+use crate::checkpoint::{
     ClaimRecord, ClaimState, DeviceRecord, DeviceShare, DeviceTarget, MigInstanceRecord,
     MigLifecycle, MpsRecord,
 };
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorTerm};
+use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
+use tessera_api::DRIVER_NAME;
 use tessera_api::config::{ConfigError, Sharing, SharingStrategy, TimeSliceInterval};
 use tessera_api::names::capacity;
 use tessera_gpu_inventory::{Gpu, GpuInventory, MigInstance, MigProfile, ResolvedDevice};

@@ -1,7 +1,7 @@
 //! The checkpoint file in the state directory: loaded once at start (a file that cannot be
 //! trusted is quarantined, never crash-looped on), then rewritten atomically on every change.
 //!
-//! The schema, version and checksum live in [`tessera_api::checkpoint`]; this module does the
+//! The schema, version and checksum live in [`super::format`]; this module does the
 //! IO. A write goes to a temporary file in the same directory, is fsynced, renamed over the
 //! checkpoint, and the directory is fsynced: a reader (or the next start after a crash) sees the
 //! old checkpoint or the new one, never a mix.
@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tessera_api::checkpoint::{self, Checkpoint, CheckpointError, ClaimRecord};
+use super::format::{self, Checkpoint, CheckpointError, ClaimRecord};
 
 /// The checkpoint's file name in the state directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint.json";
@@ -111,7 +111,7 @@ impl CheckpointStore {
     /// directory, removes temporary files a crash left behind, and loads the checkpoint. A file
     /// that does not parse, has an unknown version or a wrong checksum is renamed to
     /// `checkpoint.json.corrupt-<unix seconds>`, one that is not `owner`'s
-    /// ([`checkpoint::check_owner`]: copied from another node) to
+    /// ([`format::check_owner`]: copied from another node) to
     /// `checkpoint.json.foreign-<unix seconds>`, and the store starts empty.
     pub fn open(
         state_dir: &Path,
@@ -131,8 +131,8 @@ impl CheckpointStore {
                 (Checkpoint::default(), LoadOutcome::Missing)
             }
             Err(source) => return Err(CheckpointStoreError::Read { path, source }),
-            Ok(bytes) => match checkpoint::decode(&bytes).and_then(|loaded| {
-                checkpoint::check_owner(&loaded, &owner.node_name, &owner.pool_name, |uuid| {
+            Ok(bytes) => match format::decode(&bytes).and_then(|loaded| {
+                format::check_owner(&loaded, &owner.node_name, &owner.pool_name, |uuid| {
                     owner.gpu_uuids.contains(uuid)
                 })
                 .map(|()| loaded)
@@ -202,7 +202,7 @@ impl CheckpointStore {
         let mut claims = self.lock();
         let mut next = claims.clone();
         let out = change(&mut next);
-        let bytes = checkpoint::encode(&Checkpoint {
+        let bytes = format::encode(&Checkpoint {
             boot_id: self.boot_id.clone(),
             node_name: self.node_name.clone(),
             pool_name: self.pool_name.clone(),
@@ -212,9 +212,7 @@ impl CheckpointStore {
         self.writes.fetch_add(1, Ordering::Relaxed);
         // Decode what was written rather than keep `next`: both are equal, and this keeps a
         // single source of truth for the in-memory copy.
-        *claims = checkpoint::decode(&bytes)
-            .map(|c| c.claims)
-            .unwrap_or_default();
+        *claims = format::decode(&bytes).map(|c| c.claims).unwrap_or_default();
         Ok(out)
     }
 
@@ -322,7 +320,7 @@ fn sync_dir(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_api::checkpoint::ClaimState;
+    use crate::checkpoint::ClaimState;
 
     fn record(name: &str) -> ClaimRecord {
         ClaimRecord {
@@ -345,12 +343,12 @@ mod tests {
     #[test]
     fn another_nodes_checkpoint_is_quarantined_as_foreign() {
         let gpu_record = |uuid: &str| ClaimRecord {
-            devices: vec![tessera_api::checkpoint::DeviceRecord {
+            devices: vec![crate::checkpoint::DeviceRecord {
                 request: "gpu".into(),
                 pool: "node-b".into(),
                 device: "gpu-0".into(),
                 cdi_device_ids: vec![],
-                target: tessera_api::checkpoint::DeviceTarget::Gpu {
+                target: crate::checkpoint::DeviceTarget::Gpu {
                     uuid: uuid.into(),
                     minor: 0,
                 },
@@ -366,7 +364,7 @@ mod tests {
             claims: BTreeMap::from([("u".into(), gpu_record("GPU-0"))]),
         };
         // Version 1 (no node recorded) naming node B's GPU.
-        let v1_of_node_b = String::from_utf8(checkpoint::encode(&Checkpoint {
+        let v1_of_node_b = String::from_utf8(format::encode(&Checkpoint {
             node_name: String::new(),
             pool_name: String::new(),
             claims: BTreeMap::from([("u".into(), gpu_record("GPU-b"))]),
@@ -377,7 +375,7 @@ mod tests {
         for (what, content, complaint) in [
             (
                 "version 2",
-                checkpoint::encode(&of_node_b),
+                format::encode(&of_node_b),
                 "belongs to node `node-b`",
             ),
             ("version 1", v1_of_node_b.into_bytes(), "GPU-b"),
@@ -399,7 +397,7 @@ mod tests {
     #[test]
     fn this_nodes_version_1_checkpoint_is_migrated() {
         let dir = tempfile::tempdir().unwrap();
-        let v1 = String::from_utf8(checkpoint::encode(&Checkpoint {
+        let v1 = String::from_utf8(format::encode(&Checkpoint {
             boot_id: "boot".into(),
             node_name: String::new(),
             pool_name: String::new(),
@@ -418,7 +416,7 @@ mod tests {
         );
         assert_eq!(loaded.claims.len(), 1);
         store.update(|_| ()).unwrap();
-        let on_disk = checkpoint::decode(&fs::read(store.path()).unwrap()).unwrap();
+        let on_disk = format::decode(&fs::read(store.path()).unwrap()).unwrap();
         assert_eq!(
             (on_disk.node_name.as_str(), on_disk.claims.len()),
             ("node-a", 1)
@@ -450,7 +448,7 @@ mod tests {
         assert_eq!(loaded.claims.len(), 1);
         assert_eq!(again.get("uid-1"), Some(record("a")));
         again.update(|claims| claims.clear()).unwrap();
-        let on_disk = checkpoint::decode(&fs::read(again.path()).unwrap()).unwrap();
+        let on_disk = format::decode(&fs::read(again.path()).unwrap()).unwrap();
         assert_eq!(on_disk.boot_id, "boot-2");
         assert!(on_disk.claims.is_empty());
     }
@@ -469,7 +467,7 @@ mod tests {
             ),
             (
                 "bad checksum",
-                String::from_utf8(checkpoint::encode(&Checkpoint {
+                String::from_utf8(format::encode(&Checkpoint {
                     boot_id: "b".into(),
                     node_name: "node-a".into(),
                     pool_name: "node-a".into(),

@@ -6,7 +6,7 @@
 mod caps;
 mod simulated;
 
-use tessera_api::checkpoint::MigInstanceRecord;
+use crate::checkpoint::MigInstanceRecord;
 use tessera_gpu_inventory::MigInstance;
 
 pub use caps::{DEFAULT_MIG_MINORS_PATH, MigCapMinors};

@@ -1,9 +1,9 @@
 use std::path::Path;
 
+use crate::checkpoint::{ClaimState, DeviceTarget, MigInstanceRecord, MigLifecycle};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use tessera_api::checkpoint::{ClaimState, DeviceTarget, MigInstanceRecord, MigLifecycle};
 use tessera_api::config::{SharingStrategy, TimeSliceInterval};
 use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 

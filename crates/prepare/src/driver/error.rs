@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tessera_kubelet_grpc::ClaimRef;
 
 use super::effects::EffectError;
-use crate::claim_source::ClaimSourceError;
+use crate::claims::ClaimSourceError;
 use crate::plan::PlanError;
 
 /// One claim failed: which claim, and why.

@@ -294,7 +294,7 @@ mod tests {
         assert_eq!(again, Ensured::Existing(first.record().clone()));
 
         // A record from another boot (a UUID that no longer exists) releases nothing...
-        let stale = tessera_api::checkpoint::MigInstanceRecord {
+        let stale = crate::checkpoint::MigInstanceRecord {
             uuid: "MIG-gone".into(),
             ..first.record().clone()
         };

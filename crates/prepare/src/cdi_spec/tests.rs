@@ -1,8 +1,8 @@
 use std::path::Path;
 
+use crate::checkpoint::{ClaimRecord, DeviceTarget, MigInstanceRecord};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::json;
-use tessera_api::checkpoint::{ClaimRecord, DeviceTarget, MigInstanceRecord};
 use tessera_gpu_inventory::{DeviceSource, MockSource};
 
 use super::*;

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::config::Sharing;
+use tessera_api::config::Sharing;
 
 /// The checkpoint format this build writes.
 pub const CHECKPOINT_VERSION: u32 = 2;
@@ -143,7 +143,7 @@ impl DeviceRecord {
     pub fn uses_mps(&self) -> bool {
         self.sharing
             .as_ref()
-            .is_some_and(|s| s.strategy == crate::config::SharingStrategy::Mps)
+            .is_some_and(|s| s.strategy == tessera_api::config::SharingStrategy::Mps)
     }
 }
 
@@ -413,8 +413,8 @@ pub fn check_owner(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{MpsConfig, SharingStrategy};
     use pretty_assertions::assert_eq;
+    use tessera_api::config::{MpsConfig, SharingStrategy};
 
     fn sample() -> Checkpoint {
         let mut claims = BTreeMap::new();
