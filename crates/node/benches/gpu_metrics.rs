@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use criterion::{BenchmarkId, Criterion, criterion_group};
 use prometheus_client::registry::Registry;
 use tessera_gpu_inventory::{DeviceSource, MockSource};
+use tessera_kubelet_grpc::ClaimUid;
 use tessera_node::gpu_metrics::{GpuMetrics, PodRef, series};
 use tessera_nvml::{GpuTelemetry, NvmlSource};
 use tessera_prepare::HeldDevice;
@@ -40,14 +41,14 @@ fn fake_nvml_library() -> PathBuf {
 fn holders(
     gpus: &[GpuTelemetry],
     per_gpu: usize,
-) -> (Vec<HeldDevice>, HashMap<String, Vec<PodRef>>) {
+) -> (Vec<HeldDevice>, HashMap<ClaimUid, Vec<PodRef>>) {
     let mut holders = Vec::new();
     let mut pods = HashMap::new();
     for (index, gpu) in gpus.iter().enumerate() {
         for share in 0..per_gpu {
             let uid = format!("claim-{index}-{share}");
             holders.push(HeldDevice {
-                claim_uid: uid.clone(),
+                claim_uid: ClaimUid::new(&uid),
                 namespace: "ml".into(),
                 claim: uid.clone(),
                 request: "gpu".into(),
@@ -55,7 +56,7 @@ fn holders(
                 gpu_uuid: gpu.uuid.clone(),
             });
             pods.insert(
-                uid.clone(),
+                ClaimUid::new(&uid),
                 vec![PodRef {
                     namespace: "ml".into(),
                     name: format!("{uid}-pod"),

@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::resource::v1::{AllocatedDeviceStatus, ResourceClaim};
 use kube::api::{Api, Patch, PatchParams};
-use tessera_prepare::device_status::{ClaimKey, ClaimStatusSink};
+use tessera_kubelet_grpc::{ClaimRef, ClaimUid};
+use tessera_prepare::device_status::ClaimStatusSink;
 use tessera_process::Stop;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -43,7 +44,7 @@ pub const MAX_RETRY: Duration = Duration::from_secs(60);
 /// The server-side apply configuration that makes `devices` this manager's entries of the claim
 /// (none: removes what it applied before).
 pub fn apply_configuration(
-    claim: &ClaimKey,
+    claim: &ClaimRef,
     devices: &[AllocatedDeviceStatus],
 ) -> serde_json::Value {
     let mut status = serde_json::json!({});
@@ -53,7 +54,7 @@ pub fn apply_configuration(
     serde_json::json!({
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid},
+        "metadata": {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid.as_str()},
         "status": status,
     })
 }
@@ -61,7 +62,7 @@ pub fn apply_configuration(
 /// One claim's wanted state, not yet written.
 #[derive(Debug)]
 struct Wanted {
-    claim: ClaimKey,
+    claim: ClaimRef,
     devices: Vec<AllocatedDeviceStatus>,
     /// Bumped by every new wanted state, so a write of an older one does not clear a newer one.
     version: u64,
@@ -71,7 +72,7 @@ struct Wanted {
 
 #[derive(Debug, Default)]
 struct Queue {
-    wanted: BTreeMap<String, Wanted>,
+    wanted: BTreeMap<ClaimUid, Wanted>,
     next_version: u64,
 }
 
@@ -117,7 +118,7 @@ impl StatusWriter {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn want(&self, claim: ClaimKey, devices: Vec<AllocatedDeviceStatus>) {
+    fn want(&self, claim: ClaimRef, devices: Vec<AllocatedDeviceStatus>) {
         let mut queue = self.lock();
         queue.next_version += 1;
         let version = queue.next_version;
@@ -139,7 +140,7 @@ impl StatusWriter {
     async fn run(self: Arc<Self>, client: kube::Client, stop: Stop) {
         loop {
             let now = Instant::now();
-            let due: Vec<(String, ClaimKey, Vec<AllocatedDeviceStatus>, u64)> = self
+            let due: Vec<(ClaimUid, ClaimRef, Vec<AllocatedDeviceStatus>, u64)> = self
                 .lock()
                 .wanted
                 .iter()
@@ -169,7 +170,7 @@ impl StatusWriter {
         }
     }
 
-    fn finish(&self, uid: &str, version: u64, written: Written) {
+    fn finish(&self, uid: &ClaimUid, version: u64, written: Written) {
         let mut queue = self.lock();
         let Some(wanted) = queue.wanted.get_mut(uid) else {
             return;
@@ -204,7 +205,7 @@ impl StatusWriter {
 
 async fn write(
     client: &kube::Client,
-    claim: &ClaimKey,
+    claim: &ClaimRef,
     devices: &[AllocatedDeviceStatus],
 ) -> Written {
     let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &path_segment(&claim.namespace));
@@ -223,11 +224,11 @@ async fn write(
 }
 
 impl ClaimStatusSink for StatusWriter {
-    fn prepared(&self, claim: ClaimKey, devices: Vec<AllocatedDeviceStatus>) {
+    fn prepared(&self, claim: ClaimRef, devices: Vec<AllocatedDeviceStatus>) {
         self.want(claim, devices);
     }
 
-    fn unprepared(&self, claim: ClaimKey) {
+    fn unprepared(&self, claim: ClaimRef) {
         self.want(claim, Vec::new());
     }
 }

@@ -40,6 +40,7 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use tessera_api::config::TimeSliceInterval;
+use tessera_kubelet_grpc::ClaimUid;
 
 use tessera_prepare::sharing::{
     GpuControl, MpsDaemon, MpsDirectories, SharingError, SystemGpuControl,
@@ -485,7 +486,7 @@ impl GpuControl for PodMpsControl {
         Ok(())
     }
 
-    fn mps_daemon_claims(&self) -> Result<Vec<String>, SharingError> {
+    fn mps_daemon_claims(&self) -> Result<Vec<ClaimUid>, SharingError> {
         let selector = format!(
             "app.kubernetes.io/component={COMPONENT},{NODE_LABEL}={}",
             self.template.node_name
@@ -500,7 +501,8 @@ impl GpuControl for PodMpsControl {
         Ok(pods
             .items
             .iter()
-            .filter_map(|p| p.metadata.labels.as_ref()?.get(CLAIM_LABEL).cloned())
+            .filter_map(|p| p.metadata.labels.as_ref()?.get(CLAIM_LABEL))
+            .map(ClaimUid::new)
             .collect())
     }
 }

@@ -46,10 +46,7 @@ async fn whole_gpus_are_prepared_once_and_unprepared() {
     );
     let checkpoint = h.read_checkpoint();
     assert_eq!(checkpoint.boot_id, "boot-1");
-    assert_eq!(
-        checkpoint.claims[uid.as_str()].state,
-        ClaimState::PrepareCompleted
-    );
+    assert_eq!(checkpoint.claims[&uid].state, ClaimState::PrepareCompleted);
     assert_eq!(driver.stats().prepared_devices, 2);
 
     // Prepared claims are answered from the checkpoint: the API server is not even asked.
@@ -418,7 +415,7 @@ async fn a_failed_undo_is_retried_by_the_next_call() {
         .to_string();
     assert!(err.contains("cannot stop the MPS daemon"), "{err}");
     assert_eq!(
-        h.read_checkpoint().claims[claim.uid.as_str()].state,
+        h.read_checkpoint().claims[&claim.uid].state,
         ClaimState::UnprepareStarted
     );
     // The daemon's pipe directory stays: it is how the retry reaches the daemon to stop it.
@@ -545,7 +542,7 @@ async fn a_spec_that_cannot_be_written_or_removed_fails_only_its_claim() {
 
     // A directory where the time-sliced claim's spec goes: that claim fails, naming the file;
     // the other claims of the batch are prepared.
-    let blocker = driver.cdi_spec_path(sliced.uid.as_str()).unwrap();
+    let blocker = driver.cdi_spec_path(&sliced.uid).unwrap();
     std::fs::create_dir_all(&blocker).unwrap();
     let results = driver.prepare(batch.clone()).await;
     assert!(results[&plain.uid].is_ok(), "{results:?}");
@@ -565,7 +562,7 @@ async fn a_spec_that_cannot_be_written_or_removed_fails_only_its_claim() {
         .read_checkpoint()
         .claims
         .into_iter()
-        .map(|(uid, record)| (uid, record.state))
+        .map(|(uid, record)| (uid.to_string(), record.state))
         .collect();
     let mut expected = vec![
         (plain.uid.to_string(), ClaimState::PrepareCompleted),
@@ -586,7 +583,7 @@ async fn a_spec_that_cannot_be_written_or_removed_fails_only_its_claim() {
 
     // The MPS claim's spec cannot be unlinked: the batch remove fails, and the claim-by-claim
     // fallback fails only that claim's unprepare; it stays recorded for the retry.
-    let mps_spec = driver.cdi_spec_path(mps.uid.as_str()).unwrap();
+    let mps_spec = driver.cdi_spec_path(&mps.uid).unwrap();
     std::fs::remove_file(&mps_spec).unwrap();
     std::fs::create_dir(&mps_spec).unwrap();
     let results = driver.unprepare(batch.clone()).await;
@@ -603,7 +600,12 @@ async fn a_spec_that_cannot_be_written_or_removed_fails_only_its_claim() {
         err.contains(&format!("cannot remove CDI spec {}", mps_spec.display())),
         "{err}"
     );
-    let recorded: Vec<String> = h.read_checkpoint().claims.into_keys().collect();
+    let recorded: Vec<String> = h
+        .read_checkpoint()
+        .claims
+        .into_keys()
+        .map(|uid| uid.to_string())
+        .collect();
     assert_eq!(recorded, vec![mps.uid.to_string()]);
     std::fs::remove_dir(&mps_spec).unwrap();
     assert_eq!(

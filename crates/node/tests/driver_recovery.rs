@@ -65,7 +65,7 @@ async fn crashed_at(
         .unwrap();
     drop(driver);
     let mut checkpoint = h.read_checkpoint();
-    let record = checkpoint.claims.get_mut(claim.uid.as_str()).unwrap();
+    let record = checkpoint.claims.get_mut(&claim.uid).unwrap();
     record.state = state;
     if forget_instances {
         for device in &mut record.devices {
@@ -280,7 +280,7 @@ async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt() {
     let checkpoint = h.read_checkpoint();
     assert_eq!(checkpoint.claims.len(), 1);
     assert_eq!(
-        checkpoint.claims[alive.uid.as_str()].state,
+        checkpoint.claims[&alive.uid].state,
         ClaimState::PrepareCompleted
     );
     assert!(driver.prepare(vec![alive.clone()]).await[&alive.uid].is_ok());
@@ -351,7 +351,12 @@ async fn a_lost_checkpoint_while_the_api_server_is_down_starts_degraded_and_reco
             .map_err(|e| e.to_string()),
         Ok(devices)
     );
-    let recorded: Vec<String> = h.read_checkpoint().claims.into_keys().collect();
+    let recorded: Vec<String> = h
+        .read_checkpoint()
+        .claims
+        .into_keys()
+        .map(|uid| uid.to_string())
+        .collect();
     assert_eq!(recorded, vec![precious.uid.to_string()]);
 }
 

@@ -442,7 +442,7 @@ async fn a_checkpoint_copied_from_another_node_is_quarantined_not_used() {
             .to_owned(),
         node_name: "node-b".into(),
         pool_name: "node-b".into(),
-        claims: [(uid.clone(), record)].into(),
+        claims: [(uid.clone().into(), record)].into(),
     };
     let v1 = String::from_utf8(checkpoint::encode(&checkpoint::Checkpoint {
         node_name: String::new(),

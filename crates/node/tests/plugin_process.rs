@@ -536,11 +536,11 @@ async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt_without_a_crash_l
         // Rebuilt from the CDI specs and the API server: the same claims, the same answers.
         let rebuilt = tessera_prepare::checkpoint::decode(&std::fs::read(&checkpoint).unwrap())
             .unwrap_or_else(|e| panic!("the rebuilt checkpoint loads: {e}: {}", context()));
-        let mut recorded: Vec<&String> = rebuilt.claims.keys().collect();
+        let mut recorded: Vec<String> = rebuilt.claims.keys().map(ToString::to_string).collect();
         recorded.sort();
         let mut wanted: Vec<String> = held.iter().map(|c| c.uid.to_string()).collect();
         wanted.sort();
-        assert_eq!(recorded, wanted.iter().collect::<Vec<_>>(), "{}", context());
+        assert_eq!(recorded, wanted, "{}", context());
         assert_eq!(specs(), held_specs, "{}", context());
         assert_eq!(
             kubelet.prepare(held).await.unwrap(),

@@ -12,11 +12,13 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use crate::checkpoint::{ClaimRecord, DeviceTarget};
 use k8s_openapi::api::resource::v1::AllocatedDeviceStatus;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use serde::{Deserialize, Serialize};
 use tessera_api::DRIVER_NAME;
+use tessera_kubelet_grpc::{ClaimRef, ClaimUid};
+
+use crate::checkpoint::{ClaimRecord, DeviceTarget};
 
 /// What `status.devices[].data` holds for a Tessera device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,14 +42,6 @@ pub struct DeviceStatusData {
     /// `TimeSlicing` or `MPS` when the claim's config shares the device; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharing: Option<String>,
-}
-
-/// Which claim an update is for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClaimKey {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
 }
 
 /// The `status.devices` entries of a prepared claim. `product` names the product of a GPU by its
@@ -89,25 +83,25 @@ pub fn device_statuses(
 /// Where the driver reports prepared and unprepared claims. Both calls return at once.
 pub trait ClaimStatusSink: Send + Sync + 'static {
     /// `claim` is prepared with these devices.
-    fn prepared(&self, claim: ClaimKey, devices: Vec<AllocatedDeviceStatus>);
+    fn prepared(&self, claim: ClaimRef, devices: Vec<AllocatedDeviceStatus>);
     /// `claim` is unprepared: its entries go.
-    fn unprepared(&self, claim: ClaimKey);
+    fn unprepared(&self, claim: ClaimRef);
 }
 
 /// A sink that remembers what it was told (tests).
 #[derive(Debug, Default)]
 pub struct RecordedStatus {
     /// Each claim's latest reported devices (none after unprepare), by UID.
-    pub claims: Mutex<BTreeMap<String, Vec<AllocatedDeviceStatus>>>,
+    pub claims: Mutex<BTreeMap<ClaimUid, Vec<AllocatedDeviceStatus>>>,
 }
 
 impl ClaimStatusSink for RecordedStatus {
-    fn prepared(&self, claim: ClaimKey, devices: Vec<AllocatedDeviceStatus>) {
+    fn prepared(&self, claim: ClaimRef, devices: Vec<AllocatedDeviceStatus>) {
         let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
         claims.insert(claim.uid, devices);
     }
 
-    fn unprepared(&self, claim: ClaimKey) {
+    fn unprepared(&self, claim: ClaimRef) {
         let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
         claims.insert(claim.uid, Vec::new());
     }

@@ -46,6 +46,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use tessera_kubelet_grpc::ClaimUid;
 use tessera_nvml::{GpuTelemetry, NvmlSource};
 use tessera_prepare::driver::HeldDevice;
 
@@ -88,7 +89,7 @@ pub struct DeviceLabels {
 pub fn series<'a>(
     gpus: &'a [GpuTelemetry],
     holders: &[HeldDevice],
-    pods: &HashMap<String, Vec<PodRef>>,
+    pods: &HashMap<ClaimUid, Vec<PodRef>>,
     device_name: impl Fn(&str) -> Option<String>,
 ) -> Vec<(DeviceLabels, &'a GpuTelemetry)> {
     let mut by_gpu: BTreeMap<&str, Vec<&HeldDevice>> = BTreeMap::new();

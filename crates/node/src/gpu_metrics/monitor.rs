@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tessera_gpu_inventory::DeviceName;
+use tessera_kubelet_grpc::ClaimUid;
 use tessera_nvml::GpuTelemetry;
 use tessera_prepare::claims::ClaimSource;
 use tessera_prepare::driver::HeldDevice;
@@ -191,8 +192,8 @@ pub struct GpuMonitor {
 #[derive(Debug)]
 pub struct MonitorState {
     /// Pods by claim UID, with when they were read.
-    pods: HashMap<String, Vec<PodRef>>,
-    read_at: HashMap<String, Instant>,
+    pods: HashMap<ClaimUid, Vec<PodRef>>,
+    read_at: HashMap<ClaimUid, Instant>,
     tracker: Option<IdleTracker>,
 }
 
@@ -274,16 +275,16 @@ impl GpuMonitor {
     /// Reads the pods of claims that are new or were read [`POD_REFRESH`] ago; forgets the
     /// claims that went.
     async fn read_pods(&self, holders: &[HeldDevice], state: &mut MonitorState) {
-        let live: BTreeSet<&str> = holders.iter().map(|h| h.claim_uid.as_str()).collect();
-        state.pods.retain(|uid, _| live.contains(uid.as_str()));
-        state.read_at.retain(|uid, _| live.contains(uid.as_str()));
+        let live: BTreeSet<&ClaimUid> = holders.iter().map(|h| &h.claim_uid).collect();
+        state.pods.retain(|uid, _| live.contains(uid));
+        state.read_at.retain(|uid, _| live.contains(uid));
         let mut done = BTreeSet::new();
         for holder in holders {
             let fresh = state
                 .read_at
                 .get(&holder.claim_uid)
                 .is_some_and(|at| at.elapsed() < POD_REFRESH);
-            if fresh || !done.insert(holder.claim_uid.as_str()) {
+            if fresh || !done.insert(&holder.claim_uid) {
                 continue;
             }
             let read = self
@@ -333,12 +334,12 @@ fn detect_idle(
     tracker: &mut IdleTracker,
     gpus: &[GpuTelemetry],
     holders: &[HeldDevice],
-) -> Vec<(String, String)> {
+) -> Vec<(ClaimUid, String)> {
     let utilization: HashMap<&str, Option<u32>> = gpus
         .iter()
         .map(|g| (g.uuid.as_str(), g.utilization_percent))
         .collect();
-    let mut claims: BTreeMap<String, ClaimUtilization> = BTreeMap::new();
+    let mut claims: BTreeMap<ClaimUid, ClaimUtilization> = BTreeMap::new();
     for holder in holders {
         let value = utilization.get(holder.gpu_uuid.as_str()).copied().flatten();
         let entry = claims

@@ -61,8 +61,8 @@ fn series_label_free_gpus_by_name_and_held_devices_by_claim_and_pod() {
         holder("u-b", "b", "gpu-2-mig-1g-10gb-1", "GPU-2"),
     ];
     let pods = HashMap::from([
-        ("u-train".to_owned(), vec![pod("train-0"), pod("train-1")]),
-        ("u-a".to_owned(), Vec::new()),
+        ("u-train".into(), vec![pod("train-0"), pod("train-1")]),
+        ("u-a".into(), Vec::new()),
     ]);
     let labelled = series(&gpus, &holders, &pods, |uuid| {
         (uuid == "GPU-0").then(|| "gpu-0".to_owned())

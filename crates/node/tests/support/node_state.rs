@@ -31,7 +31,7 @@ pub fn check_node_state(
     if !quarantined.is_empty() {
         return Err(format!("a checkpoint was quarantined: {quarantined:?}"));
     }
-    let recorded: BTreeSet<String> = loaded.claims.keys().cloned().collect();
+    let recorded: BTreeSet<String> = loaded.claims.keys().map(ToString::to_string).collect();
     for (uid, record) in &loaded.claims {
         if record.state != ClaimState::PrepareCompleted {
             return Err(format!("{uid} is left {} between calls", record.state));
@@ -62,7 +62,7 @@ pub fn check_node_state(
         .claims
         .iter()
         .filter(|(_, r)| r.mps.is_some())
-        .map(|(uid, _)| uid.clone())
+        .map(|(uid, _)| uid.to_string())
         .collect();
     if daemons != wanted_daemons {
         return Err(format!(

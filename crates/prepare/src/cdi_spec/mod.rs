@@ -20,12 +20,12 @@
 //! - Devices shared with MPS also get `CUDA_MPS_PIPE_DIRECTORY` / `CUDA_MPS_LOG_DIRECTORY` and
 //!   bind mounts of the claim's MPS directories from the host.
 
-use crate::checkpoint::{ClaimRecord, DeviceRecord, DeviceShare, DeviceTarget};
 use tessera_api::DRIVER_NAME;
 use tessera_api::shares::{ENV_MEMORY_LIMIT, ENV_SHARES, ENV_SHARES_TOTAL};
 use tessera_cdi::{ContainerEdits, Device, DeviceNode, Kind, Mount, NameError, Spec};
 use tessera_driver_root::devices::{cap_node, gpu_node};
 
+use crate::checkpoint::{ClaimRecord, DeviceRecord, DeviceShare, DeviceTarget};
 use crate::injection::DriverInjection;
 use crate::mig::MigCapMinors;
 use crate::sharing::{MPS_LOG_DIRECTORY_IN_CONTAINER, MPS_PIPE_DIRECTORY_IN_CONTAINER};

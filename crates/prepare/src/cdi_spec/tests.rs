@@ -1,13 +1,14 @@
 use std::path::Path;
 
-use crate::checkpoint::{ClaimRecord, DeviceTarget, MigInstanceRecord};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::json;
 use tessera_gpu_inventory::{DeviceSource, MockSource};
+use tessera_kubelet_grpc::ClaimRef;
 
 use super::*;
+use crate::checkpoint::{ClaimRecord, DeviceTarget, MigInstanceRecord};
 use crate::injection::DriverInjection;
-use crate::plan::{ClaimIdentity, MigMode, PlanContext, plan_claim};
+use crate::plan::{MigMode, PlanContext, plan_claim};
 
 const UID: &str = "4f7c2a10-0000-4000-8000-00000000000a";
 
@@ -27,11 +28,7 @@ fn planned_in(
     .unwrap();
     plan_claim(
         &claim,
-        ClaimIdentity {
-            namespace: "ml",
-            name: "c",
-            uid: UID,
-        },
+        &ClaimRef::new("ml", "c", UID),
         PlanContext {
             node_name: "node-a",
             inventory: &inventory,

@@ -22,9 +22,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use tessera_kubelet_grpc::ClaimUid;
 
 use tessera_api::config::Sharing;
 
@@ -47,8 +48,30 @@ pub struct Checkpoint {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pool_name: String,
     /// Claims by UID.
-    #[serde(default)]
-    pub claims: BTreeMap<String, ClaimRecord>,
+    #[serde(default, with = "claims_by_uid")]
+    pub claims: BTreeMap<ClaimUid, ClaimRecord>,
+}
+
+/// The claims map of the file: claim UIDs as its keys (JSON object keys are strings).
+mod claims_by_uid {
+    use super::*;
+
+    pub(super) fn serialize<S: Serializer>(
+        claims: &BTreeMap<ClaimUid, ClaimRecord>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(claims.iter().map(|(uid, record)| (uid.as_str(), record)))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<ClaimUid, ClaimRecord>, D::Error> {
+        let claims = BTreeMap::<String, ClaimRecord>::deserialize(deserializer)?;
+        Ok(claims
+            .into_iter()
+            .map(|(uid, record)| (ClaimUid::new(uid), record))
+            .collect())
+    }
 }
 
 /// One claim the plugin has touched.
@@ -419,7 +442,7 @@ mod tests {
     fn sample() -> Checkpoint {
         let mut claims = BTreeMap::new();
         claims.insert(
-            "uid-1".to_owned(),
+            ClaimUid::new("uid-1"),
             ClaimRecord {
                 namespace: "default".into(),
                 name: "gpu".into(),
@@ -450,7 +473,7 @@ mod tests {
             },
         );
         claims.insert(
-            "uid-2".to_owned(),
+            ClaimUid::new("uid-2"),
             ClaimRecord {
                 namespace: "ml".into(),
                 name: "slice".into(),
@@ -613,10 +636,10 @@ mod tests {
     #[test]
     fn target_accessors() {
         let checkpoint = sample();
-        let gpu = &checkpoint.claims["uid-1"].devices[0].target;
+        let gpu = &checkpoint.claims[&ClaimUid::new("uid-1")].devices[0].target;
         assert_eq!(gpu.visible_uuid(), Some("GPU-0"));
         assert_eq!(gpu.gpu_minor(), 0);
-        let mig = &checkpoint.claims["uid-2"].devices[0].target;
+        let mig = &checkpoint.claims[&ClaimUid::new("uid-2")].devices[0].target;
         assert_eq!(mig.visible_uuid(), Some("MIG-9"));
         assert_eq!(mig.gpu_uuid(), "GPU-3");
         assert_eq!(mig.gpu_minor(), 3);

@@ -15,6 +15,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use tessera_kubelet_grpc::ClaimUid;
+
 use super::format::{self, Checkpoint, CheckpointError, ClaimRecord};
 
 /// The checkpoint's file name in the state directory.
@@ -92,7 +94,7 @@ pub struct CheckpointStore {
     boot_id: String,
     node_name: String,
     pool_name: String,
-    claims: Mutex<BTreeMap<String, ClaimRecord>>,
+    claims: Mutex<BTreeMap<ClaimUid, ClaimRecord>>,
     writes: AtomicU64,
 }
 
@@ -177,12 +179,12 @@ impl CheckpointStore {
     }
 
     /// The record of claim `uid`, if any.
-    pub fn get(&self, uid: &str) -> Option<ClaimRecord> {
+    pub fn get(&self, uid: &ClaimUid) -> Option<ClaimRecord> {
         self.lock().get(uid).cloned()
     }
 
     /// Every record, by claim UID.
-    pub fn records(&self) -> BTreeMap<String, ClaimRecord> {
+    pub fn records(&self) -> BTreeMap<ClaimUid, ClaimRecord> {
         self.lock().clone()
     }
 
@@ -197,7 +199,7 @@ impl CheckpointStore {
     /// changes.
     pub fn update<R>(
         &self,
-        change: impl FnOnce(&mut BTreeMap<String, ClaimRecord>) -> R,
+        change: impl FnOnce(&mut BTreeMap<ClaimUid, ClaimRecord>) -> R,
     ) -> Result<R, CheckpointStoreError> {
         let mut claims = self.lock();
         let mut next = claims.clone();
@@ -216,7 +218,7 @@ impl CheckpointStore {
         Ok(out)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, ClaimRecord>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<ClaimUid, ClaimRecord>> {
         // A panic while holding the lock cannot leave the map half-changed: changes are made
         // on a copy. Keep going with the last committed records.
         self.claims.lock().unwrap_or_else(|e| e.into_inner())
@@ -433,7 +435,7 @@ mod tests {
         store
             .update(|claims| claims.insert("uid-1".into(), record("a")))
             .unwrap();
-        assert_eq!(store.get("uid-1"), Some(record("a")));
+        assert_eq!(store.get(&"uid-1".into()), Some(record("a")));
         assert_eq!(store.writes(), 1);
 
         let (again, loaded, outcome) =
@@ -446,7 +448,7 @@ mod tests {
             }
         );
         assert_eq!(loaded.claims.len(), 1);
-        assert_eq!(again.get("uid-1"), Some(record("a")));
+        assert_eq!(again.get(&"uid-1".into()), Some(record("a")));
         again.update(|claims| claims.clear()).unwrap();
         let on_disk = format::decode(&fs::read(again.path()).unwrap()).unwrap();
         assert_eq!(on_disk.boot_id, "boot-2");
@@ -526,8 +528,8 @@ mod tests {
             .update(|claims| claims.insert("b".into(), record("b")))
             .unwrap_err();
         assert!(err.to_string().contains("rename"), "{err}");
-        assert!(store.get("b").is_none());
-        assert_eq!(store.get("a"), Some(record("a")));
+        assert!(store.get(&"b".into()).is_none());
+        assert_eq!(store.get(&"a".into()), Some(record("a")));
     }
 
     #[test]

@@ -13,14 +13,15 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::checkpoint::{ClaimRecord, DeviceTarget, MigLifecycle};
 use tessera_cdi::{Spec, SpecDirError};
 use tessera_gpu_inventory::ResolvedDevice;
+use tessera_kubelet_grpc::ClaimUid;
 
 use super::Core;
 use super::placements::HeldPlacements;
 use crate::cdi_spec::{self, CdiSpecError};
 use crate::checkpoint::CheckpointStoreError;
+use crate::checkpoint::{ClaimRecord, DeviceTarget, MigLifecycle};
 use crate::mig::{self, MigError};
 use crate::sharing::{self, SharingError};
 
@@ -94,7 +95,7 @@ impl Core {
     /// Refuses a dynamic MIG device whose placement another claim's record still holds.
     pub(super) fn check_placements_free(
         &self,
-        uid: &str,
+        uid: &ClaimUid,
         record: &ClaimRecord,
         held: &HeldPlacements,
     ) -> Result<(), EffectError> {
@@ -121,10 +122,14 @@ impl Core {
     /// Brings a claim's side effects into being, or back after a restart: its node-local
     /// effects ([`Core::establish_node_local`]), then the CDI spec if it differs from what is
     /// on disk. On error, `record` holds what was created so far, for [`Core::undo`].
-    pub(super) fn establish(&self, uid: &str, record: &mut ClaimRecord) -> Result<(), EffectError> {
+    pub(super) fn establish(
+        &self,
+        uid: &ClaimUid,
+        record: &mut ClaimRecord,
+    ) -> Result<(), EffectError> {
         self.establish_node_local(uid, record)?;
         if let Some(spec) = self.spec_to_write(uid, record)? {
-            self.specs.write(uid, &spec)?;
+            self.specs.write(uid.as_str(), &spec)?;
         }
         Ok(())
     }
@@ -134,7 +139,7 @@ impl Core {
     /// applies sharing. On error, `record` holds what was created so far, for [`Core::undo`].
     pub(super) fn establish_node_local(
         &self,
-        uid: &str,
+        uid: &ClaimUid,
         record: &mut ClaimRecord,
     ) -> Result<(), EffectError> {
         for device in &mut record.devices {
@@ -196,14 +201,18 @@ impl Core {
             }
             crate::crash::point("establish:mps-directories-created");
         }
-        sharing::apply(&*self.gpu, uid, record)?;
+        sharing::apply(&*self.gpu, uid.as_str(), record)?;
         Ok(())
     }
 
     /// The claim's CDI spec, or `None` when the one on disk is already it.
-    fn spec_to_write(&self, uid: &str, record: &ClaimRecord) -> Result<Option<Spec>, EffectError> {
-        let spec = cdi_spec::claim_spec(uid, record, &self.caps, &self.injection)?;
-        let current = self.specs.read(uid)?;
+    fn spec_to_write(
+        &self,
+        uid: &ClaimUid,
+        record: &ClaimRecord,
+    ) -> Result<Option<Spec>, EffectError> {
+        let spec = cdi_spec::claim_spec(uid.as_str(), record, &self.caps, &self.injection)?;
+        let current = self.specs.read(uid.as_str())?;
         Ok((current.as_ref() != Some(&spec)).then_some(spec))
     }
 
@@ -212,10 +221,10 @@ impl Core {
     /// spec or file fails only its own claim. Returns each claim's outcome.
     pub(super) fn write_specs(
         &self,
-        claims: &BTreeMap<String, ClaimRecord>,
-    ) -> BTreeMap<String, Result<(), EffectError>> {
+        claims: &BTreeMap<ClaimUid, ClaimRecord>,
+    ) -> BTreeMap<ClaimUid, Result<(), EffectError>> {
         let mut results = BTreeMap::new();
-        let mut to_write: Vec<(&str, Spec)> = Vec::new();
+        let mut to_write: Vec<(&ClaimUid, Spec)> = Vec::new();
         for (uid, record) in claims {
             match self.spec_to_write(uid, record) {
                 Ok(Some(spec)) => to_write.push((uid, spec)),
@@ -227,7 +236,10 @@ impl Core {
                 }
             }
         }
-        let batch: Vec<(&str, &Spec)> = to_write.iter().map(|(uid, spec)| (*uid, spec)).collect();
+        let batch: Vec<(&str, &Spec)> = to_write
+            .iter()
+            .map(|(uid, spec)| (uid.as_str(), spec))
+            .collect();
         let batch_failed = match self.specs.write_all(&batch) {
             Ok(_) => false,
             Err(e) => {
@@ -238,13 +250,13 @@ impl Core {
         for (uid, spec) in &to_write {
             let result = if batch_failed {
                 self.specs
-                    .write(uid, spec)
+                    .write(uid.as_str(), spec)
                     .map(drop)
                     .map_err(EffectError::from)
             } else {
                 Ok(())
             };
-            results.insert((*uid).to_owned(), result);
+            results.insert((*uid).clone(), result);
         }
         results
     }
@@ -253,15 +265,20 @@ impl Core {
     /// falls back to one removal per claim. Returns each claim's outcome.
     pub(super) fn remove_specs<'a>(
         &self,
-        uids: &[&'a str],
-    ) -> BTreeMap<&'a str, Result<(), EffectError>> {
-        match self.specs.remove_all(uids) {
+        uids: &[&'a ClaimUid],
+    ) -> BTreeMap<&'a ClaimUid, Result<(), EffectError>> {
+        let names: Vec<&str> = uids.iter().map(|uid| uid.as_str()).collect();
+        match self.specs.remove_all(&names) {
             Ok(_) => uids.iter().map(|uid| (*uid, Ok(()))).collect(),
             Err(e) => {
                 tracing::warn!(error = %e, "removing the batch's CDI specs failed; removing them one by one");
                 uids.iter()
                     .map(|uid| {
-                        let removed = self.specs.remove(uid).map(drop).map_err(EffectError::from);
+                        let removed = self
+                            .specs
+                            .remove(uid.as_str())
+                            .map(drop)
+                            .map_err(EffectError::from);
                         (*uid, removed)
                     })
                     .collect()
@@ -276,11 +293,15 @@ impl Core {
     /// never destroyed on a guess.
     pub(super) fn undo(
         &self,
-        uid: &str,
+        uid: &ClaimUid,
         record: &ClaimRecord,
         held: &HeldPlacements,
     ) -> Result<(), EffectError> {
-        let spec_removed = self.specs.remove(uid).map(drop).map_err(EffectError::from);
+        let spec_removed = self
+            .specs
+            .remove(uid.as_str())
+            .map(drop)
+            .map_err(EffectError::from);
         self.undo_node_local(uid, record, held, spec_removed)
     }
 
@@ -291,7 +312,7 @@ impl Core {
     /// first error, the spec's included, is returned.
     pub(super) fn undo_node_local(
         &self,
-        uid: &str,
+        uid: &ClaimUid,
         record: &ClaimRecord,
         held: &HeldPlacements,
         spec_removed: Result<(), EffectError>,
@@ -309,7 +330,7 @@ impl Core {
             .store
             .records()
             .iter()
-            .filter(|(other, _)| other.as_str() != uid)
+            .filter(|(other, _)| *other != uid)
             .flat_map(|(_, other)| sharing::gpus_of(other).map(str::to_owned))
             .collect();
         let reset = sharing::reset(&*self.gpu, record, &still_used);
@@ -355,8 +376,8 @@ impl Core {
     /// Undoes what a claim without a record (a lost checkpoint not rebuilt yet) can be found to
     /// have: its CDI spec, and its MPS daemon through the claim's MPS directory. Its dynamic
     /// MIG devices, if any, are destroyed by the recovery that follows.
-    pub(super) fn undo_unrecorded(&self, uid: &str) -> Result<(), EffectError> {
-        self.specs.remove(uid)?;
+    pub(super) fn undo_unrecorded(&self, uid: &ClaimUid) -> Result<(), EffectError> {
+        self.specs.remove(uid.as_str())?;
         let dir = self.mps_directory(uid)?;
         if dir.is_dir() {
             let directories = sharing::MpsDirectories {
@@ -370,14 +391,14 @@ impl Core {
     }
 
     /// The host directory of a claim's MPS daemon.
-    pub(super) fn mps_directory(&self, uid: &str) -> Result<PathBuf, EffectError> {
-        Ok(crate::paths::child(&self.mps_root, uid)?)
+    pub(super) fn mps_directory(&self, uid: &ClaimUid) -> Result<PathBuf, EffectError> {
+        Ok(crate::paths::child(&self.mps_root, uid.as_str())?)
     }
 
     /// Removes a claim's MPS directory once its daemon is stopped. A daemon that has stopped
     /// answering may still write its last log line while it exits, so a directory that is not
     /// empty yet is tried again a few times before that is an error.
-    fn remove_mps_directory(&self, uid: &str) -> Result<(), EffectError> {
+    fn remove_mps_directory(&self, uid: &ClaimUid) -> Result<(), EffectError> {
         const TRIES: u32 = 20;
         let path = self.mps_directory(uid)?;
         for _ in 1..TRIES {

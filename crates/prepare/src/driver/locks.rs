@@ -7,12 +7,13 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use tessera_kubelet_grpc::ClaimUid;
 use tokio::sync::Notify;
 
 /// The claims some call is working on.
 #[derive(Debug, Default)]
 pub(crate) struct ClaimLocks {
-    held: Mutex<BTreeSet<String>>,
+    held: Mutex<BTreeSet<ClaimUid>>,
     released: Notify,
 }
 
@@ -20,16 +21,16 @@ pub(crate) struct ClaimLocks {
 #[derive(Debug)]
 pub(crate) struct HeldClaims {
     locks: Arc<ClaimLocks>,
-    uids: Vec<String>,
+    uids: Vec<ClaimUid>,
 }
 
 impl ClaimLocks {
-    fn held(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+    fn held(&self) -> std::sync::MutexGuard<'_, BTreeSet<ClaimUid>> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Waits until none of `uids` is held by another call, then holds them all.
-    pub(crate) async fn lock(self: &Arc<Self>, uids: &[String]) -> HeldClaims {
+    pub(crate) async fn lock(self: &Arc<Self>, uids: &[ClaimUid]) -> HeldClaims {
         loop {
             // Registered before the check, so a release between the check and the wait is
             // not missed.
@@ -83,7 +84,7 @@ mod tests {
                 );
                 tokio::spawn(async move {
                     // Every call holds `shared` plus one claim of its own.
-                    let uids = vec![format!("own-{i}"), "shared".to_owned()];
+                    let uids = vec![ClaimUid::new(format!("own-{i}")), ClaimUid::new("shared")];
                     let _held = locks.lock(&uids).await;
                     let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                     most_inside.fetch_max(now, Ordering::SeqCst);
@@ -97,8 +98,8 @@ mod tests {
         }
         assert_eq!(most_inside.load(Ordering::SeqCst), 1);
         // Disjoint claims do not wait for each other, even while one is held.
-        let a = locks.lock(&["a".to_owned()]).await;
-        let b = tokio::time::timeout(Duration::from_secs(1), locks.lock(&["b".to_owned()]))
+        let a = locks.lock(&[ClaimUid::new("a")]).await;
+        let b = tokio::time::timeout(Duration::from_secs(1), locks.lock(&[ClaimUid::new("b")]))
             .await
             .expect("an unrelated claim is not held up");
         drop((a, b));

@@ -82,7 +82,7 @@ pub use recovery::StartupReport;
 
 use crate::checkpoint::{CheckpointStore, CheckpointStoreError, DEFAULT_BOOT_ID_PATH};
 use crate::claims::ClaimSource;
-use crate::device_status::{ClaimKey, ClaimStatusSink, device_statuses};
+use crate::device_status::{ClaimStatusSink, device_statuses};
 use crate::injection::DriverInjection;
 use crate::inventory::NodeInventory;
 use crate::mig::{DEFAULT_MIG_MINORS_PATH, MigCapMinors, MigControl};
@@ -202,7 +202,7 @@ pub struct DriverStats {
 /// [`NodeDriver::holders`]).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HeldDevice {
-    pub claim_uid: String,
+    pub claim_uid: ClaimUid,
     pub namespace: String,
     pub claim: String,
     /// The allocation result's request (`req` or `req/sub`).
@@ -280,7 +280,7 @@ impl NodeDriver {
     pub fn report_status(mut self, sink: Arc<dyn ClaimStatusSink>) -> Self {
         for (uid, record) in self.core.store.records() {
             if record.state == crate::checkpoint::ClaimState::PrepareCompleted {
-                sink.prepared(claim_key(&uid, &record), self.core.device_statuses(&record));
+                sink.prepared(claim_ref(&uid, &record), self.core.device_statuses(&record));
             }
         }
         self.status = Some(sink);
@@ -335,17 +335,14 @@ impl NodeDriver {
     }
 
     /// The CDI spec file of claim `claim_uid` (whether or not it exists).
-    pub fn cdi_spec_path(&self, claim_uid: &str) -> Option<PathBuf> {
-        self.core.specs.path_of(claim_uid).ok()
+    pub fn cdi_spec_path(&self, claim_uid: &ClaimUid) -> Option<PathBuf> {
+        self.core.specs.path_of(claim_uid.as_str()).ok()
     }
 }
 
-fn claim_key(uid: &str, record: &crate::checkpoint::ClaimRecord) -> ClaimKey {
-    ClaimKey {
-        namespace: record.namespace.clone(),
-        name: record.name.clone(),
-        uid: uid.to_owned(),
-    }
+/// The claim a record is of.
+fn claim_ref(uid: &ClaimUid, record: &crate::checkpoint::ClaimRecord) -> ClaimRef {
+    ClaimRef::new(&record.namespace, &record.name, uid.clone())
 }
 
 impl Core {
@@ -362,8 +359,8 @@ impl Core {
     }
 }
 
-fn uids_of(claims: &[ClaimRef]) -> Vec<String> {
-    claims.iter().map(|c| c.uid.to_string()).collect()
+fn uids_of(claims: &[ClaimRef]) -> Vec<ClaimUid> {
+    claims.iter().map(|c| c.uid.clone()).collect()
 }
 
 /// Runs blocking driver work off the async runtime; a panic becomes a per-claim error.
@@ -417,7 +414,7 @@ impl DraDriver for NodeDriver {
         let mut to_read = Vec::new();
         let recovering = self.core.recovery.pending();
         for claim in claims {
-            match (self.core.completed_devices(claim.uid.as_str()), &recovering) {
+            match (self.core.completed_devices(&claim.uid), &recovering) {
                 (Some(devices), _) => {
                     results.insert(claim.uid.clone(), Ok(devices));
                 }
@@ -458,10 +455,10 @@ impl DraDriver for NodeDriver {
         if let Some(sink) = &self.status {
             let records = self.core.store.records();
             for claim in &to_read {
-                let record = records.get(claim.uid.as_str());
+                let record = records.get(&claim.uid);
                 if let (Some(Ok(_)), Some(record)) = (results.get(&claim.uid), record) {
-                    let key = claim_key(claim.uid.as_str(), record);
-                    sink.prepared(key, self.core.device_statuses(record));
+                    let prepared = claim_ref(&claim.uid, record);
+                    sink.prepared(prepared, self.core.device_statuses(record));
                 }
             }
         }
@@ -489,11 +486,7 @@ impl DraDriver for NodeDriver {
         if let Some(sink) = &self.status {
             for claim in &claims {
                 if matches!(results.get(&claim.uid), Some(Ok(_))) {
-                    sink.unprepared(ClaimKey {
-                        namespace: claim.namespace.clone(),
-                        name: claim.name.clone(),
-                        uid: claim.uid.to_string(),
-                    });
+                    sink.unprepared(claim.clone());
                 }
             }
         }

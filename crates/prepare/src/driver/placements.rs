@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use tessera_kubelet_grpc::ClaimUid;
+
 use crate::checkpoint::{ClaimRecord, DeviceTarget};
 
 /// A MIG placement: GPU, profile, first memory slice.
@@ -25,13 +27,15 @@ fn placement(target: &DeviceTarget) -> Option<Placement> {
 /// answers for the claims other than that one.
 #[derive(Debug, Default)]
 pub(super) struct HeldPlacements {
-    holders: BTreeMap<Placement, Vec<(String, String)>>,
+    holders: BTreeMap<Placement, Vec<(ClaimUid, String)>>,
 }
 
 impl HeldPlacements {
     /// The placements held by `records` (claim UID → record).
-    pub(super) fn of<'a>(records: impl IntoIterator<Item = (&'a String, &'a ClaimRecord)>) -> Self {
-        let mut holders: BTreeMap<Placement, Vec<(String, String)>> = BTreeMap::new();
+    pub(super) fn of<'a>(
+        records: impl IntoIterator<Item = (&'a ClaimUid, &'a ClaimRecord)>,
+    ) -> Self {
+        let mut holders: BTreeMap<Placement, Vec<(ClaimUid, String)>> = BTreeMap::new();
         for (uid, record) in records {
             for device in &record.devices {
                 if let Some(placement) = placement(&device.target) {
@@ -46,7 +50,7 @@ impl HeldPlacements {
     }
 
     /// Another claim than `uid` that holds the placement of `target`: `namespace/name (uid)`.
-    pub(super) fn held_by_other(&self, uid: &str, target: &DeviceTarget) -> Option<String> {
+    pub(super) fn held_by_other(&self, uid: &ClaimUid, target: &DeviceTarget) -> Option<String> {
         let holders = self.holders.get(&placement(target)?)?;
         holders
             .iter()
@@ -96,20 +100,27 @@ mod tests {
     #[test]
     fn a_placement_is_held_by_the_other_claims_only() {
         let records = BTreeMap::from([
-            ("a".to_owned(), record("one", vec![mig("GPU-1", 0)])),
-            ("b".to_owned(), record("two", vec![mig("GPU-1", 1)])),
+            (ClaimUid::new("a"), record("one", vec![mig("GPU-1", 0)])),
+            (ClaimUid::new("b"), record("two", vec![mig("GPU-1", 1)])),
         ]);
         let held = HeldPlacements::of(&records);
-        assert_eq!(held.held_by_other("a", &mig("GPU-1", 0)), None);
         assert_eq!(
-            held.held_by_other("c", &mig("GPU-1", 0)).as_deref(),
+            held.held_by_other(&ClaimUid::new("a"), &mig("GPU-1", 0)),
+            None
+        );
+        assert_eq!(
+            held.held_by_other(&ClaimUid::new("c"), &mig("GPU-1", 0))
+                .as_deref(),
             Some("ml/one (a)")
         );
-        assert_eq!(held.held_by_other("c", &mig("GPU-2", 0)), None);
+        assert_eq!(
+            held.held_by_other(&ClaimUid::new("c"), &mig("GPU-2", 0)),
+            None
+        );
         let gpu = DeviceTarget::Gpu {
             uuid: "GPU-1".into(),
             minor: 0,
         };
-        assert_eq!(held.held_by_other("c", &gpu), None);
+        assert_eq!(held.held_by_other(&ClaimUid::new("c"), &gpu), None);
     }
 }

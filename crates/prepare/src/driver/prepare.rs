@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::checkpoint::{ClaimRecord, ClaimState};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tessera_kubelet_grpc::{ClaimRef, ClaimUid, PrepareResult, PreparedDevice, UnprepareResult};
 
@@ -13,8 +12,9 @@ use super::effects::{EffectError, has_node_local_effects};
 use super::error::{ClaimError, ClaimFailure, logged};
 use super::placements::HeldPlacements;
 use crate::checkpoint::CheckpointStoreError;
+use crate::checkpoint::{ClaimRecord, ClaimState};
 use crate::claims::ClaimSourceError;
-use crate::plan::{ClaimIdentity, PlanContext, PlanError, plan_claim};
+use crate::plan::{PlanContext, PlanError, plan_claim};
 
 /// A claim as read from the API server.
 pub(super) type Fetched = Result<Option<ResourceClaim>, ClaimSourceError>;
@@ -64,7 +64,7 @@ impl Core {
     }
 
     /// The devices of `uid` if it is prepared.
-    pub(super) fn completed_devices(&self, uid: &str) -> Option<Vec<PreparedDevice>> {
+    pub(super) fn completed_devices(&self, uid: &ClaimUid) -> Option<Vec<PreparedDevice>> {
         self.store
             .get(uid)
             .filter(|r| r.state == ClaimState::PrepareCompleted)
@@ -72,11 +72,6 @@ impl Core {
     }
 
     fn plan(&self, claim: &ClaimRef, object: &ResourceClaim) -> Result<ClaimRecord, PlanError> {
-        let asked = ClaimIdentity {
-            namespace: &claim.namespace,
-            name: &claim.name,
-            uid: claim.uid.as_str(),
-        };
         let inventory = self.inventory();
         let context = |inventory| PlanContext {
             node_name: &self.node_name,
@@ -85,14 +80,14 @@ impl Core {
             mps_root: &self.mps_root,
             total_shares: self.total_shares,
         };
-        match plan_claim(object, asked, context(&inventory)) {
+        match plan_claim(object, claim, context(&inventory)) {
             // The inventory may be stale (a MIG reconfiguration): look again once.
             Err(PlanError::UnknownDevice { .. } | PlanError::MigInstanceMissing { .. }) => {
                 match self.refresh_inventory() {
-                    Ok(fresh) => plan_claim(object, asked, context(&fresh)),
+                    Ok(fresh) => plan_claim(object, claim, context(&fresh)),
                     Err(e) => {
                         tracing::warn!(error = %e, "re-reading the inventory failed");
-                        plan_claim(object, asked, context(&inventory))
+                        plan_claim(object, claim, context(&inventory))
                     }
                 }
             }
@@ -101,7 +96,7 @@ impl Core {
     }
 
     /// Undoes a record an earlier call left unfinished, then drops it.
-    fn clean_up_unfinished(&self, uid: &str, record: &ClaimRecord) -> Result<(), EffectError> {
+    fn clean_up_unfinished(&self, uid: &ClaimUid, record: &ClaimRecord) -> Result<(), EffectError> {
         self.undo(uid, record, &self.held_placements())?;
         self.store.update(|claims| {
             claims.remove(uid);
@@ -114,9 +109,9 @@ impl Core {
         &self,
         claim: &ClaimRef,
         fetched: Fetched,
-        planned: &BTreeMap<String, ClaimRecord>,
+        planned: &BTreeMap<ClaimUid, ClaimRecord>,
     ) -> Result<Admitted, ClaimError> {
-        let uid = claim.uid.as_str();
+        let uid = &claim.uid;
         match self.store.get(uid) {
             Some(record) if record.state == ClaimState::PrepareCompleted => {
                 return Ok(Admitted::Done(prepared_devices(&record)));
@@ -149,7 +144,7 @@ impl Core {
     /// finish: the next call or start retries it.
     fn undo_failed(
         &self,
-        uid: &str,
+        uid: &ClaimUid,
         record: ClaimRecord,
         error: EffectError,
     ) -> (EffectError, Option<ClaimRecord>) {
@@ -199,8 +194,8 @@ impl Core {
                     admissions.results.insert(claim.uid.clone(), Ok(devices));
                 }
                 Ok(Admitted::Planned(record)) => {
-                    admissions.planned.insert(claim.uid.to_string(), record);
-                    admissions.claims.insert(claim.uid.to_string(), claim);
+                    admissions.planned.insert(claim.uid.clone(), record);
+                    admissions.claims.insert(claim.uid.clone(), claim);
                 }
                 Err(message) => {
                     admissions.results.insert(claim.uid.clone(), Err(message));
@@ -215,9 +210,9 @@ impl Core {
     /// such record: a spec without a record is removed at the next start.
     fn record_prepare_started(
         &self,
-        planned: &BTreeMap<String, ClaimRecord>,
+        planned: &BTreeMap<ClaimUid, ClaimRecord>,
     ) -> Result<(), Arc<CheckpointStoreError>> {
-        let intents: Vec<(&String, &ClaimRecord)> = planned
+        let intents: Vec<(&ClaimUid, &ClaimRecord)> = planned
             .iter()
             .filter(|(_, record)| has_node_local_effects(record))
             .collect();
@@ -233,8 +228,11 @@ impl Core {
 
     /// Step 4: node-local side effects claim by claim, then the CDI specs of the claims
     /// that got that far as one batch (one directory fsync). A failure undoes that claim.
-    fn establish_batch(&self, planned: BTreeMap<String, ClaimRecord>) -> BTreeMap<String, Outcome> {
-        let mut outcome: BTreeMap<String, Outcome> = BTreeMap::new();
+    fn establish_batch(
+        &self,
+        planned: BTreeMap<ClaimUid, ClaimRecord>,
+    ) -> BTreeMap<ClaimUid, Outcome> {
+        let mut outcome: BTreeMap<ClaimUid, Outcome> = BTreeMap::new();
         let mut established = BTreeMap::new();
         for (uid, mut record) in planned {
             match self.establish_node_local(&uid, &mut record) {
@@ -269,8 +267,8 @@ impl Core {
     /// claim's answer to the kubelet.
     fn record_prepare_completed(
         &self,
-        outcome: BTreeMap<String, Outcome>,
-        claims: &BTreeMap<String, ClaimRef>,
+        outcome: BTreeMap<ClaimUid, Outcome>,
+        claims: &BTreeMap<ClaimUid, ClaimRef>,
         results: &mut BTreeMap<ClaimUid, PrepareResult<ClaimError>>,
     ) {
         let committed = self
@@ -341,11 +339,11 @@ impl Core {
         let mut results = BTreeMap::new();
         let mut undoing: Vec<(ClaimRef, ClaimRecord)> = Vec::new();
         for claim in claims {
-            match self.store.get(claim.uid.as_str()) {
+            match self.store.get(&claim.uid) {
                 // The checkpoint was lost and not rebuilt yet: what the claim left that can be
                 // found without its record goes (its CDI spec, its MPS daemon).
                 None if self.recovery.rebuild_pending() => {
-                    let undone = self.undo_unrecorded(claim.uid.as_str());
+                    let undone = self.undo_unrecorded(&claim.uid);
                     let answer = undone.or_else(|e| failed(&claim, "unpreparing", e));
                     results.insert(claim.uid.clone(), answer);
                 }
@@ -378,7 +376,7 @@ impl Core {
                 for (claim, record) in &intents {
                     let mut started = record.clone();
                     started.state = ClaimState::UnprepareStarted;
-                    records.insert(claim.uid.to_string(), started);
+                    records.insert(claim.uid.clone(), started);
                 }
             })
             .map_err(Arc::new)
@@ -392,16 +390,13 @@ impl Core {
         undoing: &'a [(ClaimRef, ClaimRecord)],
         results: &mut BTreeMap<ClaimUid, UnprepareResult<ClaimError>>,
     ) -> Vec<&'a (ClaimRef, ClaimRecord)> {
-        let uids: Vec<&str> = undoing
-            .iter()
-            .map(|(claim, _)| claim.uid.as_str())
-            .collect();
+        let uids: Vec<&ClaimUid> = undoing.iter().map(|(claim, _)| &claim.uid).collect();
         let mut removed = self.remove_specs(&uids);
         crate::crash::point("unprepare:specs-removed");
         let mut done = Vec::new();
         for entry in undoing {
             let (claim, record) = entry;
-            let uid = claim.uid.as_str();
+            let uid = &claim.uid;
             let spec_removed = removed.remove(uid).unwrap_or(Ok(()));
             match self.undo_node_local(uid, record, &self.held_placements(), spec_removed) {
                 Ok(()) => {
@@ -426,7 +421,7 @@ impl Core {
             .store
             .update(|records| {
                 for (claim, _) in &done {
-                    records.remove(claim.uid.as_str());
+                    records.remove(&claim.uid);
                 }
             })
             .map_err(Arc::new);
@@ -441,7 +436,7 @@ impl Core {
                     // that resolve to nothing. Put the spec back; the retry removes it.
                     if !has_node_local_effects(record) {
                         let mut restored = record.clone();
-                        if let Err(restore) = self.establish(claim.uid.as_str(), &mut restored) {
+                        if let Err(restore) = self.establish(&claim.uid, &mut restored) {
                             tracing::warn!(claim = %claim, error = %restore,
                                 "restoring the CDI spec after a failed unprepare failed");
                         }
@@ -463,8 +458,8 @@ type Outcome = Result<ClaimRecord, (EffectError, Option<ClaimRecord>)>;
 #[derive(Default)]
 struct Admissions {
     results: BTreeMap<ClaimUid, PrepareResult<ClaimError>>,
-    claims: BTreeMap<String, ClaimRef>,
-    planned: BTreeMap<String, ClaimRecord>,
+    claims: BTreeMap<ClaimUid, ClaimRef>,
+    planned: BTreeMap<ClaimUid, ClaimRecord>,
 }
 
 /// What step 1–2 decided for a claim.

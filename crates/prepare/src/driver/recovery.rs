@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::checkpoint::{ClaimRecord, ClaimState, DeviceTarget};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tessera_cdi::{SpecDir, SpecDirError};
+use tessera_kubelet_grpc::{ClaimRef, ClaimUid};
 use tokio::sync::watch;
 
 use super::error::logged;
@@ -19,9 +19,10 @@ use crate::cdi_spec;
 use crate::checkpoint::{
     CheckpointOwner, CheckpointStore, CheckpointStoreError, LoadOutcome, read_boot_id,
 };
+use crate::checkpoint::{ClaimRecord, ClaimState, DeviceTarget};
 use crate::claims::ClaimSourceError;
 use crate::mig::MigCapMinors;
-use crate::plan::{ClaimIdentity, MigMode, PlanContext, plan_claim};
+use crate::plan::{MigMode, PlanContext, plan_claim};
 use crate::sharing::MpsDirectories;
 
 /// Temporary spec files older than this at start belong to no live writer.
@@ -74,7 +75,7 @@ impl StartupReport {
     }
 }
 
-fn describe(uid: &str, record: &ClaimRecord) -> String {
+fn describe(uid: &ClaimUid, record: &ClaimRecord) -> String {
     format!("{} ({uid})", record.display_name())
 }
 
@@ -160,7 +161,7 @@ pub(super) async fn start(
     let unknown_specs = specs
         .list()?
         .into_iter()
-        .any(|uid| !loaded.claims.contains_key(&uid));
+        .any(|uid| !loaded.claims.contains_key(&ClaimUid::new(uid)));
     let write_needed = !matches!(
         &outcome,
         LoadOutcome::Loaded {
@@ -323,9 +324,9 @@ impl Core {
     /// Undoes interrupted claims and re-establishes completed ones; returns the records to keep.
     fn converge_loaded(
         &self,
-        loaded: &BTreeMap<String, ClaimRecord>,
+        loaded: &BTreeMap<ClaimUid, ClaimRecord>,
         report: &mut StartupReport,
-    ) -> BTreeMap<String, ClaimRecord> {
+    ) -> BTreeMap<ClaimUid, ClaimRecord> {
         let mut kept = BTreeMap::new();
         let held = HeldPlacements::of(loaded);
         for (uid, record) in loaded
@@ -369,19 +370,19 @@ impl Core {
     fn rebuild(
         &self,
         claims: &[ResourceClaim],
-        kept: &mut BTreeMap<String, ClaimRecord>,
+        kept: &mut BTreeMap<ClaimUid, ClaimRecord>,
         report: &mut StartupReport,
     ) -> Result<(), RecoveryError> {
-        let by_uid: BTreeMap<&str, &ResourceClaim> = claims
+        let by_uid: BTreeMap<ClaimUid, &ResourceClaim> = claims
             .iter()
-            .filter_map(|c| Some((c.metadata.uid.as_deref()?, c)))
+            .filter_map(|c| Some((ClaimUid::new(c.metadata.uid.as_deref()?), c)))
             .collect();
         let inventory = self.inventory();
-        for uid in self.specs.list()? {
+        for uid in self.specs.list()?.into_iter().map(ClaimUid::new) {
             if kept.contains_key(&uid) {
                 continue;
             }
-            let Some(claim) = by_uid.get(uid.as_str()) else {
+            let Some(claim) = by_uid.get(&uid) else {
                 continue;
             };
             let reserved = claim
@@ -392,11 +393,11 @@ impl Core {
             if !reserved {
                 continue;
             }
-            let asked = ClaimIdentity {
-                namespace: claim.metadata.namespace.as_deref().unwrap_or_default(),
-                name: claim.metadata.name.as_deref().unwrap_or_default(),
-                uid: &uid,
-            };
+            let asked = ClaimRef::new(
+                claim.metadata.namespace.as_deref().unwrap_or_default(),
+                claim.metadata.name.as_deref().unwrap_or_default(),
+                uid.clone(),
+            );
             let context = PlanContext {
                 node_name: &self.node_name,
                 inventory: &inventory,
@@ -404,7 +405,7 @@ impl Core {
                 mps_root: &self.mps_root,
                 total_shares: self.total_shares,
             };
-            let mut record = match plan_claim(claim, asked, context) {
+            let mut record = match plan_claim(claim, &asked, context) {
                 Ok(record) => record,
                 Err(e) => {
                     tracing::info!(claim = %uid, error = %e, "not rebuilding a claim whose spec exists");
@@ -430,11 +431,11 @@ impl Core {
     /// Removes CDI specs, MPS daemons and (dynamic) MIG instances that no kept claim owns.
     fn collect_garbage(
         &self,
-        kept: &BTreeMap<String, ClaimRecord>,
+        kept: &BTreeMap<ClaimUid, ClaimRecord>,
         report: &mut StartupReport,
     ) -> Result<(), RecoveryError> {
         for uid in self.specs.list()? {
-            if kept.contains_key(&uid) {
+            if kept.contains_key(&ClaimUid::new(uid.as_str())) {
                 continue;
             }
             match self.specs.remove(&uid) {
@@ -451,13 +452,13 @@ impl Core {
 
     fn collect_mps_directories(
         &self,
-        kept: &BTreeMap<String, ClaimRecord>,
+        kept: &BTreeMap<ClaimUid, ClaimRecord>,
         report: &mut StartupReport,
     ) {
         // No MPS directory yet: no directories to collect, but maybe daemon pods.
         let entries = std::fs::read_dir(&self.mps_root).into_iter().flatten();
         for entry in entries.flatten() {
-            let uid = entry.file_name().to_string_lossy().into_owned();
+            let uid = ClaimUid::new(entry.file_name().to_string_lossy());
             if kept.get(&uid).is_some_and(|r| r.mps.is_some()) {
                 continue;
             }
@@ -471,7 +472,7 @@ impl Core {
                 continue;
             }
             match std::fs::remove_dir_all(&dir) {
-                Ok(()) => report.stopped_mps.push(uid),
+                Ok(()) => report.stopped_mps.push(uid.to_string()),
                 Err(e) => report.error(format!("removing {}: {e}", dir.display())),
             }
         }
@@ -484,17 +485,17 @@ impl Core {
             }
         };
         for uid in running {
-            if kept.get(&uid).is_some_and(|r| r.mps.is_some()) || report.stopped_mps.contains(&uid)
-            {
+            let stopped = report.stopped_mps.iter().any(|s| s == uid.as_str());
+            if kept.get(&uid).is_some_and(|r| r.mps.is_some()) || stopped {
                 continue;
             }
-            let dir = self.mps_root.join(&uid);
+            let dir = self.mps_root.join(uid.as_str());
             let directories = MpsDirectories {
                 pipe: dir.join("pipe"),
                 log: dir.join("log"),
             };
             match self.gpu.stop_mps(&directories) {
-                Ok(()) => report.stopped_mps.push(uid),
+                Ok(()) => report.stopped_mps.push(uid.to_string()),
                 Err(e) => report.error(format!("stopping the MPS daemon of claim {uid}: {e}")),
             }
         }
@@ -502,7 +503,7 @@ impl Core {
 
     fn collect_mig_instances(
         &self,
-        kept: &BTreeMap<String, ClaimRecord>,
+        kept: &BTreeMap<ClaimUid, ClaimRecord>,
         report: &mut StartupReport,
     ) {
         let held: BTreeSet<&str> = kept

@@ -6,11 +6,12 @@
 mod caps;
 mod simulated;
 
-use crate::checkpoint::MigInstanceRecord;
 use tessera_gpu_inventory::MigInstance;
 
 pub use caps::{DEFAULT_MIG_MINORS_PATH, MigCapMinors};
 pub use simulated::SimulatedMig;
+
+use crate::checkpoint::MigInstanceRecord;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

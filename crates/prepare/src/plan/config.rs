@@ -18,7 +18,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::checkpoint::{DeviceRecord, DeviceTarget};
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 use tessera_api::DRIVER_NAME;
 use tessera_api::config::{self, GPU_CONFIG_KIND, MIG_DEVICE_CONFIG_KIND, OpaqueConfig};
@@ -26,6 +25,7 @@ use tessera_api::names::device_type;
 use tessera_api::nvidia::{ConfiguredDevice, NVIDIA_DRIVER_NAME, resolve_per_device_key};
 
 use super::{PlanError, device_type as type_of};
+use crate::checkpoint::{DeviceRecord, DeviceTarget};
 
 /// Where an allocation config came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

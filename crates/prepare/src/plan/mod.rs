@@ -12,20 +12,21 @@ mod config;
 
 use std::path::Path;
 
-use crate::checkpoint::{
-    ClaimRecord, ClaimState, DeviceRecord, DeviceShare, DeviceTarget, MigInstanceRecord,
-    MigLifecycle, MpsRecord,
-};
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use tessera_api::DRIVER_NAME;
 use tessera_api::config::{ConfigError, Sharing, SharingStrategy, TimeSliceInterval};
 use tessera_api::names::capacity;
 use tessera_gpu_inventory::{Gpu, GpuInventory, MigInstance, MigProfile, ResolvedDevice};
+use tessera_kubelet_grpc::ClaimRef;
 
 pub use config::{ConfigSource, translation_notes};
 
 use crate::cdi_spec;
+use crate::checkpoint::{
+    ClaimRecord, ClaimState, DeviceRecord, DeviceShare, DeviceTarget, MigInstanceRecord,
+    MigLifecycle, MpsRecord,
+};
 
 /// How MIG devices are managed on this node; must match how the publisher renders them
 /// (`RenderOptions::dynamic_mig`).
@@ -51,14 +52,6 @@ pub struct PlanContext<'a> {
     pub mps_root: &'a Path,
     /// The number of equal shares each device is published with (`--consumable-shares=N`).
     pub total_shares: Option<u32>,
-}
-
-/// The identity the kubelet asked for.
-#[derive(Debug, Clone, Copy)]
-pub struct ClaimIdentity<'a> {
-    pub namespace: &'a str,
-    pub name: &'a str,
-    pub uid: &'a str,
 }
 
 /// Why a claim cannot be prepared on this node. The message says what is wrong and where;
@@ -222,13 +215,13 @@ pub(crate) fn device_type(target: &DeviceTarget) -> &'static str {
 /// the record to write as `PrepareStarted`. Dynamic MIG devices have no instance yet.
 pub fn plan_claim(
     claim: &ResourceClaim,
-    asked: ClaimIdentity<'_>,
+    asked: &ClaimRef,
     context: PlanContext<'_>,
 ) -> Result<ClaimRecord, PlanError> {
     let found_uid = claim.metadata.uid.as_deref().unwrap_or_default();
-    if found_uid != asked.uid {
+    if found_uid != asked.uid.as_str() {
         return Err(PlanError::UidMismatch {
-            expected: asked.uid.to_owned(),
+            expected: asked.uid.to_string(),
             found: found_uid.to_owned(),
         });
     }
@@ -257,7 +250,7 @@ pub fn plan_claim(
 
     let mut devices = Vec::with_capacity(results.len());
     for &(index, result) in &results {
-        devices.push(resolve_result(index, result, asked.uid, context)?);
+        devices.push(resolve_result(index, result, asked.uid.as_str(), context)?);
     }
     let nvidia_devices = allocation
         .results
@@ -276,10 +269,10 @@ pub fn plan_claim(
         }
         check_sharing(device)?;
     }
-    let mps = mps_record(&devices, asked.uid, context.mps_root)?;
+    let mps = mps_record(&devices, asked.uid.as_str(), context.mps_root)?;
     Ok(ClaimRecord {
-        namespace: asked.namespace.to_owned(),
-        name: asked.name.to_owned(),
+        namespace: asked.namespace.clone(),
+        name: asked.name.clone(),
         state: ClaimState::PrepareStarted,
         devices,
         mps,

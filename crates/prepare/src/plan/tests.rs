@@ -1,6 +1,5 @@
 use std::path::Path;
 
-use crate::checkpoint::{ClaimState, DeviceTarget, MigInstanceRecord, MigLifecycle};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -8,6 +7,7 @@ use tessera_api::config::{SharingStrategy, TimeSliceInterval};
 use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 
 use super::*;
+use crate::checkpoint::{ClaimState, DeviceTarget, MigInstanceRecord, MigLifecycle};
 
 const NODE: &str = "node-a";
 const UID: &str = "0b3c0e7e-0000-4000-8000-000000000001";
@@ -49,11 +49,7 @@ fn plan(
 ) -> Result<ClaimRecord, PlanError> {
     plan_claim(
         claim,
-        ClaimIdentity {
-            namespace: "ml",
-            name: "train",
-            uid: UID,
-        },
+        &ClaimRef::new("ml", "train", UID),
         PlanContext {
             node_name: NODE,
             inventory,
@@ -671,11 +667,7 @@ fn plan_shared(claim: &ResourceClaim, total_shares: Option<u32>) -> ClaimRecord 
     let inv = inventory("dgx-h100");
     plan_claim(
         claim,
-        ClaimIdentity {
-            namespace: "ml",
-            name: "train",
-            uid: UID,
-        },
+        &ClaimRef::new("ml", "train", UID),
         PlanContext {
             node_name: NODE,
             inventory: &inv,

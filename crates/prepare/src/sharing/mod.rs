@@ -22,14 +22,15 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-
-use crate::checkpoint::{ClaimRecord, DeviceTarget};
 use tessera_api::config::{SharingStrategy, TimeSliceInterval};
 use tessera_api::shares::thread_percentage;
+use tessera_kubelet_grpc::ClaimUid;
 
 pub use recording::{GpuCall, GpuOperation, RecordingGpuControl};
 pub use simulated::SimulatedGpuControl;
 pub use system::SystemGpuControl;
+
+use crate::checkpoint::{ClaimRecord, DeviceTarget};
 
 /// The container-side directory the claim's MPS pipe directory is mounted at.
 pub const MPS_PIPE_DIRECTORY_IN_CONTAINER: &str = "/tmp/nvidia-mps";
@@ -107,7 +108,7 @@ pub trait GpuControl: Send + Sync {
 
     /// Claims (by UID) this control runs MPS daemons for that outlive their MPS directories
     /// (daemon pods); recovery stops those no record knows. Default: none.
-    fn mps_daemon_claims(&self) -> Result<Vec<String>, SharingError> {
+    fn mps_daemon_claims(&self) -> Result<Vec<ClaimUid>, SharingError> {
         Ok(Vec::new())
     }
 }
