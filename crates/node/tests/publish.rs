@@ -18,7 +18,7 @@ use tessera_node::health::{HealthFindings, SharedFindings};
 use tessera_node::metrics::NodeMetrics;
 use tessera_node::publish::runner::PublishLoop;
 use tessera_node::publish::{
-    MANAGED_MODE_REFUSED_REASON, NodeFacts, PublishInput, Publisher, PublisherConfig, watch_node,
+    MANAGED_MODE_REFUSED_REASON, PublishInput, Publisher, PublisherConfig, WatchedNode, watch_node,
 };
 use tessera_nvml::{HealthEvent, HealthEventKind};
 use tessera_prepare::inventory::NodeInventory;
@@ -65,8 +65,8 @@ fn sharing_publisher(server: &FakeApiServer, consumable_shares: &str) -> Publish
     )
 }
 
-fn facts(server: &FakeApiServer) -> NodeFacts {
-    NodeFacts::of(&server.get::<Node>(None, NODE).unwrap()).unwrap()
+fn facts(server: &FakeApiServer) -> WatchedNode {
+    WatchedNode::of(&server.get::<Node>(None, NODE).unwrap()).unwrap()
 }
 
 fn own_slices(server: &FakeApiServer) -> Vec<ResourceSlice> {

@@ -50,7 +50,7 @@ use tessera_kubelet_grpc::ClaimUid;
 use tessera_nvml::{GpuTelemetry, NvmlSource};
 use tessera_prepare::driver::HeldDevice;
 
-use crate::metrics::Outcome;
+use crate::metrics::ResultLabel;
 
 /// Where samples come from: NVML, or a test's values.
 pub trait TelemetrySource: Send + Sync + 'static {
@@ -134,7 +134,7 @@ pub fn series<'a>(
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResultLabels {
-    result: Outcome,
+    result: ResultLabel,
 }
 
 /// The labels of an idle claim.
@@ -242,7 +242,7 @@ impl GpuMetrics {
     }
 
     /// Counts one sample.
-    pub fn sampled(&self, result: Outcome) {
+    pub fn sampled(&self, result: ResultLabel) {
         self.samples.get_or_create(&ResultLabels { result }).inc();
     }
 

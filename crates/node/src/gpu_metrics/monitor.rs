@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use super::idle::{ClaimUtilization, IdleSettings, IdleTracker};
 use super::{ClaimLabels, GpuMetrics, PodRef, TelemetrySource, series};
 use crate::claims::truncate;
-use crate::metrics::Outcome;
+use crate::metrics::ResultLabel;
 
 /// Reason of the Event on the pods of an idle claim.
 pub const GPU_IDLE_REASON: &str = "GPUIdle";
@@ -233,17 +233,17 @@ impl GpuMonitor {
         let gpus = match tokio::task::spawn_blocking(move || source.sample()).await {
             Ok(Ok(gpus)) => gpus,
             Ok(Err(error)) => {
-                self.metrics.sampled(Outcome::Error);
+                self.metrics.sampled(ResultLabel::Error);
                 tracing::warn!(%error, "cannot sample the GPUs; retrying at the next interval");
                 return;
             }
             Err(error) => {
-                self.metrics.sampled(Outcome::Error);
+                self.metrics.sampled(ResultLabel::Error);
                 tracing::error!(%error, "sampling the GPUs panicked");
                 return;
             }
         };
-        self.metrics.sampled(Outcome::Success);
+        self.metrics.sampled(ResultLabel::Success);
         for gpu in &gpus {
             for (query, error) in &gpu.failures {
                 tracing::debug!(gpu = %gpu.uuid, query = %query, %error, "GPU query failed; its value is left out");

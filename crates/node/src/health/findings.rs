@@ -14,7 +14,7 @@ use tessera_gpu_inventory::{GpuInventory, ResolvedDevice};
 use tessera_kubelet_grpc::{DeviceHealth, HealthStatus};
 use tessera_nvml::HealthEvent;
 
-use super::policy::{Finding, TaintEffect, classify};
+use super::policy::{HealthFinding, TaintEffect, classify};
 
 /// What a finding is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -48,7 +48,7 @@ impl HealthScope {
 /// A finding with the time it was first made and the time an event last confirmed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DatedFinding {
-    pub finding: Finding,
+    pub finding: HealthFinding,
     pub since: SystemTime,
     /// The last event that made or repeated the finding (a weaker one on the same key too).
     pub last_seen: SystemTime,
@@ -64,7 +64,7 @@ impl HealthFindings {
     /// Records what `event` means, at `now`. Returns the finding when it changed what is known
     /// (a new key, a new value, or a stronger effect); `None` for events the policy ignores and
     /// for repeats.
-    pub fn record(&mut self, event: &HealthEvent, now: SystemTime) -> Option<Finding> {
+    pub fn record(&mut self, event: &HealthEvent, now: SystemTime) -> Option<HealthFinding> {
         let finding = classify(event.kind)?;
         let by_key = self.findings.entry(HealthScope::of(event)).or_default();
         match by_key.get_mut(finding.key) {

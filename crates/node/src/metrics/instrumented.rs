@@ -13,7 +13,7 @@ use tessera_kubelet_grpc::{
 use tessera_prepare::DriverStats;
 use tokio::sync::watch;
 
-use super::{ClaimOperation, NodeMetrics, Outcome};
+use super::{ClaimOperation, NodeMetrics, ResultLabel};
 
 /// A driver whose calls are counted and timed in [`NodeMetrics`].
 pub struct InstrumentedDriver<D> {
@@ -70,7 +70,7 @@ impl<D> InstrumentedDriver<D> {
         started: Instant,
     ) {
         for result in results.values() {
-            self.metrics.claim_done(operation, Outcome::of(result));
+            self.metrics.claim_done(operation, ResultLabel::of(result));
         }
         self.metrics.observe_call(operation, started.elapsed());
         self.sync_gauges();
