@@ -13,9 +13,8 @@ use tessera_kubelet_grpc::{ClaimRef, ClaimUid, DraDriver};
 use tessera_node::claim_status::StatusWriter;
 use tessera_prepare::device_status::{ClaimStatusSink, RecordedStatus};
 use tessera_prepare::plan::MigMode;
+use tessera_prepare_harness::{Harness, allocated_claim, uid_of};
 use tessera_process::Stop;
-
-use support::harness::{Harness, allocated_claim, uid_of};
 
 fn data(status: &k8s_openapi::api::resource::v1::AllocatedDeviceStatus) -> Value {
     status

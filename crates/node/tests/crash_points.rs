@@ -23,8 +23,8 @@ use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_kubelet_grpc::ClaimRef;
 use tessera_kubelet_grpc::simulator::KubeletSimulator;
 use tessera_prepare::crash::{CRASH_AT, CRASH_EXIT_CODE};
+use tessera_prepare_harness::{allocated_claim, claim_config, uid_of};
 
-use support::harness::{allocated_claim, claim_config, uid_of};
 use support::node_state::check_node_state;
 use support::process::{PluginDirs, PluginProcess, api_server_with_node, plugin_logs};
 

@@ -20,8 +20,7 @@ use tessera_nvml::NvmlSource;
 use tessera_prepare::mig::MigCapMinors;
 use tessera_prepare::plan::MigMode;
 use tessera_prepare::{DriverParts, NodeDriver};
-
-use support::harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
+use tessera_prepare_harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
 
 const CHILD_ENV: &str = "TESSERA_NODE_TEST_CHILD";
 

@@ -16,10 +16,9 @@ use tessera_kubelet_grpc::{ClaimRef, PluginConfig, ServeError};
 use tessera_node::claims::KubeClaimSource;
 use tessera_prepare::NodeDriver;
 use tessera_prepare::plan::MigMode;
+use tessera_prepare_harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-
-use support::harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
 
 /// A driver served on a temporary kubelet directory, registered with the simulator.
 pub struct Served {

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
 use tessera_kubelet_grpc::ClaimRef;
 use tessera_kubelet_grpc::simulator::KubeletSimulator;
+use tessera_prepare_harness::{allocated_claim, uid_of};
 
-use support::harness::{allocated_claim, uid_of};
 use support::process::*;
 
 const BACKEND: &[&str] = &["--topology", "dgx-h100"];
@@ -320,7 +320,7 @@ async fn a_huge_config_value_is_not_echoed_whole() {
     server.seed(&allocated_claim(
         "huge",
         &[("gpu", "gpu-0")],
-        vec![support::harness::claim_config(
+        vec![tessera_prepare_harness::claim_config(
             &[],
             "GpuConfig",
             serde_json::json!({"strategy": huge}),
@@ -359,7 +359,7 @@ async fn files_directories_and_sockets_get_their_modes_whatever_the_umask() {
     };
     for umask in ["000", "077"] {
         let (server, http, _) = api_server_with_node().await;
-        let mps = support::harness::claim_config(
+        let mps = tessera_prepare_harness::claim_config(
             &[],
             "GpuConfig",
             serde_json::json!({"strategy": "MPS"}),

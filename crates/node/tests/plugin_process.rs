@@ -202,7 +202,7 @@ async fn prepare_train(
     server: &FakeApiServer,
     kubelet: &KubeletSimulator,
 ) -> (ClaimRef, Vec<PreparedDevice>) {
-    let claim = server.seed(&support::harness::allocated_claim(
+    let claim = server.seed(&tessera_prepare_harness::allocated_claim(
         "train",
         &[("gpu", "gpu-0")],
         Vec::new(),
@@ -467,8 +467,8 @@ fn damaged_checkpoints(good: &[u8]) -> Vec<(&'static str, Vec<u8>, &'static str)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt_without_a_crash_loop() {
-    use support::harness::{allocated_claim, claim_config, uid_of};
     use tessera_prepare::checkpoint::quarantined_files;
+    use tessera_prepare_harness::{allocated_claim, claim_config, uid_of};
 
     let (server, http, _) = api_server_with_node().await;
     let dirs = PluginDirs::new();

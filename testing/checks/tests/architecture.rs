@@ -4,12 +4,13 @@
 //! - the pure crates depend on none of `kube`, `tokio`, `tonic`, `hyper`, `axum`;
 //! - only `process`, `node`, `controller` and `cli` (and the test-only `fake-apiserver`,
 //!   `controller-harness` and `e2e`) depend on `kube`; only `kubelet-grpc`, what implements or
-//!   serves its driver trait (`prepare`, `node`) and the test-only `e2e` depend on `tonic`;
+//!   serves its driver trait (`prepare`, `node`) and the test-only `prepare-harness` and `e2e`
+//!   depend on `tonic`;
 //! - the prepare core (`prepare`) depends on neither the node plugin (`node`) nor `kube`, nor the
 //!   process plumbing (`process`): the daemon implements the core's traits, never the reverse;
-//! - `fake-apiserver` is nobody's normal dependency but `controller-harness`'s, and
-//!   `controller-harness` is nobody's; `test-support` is none but the parity tool's and
-//!   `controller-harness`'s (test tooling, never shipped).
+//! - `fake-apiserver` is nobody's normal dependency but the test harnesses', and the harnesses
+//!   (`controller-harness`, `prepare-harness`) are nobody's; `test-support` is none but the
+//!   parity tool's and `controller-harness`'s (test tooling, never shipped).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -45,11 +46,12 @@ const KUBE_USERS: &[&str] = &[
     "tessera-e2e",
 ];
 /// `tessera-prepare`: through `tessera-kubelet-grpc`, whose driver trait and domain types it
-/// implements (it has no gRPC code of its own). `tessera-e2e`: the stand-in kubelet plugin of
-/// another driver (test tooling, never shipped).
+/// implements (it has no gRPC code of its own), and so the test-only `tessera-prepare-harness`.
+/// `tessera-e2e`: the stand-in kubelet plugin of another driver (test tooling, never shipped).
 const TONIC_USERS: &[&str] = &[
     "tessera-kubelet-grpc",
     "tessera-prepare",
+    "tessera-prepare-harness",
     "tessera-node",
     "tessera-e2e",
 ];
@@ -67,8 +69,8 @@ const NOT_IN_PREPARE_CORE: &[&str] = &[
 /// dependency (the parity tool's benchmark shares the scheduler_perf fixture).
 const TEST_TOOLS: &[&str] = &["tessera-parity", "tessera-controller-harness"];
 /// Test-only libraries, taken as dev-dependencies only, that may take the API-server fake as a
-/// normal dependency (the controller running in-process against it).
-const TEST_HARNESSES: &[&str] = &["tessera-controller-harness"];
+/// normal dependency (the controller running in-process against it; the prepare driver on fakes).
+const TEST_HARNESSES: &[&str] = &["tessera-controller-harness", "tessera-prepare-harness"];
 
 /// Workspace member name → names of every package it depends on (normal dependencies,
 /// transitively).
@@ -148,6 +150,7 @@ fn the_dependency_invariants_hold() {
         .iter()
         .chain(KUBE_USERS)
         .chain(TONIC_USERS)
+        .chain(TEST_HARNESSES)
         .chain([&PREPARE_CORE])
     {
         assert!(

@@ -2,8 +2,6 @@
 //! from a real run (then the checkpoint is set back to what it held at that point), and a new
 //! driver must converge. Also: reboots, orphans, corrupt checkpoints.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::json;
@@ -13,8 +11,7 @@ use tessera_prepare::checkpoint::{ClaimState, DeviceTarget};
 use tessera_prepare::checkpoint::{LoadOutcome, quarantined_files};
 use tessera_prepare::mig::MigControl;
 use tessera_prepare::plan::MigMode;
-
-use support::harness::{Harness, claim_config, env_of};
+use tessera_prepare_harness::{Harness, claim_config, env_of};
 
 /// A claim with a dynamic MIG device, MPS and a whole GPU with a time slice: every kind of
 /// side effect.
@@ -255,7 +252,8 @@ async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt() {
     }
     drop(driver);
     // `done`'s pod finished: the claim is no longer reserved (but still allocated).
-    let mut finished = support::harness::allocated_claim("done", &[("gpu", "gpu-7")], vec![]);
+    let mut finished =
+        tessera_prepare_harness::allocated_claim("done", &[("gpu", "gpu-7")], vec![]);
     finished.status.as_mut().unwrap().reserved_for = None;
     h.claims.put(finished);
     let instances_before = h.mig.all_instances();

@@ -1,5 +1,10 @@
-//! A node driver on fakes: claims in memory, a recording GPU control, simulated MIG, temporary
-//! CDI and state directories, an injectable boot id.
+//! Test-only (a dev-dependency, never shipped): the claim-preparation driver on fakes
+//! ([`Harness`]: claims in memory, a recording GPU control, simulated MIG, temporary CDI and
+//! state directories, an injectable boot id) and the allocated claims its tests are made of.
+//!
+//! A crate of its own so that the prepare core's tests and the node plugin's tests (which run
+//! the driver behind the kubelet's gRPC, against the API-server fake, through NVML or as the
+//! plugin binary) share one copy.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

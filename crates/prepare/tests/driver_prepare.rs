@@ -1,8 +1,6 @@
 //! Prepare and unprepare through the driver (no gRPC): results, CDI specs, checkpoint,
 //! sharing and MIG side effects, per-claim errors, idempotence and concurrency.
 
-mod support;
-
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -12,8 +10,7 @@ use tessera_kubelet_grpc::{ClaimRef, DraDriver};
 use tessera_prepare::checkpoint::ClaimState;
 use tessera_prepare::plan::MigMode;
 use tessera_prepare::sharing::{GpuCall, GpuOperation};
-
-use support::harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
+use tessera_prepare_harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
 
 #[tokio::test]
 async fn whole_gpus_are_prepared_once_and_unprepared() {
@@ -94,7 +91,7 @@ async fn bad_claims_fail_alone_with_a_message_naming_them() {
             json!({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 101}}),
         )],
     );
-    let mut not_allocated = support::harness::allocated_claim("unallocated", &[], vec![]);
+    let mut not_allocated = tessera_prepare_harness::allocated_claim("unallocated", &[], vec![]);
     not_allocated.status = None;
     h.claims.put(not_allocated);
     let unallocated =
@@ -628,7 +625,7 @@ async fn a_claim_uid_never_names_a_path_outside_the_state_directory() {
     std::fs::create_dir_all(&victim).unwrap();
     std::fs::write(victim.join("precious"), b"data").unwrap();
     let uid = "../../victim";
-    let mut object = support::harness::allocated_claim(
+    let mut object = tessera_prepare_harness::allocated_claim(
         "evil",
         &[("gpu", "gpu-0")],
         vec![claim_config(&[], "GpuConfig", json!({"strategy": "MPS"}))],
