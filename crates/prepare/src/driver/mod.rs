@@ -44,9 +44,10 @@
 //! | during unprepare, claim without node-local effects | `PrepareCompleted`, spec maybe gone | re-establish (rewrite the spec) | the kubelet's retry unprepares it again |
 //! | inside a checkpoint write | the old or the new file | load it | temp file + fsync + rename + directory fsync |
 //!
-//! Each step boundary is a named crash point ([`crate::crash`]); `tests/crash_points.rs` stops
-//! the plugin binary at every one of them, each time it is reached in a mixed batch and during
-//! the recovery that follows, and checks that the restart converges.
+//! Each step boundary is a named crash point ([`crate::crash`]); the node plugin's
+//! `tests/crash_points.rs` (beside the binary it runs) stops the plugin binary at every one of
+//! them, each time it is reached in a mixed batch and during the recovery that follows, and
+//! checks that the restart converges.
 //!
 //! Then, at every start: CDI specs of this driver that no record knows are removed; MPS
 //! directories (and daemons) of unknown claims are stopped and removed; with dynamic MIG, MIG
