@@ -1,8 +1,7 @@
 //! Tessera's domain types, shared by every other crate: the names Tessera publishes and reacts to,
-//! the device attribute schema, the opaque configuration kinds with their strict decoding, the
-//! node plugin's checkpoint schema, and the naming rules of `resource.k8s.io/v1`. No IO.
+//! the device attribute schema, the opaque configuration kinds with their strict decoding, and
+//! the naming rules of `resource.k8s.io/v1`. No IO.
 
-pub mod checkpoint;
 pub mod config;
 pub mod names;
 pub mod nvidia;

@@ -18,8 +18,10 @@ use std::path::PathBuf;
 use criterion::{BenchmarkId, Criterion, criterion_group};
 use prometheus_client::registry::Registry;
 use tessera_gpu_inventory::{DeviceSource, MockSource};
-use tessera_node::gpu_metrics::{GpuMetrics, Holder, PodRef, series};
+use tessera_kubelet_grpc::ClaimUid;
+use tessera_node::gpu_metrics::{GpuMetrics, PodRef, series};
 use tessera_nvml::{GpuTelemetry, NvmlSource};
+use tessera_prepare::HeldDevice;
 
 /// The fake NVML library cargo built next to this bench (a dev-dependency).
 fn fake_nvml_library() -> PathBuf {
@@ -36,14 +38,17 @@ fn fake_nvml_library() -> PathBuf {
     .expect("libtessera_fake_nvml.so next to the bench executable")
 }
 
-fn holders(gpus: &[GpuTelemetry], per_gpu: usize) -> (Vec<Holder>, HashMap<String, Vec<PodRef>>) {
+fn holders(
+    gpus: &[GpuTelemetry],
+    per_gpu: usize,
+) -> (Vec<HeldDevice>, HashMap<ClaimUid, Vec<PodRef>>) {
     let mut holders = Vec::new();
     let mut pods = HashMap::new();
     for (index, gpu) in gpus.iter().enumerate() {
         for share in 0..per_gpu {
             let uid = format!("claim-{index}-{share}");
-            holders.push(Holder {
-                claim_uid: uid.clone(),
+            holders.push(HeldDevice {
+                claim_uid: ClaimUid::new(&uid),
                 namespace: "ml".into(),
                 claim: uid.clone(),
                 request: "gpu".into(),
@@ -51,7 +56,7 @@ fn holders(gpus: &[GpuTelemetry], per_gpu: usize) -> (Vec<Holder>, HashMap<Strin
                 gpu_uuid: gpu.uuid.clone(),
             });
             pods.insert(
-                uid.clone(),
+                ClaimUid::new(&uid),
                 vec![PodRef {
                     namespace: "ml".into(),
                     name: format!("{uid}-pod"),

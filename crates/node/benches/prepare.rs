@@ -27,11 +27,11 @@ use tessera_gpu_inventory::{DeviceSource, MockSource};
 use tessera_kubelet_grpc::simulator::KubeletSimulator;
 use tessera_kubelet_grpc::{ClaimRef, PluginConfig};
 use tessera_node::claims::KubeClaimSource;
-use tessera_node::inventory::NodeInventory;
-use tessera_node::mig::SimulatedMig;
-use tessera_node::plan::MigMode;
-use tessera_node::sharing::SimulatedGpuControl;
-use tessera_node::{DriverParts, NodeDriver, NodeDriverConfig};
+use tessera_prepare::inventory::NodeInventory;
+use tessera_prepare::mig::SimulatedMig;
+use tessera_prepare::plan::MigMode;
+use tessera_prepare::sharing::SimulatedGpuControl;
+use tessera_prepare::{DriverParts, NodeDriver, NodeDriverConfig};
 
 const NODE: &str = "node-a";
 

@@ -20,7 +20,7 @@ use tessera_fake_apiserver::FakeApiServer;
 use tessera_gpu_inventory::{DeviceSource, MockSource};
 use tessera_node::health::HealthFindings;
 use tessera_node::metrics::NodeMetrics;
-use tessera_node::publish::{NodeFacts, PublishInput, Publisher, PublisherConfig};
+use tessera_node::publish::{PublishInput, Publisher, PublisherConfig, WatchedNode};
 use tessera_nvml::{HealthEvent, HealthEventKind};
 
 const CASES: &[(&str, &str, bool)] = &[
@@ -29,7 +29,7 @@ const CASES: &[(&str, &str, bool)] = &[
     ("hgx-a100-mig", "108 devices, dynamic MIG", true),
 ];
 
-fn setup(dynamic_mig: bool) -> (FakeApiServer, Publisher, NodeFacts) {
+fn setup(dynamic_mig: bool) -> (FakeApiServer, Publisher, WatchedNode) {
     let server = FakeApiServer::new();
     let node = server.seed(&Node {
         metadata: ObjectMeta {
@@ -51,7 +51,7 @@ fn setup(dynamic_mig: bool) -> (FakeApiServer, Publisher, NodeFacts) {
     (
         server,
         publisher,
-        NodeFacts::of(&node).expect("seeded nodes have a uid"),
+        WatchedNode::of(&node).expect("seeded nodes have a uid"),
     )
 }
 

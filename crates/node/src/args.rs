@@ -12,11 +12,12 @@ use tessera_api::DRIVER_NAME;
 use tessera_api::shares::ConsumableShares;
 use tessera_driver_root::edits::HOOK_BINARY;
 use tessera_kubelet_grpc::{DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR};
+use tessera_node::NodePluginConfig;
+use tessera_node::backend::driver_root::{DriverRootConfig, HookInstall, default_hook_install};
+use tessera_node::backend::{BackendConfig, GpuBackend, MpsPodSettings};
 use tessera_node::gpu_metrics::idle::IdleSettings;
 use tessera_node::gpu_metrics::monitor::GpuMonitorSettings;
 use tessera_node::health::monitor::HealthSettings;
-use tessera_node::injection::{self, DriverRootConfig, HookInstall};
-use tessera_node::{DeviceBackend as Backend, MpsPodSettings, NodePluginConfig};
 use tessera_process::{COMMON_RENAMED, ClientArgs, LogArgs, Renamed, parse_duration};
 
 /// The downward API's `NODE_NAME` and `POD_NAMESPACE`, accepted without a warning (they are
@@ -105,7 +106,7 @@ pub struct Args {
     pub state_dir: PathBuf,
 
     #[command(flatten)]
-    pub devices: DeviceBackend,
+    pub devices: BackendArgs,
 
     /// Host directory of the NVIDIA driver's files: `/` for a host install, `/run/nvidia/driver`
     /// for the GPU operator's driver container, `/home/kubernetes/bin/nvidia` on GKE, a fake
@@ -220,7 +221,7 @@ pub struct Args {
 /// driver root's libnvidia-ml.so.1.
 #[derive(Debug, Clone, ClapArgs)]
 #[group(required = false, multiple = false)]
-pub struct DeviceBackend {
+pub struct BackendArgs {
     /// Mock backend: a shipped topology (dgx-h100, hgx-a100-mig, pcie-l40s,
     /// pcie-a100-nvlink-pairs, gb200-tray) or a topology file. GPU and MIG UUIDs are derived
     /// from the node name, so nodes sharing a topology do not share UUIDs.
@@ -260,7 +261,7 @@ impl Args {
     /// What the node plugin runs with.
     pub fn plugin_config(&self) -> anyhow::Result<NodePluginConfig> {
         let devices = match (&self.devices.topology, &self.devices.nvml_lib) {
-            (Some(topology), _) => Backend::Mock {
+            (Some(topology), _) => GpuBackend::Mock {
                 topology: topology.clone(),
             },
             (None, library) => {
@@ -268,7 +269,7 @@ impl Args {
                     library.is_some() || self.driver_root.is_some(),
                     "no GPUs to publish: pass --topology (mock), --nvml-lib or --driver-root (NVML)"
                 );
-                Backend::Nvml {
+                GpuBackend::Nvml {
                     library: library.clone(),
                     sysfs_root: self.sysfs_root.clone(),
                 }
@@ -289,7 +290,7 @@ impl Args {
                         source: std::env::current_exe()
                             .context("cannot find this program's own path")?
                             .with_file_name(HOOK_BINARY),
-                        target: injection::default_hook_install(
+                        target: default_hook_install(
                             &self.kubelet_plugins_directory_path,
                             DRIVER_NAME,
                         ),
@@ -303,9 +304,12 @@ impl Args {
             kubelet_plugins_dir: self.kubelet_plugins_directory_path.clone(),
             cdi_root: self.cdi_root.clone(),
             state_dir: self.state_dir.clone(),
-            devices,
-            driver_root,
-            dev_root: self.dev_root.clone(),
+            backend: BackendConfig {
+                devices,
+                driver_root,
+                dev_root: self.dev_root.clone(),
+                mps_pods: self.mps_pods()?,
+            },
             dynamic_mig: self.dynamic_mig,
             consumable_shares: self.consumable_shares,
             health: HealthSettings {
@@ -316,7 +320,6 @@ impl Args {
             metrics_address: self.metrics_address.0,
             api_timeout: self.api_timeout,
             shutdown_grace: self.shutdown_grace,
-            mps_pods: self.mps_pods()?,
             gpu_metrics: GpuMonitorSettings {
                 interval: self.gpu_metrics_interval,
                 idle: (self.idle_threshold > 0).then_some(IdleSettings {
@@ -426,14 +429,17 @@ mod tests {
         let args = Args::try_parse_from(["p", "--node-name", "n", "--driver-root", "/"]).unwrap();
         let config = args.plugin_config().unwrap();
         assert!(
-            matches!(config.devices, Backend::Nvml { library: None, .. }),
+            matches!(
+                config.backend.devices,
+                GpuBackend::Nvml { library: None, .. }
+            ),
             "{:?}",
-            config.devices
+            config.backend.devices
         );
         let args = Args::try_parse_from(["p", "--node-name", "n", "--nvml-lib", "/l.so"]).unwrap();
         assert!(matches!(
-            args.plugin_config().unwrap().devices,
-            Backend::Nvml { library: Some(ref l), .. } if l == std::path::Path::new("/l.so")
+            args.plugin_config().unwrap().backend.devices,
+            GpuBackend::Nvml { library: Some(ref l), .. } if l == std::path::Path::new("/l.so")
         ));
         let error = Args::try_parse_from(["p", "--node-name", "n"])
             .unwrap()
@@ -500,7 +506,9 @@ mod tests {
         let no_idle = mock_node_with(&["--idle-threshold", "0"]).unwrap();
         assert_eq!(no_idle.plugin_config().unwrap().gpu_metrics.idle, None);
         assert!(mock_node_with(&["--idle-threshold", "101"]).is_err());
-        assert!(matches!(config.devices, Backend::Mock { ref topology } if topology == "dgx-h100"));
+        assert!(
+            matches!(config.backend.devices, GpuBackend::Mock { ref topology } if topology == "dgx-h100")
+        );
         assert_eq!(
             config.metrics_address,
             Some("0.0.0.0:8081".parse().unwrap())

@@ -1,11 +1,6 @@
-//! `ResourceClaim.status.devices` (KEP-4817): after prepare the plugin says, on the claim, which
-//! GPU or MIG device each of its allocated devices is, so that any tool (`kubectl tessera top`,
-//! monitoring) can map devices to pods; after unprepare it takes its entries back.
-//!
-//! The pure part, [`device_statuses`], turns a prepared claim's checkpoint record into entries:
-//! `driver`, `pool`, `device`, `shareID` (a share of a consumable-shares device), and `data` with
-//! the UUID containers see, the physical GPU's UUID and minor, the product, the MIG profile and the
-//! sharing strategy ([`DeviceStatusData`], the format docs/operations.md documents).
+//! Writing `ResourceClaim.status.devices` (KEP-4817): after prepare the plugin says, on the
+//! claim, which GPU or MIG device each of its allocated devices is (the entries:
+//! [`tessera_prepare::device_status`]); after unprepare it takes its entries back.
 //!
 //! [`StatusWriter`] writes them in the background: prepare never waits for the API server (a
 //! failed or slow write never fails or delays a claim). Each claim's latest wanted state is kept
@@ -29,11 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::resource::v1::{AllocatedDeviceStatus, ResourceClaim};
-use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::{Api, Patch, PatchParams};
-use serde::{Deserialize, Serialize};
-use tessera_api::DRIVER_NAME;
-use tessera_api::checkpoint::{ClaimRecord, DeviceTarget};
+use tessera_kubelet_grpc::{ClaimRef, ClaimUid};
+use tessera_prepare::device_status::ClaimStatusSink;
 use tessera_process::Stop;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -48,78 +41,10 @@ pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// Longest retry delay.
 pub const MAX_RETRY: Duration = Duration::from_secs(60);
 
-/// What `status.devices[].data` holds for a Tessera device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DeviceStatusData {
-    /// The UUID containers see: `GPU-…` for a whole GPU, `MIG-…` for a MIG device (absent for a
-    /// dynamic MIG device not created yet, which a prepared claim never has).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uuid: Option<String>,
-    /// The physical GPU's UUID (the same as `uuid` for a whole GPU).
-    #[serde(rename = "gpuUUID")]
-    pub gpu_uuid: String,
-    /// The physical GPU's device minor (`/dev/nvidia<minor>`).
-    pub minor: u32,
-    /// The product name NVML reports, when the node's inventory knows the GPU.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub product: Option<String>,
-    /// The MIG profile (`1g.10gb`) of a MIG device.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mig_profile: Option<String>,
-    /// `TimeSlicing` or `MPS` when the claim's config shares the device; absent otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sharing: Option<String>,
-}
-
-/// Which claim an update is for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClaimKey {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-}
-
-/// The `status.devices` entries of a prepared claim. `product` names the product of a GPU by its
-/// UUID (the node's inventory).
-pub fn device_statuses(
-    record: &ClaimRecord,
-    product: impl Fn(&str) -> Option<String>,
-) -> Vec<AllocatedDeviceStatus> {
-    record
-        .devices
-        .iter()
-        .map(|device| {
-            let target = &device.target;
-            let data = DeviceStatusData {
-                uuid: target.visible_uuid().map(str::to_owned),
-                gpu_uuid: target.gpu_uuid().to_owned(),
-                minor: target.gpu_minor(),
-                product: product(target.gpu_uuid()),
-                mig_profile: match target {
-                    DeviceTarget::Mig { profile, .. } => Some(profile.clone()),
-                    DeviceTarget::Gpu { .. } => None,
-                },
-                sharing: device.sharing.as_ref().map(|s| s.strategy.to_string()),
-            };
-            AllocatedDeviceStatus {
-                driver: DRIVER_NAME.to_owned(),
-                pool: device.pool.clone(),
-                device: device.device.clone(),
-                share_id: device.share.as_ref().map(|s| s.share_id.clone()),
-                data: Some(RawExtension(
-                    serde_json::to_value(&data).unwrap_or(serde_json::Value::Null),
-                )),
-                ..AllocatedDeviceStatus::default()
-            }
-        })
-        .collect()
-}
-
 /// The server-side apply configuration that makes `devices` this manager's entries of the claim
 /// (none: removes what it applied before).
 pub fn apply_configuration(
-    claim: &ClaimKey,
+    claim: &ClaimRef,
     devices: &[AllocatedDeviceStatus],
 ) -> serde_json::Value {
     let mut status = serde_json::json!({});
@@ -129,23 +54,15 @@ pub fn apply_configuration(
     serde_json::json!({
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid},
+        "metadata": {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid.as_str()},
         "status": status,
     })
-}
-
-/// Where the driver reports prepared and unprepared claims. Both calls return at once.
-pub trait ClaimStatusSink: Send + Sync + 'static {
-    /// `claim` is prepared with these devices.
-    fn prepared(&self, claim: ClaimKey, devices: Vec<AllocatedDeviceStatus>);
-    /// `claim` is unprepared: its entries go.
-    fn unprepared(&self, claim: ClaimKey);
 }
 
 /// One claim's wanted state, not yet written.
 #[derive(Debug)]
 struct Wanted {
-    claim: ClaimKey,
+    claim: ClaimRef,
     devices: Vec<AllocatedDeviceStatus>,
     /// Bumped by every new wanted state, so a write of an older one does not clear a newer one.
     version: u64,
@@ -155,7 +72,7 @@ struct Wanted {
 
 #[derive(Debug, Default)]
 struct Queue {
-    wanted: BTreeMap<String, Wanted>,
+    wanted: BTreeMap<ClaimUid, Wanted>,
     next_version: u64,
 }
 
@@ -201,7 +118,7 @@ impl StatusWriter {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn want(&self, claim: ClaimKey, devices: Vec<AllocatedDeviceStatus>) {
+    fn want(&self, claim: ClaimRef, devices: Vec<AllocatedDeviceStatus>) {
         let mut queue = self.lock();
         queue.next_version += 1;
         let version = queue.next_version;
@@ -223,7 +140,7 @@ impl StatusWriter {
     async fn run(self: Arc<Self>, client: kube::Client, stop: Stop) {
         loop {
             let now = Instant::now();
-            let due: Vec<(String, ClaimKey, Vec<AllocatedDeviceStatus>, u64)> = self
+            let due: Vec<(ClaimUid, ClaimRef, Vec<AllocatedDeviceStatus>, u64)> = self
                 .lock()
                 .wanted
                 .iter()
@@ -253,7 +170,7 @@ impl StatusWriter {
         }
     }
 
-    fn finish(&self, uid: &str, version: u64, written: Written) {
+    fn finish(&self, uid: &ClaimUid, version: u64, written: Written) {
         let mut queue = self.lock();
         let Some(wanted) = queue.wanted.get_mut(uid) else {
             return;
@@ -288,7 +205,7 @@ impl StatusWriter {
 
 async fn write(
     client: &kube::Client,
-    claim: &ClaimKey,
+    claim: &ClaimRef,
     devices: &[AllocatedDeviceStatus],
 ) -> Written {
     let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &path_segment(&claim.namespace));
@@ -307,30 +224,11 @@ async fn write(
 }
 
 impl ClaimStatusSink for StatusWriter {
-    fn prepared(&self, claim: ClaimKey, devices: Vec<AllocatedDeviceStatus>) {
+    fn prepared(&self, claim: ClaimRef, devices: Vec<AllocatedDeviceStatus>) {
         self.want(claim, devices);
     }
 
-    fn unprepared(&self, claim: ClaimKey) {
+    fn unprepared(&self, claim: ClaimRef) {
         self.want(claim, Vec::new());
-    }
-}
-
-/// A sink that remembers what it was told (tests).
-#[derive(Debug, Default)]
-pub struct RecordedStatus {
-    /// Each claim's latest reported devices (none after unprepare), by UID.
-    pub claims: Mutex<BTreeMap<String, Vec<AllocatedDeviceStatus>>>,
-}
-
-impl ClaimStatusSink for RecordedStatus {
-    fn prepared(&self, claim: ClaimKey, devices: Vec<AllocatedDeviceStatus>) {
-        let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
-        claims.insert(claim.uid, devices);
-    }
-
-    fn unprepared(&self, claim: ClaimKey) {
-        let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
-        claims.insert(claim.uid, Vec::new());
     }
 }

@@ -1,65 +1,38 @@
-//! The Tessera node driver: prepare/unprepare, checkpoint, sharing, MIG, health, slice publisher.
+//! The Tessera node plugin (`tessera-kubelet-plugin`): the daemon around claim preparation.
 //!
-//! Claim preparation is [`NodeDriver`] (a [`tessera_kubelet_grpc::DraDriver`]); how prepare is
-//! ordered and why a crash at any point converges is documented in [`driver`]. Its pure core is
-//! [`plan`] (claim → devices and configs) and [`cdi_spec`] (prepared claim → CDI spec); its side
-//! effects go through [`sharing::GpuControl`], [`mig::MigControl`] and the [`checkpoint`].
+//! Claim preparation itself is `tessera-prepare` ([`tessera_prepare::NodeDriver`]); this crate
+//! gives it what it works on and serves it: the GPUs ([`backend`]: NVML or a mock topology, the
+//! NVIDIA driver root, MIG through NVML), claims read from the API server ([`claims`]), MPS
+//! daemons in pods of their own ([`mps_pods`]), and the prepared claims' `status.devices`
+//! written back ([`claim_status`]). Around it run the slice publisher ([`publish`]), device
+//! health ([`health`]), per-device GPU metrics and idle claims ([`gpu_metrics`]), and the
+//! plugin's own metrics and readiness ([`metrics`]).
 //!
-//! [`NodePlugin`] is the composition root `tessera-kubelet-plugin` runs: the driver served to
-//! the kubelet, the slice publisher, health monitoring and the HTTP endpoints, stopped in order.
+//! [`NodePlugin`] is the composition root `tessera-kubelet-plugin` runs: it opens the backend,
+//! starts the driver, serves it to the kubelet, starts the background parts and the HTTP
+//! endpoints, and stops them in order.
 //!
-//! Wiring the driver (what [`NodePlugin::start`] does):
-//!
-//! ```no_run
-//! # use std::sync::Arc;
-//! # use tessera_node::{DriverParts, NodeDriver, NodeDriverConfig};
-//! # use tessera_node::{claims::KubeClaimSource, mig::SimulatedMig, plan::MigMode};
-//! # use tessera_node::sharing::{SimulatedGpuControl, SystemGpuControl};
-//! # use tessera_node::inventory::NodeInventory;
-//! # use tessera_gpu_inventory::{DeviceSource, MockSource}; use tessera_nvml::NvmlSource;
-//! # async fn wire(client: kube::Client, dynamic_mig: bool) -> Result<(), Box<dyn std::error::Error>> {
-//! let state_dir = std::path::PathBuf::from("/var/lib/tessera");
-//! let config = NodeDriverConfig::new("node-a", "/var/run/cdi", &state_dir)
-//!     .mig_mode(if dynamic_mig { MigMode::Dynamic } else { MigMode::Static });
-//! let claims = Arc::new(KubeClaimSource::new(client));
-//! // NVML backend: real sharing tools, NVML for MIG.
-//! let nvml = Arc::new(NvmlSource::open(None)?);
-//! // The node's inventory is shared with the slice publisher (`publish::runner::PublishLoop`).
-//! let parts = DriverParts { inventory: Arc::new(NodeInventory::read(nvml.clone())?),
-//!     claims: claims.clone(),
-//!     gpu: Arc::new(SystemGpuControl::default()), mig: nvml };
-//! // Mock backend (--topology): no GPUs, so sharing and MIG are simulated in files under the
-//! // state directory (they outlive the process like the real state; crash tests read them).
-//! let mock = MockSource::new("hgx-a100-mig")?;
-//! let inventory = mock.inventory()?;
-//! let parts = DriverParts { inventory: Arc::new(NodeInventory::read(Arc::new(mock))?), claims,
-//!     gpu: Arc::new(SimulatedGpuControl::new(state_dir.join("simulated-gpu"))),
-//!     mig: Arc::new(SimulatedMig::persistent(&inventory, state_dir.join("simulated-mig.json"))) };
-//! let (driver, report) = NodeDriver::start(config, parts).await?;
-//! // driver.stats().checkpoint_quarantines etc. are counters for /metrics.
-//! # Ok(()) }
-//! ```
+//! Modules, each using only those above it:
+//! - [`claims`]: [`claims::KubeClaimSource`], the driver's claims from the API server.
+//! - [`claim_status`]: [`claim_status::StatusWriter`], prepared claims' `status.devices`
+//!   written in the background.
+//! - [`mps_pods`]: [`mps_pods::PodMpsControl`], MPS control daemons in pods of their own.
+//! - [`metrics`]: the plugin's metrics ([`metrics::NodeMetrics`]), the instrumented driver and
+//!   `/readyz`.
+//! - [`gpu_metrics`]: per-device GPU metrics labelled with who holds each device; idle claims.
+//! - [`health`]: XID/ECC and lost-GPU findings, the NVML event loop, the kubelet health stream.
+//! - [`backend`]: the GPUs and the driver root: [`backend::Backend::open`].
+//! - [`publish`]: the slice publisher and its loop over the node's inventory.
+//! - [`plugin`]: [`NodePlugin`], the composition root.
 
-pub mod cdi_spec;
-pub mod checkpoint;
+pub mod backend;
 pub mod claim_status;
 pub mod claims;
-pub mod crash;
-pub mod driver;
 pub mod gpu_metrics;
 pub mod health;
-pub mod injection;
-pub mod inventory;
 pub mod metrics;
-pub mod mig;
-pub mod paths;
-pub mod plan;
+pub mod mps_pods;
 pub mod plugin;
 pub mod publish;
-pub mod sharing;
 
-pub use driver::{
-    ClaimError, ClaimFailure, DriverParts, DriverStats, NodeDriver, NodeDriverConfig, StartError,
-    StartupReport,
-};
-pub use plugin::{DeviceBackend, MpsPodSettings, NodePlugin, NodePluginConfig, PluginError};
+pub use plugin::{NodePlugin, NodePluginConfig, PluginError};

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
-use tessera_kubelet_grpc::DraDriver;
-use tessera_node::claim_status::{ClaimKey, ClaimStatusSink, RecordedStatus, StatusWriter};
-use tessera_node::plan::MigMode;
+use tessera_kubelet_grpc::{ClaimRef, ClaimUid, DraDriver};
+use tessera_node::claim_status::StatusWriter;
+use tessera_prepare::device_status::{ClaimStatusSink, RecordedStatus};
+use tessera_prepare::plan::MigMode;
+use tessera_prepare_harness::{Harness, allocated_claim, uid_of};
 use tessera_process::Stop;
-
-use support::harness::{Harness, allocated_claim, uid_of};
 
 fn data(status: &k8s_openapi::api::resource::v1::AllocatedDeviceStatus) -> Value {
     status
@@ -35,15 +35,15 @@ async fn prepare_reports_each_device_with_its_uuid_and_unprepare_takes_it_back()
         .clone()
         .unwrap();
     let driver = driver.report_status(recorded.clone());
-    let reported = |uid: &str| recorded.claims.lock().unwrap().get(uid).cloned();
-    let early_devices = reported(early.uid.as_str()).expect("the earlier claim is reported");
+    let reported = |uid: &ClaimUid| recorded.claims.lock().unwrap().get(uid).cloned();
+    let early_devices = reported(&early.uid).expect("the earlier claim is reported");
     assert_eq!(data(&early_devices[0])["uuid"], json!(h.gpu_uuid(2)));
 
     let claim = h.claim("train", &[("gpus", "gpu-0"), ("gpus", "gpu-3")], vec![]);
     driver.prepare(vec![claim.clone()]).await[&claim.uid]
         .clone()
         .unwrap();
-    let devices = reported(claim.uid.as_str()).expect("the prepared claim is reported");
+    let devices = reported(&claim.uid).expect("the prepared claim is reported");
     assert_eq!(devices.len(), 2);
     assert_eq!(devices[1].driver, "gpu.tessera.dev");
     assert_eq!(devices[1].pool, "node-a");
@@ -65,12 +65,12 @@ async fn prepare_reports_each_device_with_its_uuid_and_unprepare_takes_it_back()
     // A failed claim is not reported.
     let bad = h.claim("bad", &[("gpu", "gpu-99")], vec![]);
     assert!(driver.prepare(vec![bad.clone()]).await[&bad.uid].is_err());
-    assert_eq!(reported(bad.uid.as_str()), None);
+    assert_eq!(reported(&bad.uid), None);
 
     driver.unprepare(vec![claim.clone()]).await[&claim.uid]
         .clone()
         .unwrap();
-    assert_eq!(reported(claim.uid.as_str()), Some(Vec::new()));
+    assert_eq!(reported(&claim.uid), Some(Vec::new()));
 }
 
 #[tokio::test]
@@ -98,7 +98,7 @@ async fn mig_devices_report_the_mig_uuid_and_profile() {
     let claim = h.claim("slice", &[("mig", &mig.0)], vec![]);
     let prepared = driver.prepare(vec![claim.clone()]).await;
     prepared[&claim.uid].clone().unwrap();
-    let devices = recorded.claims.lock().unwrap()[claim.uid.as_str()].clone();
+    let devices = recorded.claims.lock().unwrap()[&claim.uid].clone();
     let slice = data(&devices[0]);
     assert_eq!(slice["uuid"], json!(mig.1));
     assert_eq!(slice["migProfile"], json!(mig.2));
@@ -128,11 +128,7 @@ async fn the_writer_applies_entries_retries_failures_and_removes_them() {
     server.seed(&allocated_claim("train", &[("gpus", "gpu-0")], vec![]));
     let stop = Stop::new();
     let (writer, task) = StatusWriter::spawn(server.client(), stop.clone());
-    let key = ClaimKey {
-        namespace: "ml".into(),
-        name: "train".into(),
-        uid: uid_of("train"),
-    };
+    let key = ClaimRef::new("ml", "train", uid_of("train"));
     let entry: k8s_openapi::api::resource::v1::AllocatedDeviceStatus =
         serde_json::from_value(json!({
             "driver": "gpu.tessera.dev", "pool": "node-a", "device": "gpu-0",
@@ -163,15 +159,15 @@ async fn the_writer_applies_entries_retries_failures_and_removes_them() {
 
     // A claim that is gone, or replaced under the same name (another UID), is not retried.
     writer.prepared(
-        ClaimKey {
+        ClaimRef {
             name: "gone".into(),
-            uid: uid_of("gone"),
+            uid: uid_of("gone").into(),
             ..key.clone()
         },
         vec![entry.clone()],
     );
     writer.prepared(
-        ClaimKey {
+        ClaimRef {
             uid: "another-uid".into(),
             ..key.clone()
         },

@@ -24,9 +24,9 @@ use serde_json::json;
 use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_kubelet_grpc::simulator::KubeletSimulator;
 use tessera_kubelet_grpc::{ClaimRef, PreparedDevice};
+use tessera_prepare_harness::{allocated_claim, claim_config, uid_of};
 use tessera_test_support::SplitMix64;
 
-use support::harness::{allocated_claim, claim_config, uid_of};
 use support::node_state::{check_node_state, spec_uids};
 use support::process::{PluginDirs, PluginProcess, api_server_with_node, register};
 

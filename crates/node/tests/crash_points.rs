@@ -1,5 +1,5 @@
 //! The crash-point test: the real `tessera-kubelet-plugin` process is stopped at every named
-//! crash point of prepare, unprepare, the side effects and recovery (`tessera_node::crash`),
+//! crash point of prepare, unprepare, the side effects and recovery (`tessera_prepare::crash`),
 //! at every time each point is reached in a batch, then restarted; what it left must converge.
 //! The random kills of `crash_cycles` find a narrow window only by chance; this test walks
 //! every window deterministically.
@@ -22,9 +22,9 @@ use tessera_fake_apiserver::FakeApiServer;
 use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_kubelet_grpc::ClaimRef;
 use tessera_kubelet_grpc::simulator::KubeletSimulator;
-use tessera_node::crash::{CRASH_AT, CRASH_EXIT_CODE};
+use tessera_prepare::crash::{CRASH_AT, CRASH_EXIT_CODE};
+use tessera_prepare_harness::{allocated_claim, claim_config, uid_of};
 
-use support::harness::{allocated_claim, claim_config, uid_of};
 use support::node_state::check_node_state;
 use support::process::{PluginDirs, PluginProcess, api_server_with_node, plugin_logs};
 

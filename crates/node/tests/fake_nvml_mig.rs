@@ -14,13 +14,13 @@ use tessera_fake_apiserver::FakeApiServer;
 use tessera_fake_nvml::{LIBRARY_FILE_NAME, TOPOLOGY_ENV};
 use tessera_kubelet_grpc::simulator::KubeletSimulator;
 use tessera_kubelet_grpc::{ClaimRef, PluginConfig};
+use tessera_node::backend::NvmlMig;
 use tessera_node::claims::KubeClaimSource;
-use tessera_node::mig::MigCapMinors;
-use tessera_node::plan::MigMode;
-use tessera_node::{DriverParts, NodeDriver};
 use tessera_nvml::NvmlSource;
-
-use support::harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
+use tessera_prepare::mig::MigCapMinors;
+use tessera_prepare::plan::MigMode;
+use tessera_prepare::{DriverParts, NodeDriver};
+use tessera_prepare_harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
 
 const CHILD_ENV: &str = "TESSERA_NODE_TEST_CHILD";
 
@@ -96,10 +96,10 @@ async fn child() {
     ));
     let claim = ClaimRef::new("ml", "dynamic", uid_of("dynamic"));
     let parts = DriverParts {
-        inventory: Arc::new(tessera_node::inventory::NodeInventory::read(nvml.clone()).unwrap()),
+        inventory: Arc::new(tessera_prepare::inventory::NodeInventory::read(nvml.clone()).unwrap()),
         claims: Arc::new(KubeClaimSource::new(api.client())),
         gpu: h.gpu.clone(),
-        mig: nvml.clone(),
+        mig: Arc::new(NvmlMig(nvml.clone())),
     };
 
     let (driver, report) = NodeDriver::start(config.clone(), parts.clone())

@@ -13,13 +13,12 @@ use tessera_api::config::TimeSliceInterval;
 use tessera_fake_apiserver::{FakeApiServer, Verb};
 use tessera_kubelet_grpc::simulator::{DraApiVersion, KubeletSimulator};
 use tessera_kubelet_grpc::{ClaimRef, PluginConfig, ServeError};
-use tessera_node::NodeDriver;
 use tessera_node::claims::KubeClaimSource;
-use tessera_node::plan::MigMode;
+use tessera_prepare::NodeDriver;
+use tessera_prepare::plan::MigMode;
+use tessera_prepare_harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-
-use support::harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
 
 /// A driver served on a temporary kubelet directory, registered with the simulator.
 pub struct Served {

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
 use tessera_kubelet_grpc::ClaimRef;
 use tessera_kubelet_grpc::simulator::KubeletSimulator;
+use tessera_prepare_harness::{allocated_claim, uid_of};
 
-use support::harness::{allocated_claim, uid_of};
 use support::process::*;
 
 const BACKEND: &[&str] = &["--topology", "dgx-h100"];
@@ -320,7 +320,7 @@ async fn a_huge_config_value_is_not_echoed_whole() {
     server.seed(&allocated_claim(
         "huge",
         &[("gpu", "gpu-0")],
-        vec![support::harness::claim_config(
+        vec![tessera_prepare_harness::claim_config(
             &[],
             "GpuConfig",
             serde_json::json!({"strategy": huge}),
@@ -359,7 +359,7 @@ async fn files_directories_and_sockets_get_their_modes_whatever_the_umask() {
     };
     for umask in ["000", "077"] {
         let (server, http, _) = api_server_with_node().await;
-        let mps = support::harness::claim_config(
+        let mps = tessera_prepare_harness::claim_config(
             &[],
             "GpuConfig",
             serde_json::json!({"strategy": "MPS"}),
@@ -406,8 +406,8 @@ async fn files_directories_and_sockets_get_their_modes_whatever_the_umask() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_copied_from_another_node_is_quarantined_not_used() {
-    use tessera_api::checkpoint::{self, ClaimRecord, ClaimState, DeviceRecord, DeviceTarget};
     use tessera_gpu_inventory::{DeviceSource, MockSource};
+    use tessera_prepare::checkpoint::{self, ClaimRecord, ClaimState, DeviceRecord, DeviceTarget};
 
     let (_server, http, _) = api_server_with_node().await;
     // Node B's checkpoint, in today's format and in the version 1 format (no node recorded).
@@ -442,7 +442,7 @@ async fn a_checkpoint_copied_from_another_node_is_quarantined_not_used() {
             .to_owned(),
         node_name: "node-b".into(),
         pool_name: "node-b".into(),
-        claims: [(uid.clone(), record)].into(),
+        claims: [(uid.clone().into(), record)].into(),
     };
     let v1 = String::from_utf8(checkpoint::encode(&checkpoint::Checkpoint {
         node_name: String::new(),
@@ -465,7 +465,7 @@ async fn a_checkpoint_copied_from_another_node_is_quarantined_not_used() {
             "{what}: node B's GPUs went into a CDI spec\n{}",
             plugin_logs(&dirs)
         );
-        let quarantined = tessera_node::checkpoint::quarantined_files(&dirs.path("state"));
+        let quarantined = tessera_prepare::checkpoint::quarantined_files(&dirs.path("state"));
         assert_eq!(quarantined.len(), 1, "{what}: {quarantined:?}");
         assert!(
             quarantined[0]

@@ -202,7 +202,7 @@ async fn prepare_train(
     server: &FakeApiServer,
     kubelet: &KubeletSimulator,
 ) -> (ClaimRef, Vec<PreparedDevice>) {
-    let claim = server.seed(&support::harness::allocated_claim(
+    let claim = server.seed(&tessera_prepare_harness::allocated_claim(
         "train",
         &[("gpu", "gpu-0")],
         Vec::new(),
@@ -467,8 +467,8 @@ fn damaged_checkpoints(good: &[u8]) -> Vec<(&'static str, Vec<u8>, &'static str)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt_without_a_crash_loop() {
-    use support::harness::{allocated_claim, claim_config, uid_of};
-    use tessera_node::checkpoint::quarantined_files;
+    use tessera_prepare::checkpoint::quarantined_files;
+    use tessera_prepare_harness::{allocated_claim, claim_config, uid_of};
 
     let (server, http, _) = api_server_with_node().await;
     let dirs = PluginDirs::new();
@@ -534,13 +534,13 @@ async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt_without_a_crash_l
         }
 
         // Rebuilt from the CDI specs and the API server: the same claims, the same answers.
-        let rebuilt = tessera_api::checkpoint::decode(&std::fs::read(&checkpoint).unwrap())
+        let rebuilt = tessera_prepare::checkpoint::decode(&std::fs::read(&checkpoint).unwrap())
             .unwrap_or_else(|e| panic!("the rebuilt checkpoint loads: {e}: {}", context()));
-        let mut recorded: Vec<&String> = rebuilt.claims.keys().collect();
+        let mut recorded: Vec<String> = rebuilt.claims.keys().map(ToString::to_string).collect();
         recorded.sort();
         let mut wanted: Vec<String> = held.iter().map(|c| c.uid.to_string()).collect();
         wanted.sort();
-        assert_eq!(recorded, wanted.iter().collect::<Vec<_>>(), "{}", context());
+        assert_eq!(recorded, wanted, "{}", context());
         assert_eq!(specs(), held_specs, "{}", context());
         assert_eq!(
             kubelet.prepare(held).await.unwrap(),

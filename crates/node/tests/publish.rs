@@ -15,13 +15,13 @@ use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
 use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_kubelet_grpc::{HealthStatus, RegistrationState};
 use tessera_node::health::{HealthFindings, SharedFindings};
-use tessera_node::inventory::NodeInventory;
 use tessera_node::metrics::NodeMetrics;
 use tessera_node::publish::runner::PublishLoop;
 use tessera_node::publish::{
-    MANAGED_MODE_REFUSED_REASON, NodeFacts, PublishInput, Publisher, PublisherConfig, watch_node,
+    MANAGED_MODE_REFUSED_REASON, PublishInput, Publisher, PublisherConfig, WatchedNode, watch_node,
 };
 use tessera_nvml::{HealthEvent, HealthEventKind};
+use tessera_prepare::inventory::NodeInventory;
 use tessera_process::Heartbeat;
 use tokio::sync::watch;
 
@@ -65,8 +65,8 @@ fn sharing_publisher(server: &FakeApiServer, consumable_shares: &str) -> Publish
     )
 }
 
-fn facts(server: &FakeApiServer) -> NodeFacts {
-    NodeFacts::of(&server.get::<Node>(None, NODE).unwrap()).unwrap()
+fn facts(server: &FakeApiServer) -> WatchedNode {
+    WatchedNode::of(&server.get::<Node>(None, NODE).unwrap()).unwrap()
 }
 
 fn own_slices(server: &FakeApiServer) -> Vec<ResourceSlice> {

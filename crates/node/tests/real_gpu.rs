@@ -40,13 +40,13 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use serde_json::{Value, json};
-use support::harness::{allocated_claim, claim_config};
 use support::process::*;
 use tessera_fake_apiserver::FakeApiServer;
 use tessera_fake_driver::layout::{self, Artifacts, Layout, NodeKind};
 use tessera_gpu_inventory::{DeviceSource, MockSource};
 use tessera_kubelet_grpc::ClaimRef;
 use tessera_kubelet_grpc::simulator::KubeletSimulator;
+use tessera_prepare_harness::{allocated_claim, claim_config};
 use tessera_test_support::{harness, needed_libraries, running_as_root};
 
 const WAIT: Duration = Duration::from_secs(60);

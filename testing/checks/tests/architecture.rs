@@ -2,12 +2,15 @@
 //! graph of the whole workspace, normal dependencies only, followed transitively):
 //!
 //! - the pure crates depend on none of `kube`, `tokio`, `tonic`, `hyper`, `axum`;
-//! - only `runtime`, `node`, `controller` and `cli` (and the test-only `fake-apiserver`,
-//!   `controller-harness` and `e2e`) depend on `kube`; only `kubelet` and `node` (and the test-only `e2e`) depend on
-//!   `tonic`;
-//! - `fake-apiserver` is nobody's normal dependency but `controller-harness`'s, and
-//!   `controller-harness` is nobody's; `test-support` is none but the parity tool's and
-//!   `controller-harness`'s (test tooling, never shipped).
+//! - only `process`, `node`, `controller` and `cli` (and the test-only `fake-apiserver`,
+//!   `controller-harness` and `e2e`) depend on `kube`; only `kubelet-grpc`, what implements or
+//!   serves its driver trait (`prepare`, `node`) and the test-only `prepare-harness` and `e2e`
+//!   depend on `tonic`;
+//! - the prepare core (`prepare`) depends on neither the node plugin (`node`) nor `kube`, nor the
+//!   process plumbing (`process`): the daemon implements the core's traits, never the reverse;
+//! - `fake-apiserver` is nobody's normal dependency but the test harnesses', and the harnesses
+//!   (`controller-harness`, `prepare-harness`) are nobody's; `test-support` is none but the
+//!   parity tool's and `controller-harness`'s (test tooling, never shipped).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -42,14 +45,32 @@ const KUBE_USERS: &[&str] = &[
     "tessera-controller-harness",
     "tessera-e2e",
 ];
+/// `tessera-prepare`: through `tessera-kubelet-grpc`, whose driver trait and domain types it
+/// implements (it has no gRPC code of its own), and so the test-only `tessera-prepare-harness`.
 /// `tessera-e2e`: the stand-in kubelet plugin of another driver (test tooling, never shipped).
-const TONIC_USERS: &[&str] = &["tessera-kubelet-grpc", "tessera-node", "tessera-e2e"];
+const TONIC_USERS: &[&str] = &[
+    "tessera-kubelet-grpc",
+    "tessera-prepare",
+    "tessera-prepare-harness",
+    "tessera-node",
+    "tessera-e2e",
+];
+/// The prepare core and what it must never depend on: the daemon around it, the API server's
+/// client, the process plumbing (which brings `kube`).
+const PREPARE_CORE: &str = "tessera-prepare";
+const NOT_IN_PREPARE_CORE: &[&str] = &[
+    "tessera-node",
+    "kube",
+    "kube-client",
+    "kube-runtime",
+    "tessera-process",
+];
 /// Test tooling that is never shipped and may take `tessera-test-support` as a normal
 /// dependency (the parity tool's benchmark shares the scheduler_perf fixture).
 const TEST_TOOLS: &[&str] = &["tessera-parity", "tessera-controller-harness"];
 /// Test-only libraries, taken as dev-dependencies only, that may take the API-server fake as a
-/// normal dependency (the controller running in-process against it).
-const TEST_HARNESSES: &[&str] = &["tessera-controller-harness"];
+/// normal dependency (the controller running in-process against it; the prepare driver on fakes).
+const TEST_HARNESSES: &[&str] = &["tessera-controller-harness", "tessera-prepare-harness"];
 
 /// Workspace member name → names of every package it depends on (normal dependencies,
 /// transitively).
@@ -125,7 +146,13 @@ fn dependencies() -> BTreeMap<String, BTreeSet<String>> {
 #[test]
 fn the_dependency_invariants_hold() {
     let graph = dependencies();
-    for name in PURE.iter().chain(KUBE_USERS).chain(TONIC_USERS) {
+    for name in PURE
+        .iter()
+        .chain(KUBE_USERS)
+        .chain(TONIC_USERS)
+        .chain(TEST_HARNESSES)
+        .chain([&PREPARE_CORE])
+    {
         assert!(
             graph.contains_key(*name),
             "{name} is not a workspace member; update this test"
@@ -144,6 +171,12 @@ fn the_dependency_invariants_hold() {
             let io = uses(IO);
             if !io.is_empty() {
                 broken.push(format!("pure crate {member} depends on {io:?}"));
+            }
+        }
+        if member == PREPARE_CORE {
+            let daemon = uses(NOT_IN_PREPARE_CORE);
+            if !daemon.is_empty() {
+                broken.push(format!("the prepare core {member} depends on {daemon:?}"));
             }
         }
         if !KUBE_USERS.contains(&member.as_str()) && deps.contains("kube") {

@@ -1,6 +1,6 @@
 //! `tessera-mps-daemon`: runs one claim's MPS control daemon in the foreground and keeps its
 //! settings, as the main process of the claim's MPS pod (`--mps-daemons=pod`, see
-//! `tessera_node::sharing::pods`).
+//! `tessera_node::mps_pods`).
 //!
 //! It starts the driver's `nvidia-cuda-mps-control -f` (the claim's `CUDA_VISIBLE_DEVICES`,
 //! `CUDA_MPS_PIPE_DIRECTORY` and `CUDA_MPS_LOG_DIRECTORY` come through its environment), waits

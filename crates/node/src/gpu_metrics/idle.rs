@@ -8,6 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use tessera_kubelet_grpc::ClaimUid;
+
 use super::ClaimLabels;
 
 /// When a claim is idle (`--idle-threshold`, `--idle-window`).
@@ -40,7 +42,7 @@ pub struct ClaimUtilization {
 /// A claim that just became idle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdleClaim {
-    pub claim_uid: String,
+    pub claim_uid: ClaimUid,
     pub claim: ClaimLabels,
     /// How long it has been below the threshold.
     pub idle_for: Duration,
@@ -57,7 +59,7 @@ struct State {
 #[derive(Debug, Clone)]
 pub struct IdleTracker {
     settings: IdleSettings,
-    claims: BTreeMap<String, State>,
+    claims: BTreeMap<ClaimUid, State>,
 }
 
 impl IdleTracker {
@@ -76,7 +78,7 @@ impl IdleTracker {
     pub fn observe(
         &mut self,
         now: Instant,
-        sample: BTreeMap<String, ClaimUtilization>,
+        sample: BTreeMap<ClaimUid, ClaimUtilization>,
     ) -> Vec<IdleClaim> {
         self.claims.retain(|uid, _| sample.contains_key(uid));
         let mut became_idle = Vec::new();
@@ -129,12 +131,12 @@ mod tests {
         }
     }
 
-    fn sample(values: &[(&str, Option<u32>)]) -> BTreeMap<String, ClaimUtilization> {
+    fn sample(values: &[(&str, Option<u32>)]) -> BTreeMap<ClaimUid, ClaimUtilization> {
         values
             .iter()
             .map(|(name, percent)| {
                 (
-                    format!("uid-{name}"),
+                    ClaimUid::new(format!("uid-{name}")),
                     ClaimUtilization {
                         claim: claim(name),
                         highest_percent: *percent,

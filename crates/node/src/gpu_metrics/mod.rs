@@ -46,9 +46,11 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use tessera_kubelet_grpc::ClaimUid;
 use tessera_nvml::{GpuTelemetry, NvmlSource};
+use tessera_prepare::driver::HeldDevice;
 
-use crate::metrics::Outcome;
+use crate::metrics::ResultLabel;
 
 /// Where samples come from: NVML, or a test's values.
 pub trait TelemetrySource: Send + Sync + 'static {
@@ -60,20 +62,6 @@ impl TelemetrySource for NvmlSource {
     fn sample(&self) -> Result<Vec<GpuTelemetry>, String> {
         self.telemetry().map_err(|e| e.to_string())
     }
-}
-
-/// One device of one prepared claim (from the checkpoint: [`crate::NodeDriver::holders`]).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Holder {
-    pub claim_uid: String,
-    pub namespace: String,
-    pub claim: String,
-    /// The allocation result's request (`req` or `req/sub`).
-    pub request: String,
-    /// The published device name (`gpu-0`, `gpu-3-mig-1g-10gb-6`).
-    pub device: String,
-    /// The physical GPU behind the device.
-    pub gpu_uuid: String,
 }
 
 /// A pod a claim is reserved for.
@@ -100,11 +88,11 @@ pub struct DeviceLabels {
 /// names a GPU no claim holds by its UUID (`gpu-<minor>`; `None`: the UUID is used).
 pub fn series<'a>(
     gpus: &'a [GpuTelemetry],
-    holders: &[Holder],
-    pods: &HashMap<String, Vec<PodRef>>,
+    holders: &[HeldDevice],
+    pods: &HashMap<ClaimUid, Vec<PodRef>>,
     device_name: impl Fn(&str) -> Option<String>,
 ) -> Vec<(DeviceLabels, &'a GpuTelemetry)> {
-    let mut by_gpu: BTreeMap<&str, Vec<&Holder>> = BTreeMap::new();
+    let mut by_gpu: BTreeMap<&str, Vec<&HeldDevice>> = BTreeMap::new();
     for holder in holders {
         by_gpu.entry(&holder.gpu_uuid).or_default().push(holder);
     }
@@ -146,7 +134,7 @@ pub fn series<'a>(
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResultLabels {
-    result: Outcome,
+    result: ResultLabel,
 }
 
 /// The labels of an idle claim.
@@ -254,7 +242,7 @@ impl GpuMetrics {
     }
 
     /// Counts one sample.
-    pub fn sampled(&self, result: Outcome) {
+    pub fn sampled(&self, result: ResultLabel) {
         self.samples.get_or_create(&ResultLabels { result }).inc();
     }
 

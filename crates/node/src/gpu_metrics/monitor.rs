@@ -1,6 +1,6 @@
 //! The GPU monitor: every `--gpu-metrics-interval` it samples the GPUs (NVML on a blocking
 //! thread), reads from the checkpoint which claim holds which device
-//! ([`crate::NodeDriver::holders`]), learns each claim's pods from its `status.reservedFor`
+//! ([`tessera_prepare::NodeDriver::holders`]), learns each claim's pods from its `status.reservedFor`
 //! (one claim read when the claim is new, again every [`POD_REFRESH`]), exports the labelled
 //! series ([`super::GpuMetrics`]) and, with idle detection on, records a `GPUIdle` Event on the
 //! pods of a claim that just became idle ([`super::idle`]).
@@ -17,15 +17,18 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tessera_gpu_inventory::DeviceName;
+use tessera_kubelet_grpc::ClaimUid;
 use tessera_nvml::GpuTelemetry;
+use tessera_prepare::claims::ClaimSource;
+use tessera_prepare::driver::HeldDevice;
+use tessera_prepare::inventory::NodeInventory;
 use tessera_process::{Heartbeat, Stop};
 use tokio::task::JoinHandle;
 
 use super::idle::{ClaimUtilization, IdleSettings, IdleTracker};
-use super::{ClaimLabels, GpuMetrics, Holder, PodRef, TelemetrySource, series};
-use crate::claims::{ClaimSource, truncate};
-use crate::inventory::NodeInventory;
-use crate::metrics::Outcome;
+use super::{ClaimLabels, GpuMetrics, PodRef, TelemetrySource, series};
+use crate::claims::truncate;
+use crate::metrics::ResultLabel;
 
 /// Reason of the Event on the pods of an idle claim.
 pub const GPU_IDLE_REASON: &str = "GPUIdle";
@@ -170,7 +173,7 @@ impl XidCounts {
 }
 
 /// The devices of the prepared claims now.
-pub type Holders = Arc<dyn Fn() -> Vec<Holder> + Send + Sync>;
+pub type Holders = Arc<dyn Fn() -> Vec<HeldDevice> + Send + Sync>;
 
 /// The monitor's parts.
 pub struct GpuMonitor {
@@ -189,8 +192,8 @@ pub struct GpuMonitor {
 #[derive(Debug)]
 pub struct MonitorState {
     /// Pods by claim UID, with when they were read.
-    pods: HashMap<String, Vec<PodRef>>,
-    read_at: HashMap<String, Instant>,
+    pods: HashMap<ClaimUid, Vec<PodRef>>,
+    read_at: HashMap<ClaimUid, Instant>,
     tracker: Option<IdleTracker>,
 }
 
@@ -230,17 +233,17 @@ impl GpuMonitor {
         let gpus = match tokio::task::spawn_blocking(move || source.sample()).await {
             Ok(Ok(gpus)) => gpus,
             Ok(Err(error)) => {
-                self.metrics.sampled(Outcome::Error);
+                self.metrics.sampled(ResultLabel::Error);
                 tracing::warn!(%error, "cannot sample the GPUs; retrying at the next interval");
                 return;
             }
             Err(error) => {
-                self.metrics.sampled(Outcome::Error);
+                self.metrics.sampled(ResultLabel::Error);
                 tracing::error!(%error, "sampling the GPUs panicked");
                 return;
             }
         };
-        self.metrics.sampled(Outcome::Success);
+        self.metrics.sampled(ResultLabel::Success);
         for gpu in &gpus {
             for (query, error) in &gpu.failures {
                 tracing::debug!(gpu = %gpu.uuid, query = %query, %error, "GPU query failed; its value is left out");
@@ -271,17 +274,17 @@ impl GpuMonitor {
 
     /// Reads the pods of claims that are new or were read [`POD_REFRESH`] ago; forgets the
     /// claims that went.
-    async fn read_pods(&self, holders: &[Holder], state: &mut MonitorState) {
-        let live: BTreeSet<&str> = holders.iter().map(|h| h.claim_uid.as_str()).collect();
-        state.pods.retain(|uid, _| live.contains(uid.as_str()));
-        state.read_at.retain(|uid, _| live.contains(uid.as_str()));
+    async fn read_pods(&self, holders: &[HeldDevice], state: &mut MonitorState) {
+        let live: BTreeSet<&ClaimUid> = holders.iter().map(|h| &h.claim_uid).collect();
+        state.pods.retain(|uid, _| live.contains(uid));
+        state.read_at.retain(|uid, _| live.contains(uid));
         let mut done = BTreeSet::new();
         for holder in holders {
             let fresh = state
                 .read_at
                 .get(&holder.claim_uid)
                 .is_some_and(|at| at.elapsed() < POD_REFRESH);
-            if fresh || !done.insert(holder.claim_uid.as_str()) {
+            if fresh || !done.insert(&holder.claim_uid) {
                 continue;
             }
             let read = self
@@ -330,13 +333,13 @@ pub fn reserved_pods(claim: &ResourceClaim) -> Vec<PodRef> {
 fn detect_idle(
     tracker: &mut IdleTracker,
     gpus: &[GpuTelemetry],
-    holders: &[Holder],
-) -> Vec<(String, String)> {
+    holders: &[HeldDevice],
+) -> Vec<(ClaimUid, String)> {
     let utilization: HashMap<&str, Option<u32>> = gpus
         .iter()
         .map(|g| (g.uuid.as_str(), g.utilization_percent))
         .collect();
-    let mut claims: BTreeMap<String, ClaimUtilization> = BTreeMap::new();
+    let mut claims: BTreeMap<ClaimUid, ClaimUtilization> = BTreeMap::new();
     for holder in holders {
         let value = utilization.get(holder.gpu_uuid.as_str()).copied().flatten();
         let entry = claims

@@ -3,13 +3,13 @@ use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
 use tessera_gpu_inventory::MockSource;
+use tessera_prepare::claims::InMemoryClaims;
+use tessera_prepare::inventory::NodeInventory;
 use tessera_process::Heartbeat;
 
 use super::idle::IdleSettings;
 use super::monitor::{GpuMonitor, GpuMonitorSettings, MonitorState, RecordedPodEvents, XidCounts};
 use super::*;
-use crate::claims::InMemoryClaims;
-use crate::inventory::NodeInventory;
 
 fn gpu(uuid: &str, utilization: u32) -> GpuTelemetry {
     GpuTelemetry {
@@ -26,8 +26,8 @@ fn gpu(uuid: &str, utilization: u32) -> GpuTelemetry {
     }
 }
 
-fn holder(uid: &str, claim: &str, device: &str, gpu_uuid: &str) -> Holder {
-    Holder {
+fn holder(uid: &str, claim: &str, device: &str, gpu_uuid: &str) -> HeldDevice {
+    HeldDevice {
         claim_uid: uid.into(),
         namespace: "ml".into(),
         claim: claim.into(),
@@ -61,8 +61,8 @@ fn series_label_free_gpus_by_name_and_held_devices_by_claim_and_pod() {
         holder("u-b", "b", "gpu-2-mig-1g-10gb-1", "GPU-2"),
     ];
     let pods = HashMap::from([
-        ("u-train".to_owned(), vec![pod("train-0"), pod("train-1")]),
-        ("u-a".to_owned(), Vec::new()),
+        ("u-train".into(), vec![pod("train-0"), pod("train-1")]),
+        ("u-a".into(), Vec::new()),
     ]);
     let labelled = series(&gpus, &holders, &pods, |uuid| {
         (uuid == "GPU-0").then(|| "gpu-0".to_owned())

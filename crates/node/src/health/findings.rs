@@ -14,7 +14,7 @@ use tessera_gpu_inventory::{GpuInventory, ResolvedDevice};
 use tessera_kubelet_grpc::{DeviceHealth, HealthStatus};
 use tessera_nvml::HealthEvent;
 
-use super::policy::{Finding, TaintEffect, classify};
+use super::policy::{HealthFinding, TaintEffect, classify};
 
 /// What a finding is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -48,7 +48,7 @@ impl HealthScope {
 /// A finding with the time it was first made and the time an event last confirmed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DatedFinding {
-    pub finding: Finding,
+    pub finding: HealthFinding,
     pub since: SystemTime,
     /// The last event that made or repeated the finding (a weaker one on the same key too).
     pub last_seen: SystemTime,
@@ -64,7 +64,7 @@ impl HealthFindings {
     /// Records what `event` means, at `now`. Returns the finding when it changed what is known
     /// (a new key, a new value, or a stronger effect); `None` for events the policy ignores and
     /// for repeats.
-    pub fn record(&mut self, event: &HealthEvent, now: SystemTime) -> Option<Finding> {
+    pub fn record(&mut self, event: &HealthEvent, now: SystemTime) -> Option<HealthFinding> {
         let finding = classify(event.kind)?;
         let by_key = self.findings.entry(HealthScope::of(event)).or_default();
         match by_key.get_mut(finding.key) {
@@ -135,6 +135,14 @@ impl HealthFindings {
                     last_seen: since,
                 },
             );
+    }
+
+    /// Records the unreachable finding of every lost GPU the inventory keeps (UUID, and when a
+    /// rescan first found it lost).
+    pub fn record_lost(&mut self, lost: impl IntoIterator<Item = (String, SystemTime)>) {
+        for (uuid, since) in lost {
+            self.record_unreachable(&uuid, since);
+        }
     }
 
     /// Whether nothing has been found.
@@ -281,6 +289,7 @@ mod tests {
     use tessera_nvml::HealthEventKind;
 
     use super::*;
+    use tessera_prepare::inventory::lost::LostGpus;
 
     fn event(uuid: &str, kind: HealthEventKind, instance: Option<(u32, u32)>) -> HealthEvent {
         HealthEvent {
@@ -416,5 +425,64 @@ mod tests {
             strongest(&findings.for_device(&inventory, &names[0])),
             Some(TaintEffect::NoExecute)
         );
+    }
+
+    #[test]
+    fn a_lost_gpu_taints_every_mig_device_from_when_it_was_found_lost() {
+        let full = MockSource::new("hgx-a100-mig")
+            .unwrap()
+            .inventory()
+            .unwrap();
+        let gpu = full.gpus.iter().find(|g| g.mig_enabled()).unwrap();
+        let mig_names: Vec<String> = gpu
+            .mig
+            .as_ref()
+            .unwrap()
+            .instances
+            .iter()
+            .map(|i| {
+                tessera_gpu_inventory::DeviceName::mig(gpu.minor, &i.profile, i.placement_start)
+                    .to_string()
+            })
+            .collect();
+        assert!(!mig_names.is_empty());
+        let mut read = full.clone();
+        read.gpus.retain(|g| g.uuid != gpu.uuid);
+        read.lost_gpus = vec![gpu.uuid.clone()];
+        let mut lost = LostGpus::default();
+        let merged = lost.merge(read.clone(), Some(&full), at(1));
+        let merged = lost.merge(read, Some(&merged), at(5));
+        let kept = |lost: &LostGpus| {
+            let kept = lost.kept_since();
+            kept.map(|(uuid, since)| (uuid.to_owned(), since))
+                .collect::<Vec<_>>()
+        };
+
+        let mut findings = HealthFindings::default();
+        findings.record_lost(kept(&lost));
+        let taints = findings.device_taints(&merged, mig_names.iter().map(String::as_str));
+        assert_eq!(taints.len(), mig_names.len(), "every MIG device of the GPU");
+        let taint = &taints[&mig_names[0]][0];
+        assert_eq!(
+            (
+                taint.key.as_str(),
+                taint.value.as_deref(),
+                taint.effect.as_str()
+            ),
+            (
+                "gpu.tessera.dev/unreachable",
+                Some("gpu-is-lost"),
+                "NoExecute"
+            )
+        );
+        assert_eq!(
+            taint.time_added.as_ref().unwrap().0.as_second(),
+            1_700_000_001
+        );
+
+        lost.merge(full.clone(), Some(&merged), at(9));
+        let mut findings = HealthFindings::default();
+        findings.record_lost(kept(&lost));
+        assert!(findings.is_empty(), "the taint goes when the GPU answers");
     }
 }

@@ -17,4 +17,4 @@ pub mod policy;
 pub use findings::{HealthFindings, HealthScope};
 pub use kubelet::WithDeviceHealth;
 pub use monitor::{HealthEventSource, HealthMonitor, SharedFindings};
-pub use policy::{Finding, TaintEffect, classify, unreachable};
+pub use policy::{HealthFinding, TaintEffect, classify, unreachable};

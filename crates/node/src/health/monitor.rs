@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::findings::HealthFindings;
-use super::policy::Finding;
+use super::policy::HealthFinding;
 use tessera_process::{Heartbeat, Stop};
 
 use crate::gpu_metrics::monitor::XidCounts;
@@ -72,7 +72,7 @@ impl Default for SharedFindings {
 impl SharedFindings {
     /// Records an event; on a new finding bumps the revision (waking [`Self::subscribe`]rs)
     /// and returns the finding.
-    pub fn record(&self, event: &HealthEvent, now: SystemTime) -> Option<Finding> {
+    pub fn record(&self, event: &HealthEvent, now: SystemTime) -> Option<HealthFinding> {
         let finding = self
             .findings
             .lock()

@@ -49,7 +49,7 @@ impl TaintEffect {
 
 /// What an event means for the device it was reported on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
+pub struct HealthFinding {
     /// Taint key ([`taints::XID`] or [`taints::ECC`]).
     pub key: &'static str,
     /// Taint value: the XID number, or `double-bit`.
@@ -84,7 +84,7 @@ const FENCING_XIDS: &[(u64, &str)] = &[
 ];
 
 /// The finding for an event, or `None` when the device stays schedulable.
-pub fn classify(kind: HealthEventKind) -> Option<Finding> {
+pub fn classify(kind: HealthEventKind) -> Option<HealthFinding> {
     match kind {
         HealthEventKind::Xid(xid) => {
             let (effect, cause) = EVICTING_XIDS
@@ -97,14 +97,14 @@ pub fn classify(kind: HealthEventKind) -> Option<Finding> {
                         .find(|(n, _)| *n == xid)
                         .map(|(_, cause)| (TaintEffect::NoSchedule, *cause))
                 })?;
-            Some(Finding {
+            Some(HealthFinding {
                 key: taints::XID,
                 value: xid.to_string(),
                 effect,
                 message: format!("XID {xid}: {cause}"),
             })
         }
-        HealthEventKind::DoubleBitEcc => Some(Finding {
+        HealthEventKind::DoubleBitEcc => Some(HealthFinding {
             key: taints::ECC,
             value: "double-bit".to_owned(),
             effect: TaintEffect::NoExecute,
@@ -116,8 +116,8 @@ pub fn classify(kind: HealthEventKind) -> Option<Finding> {
 
 /// The finding for a GPU that a rescan found lost: it stays published with its last known
 /// facts, and this taints it (and its MIG devices).
-pub fn unreachable() -> Finding {
-    Finding {
+pub fn unreachable() -> HealthFinding {
+    HealthFinding {
         key: taints::UNREACHABLE,
         value: "gpu-is-lost".to_owned(),
         effect: TaintEffect::NoExecute,

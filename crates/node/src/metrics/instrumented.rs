@@ -10,10 +10,10 @@ use std::time::Instant;
 use tessera_kubelet_grpc::{
     ClaimRef, ClaimUid, DeviceHealth, DraDriver, PrepareResult, UnprepareResult,
 };
+use tessera_prepare::DriverStats;
 use tokio::sync::watch;
 
-use super::{ClaimOperation, NodeMetrics, Outcome};
-use crate::DriverStats;
+use super::{ClaimOperation, NodeMetrics, ResultLabel};
 
 /// A driver whose calls are counted and timed in [`NodeMetrics`].
 pub struct InstrumentedDriver<D> {
@@ -31,7 +31,7 @@ impl<D> std::fmt::Debug for InstrumentedDriver<D> {
 
 impl<D> InstrumentedDriver<D> {
     /// Wraps `driver`; `gauges` (if any) reads the driver's counters after each call and once
-    /// now (for the node driver: [`crate::NodeDriver::stats`]).
+    /// now (for the node driver: [`tessera_prepare::NodeDriver::stats`]).
     pub fn new(driver: D, metrics: NodeMetrics, gauges: Option<fn(&D) -> DriverStats>) -> Self {
         let instrumented = Self {
             driver,
@@ -70,7 +70,7 @@ impl<D> InstrumentedDriver<D> {
         started: Instant,
     ) {
         for result in results.values() {
-            self.metrics.claim_done(operation, Outcome::of(result));
+            self.metrics.claim_done(operation, ResultLabel::of(result));
         }
         self.metrics.observe_call(operation, started.elapsed());
         self.sync_gauges();

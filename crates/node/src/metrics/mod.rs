@@ -40,18 +40,18 @@ pub enum ClaimOperation {
 
 /// Success or failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
+pub enum ResultLabel {
     Success,
     Error,
 }
 
-impl Outcome {
+impl ResultLabel {
     /// `Success` for `Ok`, `Error` for `Err`.
     pub fn of<T, E>(result: &Result<T, E>) -> Self {
         if result.is_ok() {
-            Outcome::Success
+            ResultLabel::Success
         } else {
-            Outcome::Error
+            ResultLabel::Error
         }
     }
 }
@@ -92,14 +92,14 @@ macro_rules! label_values {
 }
 
 label_values!(ClaimOperation { Prepare => "prepare", Unprepare => "unprepare" });
-label_values!(Outcome { Success => "success", Error => "error" });
+label_values!(ResultLabel { Success => "success", Error => "error" });
 label_values!(HealthEventLabel { Xid => "xid", EccSingle => "ecc-single", EccDouble => "ecc-double" });
 label_values!(HealthAction { Taint => "taint", Ignore => "ignore" });
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ClaimLabels {
     operation: ClaimOperation,
-    result: Outcome,
+    result: ResultLabel,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -109,7 +109,7 @@ struct OperationLabels {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResultLabels {
-    result: Outcome,
+    result: ResultLabel,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -210,7 +210,7 @@ impl NodeMetrics {
     }
 
     /// Counts one claim of a prepare or unprepare call.
-    pub fn claim_done(&self, operation: ClaimOperation, result: Outcome) {
+    pub fn claim_done(&self, operation: ClaimOperation, result: ResultLabel) {
         self.claims
             .get_or_create(&ClaimLabels { operation, result })
             .inc();
@@ -234,7 +234,7 @@ impl NodeMetrics {
     }
 
     /// Counts one attempt to publish the pool.
-    pub fn publication(&self, result: Outcome) {
+    pub fn publication(&self, result: ResultLabel) {
         self.publications
             .get_or_create(&ResultLabels { result })
             .inc();
@@ -247,7 +247,7 @@ impl NodeMetrics {
     }
 
     /// Counts one inventory read.
-    pub fn inventory_scan(&self, result: Outcome) {
+    pub fn inventory_scan(&self, result: ResultLabel) {
         self.inventory_scans
             .get_or_create(&ResultLabels { result })
             .inc();
@@ -280,13 +280,13 @@ mod tests {
     fn families_render_with_prefix_and_labels() {
         let mut registry = Registry::default();
         let metrics = NodeMetrics::new(&mut registry);
-        metrics.claim_done(ClaimOperation::Prepare, Outcome::Success);
-        metrics.claim_done(ClaimOperation::Prepare, Outcome::Success);
-        metrics.claim_done(ClaimOperation::Unprepare, Outcome::Error);
+        metrics.claim_done(ClaimOperation::Prepare, ResultLabel::Success);
+        metrics.claim_done(ClaimOperation::Prepare, ResultLabel::Success);
+        metrics.claim_done(ClaimOperation::Unprepare, ResultLabel::Error);
         metrics.observe_call(ClaimOperation::Prepare, Duration::from_millis(3));
         metrics.set_prepared_devices(8);
         metrics.checkpoint_quarantined();
-        metrics.publication(Outcome::of::<(), ()>(&Ok(())));
+        metrics.publication(ResultLabel::of::<(), ()>(&Ok(())));
         metrics.set_published_pool(8, 3);
         metrics.health_event(HealthEventLabel::Xid, HealthAction::Taint);
         let mut text = String::new();

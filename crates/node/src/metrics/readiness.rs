@@ -14,7 +14,7 @@ pub struct Readiness {
     /// Whether the node's slices have been published at least once.
     pub published: watch::Receiver<bool>,
     /// Why claim preparation has not recovered its state yet (`None`: it has;
-    /// [`crate::NodeDriver::recovery`]).
+    /// [`tessera_prepare::NodeDriver::recovery`]).
     pub recovery: watch::Receiver<Option<String>>,
 }
 

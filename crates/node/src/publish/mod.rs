@@ -15,7 +15,7 @@
 //!   rest of the process: logged, reported as a Warning event on the Node, and the slices are
 //!   published untainted so that the scheduler can still use the devices.
 //! - Health findings add their taints ([`crate::health`]); so do GPUs a rescan finds lost, which
-//!   stay published with their last known facts ([`crate::inventory::lost`]).
+//!   stay published with their last known facts ([`tessera_prepare::inventory::lost`]).
 //!
 //! Slices are never deleted on shutdown: the kubelet removes them 30 s after the plugin is
 //! gone, and a restarting plugin must not make the devices flap.
@@ -39,8 +39,8 @@ use tessera_gpu_inventory::{
 };
 
 use crate::health::HealthFindings;
-use crate::metrics::{NodeMetrics, Outcome};
-pub use node::{NodeFacts, watch_node};
+use crate::metrics::{NodeMetrics, ResultLabel};
+pub use node::{WatchedNode, watch_node};
 pub use pool::{PoolLayout, PublishedPool, next_generation};
 
 /// The reason of the Node event that reports refused managed mode.
@@ -120,7 +120,7 @@ fn list(violations: &[Violation]) -> String {
 #[derive(Debug, Clone, Copy)]
 pub struct PublishInput<'a> {
     pub inventory: &'a GpuInventory,
-    pub node: &'a NodeFacts,
+    pub node: &'a WatchedNode,
     pub findings: &'a HealthFindings,
 }
 
@@ -278,7 +278,7 @@ impl Publisher {
         input: PublishInput<'_>,
     ) -> Result<PublishOutcome, PublishError> {
         let result = self.publish_inner(input).await;
-        self.metrics.publication(Outcome::of(&result));
+        self.metrics.publication(ResultLabel::of(&result));
         if let Ok(outcome) = &result {
             let devices = PoolLayout::of(&outcome.slices).device_count();
             self.metrics.set_published_pool(devices, outcome.generation);
@@ -399,7 +399,7 @@ impl Publisher {
         Ok(stored)
     }
 
-    async fn refuse_managed_mode(&mut self, node: &NodeFacts) {
+    async fn refuse_managed_mode(&mut self, node: &WatchedNode) {
         let reason = format!(
             "node {} is labelled {}=true, but the API server dropped the device taint {} from its ResourceSlices: the DRADeviceTaints feature gate is off. \
              Topology-managed allocation is refused for this node and its devices are published untainted for the default scheduler; \

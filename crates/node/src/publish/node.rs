@@ -13,14 +13,14 @@ use tokio::task::JoinHandle;
 
 /// The Node's facts that shape the published pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeFacts {
+pub struct WatchedNode {
     pub name: String,
     pub uid: String,
     /// The node carries `gpu.tessera.dev/topology-managed=true`.
     pub topology_managed: bool,
 }
 
-impl NodeFacts {
+impl WatchedNode {
     /// The facts of `node`; `None` if it has no uid (not stored by an API server).
     pub fn of(node: &Node) -> Option<Self> {
         Some(Self {
@@ -41,7 +41,7 @@ pub fn watch_node(
     client: kube::Client,
     name: &str,
     stop: Stop,
-) -> (watch::Receiver<Option<NodeFacts>>, JoinHandle<()>) {
+) -> (watch::Receiver<Option<WatchedNode>>, JoinHandle<()>) {
     let (facts, receiver) = watch::channel(None);
     let nodes: Api<Node> = Api::all(client);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
@@ -54,7 +54,7 @@ pub fn watch_node(
         while let Some(event) = events.next().await {
             match event {
                 Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
-                    let found = NodeFacts::of(&node);
+                    let found = WatchedNode::of(&node);
                     facts.send_if_modified(|current| {
                         let changed = *current != found;
                         *current = found;

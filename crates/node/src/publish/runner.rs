@@ -4,7 +4,7 @@
 //! (the kubelet wipes a plugin's slices when it restarts, so a new registration also triggers a
 //! check). Failures are retried with exponential backoff. It also keeps the kubelet health list
 //! current. A GPU a rescan finds lost stays published with its last known facts, tainted
-//! unreachable ([`crate::inventory::lost`]).
+//! unreachable ([`tessera_prepare::inventory::lost`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,14 +12,14 @@ use std::time::{Duration, SystemTime};
 
 use tessera_gpu_inventory::GpuInventory;
 use tessera_kubelet_grpc::{DeviceHealth, RegistrationState};
+use tessera_prepare::inventory::NodeInventory;
 use tessera_process::Heartbeat;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{NodeFacts, PublishInput, Publisher};
+use super::{PublishInput, Publisher, WatchedNode};
 use crate::health::{HealthFindings, SharedFindings};
-use crate::inventory::NodeInventory;
-use crate::metrics::{NodeMetrics, Outcome};
+use crate::metrics::{NodeMetrics, ResultLabel};
 
 /// First retry delay after a failed publish; doubles up to the rescan interval.
 const FIRST_RETRY: Duration = Duration::from_millis(500);
@@ -39,7 +39,7 @@ pub struct PublishLoop {
     /// The node's GPUs, shared with claim preparation; the loop rescans them.
     pub inventory: Arc<NodeInventory>,
     pub findings: SharedFindings,
-    pub node: watch::Receiver<Option<NodeFacts>>,
+    pub node: watch::Receiver<Option<WatchedNode>>,
     pub registration: watch::Receiver<RegistrationState>,
     /// The device list the kubelet health stream serves.
     pub kubelet_health: watch::Sender<Vec<DeviceHealth>>,
@@ -54,7 +54,7 @@ pub struct PublishLoop {
 #[derive(PartialEq)]
 struct PublishedFrom {
     inventory: Arc<GpuInventory>,
-    node: NodeFacts,
+    node: WatchedNode,
     findings: HealthFindings,
 }
 
@@ -110,7 +110,7 @@ impl PublishLoop {
                 continue;
             };
             let mut findings = self.findings.snapshot();
-            self.inventory.add_lost_findings(&mut findings);
+            findings.record_lost(self.inventory.lost_gpus());
             self.update_kubelet_health(current, &findings, started);
             let node = self.node.borrow().clone();
             let Some(node) = node else {
@@ -200,7 +200,7 @@ impl PublishLoop {
         let read = tokio::task::spawn_blocking(move || shared.rescan()).await;
         match read {
             Ok(Ok(inventory)) => {
-                self.metrics.inventory_scan(Outcome::Success);
+                self.metrics.inventory_scan(ResultLabel::Success);
                 let changed = previous.as_ref().is_none_or(|p| **p != *inventory);
                 if changed && previous.is_some() {
                     tracing::info!("the GPU inventory changed");
@@ -209,12 +209,12 @@ impl PublishLoop {
                 Some(inventory)
             }
             Ok(Err(error)) => {
-                self.metrics.inventory_scan(Outcome::Error);
+                self.metrics.inventory_scan(ResultLabel::Error);
                 tracing::error!(source = %self.inventory.source().describe(), %error, "cannot read the GPU inventory; keeping the last one");
                 previous
             }
             Err(panic) => {
-                self.metrics.inventory_scan(Outcome::Error);
+                self.metrics.inventory_scan(ResultLabel::Error);
                 tracing::error!(%panic, "reading the GPU inventory panicked; keeping the last one");
                 previous
             }

@@ -1,6 +1,5 @@
 //! Shared by the integration tests.
 #![allow(dead_code)]
 
-pub mod harness;
 pub mod node_state;
 pub mod process;

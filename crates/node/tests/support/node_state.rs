@@ -4,12 +4,12 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use tessera_api::checkpoint::{self, ClaimState, DeviceTarget, MigLifecycle};
 use tessera_api::config::{SharingStrategy, TimeSliceInterval};
 use tessera_gpu_inventory::GpuInventory;
-use tessera_node::checkpoint::quarantined_files;
-use tessera_node::mig::SimulatedMig;
-use tessera_node::sharing::SimulatedGpuControl;
+use tessera_prepare::checkpoint::quarantined_files;
+use tessera_prepare::checkpoint::{self, ClaimState, DeviceTarget, MigLifecycle};
+use tessera_prepare::mig::SimulatedMig;
+use tessera_prepare::sharing::SimulatedGpuControl;
 
 /// Checks that what is on disk agrees with the checkpoint in `state`, and the checkpoint with
 /// what the kubelet was told (`prepared`) — except for the claims of an interrupted call
@@ -31,7 +31,7 @@ pub fn check_node_state(
     if !quarantined.is_empty() {
         return Err(format!("a checkpoint was quarantined: {quarantined:?}"));
     }
-    let recorded: BTreeSet<String> = loaded.claims.keys().cloned().collect();
+    let recorded: BTreeSet<String> = loaded.claims.keys().map(ToString::to_string).collect();
     for (uid, record) in &loaded.claims {
         if record.state != ClaimState::PrepareCompleted {
             return Err(format!("{uid} is left {} between calls", record.state));
@@ -62,7 +62,7 @@ pub fn check_node_state(
         .claims
         .iter()
         .filter(|(_, r)| r.mps.is_some())
-        .map(|(uid, _)| uid.clone())
+        .map(|(uid, _)| uid.to_string())
         .collect();
     if daemons != wanted_daemons {
         return Err(format!(

@@ -1,0 +1,224 @@
+//! The CDI spec of a prepared claim (pure): one spec per claim, vendor `gpu.tessera.dev`, class
+//! `claim`, one CDI device per allocated device named `<claim uid>-<device name>`.
+//!
+//! - Spec-level edits (applied once when a container gets any device of the claim): the
+//!   driver's control nodes `/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools`, and —
+//!   with a driver root — the driver's files and the loader-cache hook
+//!   ([`crate::injection::DriverInjection`]). A container that gets devices of two claims gets
+//!   these twice; the runtime keeps one mount per container path and the hook is idempotent.
+//! - Per device: `/dev/nvidia<minor>` of the (parent) GPU; for a MIG device also its GPU- and
+//!   compute-instance capability nodes `/dev/nvidia-caps/nvidia-cap<N>` (host paths under the
+//!   device root when it is not `/`);
+//!   `NVIDIA_VISIBLE_DEVICES` and `CUDA_VISIBLE_DEVICES` listing, by UUID (MIG device UUIDs for
+//!   MIG), the devices of the same request. The kubelet hands a container either every device
+//!   of the claim or those of one request; runtimes apply env entries in order, last one wins, so
+//!   a container using one request sees exactly that request's devices. (A container that uses
+//!   a whole claim with several requests sees the last request's list: name the request.)
+//! - A claim's part of a shared device (consumable shares) is told in `TESSERA_GPU_MEMORY_LIMIT`
+//!   (bytes consumed) and, with N shares, `TESSERA_GPU_SHARES` / `TESSERA_GPU_SHARES_TOTAL`,
+//!   per request like the visible devices.
+//! - Devices shared with MPS also get `CUDA_MPS_PIPE_DIRECTORY` / `CUDA_MPS_LOG_DIRECTORY` and
+//!   bind mounts of the claim's MPS directories from the host.
+
+use tessera_api::DRIVER_NAME;
+use tessera_api::shares::{ENV_MEMORY_LIMIT, ENV_SHARES, ENV_SHARES_TOTAL};
+use tessera_cdi::{ContainerEdits, Device, DeviceNode, Kind, Mount, NameError, Spec};
+use tessera_driver_root::devices::{cap_node, gpu_node};
+
+use crate::checkpoint::{ClaimRecord, DeviceRecord, DeviceShare, DeviceTarget};
+use crate::injection::DriverInjection;
+use crate::mig::MigCapMinors;
+use crate::sharing::{MPS_LOG_DIRECTORY_IN_CONTAINER, MPS_PIPE_DIRECTORY_IN_CONTAINER};
+
+/// The CDI class of Tessera's per-claim specs.
+pub const CDI_CLASS: &str = "claim";
+
+/// The CDI kind of Tessera's claim specs (`gpu.tessera.dev/claim`).
+pub fn kind() -> Kind {
+    // Both parts are constants that satisfy the CDI naming rules (checked by a test).
+    Kind::new(DRIVER_NAME, CDI_CLASS).unwrap_or_else(|e| unreachable!("{e}"))
+}
+
+/// The CDI device name of `device` in the spec of claim `claim_uid`.
+pub fn device_name(claim_uid: &str, device: &str) -> String {
+    format!("{claim_uid}-{device}")
+}
+
+/// The fully qualified CDI device id (`gpu.tessera.dev/claim=<uid>-<device>`).
+pub fn device_id(claim_uid: &str, device: &str) -> String {
+    format!(
+        "{DRIVER_NAME}/{CDI_CLASS}={}",
+        device_name(claim_uid, device)
+    )
+}
+
+/// Why a claim's spec cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CdiSpecError {
+    /// A dynamic MIG device has not been created (a bug in the prepare order).
+    #[error(
+        "device `{device}` has no MIG instance yet; it must be created before its CDI spec is written"
+    )]
+    NoMigInstance { device: String },
+    /// The driver lists no capability device for a MIG instance.
+    #[error(
+        "no nvidia-caps device for GPU instance {gpu_instance_id} (compute instance \
+         {compute_instance_id:?}) of GPU minor {gpu_minor}, needed by device `{device}`; check \
+         /proc/driver/nvidia-caps/mig-minors"
+    )]
+    NoCapability {
+        device: String,
+        gpu_minor: u32,
+        gpu_instance_id: u32,
+        compute_instance_id: Option<u32>,
+    },
+    /// A CDI device name is not valid (a claim UID with unexpected characters).
+    #[error("device `{device}` cannot be named in CDI: {source}")]
+    Name { device: String, source: NameError },
+}
+
+fn bind_mount(host: &str, container: &str) -> Mount {
+    Mount {
+        host_path: host.to_owned(),
+        container_path: container.to_owned(),
+        options: vec!["rbind".into(), "rw".into(), "nosuid".into(), "nodev".into()],
+        mount_type: Some("bind".into()),
+    }
+}
+
+/// The UUIDs of the devices serving `request`, in claim order.
+fn visible_uuids(record: &ClaimRecord, request: &str) -> Result<String, CdiSpecError> {
+    let mut uuids = Vec::new();
+    for device in record.devices.iter().filter(|d| d.request == request) {
+        uuids.push(visible_uuid(device)?);
+    }
+    Ok(uuids.join(","))
+}
+
+fn visible_uuid(device: &DeviceRecord) -> Result<&str, CdiSpecError> {
+    device
+        .target
+        .visible_uuid()
+        .ok_or_else(|| CdiSpecError::NoMigInstance {
+            device: device.device.clone(),
+        })
+}
+
+fn device_nodes(
+    device: &DeviceRecord,
+    caps: &MigCapMinors,
+    injection: &DriverInjection,
+) -> Result<Vec<DeviceNode>, CdiSpecError> {
+    let minor = device.target.gpu_minor();
+    let mut nodes = vec![injection.device_node(&gpu_node(minor))];
+    if let DeviceTarget::Mig { instance, .. } = &device.target {
+        let instance = instance
+            .as_ref()
+            .ok_or_else(|| CdiSpecError::NoMigInstance {
+                device: device.device.clone(),
+            })?;
+        let gi = instance.gpu_instance_id;
+        let ci = instance.compute_instance_id;
+        let missing = |compute_instance_id| CdiSpecError::NoCapability {
+            device: device.device.clone(),
+            gpu_minor: minor,
+            gpu_instance_id: gi,
+            compute_instance_id,
+        };
+        let gi_cap = caps.gpu_instance(minor, gi).ok_or_else(|| missing(None))?;
+        let ci_cap = caps
+            .compute_instance(minor, gi, ci)
+            .ok_or_else(|| missing(Some(ci)))?;
+        for cap in [gi_cap, ci_cap] {
+            nodes.push(injection.device_node(&cap_node(cap)));
+        }
+    }
+    Ok(nodes)
+}
+
+/// What a container is told of its part of shared devices (consumable shares): for the devices of
+/// `request` in order, like `NVIDIA_VISIBLE_DEVICES`, the memory consumed in bytes
+/// ([`ENV_MEMORY_LIMIT`]; the device's whole memory is not known here, so a device with no
+/// consumed memory is `0`), and in the N-shares mode the shares consumed and the N
+/// ([`ENV_SHARES`], [`ENV_SHARES_TOTAL`]). Nothing when no device of the request is shared.
+fn share_env(record: &ClaimRecord, request: &str) -> Vec<String> {
+    let shares: Vec<_> = record
+        .devices
+        .iter()
+        .filter(|d| d.request == request)
+        .map(|d| d.share.as_ref())
+        .collect();
+    if shares.iter().all(Option::is_none) {
+        return Vec::new();
+    }
+    let list = |value: &dyn Fn(&DeviceShare) -> Option<u64>| {
+        shares
+            .iter()
+            .map(|s| s.and_then(value).unwrap_or(0).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut env = vec![format!("{ENV_MEMORY_LIMIT}={}", list(&|s| s.memory_bytes))];
+    if shares.iter().flatten().any(|s| s.shares.is_some()) {
+        env.push(format!("{ENV_SHARES}={}", list(&|s| s.shares)));
+        env.push(format!("{ENV_SHARES_TOTAL}={}", list(&|s| s.total_shares)));
+    }
+    env
+}
+
+/// The spec of a claim whose devices all exist (dynamic MIG instances created).
+pub fn claim_spec(
+    claim_uid: &str,
+    record: &ClaimRecord,
+    caps: &MigCapMinors,
+    injection: &DriverInjection,
+) -> Result<Spec, CdiSpecError> {
+    let mut devices = Vec::with_capacity(record.devices.len());
+    for device in &record.devices {
+        let uuids = visible_uuids(record, &device.request)?;
+        let mut edits = ContainerEdits {
+            env: vec![
+                format!("NVIDIA_VISIBLE_DEVICES={uuids}"),
+                format!("CUDA_VISIBLE_DEVICES={uuids}"),
+            ],
+            device_nodes: device_nodes(device, caps, injection)?,
+            ..ContainerEdits::default()
+        };
+        edits.env.extend(share_env(record, &device.request));
+        if let Some(mps) = record.mps.as_ref().filter(|_| device.uses_mps()) {
+            edits.env.push(format!(
+                "CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE_DIRECTORY_IN_CONTAINER}"
+            ));
+            edits.env.push(format!(
+                "CUDA_MPS_LOG_DIRECTORY={MPS_LOG_DIRECTORY_IN_CONTAINER}"
+            ));
+            edits.mounts.push(bind_mount(
+                &mps.pipe_directory,
+                MPS_PIPE_DIRECTORY_IN_CONTAINER,
+            ));
+            edits.mounts.push(bind_mount(
+                &mps.log_directory,
+                MPS_LOG_DIRECTORY_IN_CONTAINER,
+            ));
+        }
+        let name = device_name(claim_uid, &device.device);
+        tessera_cdi::validate_device_name(&name).map_err(|source| CdiSpecError::Name {
+            device: device.device.clone(),
+            source,
+        })?;
+        devices.push(Device {
+            name,
+            container_edits: edits,
+        });
+    }
+    let mut spec = Spec::new(kind(), devices);
+    spec.container_edits = ContainerEdits {
+        device_nodes: injection.control_nodes.clone(),
+        ..injection.edits.clone()
+    };
+    spec.set_minimum_version();
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,536 @@
+//! Start-up: load the checkpoint (or quarantine it), converge every claim a previous run left,
+//! rebuild a lost checkpoint from the CDI specs and the API server, and remove what no claim
+//! owns (see the crash-point table in [`crate::driver`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use tessera_cdi::{SpecDir, SpecDirError};
+use tessera_kubelet_grpc::{ClaimRef, ClaimUid};
+use tokio::sync::watch;
+
+use super::error::logged;
+use super::placements::HeldPlacements;
+use super::{Core, DriverParts, NodeDriver, NodeDriverConfig, StartError};
+use crate::cdi_spec;
+use crate::checkpoint::{
+    CheckpointOwner, CheckpointStore, CheckpointStoreError, LoadOutcome, read_boot_id,
+};
+use crate::checkpoint::{ClaimRecord, ClaimState, DeviceTarget};
+use crate::claims::ClaimSourceError;
+use crate::mig::MigCapMinors;
+use crate::plan::{MigMode, PlanContext, plan_claim};
+use crate::sharing::MpsDirectories;
+
+/// Temporary spec files older than this at start belong to no live writer.
+const STALE_TEMP_FILE_AGE: Duration = Duration::from_secs(60);
+
+/// What start-up found and did. Claims are named `namespace/name (uid)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartupReport {
+    /// What the checkpoint file held.
+    pub checkpoint: LoadOutcome,
+    /// The checkpoint was written during another boot: the node rebooted.
+    pub rebooted: bool,
+    /// Claims whose interrupted prepare was undone.
+    pub rolled_back: Vec<String>,
+    /// Claims whose interrupted unprepare was finished.
+    pub finished_unprepare: Vec<String>,
+    /// Prepared claims whose side effects were checked and re-established.
+    pub reestablished: Vec<String>,
+    /// Claims recovered from their CDI spec and the API server after the checkpoint was lost.
+    pub rebuilt: Vec<String>,
+    /// CDI specs (claim UIDs) no claim owns any more, removed.
+    pub removed_specs: Vec<String>,
+    /// MPS directories (claim UIDs) no claim owns any more, daemon stopped and removed.
+    pub stopped_mps: Vec<String>,
+    /// Dynamic MIG devices (UUIDs) no claim owns, destroyed.
+    pub destroyed_mig: Vec<String>,
+    /// What went wrong (each also logged); the claims concerned stay recorded for a retry.
+    pub errors: Vec<String>,
+}
+
+impl StartupReport {
+    fn new(checkpoint: LoadOutcome, rebooted: bool) -> Self {
+        Self {
+            checkpoint,
+            rebooted,
+            rolled_back: Vec::new(),
+            finished_unprepare: Vec::new(),
+            reestablished: Vec::new(),
+            rebuilt: Vec::new(),
+            removed_specs: Vec::new(),
+            stopped_mps: Vec::new(),
+            destroyed_mig: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn error(&mut self, message: String) {
+        tracing::error!("recovery: {message}");
+        self.errors.push(message);
+    }
+}
+
+fn describe(uid: &ClaimUid, record: &ClaimRecord) -> String {
+    format!("{} ({uid})", record.display_name())
+}
+
+/// Where start-up recovery stands. Until it has finished, the driver serves what it can
+/// (prepared claims from the checkpoint, unprepare) and refuses new prepares; a task retries
+/// it with backoff, and `/readyz` says why the node is not ready.
+pub(super) struct RecoveryState {
+    /// Calls hold it shared; a recovery attempt holds it exclusively.
+    pub(super) gate: tokio::sync::RwLock<()>,
+    /// `None` once recovered, else why not yet.
+    pending: watch::Sender<Option<String>>,
+    /// The checkpoint was lost and CDI specs of unknown claims exist: they are rebuilt from
+    /// the API server's claims.
+    needs_rebuild: AtomicBool,
+    /// The checkpoint file does not hold this boot's records yet (missing, quarantined, written
+    /// during another boot): the first successful attempt writes it. Otherwise an unchanged
+    /// checkpoint is not rewritten (a full state directory must not stop the plugin).
+    write_needed: AtomicBool,
+}
+
+impl RecoveryState {
+    fn new(needs_rebuild: bool, write_needed: bool) -> Self {
+        Self {
+            gate: tokio::sync::RwLock::new(()),
+            pending: watch::channel(Some("recovery has not run yet".to_owned())).0,
+            needs_rebuild: AtomicBool::new(needs_rebuild),
+            write_needed: AtomicBool::new(write_needed),
+        }
+    }
+
+    /// Why recovery has not finished, if it has not.
+    pub(super) fn pending(&self) -> Option<String> {
+        self.pending.borrow().clone()
+    }
+
+    /// Whether the lost checkpoint still has to be rebuilt.
+    pub(super) fn rebuild_pending(&self) -> bool {
+        self.needs_rebuild.load(Ordering::Relaxed)
+    }
+
+    /// Follows [`RecoveryState::pending`].
+    pub(super) fn subscribe(&self) -> watch::Receiver<Option<String>> {
+        self.pending.subscribe()
+    }
+}
+
+/// Why a recovery attempt did not finish.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RecoveryError {
+    #[error(
+        "the checkpoint was lost and CDI specs of prepared claims exist, but the API server \
+         cannot tell which claims are still allocated here: {0}"
+    )]
+    Rebuild(ClaimSourceError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointStoreError),
+    #[error("cannot list this driver's CDI specs: {0}")]
+    Specs(#[from] SpecDirError),
+    #[error("recovery stopped unexpectedly: {0}")]
+    Panicked(String),
+}
+
+pub(super) async fn start(
+    config: NodeDriverConfig,
+    parts: DriverParts,
+) -> Result<(NodeDriver, StartupReport), StartError> {
+    let boot_id = read_boot_id(&config.boot_id_path)?;
+    let owner = checkpoint_owner(&config, &parts);
+    let (store, loaded, outcome) = CheckpointStore::open(&config.state_dir, &boot_id, &owner)?;
+    let specs = SpecDir::new(&config.cdi_root, cdi_spec::kind());
+    specs.remove_stale_temp_files(STALE_TEMP_FILE_AGE)?;
+    let rebooted =
+        matches!(&outcome, LoadOutcome::Loaded { boot_id: before, .. } if *before != boot_id);
+    let report = startup_report(&outcome, rebooted, &store);
+    let quarantines = AtomicU64::new(u64::from(matches!(
+        outcome,
+        LoadOutcome::Quarantined { .. }
+    )));
+    let lost = matches!(
+        outcome,
+        LoadOutcome::Missing | LoadOutcome::Quarantined { .. }
+    );
+    let unknown_specs = specs
+        .list()?
+        .into_iter()
+        .any(|uid| !loaded.claims.contains_key(&ClaimUid::new(uid)));
+    let write_needed = !matches!(
+        &outcome,
+        LoadOutcome::Loaded {
+            migrated: false,
+            ..
+        }
+    ) || rebooted;
+    let core = Arc::new(Core {
+        node_name: config.node_name,
+        mig_mode: config.mig_mode,
+        total_shares: config.consumable_shares.shares(),
+        mps_root: config.state_dir.join("mps"),
+        caps: MigCapMinors::load(&config.mig_minors_path),
+        injection: config.injection,
+        inventory: parts.inventory,
+        claims: parts.claims,
+        gpu: parts.gpu,
+        mig: parts.mig,
+        store,
+        specs,
+        locks: Arc::default(),
+        admission: std::sync::Mutex::new(()),
+        recovery: RecoveryState::new(lost && unknown_specs, write_needed),
+        quarantines,
+        recovery_errors: AtomicU64::new(0),
+    });
+    let report = recover_or_retry_later(&core, report).await;
+    Ok((NodeDriver { core, status: None }, report))
+}
+
+/// Who the checkpoint belongs to: this node, its pool (named after the node) and its GPUs.
+fn checkpoint_owner(config: &NodeDriverConfig, parts: &DriverParts) -> CheckpointOwner {
+    CheckpointOwner {
+        node_name: config.node_name.clone(),
+        // A node's devices are published in one pool named after the node.
+        pool_name: config.node_name.clone(),
+        gpu_uuids: parts
+            .inventory
+            .current()
+            .gpus
+            .iter()
+            .map(|gpu| gpu.uuid.clone())
+            .collect(),
+    }
+}
+
+/// The start's report as loading the checkpoint left it (a quarantined checkpoint is an
+/// error in it).
+fn startup_report(outcome: &LoadOutcome, rebooted: bool, store: &CheckpointStore) -> StartupReport {
+    let mut report = StartupReport::new(outcome.clone(), rebooted);
+    if let LoadOutcome::Quarantined { moved_to, error } = outcome {
+        report.error(format!(
+            "the checkpoint {} could not be trusted ({error}); moved it to {} and rebuilding \
+             state from the CDI specs and the API server",
+            store.path().display(),
+            moved_to.display()
+        ));
+    }
+    report
+}
+
+/// Runs recovery once; if it does not finish, marks recovery pending (new prepares are
+/// refused) and retries in the background.
+async fn recover_or_retry_later(core: &Arc<Core>, mut report: StartupReport) -> StartupReport {
+    match attempt(core, report.clone()).await {
+        Ok(recovered) => {
+            report = recovered;
+            tracing::info!(?report, "node driver recovered");
+        }
+        Err(error) => {
+            report.error(format!(
+                "recovery could not finish ({error}); serving prepared claims and unprepare, \
+                 refusing new prepares, and retrying"
+            ));
+            core.recovery.pending.send_replace(Some(error.to_string()));
+            tokio::spawn(retry_recovery(Arc::downgrade(core), report.clone()));
+        }
+    }
+    report
+}
+
+/// First delay between recovery attempts after a failed one; doubles up to the maximum.
+const RETRY_FIRST_DELAY: Duration = Duration::from_millis(500);
+const RETRY_MAX_DELAY: Duration = Duration::from_secs(30);
+
+/// Retries recovery until it finishes or the driver is gone.
+async fn retry_recovery(core: Weak<Core>, report: StartupReport) {
+    let mut delay = RETRY_FIRST_DELAY;
+    loop {
+        tokio::time::sleep(delay).await;
+        let Some(core) = core.upgrade() else {
+            return;
+        };
+        match attempt(&core, report.clone()).await {
+            Ok(report) => {
+                core.recovery.pending.send_replace(None);
+                tracing::info!(?report, "node driver recovered after retrying");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(error = %logged(&error), retry_in = ?delay, "recovery could not finish yet");
+                core.recovery.pending.send_replace(Some(error.to_string()));
+                delay = (delay * 2).min(RETRY_MAX_DELAY);
+            }
+        }
+    }
+}
+
+/// One recovery attempt, with every call held off: lists the claims when the checkpoint must
+/// be rebuilt, then converges (blocking work) from the records as they are now.
+async fn attempt(
+    core: &Arc<Core>,
+    mut report: StartupReport,
+) -> Result<StartupReport, RecoveryError> {
+    let _exclusive = core.recovery.gate.write().await;
+    let rebuild_from = if core.recovery.needs_rebuild.load(Ordering::Relaxed) {
+        Some(core.claims.list().await.map_err(RecoveryError::Rebuild)?)
+    } else {
+        None
+    };
+    let recovering = Arc::clone(core);
+    let report = tokio::task::spawn_blocking(move || {
+        recovering.recover(rebuild_from, &mut report)?;
+        let errors = report.errors.len() as u64;
+        recovering
+            .recovery_errors
+            .fetch_add(errors, Ordering::Relaxed);
+        Ok::<_, RecoveryError>(report)
+    })
+    .await
+    .map_err(|e| RecoveryError::Panicked(e.to_string()))??;
+    core.recovery.pending.send_replace(None);
+    Ok(report)
+}
+
+impl Core {
+    fn recover(
+        &self,
+        rebuild_from: Option<Vec<ResourceClaim>>,
+        report: &mut StartupReport,
+    ) -> Result<(), RecoveryError> {
+        let loaded = self.store.records();
+        let mut kept = self.converge_loaded(&loaded, report);
+        if let Some(claims) = rebuild_from {
+            self.rebuild(&claims, &mut kept, report)?;
+        }
+        crate::crash::point("recovery:converged");
+        // Record the outcome (and this boot's id) before removing anything unowned; an
+        // unchanged checkpoint of this boot is left as it is.
+        if kept != loaded || self.recovery.write_needed.load(Ordering::Relaxed) {
+            self.store.update(|records| *records = kept.clone())?;
+            self.recovery.write_needed.store(false, Ordering::Relaxed);
+        }
+        self.recovery.needs_rebuild.store(false, Ordering::Relaxed);
+        crate::crash::point("recovery:recorded");
+        self.collect_garbage(&kept, report)?;
+        Ok(())
+    }
+
+    /// Undoes interrupted claims and re-establishes completed ones; returns the records to keep.
+    fn converge_loaded(
+        &self,
+        loaded: &BTreeMap<ClaimUid, ClaimRecord>,
+        report: &mut StartupReport,
+    ) -> BTreeMap<ClaimUid, ClaimRecord> {
+        let mut kept = BTreeMap::new();
+        let held = HeldPlacements::of(loaded);
+        for (uid, record) in loaded
+            .iter()
+            .filter(|(_, r)| r.state != ClaimState::PrepareCompleted)
+        {
+            match self.undo(uid, record, &held) {
+                Ok(()) if record.state == ClaimState::PrepareStarted => {
+                    report.rolled_back.push(describe(uid, record));
+                }
+                Ok(()) => report.finished_unprepare.push(describe(uid, record)),
+                Err(e) => {
+                    report.error(format!(
+                        "claim {}: undoing the interrupted {} failed: {e}",
+                        describe(uid, record),
+                        record.state
+                    ));
+                    kept.insert(uid.clone(), record.clone());
+                }
+            }
+        }
+        for (uid, record) in loaded
+            .iter()
+            .filter(|(_, r)| r.state == ClaimState::PrepareCompleted)
+        {
+            let mut current = record.clone();
+            match self.establish(uid, &mut current) {
+                Ok(()) => report.reestablished.push(describe(uid, record)),
+                Err(e) => report.error(format!(
+                    "claim {}: re-establishing the prepared claim failed: {e}",
+                    describe(uid, record)
+                )),
+            }
+            kept.insert(uid.clone(), current);
+        }
+        kept
+    }
+
+    /// Recovers claims whose CDI spec exists but whose record was lost: those still allocated
+    /// to this node and reserved for a pod are re-established and recorded.
+    fn rebuild(
+        &self,
+        claims: &[ResourceClaim],
+        kept: &mut BTreeMap<ClaimUid, ClaimRecord>,
+        report: &mut StartupReport,
+    ) -> Result<(), RecoveryError> {
+        let by_uid: BTreeMap<ClaimUid, &ResourceClaim> = claims
+            .iter()
+            .filter_map(|c| Some((ClaimUid::new(c.metadata.uid.as_deref()?), c)))
+            .collect();
+        let inventory = self.inventory();
+        for uid in self.specs.list()?.into_iter().map(ClaimUid::new) {
+            if kept.contains_key(&uid) {
+                continue;
+            }
+            let Some(claim) = by_uid.get(&uid) else {
+                continue;
+            };
+            let reserved = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.reserved_for.as_ref())
+                .is_some_and(|r| !r.is_empty());
+            if !reserved {
+                continue;
+            }
+            let asked = ClaimRef::new(
+                claim.metadata.namespace.as_deref().unwrap_or_default(),
+                claim.metadata.name.as_deref().unwrap_or_default(),
+                uid.clone(),
+            );
+            let context = PlanContext {
+                node_name: &self.node_name,
+                inventory: &inventory,
+                mig_mode: self.mig_mode,
+                mps_root: &self.mps_root,
+                total_shares: self.total_shares,
+            };
+            let mut record = match plan_claim(claim, &asked, context) {
+                Ok(record) => record,
+                Err(e) => {
+                    tracing::info!(claim = %uid, error = %e, "not rebuilding a claim whose spec exists");
+                    continue;
+                }
+            };
+            let name = describe(&uid, &record);
+            match self.establish(&uid, &mut record) {
+                Ok(()) => {
+                    record.state = ClaimState::PrepareCompleted;
+                    kept.insert(uid.clone(), record);
+                    report.rebuilt.push(name);
+                }
+                Err(e) => {
+                    report.error(format!("claim {name}: rebuilding failed: {e}"));
+                    let _ = self.undo(&uid, &record, &HeldPlacements::of(&*kept));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes CDI specs, MPS daemons and (dynamic) MIG instances that no kept claim owns.
+    fn collect_garbage(
+        &self,
+        kept: &BTreeMap<ClaimUid, ClaimRecord>,
+        report: &mut StartupReport,
+    ) -> Result<(), RecoveryError> {
+        for uid in self.specs.list()? {
+            if kept.contains_key(&ClaimUid::new(uid.as_str())) {
+                continue;
+            }
+            match self.specs.remove(&uid) {
+                Ok(_) => report.removed_specs.push(uid),
+                Err(e) => report.error(format!("removing the CDI spec of claim {uid}: {e}")),
+            }
+        }
+        self.collect_mps_directories(kept, report);
+        if self.mig_mode == MigMode::Dynamic {
+            self.collect_mig_instances(kept, report);
+        }
+        Ok(())
+    }
+
+    fn collect_mps_directories(
+        &self,
+        kept: &BTreeMap<ClaimUid, ClaimRecord>,
+        report: &mut StartupReport,
+    ) {
+        // No MPS directory yet: no directories to collect, but maybe daemon pods.
+        let entries = std::fs::read_dir(&self.mps_root).into_iter().flatten();
+        for entry in entries.flatten() {
+            let uid = ClaimUid::new(entry.file_name().to_string_lossy());
+            if kept.get(&uid).is_some_and(|r| r.mps.is_some()) {
+                continue;
+            }
+            let dir = entry.path();
+            let directories = MpsDirectories {
+                pipe: dir.join("pipe"),
+                log: dir.join("log"),
+            };
+            if let Err(e) = self.gpu.stop_mps(&directories) {
+                report.error(format!("stopping the MPS daemon in {}: {e}", dir.display()));
+                continue;
+            }
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => report.stopped_mps.push(uid.to_string()),
+                Err(e) => report.error(format!("removing {}: {e}", dir.display())),
+            }
+        }
+        // Daemons that outlive their directories (daemon pods) of claims no record knows.
+        let running = match self.gpu.mps_daemon_claims() {
+            Ok(running) => running,
+            Err(e) => {
+                report.error(e.to_string());
+                return;
+            }
+        };
+        for uid in running {
+            let stopped = report.stopped_mps.iter().any(|s| s == uid.as_str());
+            if kept.get(&uid).is_some_and(|r| r.mps.is_some()) || stopped {
+                continue;
+            }
+            let dir = self.mps_root.join(uid.as_str());
+            let directories = MpsDirectories {
+                pipe: dir.join("pipe"),
+                log: dir.join("log"),
+            };
+            match self.gpu.stop_mps(&directories) {
+                Ok(()) => report.stopped_mps.push(uid.to_string()),
+                Err(e) => report.error(format!("stopping the MPS daemon of claim {uid}: {e}")),
+            }
+        }
+    }
+
+    fn collect_mig_instances(
+        &self,
+        kept: &BTreeMap<ClaimUid, ClaimRecord>,
+        report: &mut StartupReport,
+    ) {
+        let held: BTreeSet<&str> = kept
+            .values()
+            .flat_map(|r| &r.devices)
+            .filter_map(|d| match &d.target {
+                DeviceTarget::Mig {
+                    instance: Some(i), ..
+                } => Some(i.uuid.as_str()),
+                _ => None,
+            })
+            .collect();
+        let inventory = self.inventory();
+        for gpu in inventory.gpus.iter().filter(|g| g.mig_enabled()) {
+            let live = match self.mig.mig_devices(&gpu.uuid) {
+                Ok(live) => live,
+                Err(e) => {
+                    report.error(e.to_string());
+                    continue;
+                }
+            };
+            for instance in live.iter().filter(|i| !held.contains(i.uuid.as_str())) {
+                match self.mig.destroy(&gpu.uuid, instance) {
+                    Ok(()) => report.destroyed_mig.push(instance.uuid.clone()),
+                    Err(e) => report.error(e.to_string()),
+                }
+            }
+        }
+    }
+}
