@@ -68,6 +68,8 @@ EXPECTATIONS = {
     },
     "prioritized-list/best-available": {"results": 1, "request": "gpu/h100", "node": "node-dgx-h100"},
     "admin-access/all-gpus-admin": {"results": "all-gpus-of-node", "admin": True},
+    # The quota's four GPUs (over-quota/ sits outside the example's applied manifests).
+    "gpu-quota/four-gpus": {"results": 4, "device": r"^gpu-\d+$"},
     "topology-aware/four-gpus": {
         "mode": "topology-aware",
         "results": 4,

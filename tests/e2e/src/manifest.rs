@@ -3,15 +3,18 @@
 //! in a manifest fails here with the file and the document named, not later in the cluster.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use kube::api::{Api, Patch, PatchParams};
 use serde::de::DeserializeOwned;
+
+use crate::wait::{Probe, until};
 
 /// The field manager of everything the suite writes.
 pub const FIELD_MANAGER: &str = "tessera-e2e";
@@ -27,6 +30,8 @@ pub enum Object {
     Deployment(Deployment),
     /// Another driver's devices, standing in for it (deploy/examples/gpu-nic-aligned).
     ResourceSlice(ResourceSlice),
+    /// A namespace's quota (deploy/examples/gpu-quota).
+    ResourceQuota(ResourceQuota),
 }
 
 impl Object {
@@ -40,6 +45,7 @@ impl Object {
             Object::Pod(o) => ("Pod", &o.metadata),
             Object::Deployment(o) => ("Deployment", &o.metadata),
             Object::ResourceSlice(o) => ("ResourceSlice", &o.metadata),
+            Object::ResourceQuota(o) => ("ResourceQuota", &o.metadata),
         };
         let name = meta.name.as_deref().unwrap_or("<no name>");
         match &meta.namespace {
@@ -125,7 +131,8 @@ impl Manifest {
         })
     }
 
-    /// Server-side applies every object, in order.
+    /// Server-side applies every object, in order; after a ResourceQuota, waits until the API
+    /// server enforces it ([`apply_object`]).
     pub async fn apply(&self, client: &kube::Client) -> anyhow::Result<()> {
         for object in &self.objects {
             apply_object(client, object)
@@ -135,6 +142,10 @@ impl Manifest {
         Ok(())
     }
 }
+
+/// How long a new ResourceQuota may take to be enforced (the quota controller computes its
+/// status; until then the API server refuses what the quota covers with "status unknown").
+const QUOTA_ACTIVE_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn object_from_json(json: serde_json::Value) -> anyhow::Result<Object> {
     let api_version = json
@@ -150,6 +161,7 @@ fn object_from_json(json: serde_json::Value) -> anyhow::Result<Object> {
     Ok(match (api_version.as_str(), kind.as_str()) {
         ("v1", "Namespace") => Object::Namespace(typed(json, &kind)?),
         ("v1", "Pod") => Object::Pod(typed(json, &kind)?),
+        ("v1", "ResourceQuota") => Object::ResourceQuota(typed(json, &kind)?),
         ("apps/v1", "Deployment") => Object::Deployment(typed(json, &kind)?),
         ("resource.k8s.io/v1", "DeviceClass") => Object::DeviceClass(typed(json, &kind)?),
         ("resource.k8s.io/v1", "ResourceClaimTemplate") => {
@@ -159,7 +171,7 @@ fn object_from_json(json: serde_json::Value) -> anyhow::Result<Object> {
         ("resource.k8s.io/v1", "ResourceSlice") => Object::ResourceSlice(typed(json, &kind)?),
         _ => bail!(
             "apiVersion `{api_version}` kind `{kind}` is not one the e2e suite applies \
-             (v1 Namespace/Pod; apps/v1 Deployment; resource.k8s.io/v1 \
+             (v1 Namespace/Pod/ResourceQuota; apps/v1 Deployment; resource.k8s.io/v1 \
              DeviceClass/ResourceClaimTemplate/ResourceClaim/ResourceSlice)"
         ),
     })
@@ -169,7 +181,52 @@ fn typed<T: DeserializeOwned>(json: serde_json::Value, kind: &str) -> anyhow::Re
     serde_json::from_value(json).with_context(|| format!("not a valid {kind}"))
 }
 
-async fn apply_object(client: &kube::Client, object: &Object) -> anyhow::Result<()> {
+/// Server-side applies one object. A ResourceQuota is waited for until its `status.hard` holds
+/// every key of `spec.hard`, so that what the manifest creates next is charged to it.
+pub async fn apply_object(client: &kube::Client, object: &Object) -> anyhow::Result<()> {
+    apply_one(client, object).await?;
+    if let Object::ResourceQuota(quota) = object {
+        wait_quota_enforced(client, quota).await?;
+    }
+    Ok(())
+}
+
+async fn wait_quota_enforced(client: &kube::Client, quota: &ResourceQuota) -> anyhow::Result<()> {
+    let name = quota
+        .metadata
+        .name
+        .as_deref()
+        .context("the quota has no name")?;
+    let namespace = quota
+        .metadata
+        .namespace
+        .as_deref()
+        .context("the quota has no namespace")?;
+    let wanted: Vec<String> = quota
+        .spec
+        .as_ref()
+        .and_then(|s| s.hard.as_ref())
+        .map(|h| h.keys().cloned().collect())
+        .unwrap_or_default();
+    let api = Api::<ResourceQuota>::namespaced(client.clone(), namespace);
+    until(
+        &format!("ResourceQuota {namespace}/{name} to be enforced"),
+        QUOTA_ACTIVE_TIMEOUT,
+        || async {
+            let current = api.get(name).await?;
+            let hard = current.status.and_then(|s| s.hard).unwrap_or_default();
+            let missing: Vec<&String> = wanted.iter().filter(|k| !hard.contains_key(*k)).collect();
+            Ok(if missing.is_empty() {
+                Probe::Done(())
+            } else {
+                Probe::Waiting(format!("status.hard lacks {missing:?}"))
+            })
+        },
+    )
+    .await
+}
+
+async fn apply_one(client: &kube::Client, object: &Object) -> anyhow::Result<()> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     match object {
         Object::Namespace(o) => {
@@ -190,6 +247,9 @@ async fn apply_object(client: &kube::Client, object: &Object) -> anyhow::Result<
         }
         Object::ResourceSlice(o) => {
             apply_cluster_scoped::<ResourceSlice>(client, o, &o.metadata, &params).await
+        }
+        Object::ResourceQuota(o) => {
+            apply_namespaced::<ResourceQuota>(client, o, &o.metadata, &params).await
         }
     }
 }

@@ -8,6 +8,7 @@ mod invalid_config;
 mod live;
 mod monitoring;
 mod mps_restart;
+mod quota;
 mod restart;
 mod shared_devices;
 mod sharing;
@@ -141,6 +142,11 @@ pub fn all() -> Vec<Scenario> {
             "invalid-config",
             "deploy/examples/invalid-config: prepare refused, the pod event names the field",
             invalid_config::invalid_config
+        ),
+        scenario!(
+            "gpu-quota",
+            "deploy/examples/gpu-quota: a namespace's ResourceQuota of 4 GPUs; a fifth (claim, device-plugin pod, template claim) is refused naming the quota",
+            quota::gpu_quota
         ),
         scenario!(
             "topology-aware",
