@@ -18,6 +18,7 @@ use tessera_placement::group::{
 use tessera_placement::objects::member_arrival as arrival;
 use tessera_placement::planner::Action;
 use tessera_placement::protocol::{PodPlacement, is_gated, object_key};
+use tessera_placement::reason::{EventKind, PodReason};
 use tessera_placement::resolve::{PodClaim, Resolution, resolve_claims};
 use tessera_placement::view::PodContext;
 use tessera_placement::writes::ClaimProgress;
@@ -151,10 +152,13 @@ impl Worker {
                         fits_when_free: fits,
                     });
                 }
-                self.metrics.failure(failure.reason());
+                self.metrics.pod_failure(failure.reason());
                 match self.undo_members(&resolved).await {
                     Err(outcome) => outcome,
-                    Ok(()) => self.wait_all(&gated, reason, &message, true).await,
+                    Ok(()) => {
+                        self.wait_all(&gated, reason, &message, EventKind::Warning)
+                            .await
+                    }
                 }
             }
         }
@@ -176,8 +180,13 @@ impl Worker {
             by.key, by.since
         );
         Some(
-            self.wait_all(gated, "WaitingBehindGroup", &message, false)
-                .await,
+            self.wait_all(
+                gated,
+                PodReason::WaitingBehindGroup,
+                &message,
+                EventKind::Normal,
+            )
+            .await,
         )
     }
 
@@ -207,7 +216,12 @@ impl Worker {
                             tessera_api::names::GROUP_LABEL
                         );
                         return Err(self
-                            .wait_all(gated, "WaitingForGroup", &message, false)
+                            .wait_all(
+                                gated,
+                                PodReason::WaitingForGroup,
+                                &message,
+                                EventKind::Normal,
+                            )
                             .await);
                     }
                     Ok(Some(group)) => pod_group_min_count(&group),
@@ -217,9 +231,14 @@ impl Worker {
         match count {
             Ok(count) => Ok(count),
             Err(e) => {
-                self.metrics.failure("InvalidInput");
+                self.metrics.pod_failure(PodReason::InvalidInput);
                 Err(self
-                    .wait_all(gated, "InvalidInput", &e.to_string(), true)
+                    .wait_all(
+                        gated,
+                        PodReason::InvalidInput,
+                        &e.to_string(),
+                        EventKind::Warning,
+                    )
                     .await)
             }
         }
@@ -247,9 +266,11 @@ impl Worker {
                 }),
                 Resolution::Waiting(_) => unresolved += 1,
                 Resolution::Invalid(message) => {
-                    self.metrics.failure("InvalidInput");
+                    self.metrics.pod_failure(PodReason::InvalidInput);
                     let message = format!("{key}: pod {}: {message}", object_key(&member.metadata));
-                    return Err(self.wait_all(gated, "InvalidInput", &message, true).await);
+                    return Err(self
+                        .wait_all(gated, PodReason::InvalidInput, &message, EventKind::Warning)
+                        .await);
                 }
             }
         }
@@ -299,7 +320,7 @@ impl Worker {
         let capacity = matches!(
             decision.outcome,
             GroupOutcome::Wait {
-                reason: "GroupUnsatisfiable",
+                reason: PodReason::GroupUnsatisfiable,
                 ..
             }
         );
@@ -388,10 +409,9 @@ impl Worker {
         for (pod, mut record, message) in released {
             record.placed_at = Timestamp::now().to_string();
             let report = Report {
-                placed: true,
-                reason: "Allocated",
+                reason: PodReason::Allocated,
                 message: format!("{summary}; {message}"),
-                warning: false,
+                kind: EventKind::Normal,
             };
             let result = self
                 .release(pod, true, &record, report, || {
@@ -412,18 +432,17 @@ impl Worker {
     async fn wait_all(
         &self,
         gated: &[Arc<Pod>],
-        reason: &'static str,
+        reason: PodReason,
         message: &str,
-        warning: bool,
+        kind: EventKind,
     ) -> Outcome {
         for member in gated {
             self.report(
                 member,
                 Report {
-                    placed: false,
                     reason,
                     message: message.to_owned(),
-                    warning,
+                    kind,
                 },
             )
             .await;

@@ -10,7 +10,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::api::{ApiWriter, WriteError, current_condition};
+use crate::api::{ApiWriter, WriteError, condition_status, current_condition};
 use crate::cluster::Cluster;
 use crate::events::{Events, PodEvent};
 use crate::group::WaitingGroups;
@@ -22,6 +22,7 @@ use tessera_placement::message::{CONDITION_MESSAGE_LIMIT, claim_list, truncate};
 use tessera_placement::planner::{Action, Decision, Failure, Placement};
 use tessera_placement::pods::is_candidate;
 use tessera_placement::protocol::{ClaimMark, PodPlacement, is_gated, object_key};
+use tessera_placement::reason::{EventKind, PodReason};
 use tessera_placement::resolve::{Resolution, resolve_claims};
 use tessera_placement::view::{PodContext, Settings, decide_pod, decide_released};
 use tessera_placement::writes::{
@@ -30,11 +31,10 @@ use tessera_placement::writes::{
 };
 
 /// What the pod's condition and event say.
-pub(crate) struct Report<'a> {
-    pub placed: bool,
-    pub reason: &'a str,
+pub(crate) struct Report {
+    pub reason: PodReason,
     pub message: String,
-    pub warning: bool,
+    pub kind: EventKind,
 }
 
 /// Processes pods, one at a time.
@@ -103,17 +103,16 @@ impl Worker {
     /// Parks a pod that a waiting group holds back ([`crate::group`]), saying so on the pod.
     async fn wait_behind_group(&self, pod: &Pod) -> Option<Outcome> {
         let by = self.held_back(pod, None)?;
-        self.metrics.failure("WaitingBehindGroup");
+        self.metrics.pod_failure(PodReason::WaitingBehindGroup);
         let message = format!(
             "waiting behind {}, which arrived earlier and has waited for capacity since {}: \
              pods that arrived later are not placed before it",
             by.key, by.since
         );
         let report = Report {
-            placed: false,
-            reason: "WaitingBehindGroup",
+            reason: PodReason::WaitingBehindGroup,
             message,
-            warning: false,
+            kind: EventKind::Normal,
         };
         self.report(pod, report).await;
         Some(Outcome::Park)
@@ -135,28 +134,26 @@ impl Worker {
         let claims = match resolution {
             Resolution::Resolved(claims) => claims,
             Resolution::Waiting(message) => {
-                self.metrics.failure("WaitingForClaims");
+                self.metrics.pod_failure(PodReason::WaitingForClaims);
                 self.report(
                     &pod,
                     Report {
-                        placed: false,
-                        reason: "WaitingForClaims",
+                        reason: PodReason::WaitingForClaims,
                         message,
-                        warning: false,
+                        kind: EventKind::Normal,
                     },
                 )
                 .await;
                 return Outcome::Park;
             }
             Resolution::Invalid(message) => {
-                self.metrics.failure("InvalidInput");
+                self.metrics.pod_failure(PodReason::InvalidInput);
                 self.report(
                     &pod,
                     Report {
-                        placed: false,
-                        reason: "InvalidInput",
+                        reason: PodReason::InvalidInput,
                         message,
-                        warning: true,
+                        kind: EventKind::Warning,
                     },
                 )
                 .await;
@@ -252,10 +249,9 @@ impl Worker {
         let message =
             "every claim of the pod was already allocated; released it to the scheduler".to_owned();
         let report = Report {
-            placed: true,
-            reason: "AlreadyAllocated",
+            reason: PodReason::AlreadyAllocated,
             message,
-            warning: false,
+            kind: EventKind::Normal,
         };
         self.release(pod, gated, &record, report, || {}).await
     }
@@ -273,10 +269,9 @@ impl Worker {
         self.report(
             &pod,
             Report {
-                placed: false,
-                reason: "LeftToScheduler",
+                reason: PodReason::LeftToScheduler,
                 message,
-                warning: false,
+                kind: EventKind::Normal,
             },
         )
         .await;
@@ -296,14 +291,13 @@ impl Worker {
                 return self.write_failed(&pod, e);
             }
         }
-        self.metrics.failure(failure.reason());
+        self.metrics.pod_failure(failure.reason());
         self.report(
             &pod,
             Report {
-                placed: false,
                 reason: failure.reason(),
                 message,
-                warning: true,
+                kind: EventKind::Warning,
             },
         )
         .await;
@@ -336,10 +330,9 @@ impl Worker {
             .claims_allocated
             .inc_by(placement.writes.len() as u64);
         let report = Report {
-            placed: true,
-            reason: "Allocated",
+            reason: PodReason::Allocated,
             message,
-            warning: false,
+            kind: EventKind::Normal,
         };
         self.release(pod, gated, &record, report, || {
             self.metrics.pods_placed.inc();
@@ -393,7 +386,6 @@ impl Worker {
                 .patch_claim(
                     "add the finalizer and mark to",
                     &claim,
-                    false,
                     &mark_patch(&claim, &mark),
                 )
                 .await?;
@@ -409,10 +401,9 @@ impl Worker {
         allocation.allocation_timestamp = Some(Time(Timestamp::now()));
         let updated = self
             .writer
-            .patch_claim(
+            .patch_claim_status(
                 "write the allocation of",
                 &claim,
-                true,
                 &allocation_patch(&claim, &allocation),
             )
             .await?;
@@ -459,10 +450,9 @@ impl Worker {
             let result = match step {
                 UndoStep::Deallocate(_) => {
                     self.writer
-                        .patch_claim(
+                        .patch_claim_status(
                             "clear the allocation of",
                             &claim,
-                            true,
                             &deallocation_patch(&claim),
                         )
                         .await
@@ -474,7 +464,6 @@ impl Worker {
                         .patch_claim(
                             "remove the finalizer and mark from",
                             &claim,
-                            false,
                             &unmark_patch(&claim, *remove_finalizer),
                         )
                         .await
@@ -512,7 +501,7 @@ impl Worker {
         pod: Arc<Pod>,
         gated: bool,
         record: &PodPlacement,
-        report: Report<'_>,
+        report: Report,
         released: impl FnOnce(),
     ) -> Outcome {
         let gate = gated.then_some(self.config.gate.as_str());
@@ -531,19 +520,19 @@ impl Worker {
     }
 
     pub(crate) fn write_failed(&self, pod: &Pod, e: WriteError) -> Outcome {
-        self.metrics.failure(e.reason());
+        self.metrics.write_failure(&e);
         tracing::info!(pod = %object_key(&pod.metadata), error = %e, "write failed; retrying later");
         Outcome::Retry
     }
 
     /// Sets the condition and queues an event ([`crate::events`]), unless the condition already
     /// says the same.
-    pub(crate) async fn report(&self, pod: &Pod, report: Report<'_>) {
+    pub(crate) async fn report(&self, pod: &Pod, report: Report) {
         let message = truncate(&report.message, CONDITION_MESSAGE_LIMIT);
-        let status = if report.placed { "True" } else { "False" };
+        let status = condition_status(report.reason);
         let unchanged = current_condition(pod).is_some_and(|c| {
             c.status == status
-                && c.reason.as_deref() == Some(report.reason)
+                && c.reason.as_deref() == Some(report.reason.as_str())
                 && c.message.as_deref() == Some(message.as_str())
         });
         if unchanged {
@@ -551,7 +540,7 @@ impl Worker {
         }
         match self
             .writer
-            .set_condition(pod, report.placed, report.reason, &message)
+            .set_condition(pod, report.reason, &message)
             .await
         {
             Ok(updated) => {
@@ -563,8 +552,8 @@ impl Worker {
         }
         self.events.publish(PodEvent::new(
             pod,
-            report.warning,
-            report.reason,
+            report.kind,
+            report.reason.as_str(),
             &report.message,
         ));
     }

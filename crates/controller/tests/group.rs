@@ -25,6 +25,7 @@ use tessera_placement::group::{
 };
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::planner::Action;
+use tessera_placement::reason::PodReason;
 use tessera_placement::resolve::{PodClaim, Resolution, resolve_claims};
 use tessera_placement::view::{ClusterSnapshot, PodContext, Settings};
 
@@ -271,7 +272,7 @@ fn a_gang_that_does_not_fit_whole_places_nothing() {
     else {
         panic!("expected the group to wait, got {:?}", decision.outcome);
     };
-    assert_eq!(*reason, "GroupUnsatisfiable");
+    assert_eq!(reason.as_str(), "GroupUnsatisfiable");
     assert!(
         message.contains("group ml/big needs 3 of its 3 gated pods placed together"),
         "{message}"
@@ -298,7 +299,7 @@ fn two_gangs_that_do_not_fit_together_one_runs_the_other_waits() {
         matches!(
             second.outcome,
             GroupOutcome::Wait {
-                reason: "GroupUnsatisfiable",
+                reason: PodReason::GroupUnsatisfiable,
                 ..
             }
         ),
@@ -363,7 +364,7 @@ fn a_group_short_of_pods_waits_for_them() {
     else {
         panic!("{:?}", decision.outcome);
     };
-    assert_eq!(*reason, "WaitingForGroup");
+    assert_eq!(reason.as_str(), "WaitingForGroup");
     assert!(message.contains("waiting for 2 more"), "{message}");
     assert_eq!(decision.steps, 0);
 }

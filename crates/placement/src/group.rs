@@ -40,6 +40,7 @@ use crate::claims::allocation;
 use crate::planner::{Action, Decision, Failure};
 use crate::pods::pod_usage_requests;
 use crate::protocol::object_key;
+use crate::reason::PodReason;
 use crate::resolve::PodClaim;
 use crate::resources::NodeUsage;
 use crate::view::{ClusterSnapshot, PodContext, Settings, decide_pod_within};
@@ -342,7 +343,7 @@ pub enum GroupOutcome {
         failure: Failure,
         /// The condition reason: `WaitingForGroup` (pods or claims missing),
         /// `GroupUnsatisfiable` or `InvalidInput`.
-        reason: &'static str,
+        reason: PodReason,
         message: String,
         /// The closest attempt (or each pod alone with [`GroupSettings::accounts`]).
         pods: Vec<PodAccount>,
@@ -613,7 +614,7 @@ fn short_of_pods(input: &GroupInput<'_>) -> Option<GroupDecision> {
     Some(GroupDecision {
         outcome: GroupOutcome::Wait {
             failure: Failure::Unsatisfiable,
-            reason: "WaitingForGroup",
+            reason: PodReason::WaitingForGroup,
             message: format!(
                 "{} needs {} pods placed together (minCount {}, {} placed already); {} of them are gated \
                  here with their claims, waiting for {missing} more{claims}",
@@ -918,14 +919,14 @@ fn wait_outcome(
     if let Some(invalid) = invalid {
         return GroupOutcome::Wait {
             failure: Failure::InvalidInput,
-            reason: "InvalidInput",
+            reason: PodReason::InvalidInput,
             message: format!("{}: {invalid}", input.key),
             pods,
         };
     }
     GroupOutcome::Wait {
         failure: Failure::Unsatisfiable,
-        reason: "GroupUnsatisfiable",
+        reason: PodReason::GroupUnsatisfiable,
         message: summary,
         pods,
     }

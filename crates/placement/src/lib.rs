@@ -27,6 +27,7 @@ pub mod objects;
 pub mod planner;
 pub mod pods;
 pub mod protocol;
+pub mod reason;
 pub mod resolve;
 pub mod resources;
 pub mod synthetic;
@@ -36,4 +37,5 @@ pub mod writes;
 
 pub use objects::{ClusterObjects, GroupVerdict, PodVerdict};
 pub use planner::{Action, Decision, Failure, Placement};
+pub use reason::{EventKind, PodReason};
 pub use view::{ClusterSnapshot, PodContext, Settings, decide_pod};

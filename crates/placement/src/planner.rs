@@ -24,6 +24,7 @@ use crate::extended::ExtendedResources;
 use crate::message::{claim_list, unsatisfiable_message};
 use crate::nodes::{NodeFilter, Rejection};
 use crate::protocol::PodPlacement;
+use crate::reason::PodReason;
 use crate::resolve::PodClaim;
 
 /// Everything one decision reads.
@@ -115,10 +116,10 @@ pub enum Failure {
 
 impl Failure {
     /// The condition reason and metric label.
-    pub fn reason(self) -> &'static str {
+    pub fn reason(self) -> PodReason {
         match self {
-            Failure::Unsatisfiable => "Unsatisfiable",
-            Failure::InvalidInput => "InvalidInput",
+            Failure::Unsatisfiable => PodReason::Unsatisfiable,
+            Failure::InvalidInput => PodReason::InvalidInput,
         }
     }
 }

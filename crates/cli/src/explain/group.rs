@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tessera_placement::group::{GroupOutcome, PodAccount};
-use tessera_placement::{Action, GroupVerdict, Settings};
+use tessera_placement::{Action, GroupVerdict, PodReason, Settings};
 
 use super::{Objects, OutputFormat};
 
@@ -32,7 +32,7 @@ struct GroupReport {
     /// Per pod: its node, and a note (placed; or where it fits alone / why not).
     pods: Vec<PodLine>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<&'static str>,
+    reason: Option<PodReason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
     steps: usize,
@@ -55,7 +55,7 @@ fn report(wanted: &str, verdict: GroupVerdict) -> GroupReport {
     let (key, min_count, placed, members, decision) = match verdict {
         GroupVerdict::Invalid(why) => {
             report.action = "InvalidGroup";
-            report.reason = Some("InvalidInput");
+            report.reason = Some(PodReason::InvalidInput);
             report.message = Some(why);
             return report;
         }
@@ -167,7 +167,7 @@ fn write_text(out: &mut impl Write, r: &GroupReport) -> anyhow::Result<()> {
             r.pod,
             r.min_count.unwrap_or_default(),
             r.placed_already,
-            r.reason.unwrap_or_default()
+            r.reason.map(PodReason::as_str).unwrap_or_default()
         )?,
     }
     for line in &r.pods {

@@ -9,7 +9,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tessera_placement::protocol::object_key;
-use tessera_placement::{Action, Decision, Placement, PodVerdict, Settings};
+use tessera_placement::{Action, Decision, Placement, PodReason, PodVerdict, Settings};
 
 use super::{Objects, OutputFormat, result_line};
 
@@ -33,7 +33,7 @@ struct PodReport {
     score: Option<String>,
     /// The condition's reason when the pod cannot be placed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<&'static str>,
+    reason: Option<PodReason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
     /// The claim kube-scheduler made for the pod's extended resources
@@ -70,7 +70,7 @@ fn report(pod: &str, verdict: PodVerdict) -> PodReport {
         }
         PodVerdict::InvalidClaims(why) => {
             report.action = "InvalidClaims";
-            report.reason = Some("InvalidInput");
+            report.reason = Some(PodReason::InvalidInput);
             report.message = Some(why);
             return report;
         }
@@ -235,7 +235,7 @@ fn write_text(out: &mut impl Write, r: &PodReport, settings: &Settings) -> anyho
             writeln!(
                 out,
                 "pod {pod} cannot be placed now ({}): {message}",
-                r.reason.unwrap_or_default()
+                r.reason.map(PodReason::as_str).unwrap_or_default()
             )?;
             if !r.undo.is_empty() {
                 writeln!(
