@@ -23,7 +23,7 @@ use tessera_placement::resolve::{PodClaim, Resolution, resolve_claims};
 use tessera_placement::view::PodContext;
 use tessera_placement::writes::ClaimProgress;
 
-use crate::queue::Outcome;
+use crate::queue::Processed;
 use crate::worker::{Report, Worker};
 
 /// The groups waiting for capacity, for [`held_back_by`].
@@ -93,7 +93,7 @@ impl Worker {
         pod: Arc<Pod>,
         key: GroupKey,
         started: Instant,
-    ) -> Outcome {
+    ) -> Processed {
         let pods = self.cluster.group_pods(&key);
         let gated: Vec<Arc<Pod>> = pods
             .iter()
@@ -171,7 +171,7 @@ impl Worker {
         key: &GroupKey,
         arrived: Timestamp,
         gated: &[Arc<Pod>],
-    ) -> Option<Outcome> {
+    ) -> Option<Processed> {
         let by = self
             .held_back(pod, Some(key))
             .filter(|by| by.arrived < arrived)?;
@@ -197,7 +197,7 @@ impl Worker {
         key: &GroupKey,
         pods: &[Arc<Pod>],
         gated: &[Arc<Pod>],
-    ) -> Result<Option<u32>, Outcome> {
+    ) -> Result<Option<u32>, Processed> {
         let count = match key.source {
             GroupSource::Label => label_min_count(key, pods.iter().map(|p| &**p)).map(Some),
             GroupSource::PodGroup => {
@@ -205,7 +205,7 @@ impl Worker {
                     Err(e) => {
                         return Err(match gated.first() {
                             Some(pod) => self.write_failed(pod, e),
-                            None => Outcome::Retry,
+                            None => Processed::Retry,
                         });
                     }
                     Ok(None) => {
@@ -250,7 +250,7 @@ impl Worker {
         &self,
         key: &GroupKey,
         gated: &[Arc<Pod>],
-    ) -> Result<(Vec<Resolved>, u32), Outcome> {
+    ) -> Result<(Vec<Resolved>, u32), Processed> {
         let mut resolved: Vec<Resolved> = Vec::new();
         let mut unresolved = 0;
         for member in gated {
@@ -339,7 +339,7 @@ impl Worker {
 
     /// Undoes the allocations an earlier leader left for members: a waiting group holds no
     /// devices.
-    async fn undo_members(&self, resolved: &[Resolved]) -> Result<(), Outcome> {
+    async fn undo_members(&self, resolved: &[Resolved]) -> Result<(), Processed> {
         for r in resolved {
             for claim in PodClaims::sort(&r.pod, &r.claims).own {
                 if let Err(e) = self.undo(&[ClaimProgress::of_own(claim)], &r.pod).await {
@@ -357,7 +357,7 @@ impl Worker {
         placed: Vec<(Arc<Pod>, Action)>,
         summary: &str,
         started: Instant,
-    ) -> Outcome {
+    ) -> Processed {
         let mut progress: Vec<(Arc<Pod>, Vec<ClaimProgress>)> = Vec::new();
         let mut released: Vec<(Arc<Pod>, PodPlacement, String)> = Vec::new();
         for (pod, action) in &placed {
@@ -405,7 +405,7 @@ impl Worker {
         }
         // Every claim is written: release the pods. A release that fails is finished by the next
         // decision, which finds the member's claims allocated and releases it.
-        let mut outcome = Outcome::Done;
+        let mut outcome = Processed::Done;
         for (pod, mut record, message) in released {
             record.placed_at = Timestamp::now().to_string();
             let report = Report {
@@ -421,7 +421,7 @@ impl Worker {
                         .observe(started.elapsed().as_secs_f64());
                 })
                 .await;
-            if result != Outcome::Done {
+            if result != Processed::Done {
                 outcome = result;
             }
         }
@@ -435,7 +435,7 @@ impl Worker {
         reason: PodReason,
         message: &str,
         kind: EventKind,
-    ) -> Outcome {
+    ) -> Processed {
         for member in gated {
             self.report(
                 member,
@@ -447,7 +447,7 @@ impl Worker {
             )
             .await;
         }
-        Outcome::Park
+        Processed::Park
     }
 }
 

@@ -436,7 +436,7 @@ mod tests {
     use tessera_api::names::TOPOLOGY_AWARE_GATE;
 
     use super::*;
-    use crate::queue::Outcome;
+    use crate::queue::Processed;
 
     fn meta(name: &str) -> ObjectMeta {
         ObjectMeta {
@@ -479,7 +479,7 @@ mod tests {
         }
         for _ in 0..2 {
             let key = signals.queue().pop(now).expect("queued");
-            signals.queue().done(&key, Outcome::Park, now);
+            signals.queue().done(&key, Processed::Park, now);
         }
         let claim = ResourceClaim {
             metadata: meta("its-claim"),
@@ -490,7 +490,7 @@ mod tests {
         assert_eq!(signals.queue().pop(now).as_deref(), Some("ml/waiting"));
         assert_eq!(signals.queue().pop(now), None);
         // An update of a claim already seen wakes nobody at once.
-        signals.queue().done("ml/waiting", Outcome::Park, now);
+        signals.queue().done("ml/waiting", Processed::Park, now);
         on_claim(
             &signals,
             &Event::Apply(claim.clone()),

@@ -15,7 +15,7 @@ use crate::cluster::Cluster;
 use crate::events::{Events, PodEvent};
 use crate::group::WaitingGroups;
 use crate::metrics::Metrics;
-use crate::queue::Outcome;
+use crate::queue::Processed;
 use crate::trim;
 use tessera_placement::group::group_key;
 use tessera_placement::message::{CONDITION_MESSAGE_LIMIT, claim_list, truncate};
@@ -75,7 +75,7 @@ fn unix_micros() -> u64 {
 
 impl Worker {
     /// Processes the pod `namespace/name`.
-    pub async fn process(&self, key: &str) -> Outcome {
+    pub async fn process(&self, key: &str) -> Processed {
         timing(key, "popped");
         let outcome = self.process_pod(key).await;
         tracing::debug!(target: "tessera_controller::timing", pod = key, step = "done",
@@ -83,14 +83,14 @@ impl Worker {
         outcome
     }
 
-    async fn process_pod(&self, key: &str) -> Outcome {
+    async fn process_pod(&self, key: &str) -> Processed {
         let started = Instant::now();
         let (pod_namespace, name) = key.split_once('/').unwrap_or(("", key));
         let Some(pod) = self.cluster.pod(pod_namespace, name) else {
-            return Outcome::Done;
+            return Processed::Done;
         };
         if !is_candidate(&pod, &self.config.gate) {
-            return Outcome::Done;
+            return Processed::Done;
         }
         if is_gated(&pod, &self.config.gate)
             && let Some(key) = group_key(&pod)
@@ -101,7 +101,7 @@ impl Worker {
     }
 
     /// Parks a pod that a waiting group holds back ([`crate::group`]), saying so on the pod.
-    async fn wait_behind_group(&self, pod: &Pod) -> Option<Outcome> {
+    async fn wait_behind_group(&self, pod: &Pod) -> Option<Processed> {
         let by = self.held_back(pod, None)?;
         self.metrics.pod_failure(PodReason::WaitingBehindGroup);
         let message = format!(
@@ -115,11 +115,11 @@ impl Worker {
             kind: EventKind::Normal,
         };
         self.report(pod, report).await;
-        Some(Outcome::Park)
+        Some(Processed::Park)
     }
 
     /// Processes a pod that is placed alone.
-    pub(crate) async fn process_single(&self, pod: Arc<Pod>, started: Instant) -> Outcome {
+    pub(crate) async fn process_single(&self, pod: Arc<Pod>, started: Instant) -> Processed {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let namespace = namespace.as_str();
         let gated = is_gated(&pod, &self.config.gate);
@@ -144,7 +144,7 @@ impl Worker {
                     },
                 )
                 .await;
-                return Outcome::Park;
+                return Processed::Park;
             }
             Resolution::Invalid(message) => {
                 self.metrics.pod_failure(PodReason::InvalidInput);
@@ -157,7 +157,7 @@ impl Worker {
                     },
                 )
                 .await;
-                return Outcome::Park;
+                return Processed::Park;
             }
         };
         // A released pod whose claims are all allocated (each placed pod is looked at once more
@@ -201,7 +201,7 @@ impl Worker {
         gated: bool,
         decision: Decision,
         started: Instant,
-    ) -> Outcome {
+    ) -> Processed {
         let Decision {
             action,
             mut record,
@@ -219,7 +219,7 @@ impl Worker {
             }
         }
         match action {
-            Action::Nothing => Outcome::Done,
+            Action::Nothing => Processed::Done,
             Action::Release { node } => {
                 if let Some(node) = node {
                     record.node = node;
@@ -244,7 +244,7 @@ impl Worker {
         pod: Arc<Pod>,
         gated: bool,
         mut record: PodPlacement,
-    ) -> Outcome {
+    ) -> Processed {
         record.placed_at = Timestamp::now().to_string();
         let message =
             "every claim of the pod was already allocated; released it to the scheduler".to_owned();
@@ -258,7 +258,12 @@ impl Worker {
 
     /// The scheduler can allocate what the pod asks and the controller cannot: remove the gate
     /// without a placement record (the controller has nothing more to do with this pod).
-    async fn leave_to_scheduler(&self, mut pod: Arc<Pod>, gated: bool, message: String) -> Outcome {
+    async fn leave_to_scheduler(
+        &self,
+        mut pod: Arc<Pod>,
+        gated: bool,
+        message: String,
+    ) -> Processed {
         let gate = gated.then_some(self.config.gate.as_str());
         let patch = pod_patch(&pod, None, gate);
         match self.writer.patch_pod("release", &pod, &patch).await {
@@ -275,7 +280,7 @@ impl Worker {
             },
         )
         .await;
-        Outcome::Done
+        Processed::Done
     }
 
     /// The pod fits nowhere now: undo its own partial allocations, report why and park it.
@@ -285,7 +290,7 @@ impl Worker {
         failure: Failure,
         message: String,
         undo: Vec<Arc<ResourceClaim>>,
-    ) -> Outcome {
+    ) -> Processed {
         for claim in undo {
             if let Err(e) = self.undo(&[ClaimProgress::of_own(claim)], &pod).await {
                 return self.write_failed(&pod, e);
@@ -301,7 +306,7 @@ impl Worker {
             },
         )
         .await;
-        Outcome::Park
+        Processed::Park
     }
 
     async fn place(
@@ -311,7 +316,7 @@ impl Worker {
         mut record: PodPlacement,
         placement: Placement,
         started: Instant,
-    ) -> Outcome {
+    ) -> Processed {
         let mut progress: Vec<ClaimProgress> = Vec::new();
         if let Err(e) = self.write_placement(&pod, &placement, &mut progress).await {
             tracing::info!(pod = %object_key(&pod.metadata), error = %e,
@@ -503,7 +508,7 @@ impl Worker {
         record: &PodPlacement,
         report: Report,
         released: impl FnOnce(),
-    ) -> Outcome {
+    ) -> Processed {
         let gate = gated.then_some(self.config.gate.as_str());
         let updated = match self
             .writer
@@ -516,13 +521,13 @@ impl Worker {
         timing_of(&pod, "released");
         released();
         self.report(&updated, report).await;
-        Outcome::Done
+        Processed::Done
     }
 
-    pub(crate) fn write_failed(&self, pod: &Pod, e: WriteError) -> Outcome {
+    pub(crate) fn write_failed(&self, pod: &Pod, e: WriteError) -> Processed {
         self.metrics.write_failure(&e);
         tracing::info!(pod = %object_key(&pod.metadata), error = %e, "write failed; retrying later");
-        Outcome::Retry
+        Processed::Retry
     }
 
     /// Sets the condition and queues an event ([`crate::events`]), unless the condition already
