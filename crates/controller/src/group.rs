@@ -15,7 +15,7 @@ use tessera_placement::group::{
     Domain, GroupDecision, GroupInput, GroupKey, GroupOutcome, GroupScore, GroupSource, Member,
     Waiting, decide_group, fits_when_free, held_back_by, label_min_count, pod_group_min_count,
 };
-use tessera_placement::objects::member_arrival as arrival;
+use tessera_placement::group::member_arrival as arrival;
 use tessera_placement::planner::Action;
 use tessera_placement::protocol::{PodPlacement, is_gated, object_key};
 use tessera_placement::reason::{EventKind, PodReason};

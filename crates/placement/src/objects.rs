@@ -14,10 +14,10 @@ use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::Timestamp;
 use tessera_allocator::DeviceIndex;
 
-use crate::group::{
-    GroupDecision, GroupInput, GroupKey, GroupSource, Member, decide_group, group_key,
-    label_min_count, pod_group_min_count,
+use crate::group::membership::{
+    GroupKey, GroupSource, group_key, label_min_count, member_arrival, pod_group_min_count,
 };
+use crate::group::search::{GroupDecision, GroupInput, Member, decide_group};
 use crate::nodes::NodeFacts;
 use crate::planner::Decision;
 use crate::pods::{devices_in_use, is_candidate, node_usage};
@@ -230,15 +230,6 @@ fn group_min_count(
             pod_group_min_count(group).map_err(|e| e.to_string())
         }
     }
-}
-
-/// When a pod was created: its place in the group's order (the epoch when unknown).
-pub fn member_arrival(pod: &Pod) -> Timestamp {
-    pod.metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0)
-        .unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
 /// What the controller does with a group.

@@ -21,7 +21,7 @@ use tessera_allocator::{
 
 use crate::claims::PodClaims;
 use crate::extended::ExtendedResources;
-use crate::group::{DEFAULT_GROUP_HOLD, GroupSettings};
+use crate::group::settings::{DEFAULT_GROUP_HOLD, GroupSettings};
 use crate::managed::{managed_slices, unmanaged_slices};
 use crate::nodes::{NodeFacts, NodeFilter, PodRequirements};
 use crate::planner::{Action, Decision, PlacementInput, decide};
@@ -41,7 +41,7 @@ pub struct Settings {
     /// How groups (gangs) are decided ([`crate::group`]).
     pub group: GroupSettings,
     /// How long a group waits for capacity before it holds back later arrivals
-    /// ([`crate::group::held_back_by`]).
+    /// ([`crate::group::starvation::held_back_by`]).
     pub group_hold: SignedDuration,
 }
 
