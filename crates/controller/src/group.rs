@@ -11,11 +11,11 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use tessera_placement::claims::PodClaims;
+use tessera_placement::group::member_arrival as arrival;
 use tessera_placement::group::{
-    Domain, GroupDecision, GroupInput, GroupKey, GroupOutcome, GroupScore, GroupSource, Member,
+    Domain, GroupInput, GroupKey, GroupOutcome, GroupPlan, GroupScore, GroupSource, Member,
     Waiting, decide_group, fits_when_free, held_back_by, label_min_count, pod_group_min_count,
 };
-use tessera_placement::group::member_arrival as arrival;
 use tessera_placement::planner::Action;
 use tessera_placement::protocol::{PodPlacement, is_gated, object_key};
 use tessera_placement::reason::{EventKind, PodReason};
@@ -125,12 +125,12 @@ impl Worker {
             .observe(started.elapsed().as_secs_f64());
         match decision.outcome {
             GroupOutcome::Place {
-                decisions,
+                plans,
                 domain,
                 score,
             } => {
                 self.waiting.remove(&key);
-                let placed: Vec<(Arc<Pod>, Action)> = decisions
+                let placed: Vec<(Arc<Pod>, Action)> = plans
                     .into_iter()
                     .map(|(i, d)| (resolved[i].pod.clone(), d.action))
                     .collect();
@@ -289,7 +289,7 @@ impl Worker {
         (min_count, placed): (u32, u32),
         resolved: &[Resolved],
         unresolved: u32,
-    ) -> (GroupDecision, Option<bool>) {
+    ) -> (GroupPlan, Option<bool>) {
         let input = &GroupInput {
             key,
             min_count,

@@ -19,7 +19,7 @@ use crate::queue::Processed;
 use crate::trim;
 use tessera_placement::group::group_key;
 use tessera_placement::message::{CONDITION_MESSAGE_LIMIT, claim_list, truncate};
-use tessera_placement::planner::{Action, Decision, Failure, Placement};
+use tessera_placement::planner::{Action, Failure, Placement, PodPlan};
 use tessera_placement::pods::is_candidate;
 use tessera_placement::protocol::{ClaimMark, PodPlacement, is_gated, object_key};
 use tessera_placement::reason::{EventKind, PodReason};
@@ -199,10 +199,10 @@ impl Worker {
         &self,
         mut pod: Arc<Pod>,
         gated: bool,
-        decision: Decision,
+        decision: PodPlan,
         started: Instant,
     ) -> Processed {
-        let Decision {
+        let PodPlan {
             action,
             mut record,
             record_first,

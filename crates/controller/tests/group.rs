@@ -19,7 +19,7 @@ use tessera_api::names::{GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION, RACK_LABEL};
 use tessera_gpu_inventory::render::ServerVersion;
 use tessera_gpu_inventory::{DeviceSource, MockSource, RenderOptions, render_slices};
 use tessera_placement::group::{
-    GroupDecision, GroupError, GroupInput, GroupKey, GroupOutcome, GroupSettings, GroupSource,
+    GroupError, GroupInput, GroupKey, GroupOutcome, GroupPlan, GroupSettings, GroupSource,
     Hierarchy, Member, Waiting, decide_group, fits_when_free, group_key, held_back_by,
     label_min_count, pod_group_min_count,
 };
@@ -118,7 +118,7 @@ impl World {
             .collect()
     }
 
-    fn decide(&self, group: &str, settings: &GroupSettings) -> GroupDecision {
+    fn decide(&self, group: &str, settings: &GroupSettings) -> GroupPlan {
         self.decide_in(&self.view(), group, settings)
     }
 
@@ -127,7 +127,7 @@ impl World {
         view: &ClusterSnapshot,
         group: &str,
         settings: &GroupSettings,
-    ) -> GroupDecision {
+    ) -> GroupPlan {
         let members = self.members(group);
         let key = group_key(&members[0].0).unwrap();
         let min_count = label_min_count(&key, members.iter().map(|(p, _)| p)).unwrap();
@@ -161,11 +161,11 @@ impl World {
     }
 
     /// Writes a placed group's allocations into the claims (as the controller would).
-    fn apply(&mut self, decision: &GroupDecision) {
-        let GroupOutcome::Place { decisions, .. } = &decision.outcome else {
+    fn apply(&mut self, decision: &GroupPlan) {
+        let GroupOutcome::Place { plans, .. } = &decision.outcome else {
             panic!("expected a placement, got {:?}", decision.outcome);
         };
-        for (_, d) in decisions {
+        for (_, d) in plans {
             let Action::Place(p) = &d.action else {
                 panic!("expected pod placements");
             };
@@ -185,11 +185,11 @@ impl World {
 }
 
 /// Pod name → node of a placed group, sorted by pod.
-fn nodes_of(decision: &GroupDecision) -> Vec<(String, String)> {
-    let GroupOutcome::Place { decisions, .. } = &decision.outcome else {
+fn nodes_of(decision: &GroupPlan) -> Vec<(String, String)> {
+    let GroupOutcome::Place { plans, .. } = &decision.outcome else {
         panic!("expected a placement, got {:?}", decision.outcome);
     };
-    let mut out: Vec<(String, String)> = decisions
+    let mut out: Vec<(String, String)> = plans
         .iter()
         .map(|(_, d)| {
             let Action::Place(p) = &d.action else {

@@ -36,6 +36,6 @@ pub mod view;
 pub mod writes;
 
 pub use objects::{ClusterObjects, GroupVerdict, PodVerdict};
-pub use planner::{Action, Decision, Failure, Placement};
+pub use planner::{Action, Failure, Placement, PodPlan};
 pub use reason::{EventKind, PodReason};
 pub use view::{ClusterSnapshot, PodContext, Settings, decide_pod};

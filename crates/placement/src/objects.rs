@@ -17,9 +17,9 @@ use tessera_allocator::DeviceIndex;
 use crate::group::membership::{
     GroupKey, GroupSource, group_key, label_min_count, member_arrival, pod_group_min_count,
 };
-use crate::group::search::{GroupDecision, GroupInput, Member, decide_group};
+use crate::group::search::{GroupInput, GroupPlan, Member, decide_group};
 use crate::nodes::NodeFacts;
-use crate::planner::Decision;
+use crate::planner::PodPlan;
 use crate::pods::{devices_in_use, is_candidate, node_usage};
 use crate::protocol::{is_bound, is_gated, is_terminal, object_key};
 use crate::resolve::{Resolution, resolve_claims};
@@ -46,7 +46,7 @@ pub enum PodVerdict {
     /// The pod's claims cannot be resolved as written (why).
     InvalidClaims(String),
     /// The planner's decision.
-    Decided(Decision),
+    Decided(PodPlan),
 }
 
 fn in_namespace(
@@ -243,7 +243,7 @@ pub enum GroupVerdict {
         min_count: u32,
         placed: u32,
         members: Vec<String>,
-        decision: GroupDecision,
+        decision: GroupPlan,
     },
 }
 

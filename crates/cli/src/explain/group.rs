@@ -74,14 +74,14 @@ fn report(wanted: &str, verdict: GroupVerdict) -> GroupReport {
     report.truncated = decision.truncated;
     match decision.outcome {
         GroupOutcome::Place {
-            decisions,
+            plans,
             domain,
             score,
         } => {
             report.action = "PlaceGroup";
             report.domain = Some(domain.to_string());
             report.message = Some(format!("{score:?}"));
-            for (index, d) in decisions {
+            for (index, d) in plans {
                 let (node, note) = match &d.action {
                     Action::Place(p) => (Some(p.node.clone()), format!("placed ({})", p.score)),
                     Action::Release { node } => (node.clone(), "already allocated".to_owned()),

@@ -9,7 +9,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tessera_placement::protocol::object_key;
-use tessera_placement::{Action, Decision, Placement, PodReason, PodVerdict, Settings};
+use tessera_placement::{Action, Placement, PodPlan, PodReason, PodVerdict, Settings};
 
 use super::{Objects, OutputFormat, result_line};
 
@@ -74,7 +74,7 @@ fn report(pod: &str, verdict: PodVerdict) -> PodReport {
             report.message = Some(why);
             return report;
         }
-        PodVerdict::Decided(Decision { action, .. }) => action,
+        PodVerdict::Decided(PodPlan { action, .. }) => action,
     };
     match decision {
         Action::Place(Placement {

@@ -1,6 +1,6 @@
 //! Groups (gangs): gated pods that are placed together or not at all, close together across
 //! nodes. A function of data like the rest of the crate; the controller carries a
-//! [`GroupDecision`] out and `tessera explain --group` prints it.
+//! [`GroupPlan`] out and `tessera explain --group` prints it.
 //!
 //! **Membership.** A pod names its group with the upstream field `spec.schedulingGroup.podGroupName`
 //! (a `scheduling.k8s.io/v1beta1` PodGroup with a `gang` policy gives `minCount`), or, where the
@@ -44,7 +44,7 @@ pub use membership::{
 };
 pub use score::GroupScore;
 pub use search::{
-    ALTERNATIVES, GroupDecision, GroupInput, GroupOutcome, Member, PodAccount, decide_group,
+    ALTERNATIVES, GroupInput, GroupOutcome, GroupPlan, Member, PodAccount, decide_group,
 };
 pub use settings::{
     DEFAULT_GROUP_BUDGET, DEFAULT_GROUP_HOLD, GroupSettings, Hierarchy, ZONE_LABEL,

@@ -3,7 +3,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::group::domains::Level;
-use crate::planner::{Action, Decision};
+use crate::planner::{Action, PodPlan};
 
 /// How close a group's pods are; lower is better, compared field by field in this order.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -20,7 +20,7 @@ pub struct GroupScore {
 }
 
 /// The node a decision places on, if any.
-pub(crate) fn decision_node(decision: &Decision) -> Option<&str> {
+pub(crate) fn decision_node(decision: &PodPlan) -> Option<&str> {
     match &decision.action {
         Action::Place(p) => Some(&p.node),
         Action::Release { node } => node.as_deref(),
@@ -29,7 +29,7 @@ pub(crate) fn decision_node(decision: &Decision) -> Option<&str> {
 }
 
 pub(crate) fn score(
-    placed: &[(usize, Decision)],
+    placed: &[(usize, PodPlan)],
     clique: Option<&Level>,
     labels: &[Level],
     index: &HashMap<String, usize>,

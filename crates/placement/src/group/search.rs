@@ -12,7 +12,7 @@ use crate::group::domains::{Domain, Layout, Level, subdomains};
 use crate::group::membership::GroupKey;
 use crate::group::score::{GroupScore, decision_node, score};
 use crate::group::settings::GroupSettings;
-use crate::planner::{Action, Decision, Failure};
+use crate::planner::{Action, Failure, PodPlan};
 use crate::pods::pod_usage_requests;
 use crate::protocol::object_key;
 use crate::reason::PodReason;
@@ -64,7 +64,7 @@ pub enum GroupOutcome {
     /// Carry out each member's decision (index into [`GroupInput::members`]); members not listed
     /// stay gated for a later decision.
     Place {
-        decisions: Vec<(usize, Decision)>,
+        plans: Vec<(usize, PodPlan)>,
         domain: Domain,
         score: GroupScore,
     },
@@ -80,9 +80,9 @@ pub enum GroupOutcome {
     },
 }
 
-/// A group decision and what it cost.
+/// The search's answer for a group, and what it cost.
 #[derive(Clone, Debug, PartialEq)]
-pub struct GroupDecision {
+pub struct GroupPlan {
     pub outcome: GroupOutcome,
     /// Pod decisions taken.
     pub steps: usize,
@@ -92,7 +92,7 @@ pub struct GroupDecision {
 
 /// A successful or partial attempt in one domain.
 struct Attempt {
-    placed: Vec<(usize, Decision)>,
+    placed: Vec<(usize, PodPlan)>,
     /// Members not placed, with the last reason.
     missed: Vec<(usize, String)>,
 }
@@ -192,7 +192,7 @@ impl Search<'_, '_> {
 }
 
 /// The group waits for pods (or their claims) that do not exist yet.
-fn short_of_pods(input: &GroupInput<'_>) -> Option<GroupDecision> {
+fn short_of_pods(input: &GroupInput<'_>) -> Option<GroupPlan> {
     let needed = input.needed();
     let have = input.members.len();
     if have >= needed {
@@ -207,7 +207,7 @@ fn short_of_pods(input: &GroupInput<'_>) -> Option<GroupDecision> {
     } else {
         String::new()
     };
-    Some(GroupDecision {
+    Some(GroupPlan {
         outcome: GroupOutcome::Wait {
             failure: Failure::Unsatisfiable,
             reason: PodReason::WaitingForGroup,
@@ -271,7 +271,7 @@ pub fn decide_group(
     settings: &Settings,
     group: &GroupSettings,
     now: Timestamp,
-) -> GroupDecision {
+) -> GroupPlan {
     if let Some(waiting) = short_of_pods(input) {
         return waiting;
     }
@@ -293,9 +293,9 @@ pub fn decide_group(
         if let Some((score, domain, attempt)) =
             search_level(&mut search, &layout, domains, sub_level, &mut closest)
         {
-            return GroupDecision {
+            return GroupPlan {
                 outcome: GroupOutcome::Place {
-                    decisions: attempt.placed,
+                    plans: attempt.placed,
                     domain,
                     score,
                 },
@@ -306,7 +306,7 @@ pub fn decide_group(
     }
     let (steps, truncated) = (search.steps, search.truncated);
     let outcome = wait_outcome(input, context, settings, group, now, closest, truncated);
-    GroupDecision {
+    GroupPlan {
         outcome,
         steps,
         truncated,
