@@ -13,7 +13,7 @@ use tessera_allocator::{DEFAULT_STEP_BUDGET, NumaPolicy};
 use tessera_placement::Settings;
 use tessera_placement::group::{DEFAULT_GROUP_BUDGET, DEFAULT_GROUP_HOLD, Hierarchy};
 
-use crate::group::WaitingGroups;
+use crate::waiting::WaitingGroups;
 use tessera_process::{Endpoints, Heartbeat, Liveness, Probe};
 use tokio::sync::watch;
 

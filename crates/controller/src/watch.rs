@@ -77,7 +77,7 @@ impl Signals {
     }
 
     fn enqueue(&self, key: String) {
-        crate::worker::timing(&key, "queued");
+        crate::timing::at(&key, "queued");
         self.queue().add(&key);
         self.wake.notify_one();
     }
@@ -184,7 +184,7 @@ fn on_claim(
     };
     let namespace = claim.metadata.namespace.clone().unwrap_or_default();
     if old.is_none() && matches!(event, Event::Apply(_)) {
-        crate::worker::timing(&key(&claim.metadata), "claim-seen");
+        crate::timing::at(&key(&claim.metadata), "claim-seen");
     }
     let pod = |name: &str| pods.get(&ObjectRef::new(name).within(&namespace));
     // A released pod whose claim lost the allocation the controller wrote: the scheduler gave it

@@ -1,16 +1,14 @@
-//! `tessera explain --pod` for a pod of a group (gang): the group's decision, decided by
-//! `tessera_placement::ClusterObjects::decide_group_of` — the same gathering and decision the
-//! controller makes — with each waiting pod's account (where it fits alone, or why not).
+//! `tessera explain --pod` for a pod of a group (gang): the verdict on its group, from
+//! `tessera_placement::ClusterObjects::decide` — the controller's own entry point and decision —
+//! with each waiting pod's account (where it fits alone, or why not).
 
 use std::io::Write;
 
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tessera_placement::group::{GroupOutcome, PodAccount};
-use tessera_placement::{Action, GroupVerdict, PodReason, Settings};
+use tessera_placement::{Action, GroupVerdict, PodReason};
 
-use super::{Objects, OutputFormat};
+use super::OutputFormat;
 
 /// What `-o json` prints for a pod of a group.
 #[derive(Debug, Default, Serialize)]
@@ -59,13 +57,29 @@ fn report(wanted: &str, verdict: GroupVerdict) -> GroupReport {
             report.message = Some(why);
             return report;
         }
+        GroupVerdict::MissingPodGroup { key, .. } => {
+            report.action = "InvalidGroup";
+            report.reason = Some(PodReason::InvalidInput);
+            report.message = Some(format!(
+                "{key} is not among the objects; without it the group waits ({})",
+                PodReason::WaitingForGroup
+            ));
+            return report;
+        }
+        GroupVerdict::HeldBack { key, message, .. } => {
+            report.action = "WaitGroup";
+            report.group = Some(key.to_string());
+            report.reason = Some(PodReason::WaitingBehindGroup);
+            report.message = Some(message);
+            return report;
+        }
         GroupVerdict::Decided {
             key,
             min_count,
             placed,
             members,
-            decision,
-        } => (key, min_count, placed, members, decision),
+            plan,
+        } => (key, min_count, placed, members, plan),
     };
     report.group = Some(key.to_string());
     report.min_count = Some(min_count);
@@ -117,22 +131,13 @@ fn report(wanted: &str, verdict: GroupVerdict) -> GroupReport {
     report
 }
 
-/// Explains the group of `pod`; `false` when the pod is not placed as part of a group.
+/// Explains the verdict on the group of the pod `wanted`.
 pub fn explain(
-    objects: &Objects,
-    pod: &Pod,
+    verdict: GroupVerdict,
     wanted: &str,
-    settings: &Settings,
     output: OutputFormat,
     out: &mut impl Write,
-) -> anyhow::Result<bool> {
-    let Some(verdict) =
-        objects
-            .cluster
-            .decide_group_of(pod, &objects.pod_groups, settings, Timestamp::now())
-    else {
-        return Ok(false);
-    };
+) -> anyhow::Result<()> {
     let r = report(wanted, verdict);
     match output {
         OutputFormat::Json => {
@@ -141,7 +146,7 @@ pub fn explain(
         }
         OutputFormat::Text => write_text(out, &r)?,
     }
-    Ok(true)
+    Ok(())
 }
 
 fn write_text(out: &mut impl Write, r: &GroupReport) -> anyhow::Result<()> {

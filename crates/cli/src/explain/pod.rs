@@ -9,7 +9,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tessera_placement::protocol::object_key;
-use tessera_placement::{Action, Placement, PodPlan, PodReason, PodVerdict, Settings};
+use tessera_placement::{Action, Placement, PodPlan, PodReason, PodVerdict, Settings, Verdict};
 
 use super::{Objects, OutputFormat, result_line};
 
@@ -19,7 +19,7 @@ use super::{Objects, OutputFormat, result_line};
 struct PodReport {
     pod: String,
     /// `Place`, `Release`, `LeaveToScheduler`, `CannotPlace`, `Nothing`, `NotCandidate`,
-    /// `WaitingForClaims` or `InvalidClaims`.
+    /// `WaitingForClaims`, `WaitingBehindGroup` or `InvalidClaims`.
     action: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     node: Option<String>,
@@ -63,8 +63,14 @@ fn report(pod: &str, verdict: PodVerdict) -> PodReport {
             report.message = Some(why);
             return report;
         }
+        PodVerdict::HeldBack { message, .. } => {
+            report.action = PodReason::WaitingBehindGroup.as_str();
+            report.reason = Some(PodReason::WaitingBehindGroup);
+            report.message = Some(message);
+            return report;
+        }
         PodVerdict::WaitingForClaims(why) => {
-            report.action = "WaitingForClaims";
+            report.action = PodReason::WaitingForClaims.as_str();
             report.message = Some(why);
             return report;
         }
@@ -160,10 +166,11 @@ pub fn explain(
             }
         );
     }
-    if super::group::explain(objects, pod, wanted, settings, output, out)? {
-        return Ok(());
-    }
-    let mut report = report(wanted, cluster.decide(pod, settings, Timestamp::now()));
+    let verdict = match cluster.decide(pod, &objects.pod_groups, settings, Timestamp::now()) {
+        Verdict::Group(verdict) => return super::group::explain(verdict, wanted, output, out),
+        Verdict::Pod(verdict) => verdict,
+    };
+    let mut report = report(wanted, verdict);
     report.extended_resource_claim = pod
         .status
         .as_ref()
@@ -245,7 +252,9 @@ fn write_text(out: &mut impl Write, r: &PodReport, settings: &Settings) -> anyho
                 )?;
             }
         }
-        "WaitingForClaims" => writeln!(out, "pod {pod} waits for its claims: {message}")?,
+        action if action == PodReason::WaitingForClaims.as_str() => {
+            writeln!(out, "pod {pod} waits for its claims: {message}")?
+        }
         "Nothing" => writeln!(
             out,
             "pod {pod}: nothing to do (released, every claim allocated)"
