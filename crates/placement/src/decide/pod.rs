@@ -179,12 +179,10 @@ fn steps(pod: &Arc<Pod>, gate: Option<&str>, plan: &PodPlan) -> (Vec<Step>, Vec<
             message,
             undo,
         } => {
-            first.extend(undo_steps(pod, undo));
             let reason = failure.reason();
-            let steps = vec![
-                Step::Count(Count::Failure(reason)),
-                report(reason, message, EventKind::Warning),
-            ];
+            first.extend(undo_steps(pod, undo));
+            first.push(Step::Count(Count::Failure(reason)));
+            let steps = vec![report(reason, message, EventKind::Warning)];
             (steps, Then::Park)
         }
         Action::Place(placement) => {
