@@ -14,7 +14,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use tessera_placement::claims::{allocation, is_reserved};
-use tessera_placement::decision::{Count, Decision, PodPatch, Report, Step, Then};
+use tessera_placement::decision::{Count, Decision, Notice, PodPatch, Step, Then};
 use tessera_placement::message::{CONDITION_MESSAGE_LIMIT, truncate};
 use tessera_placement::protocol::{ClaimMark, object_key};
 use tessera_placement::writes::{
@@ -114,9 +114,9 @@ impl<'w> Execution<'w> {
             Step::PatchPod { pod, patch } => {
                 self.patch_pod(&pod, patch).await.map_err(|e| (pod, e))?;
             }
-            Step::Report { pod, report } => {
+            Step::Notify { pod, notice } => {
                 let pod = self.pod(&pod);
-                self.report(&pod, report).await;
+                self.notify(&pod, notice).await;
             }
             Step::Count(count) => self.count(count),
             Step::Remember(waiting) => self.to.waiting.insert(waiting),
@@ -318,12 +318,12 @@ impl<'w> Execution<'w> {
 
     /// Sets the condition and queues an event ([`crate::events`]), unless the condition already
     /// says the same.
-    async fn report(&mut self, pod: &Pod, report: Report) {
-        let message = truncate(&report.message, CONDITION_MESSAGE_LIMIT);
-        let status = condition_status(report.reason);
+    async fn notify(&mut self, pod: &Pod, notice: Notice) {
+        let message = truncate(&notice.message, CONDITION_MESSAGE_LIMIT);
+        let status = condition_status(notice.reason);
         let unchanged = current_condition(pod).is_some_and(|c| {
             c.status == status
-                && c.reason.as_deref() == Some(report.reason.as_str())
+                && c.reason.as_deref() == Some(notice.reason.as_str())
                 && c.message.as_deref() == Some(message.as_str())
         });
         if unchanged {
@@ -332,7 +332,7 @@ impl<'w> Execution<'w> {
         match self
             .to
             .writer
-            .set_condition(pod, report.reason, &message)
+            .set_condition(pod, notice.reason, &message)
             .await
         {
             Ok(updated) => {
@@ -344,9 +344,9 @@ impl<'w> Execution<'w> {
         }
         self.to.events.publish(PodEvent::new(
             pod,
-            report.kind,
-            report.reason.as_str(),
-            &report.message,
+            notice.kind,
+            notice.reason.as_str(),
+            &notice.message,
         ));
     }
 

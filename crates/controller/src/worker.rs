@@ -11,7 +11,7 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::Timestamp;
 use tessera_placement::decide::{decide, pod_group_needed};
-use tessera_placement::decision::{ClusterSource, Decision, PodVerdict, Verdict};
+use tessera_placement::decision::{ClusterSource, Decision, PodVerdict, Ruling};
 use tessera_placement::group::membership::GroupKey;
 use tessera_placement::planner::Action;
 use tessera_placement::view::{PodContext, Settings};
@@ -87,7 +87,7 @@ impl Worker {
         };
         let waiting = self.waiting.all();
         let decision = decide(&pod, &caches, &waiting, &self.config, Timestamp::now());
-        if decision.verdict.planned() {
+        if decision.ruling.planned() {
             self.metrics
                 .decision_seconds
                 .observe(started.elapsed().as_secs_f64());
@@ -109,8 +109,8 @@ impl Worker {
 /// Whether the planner placed, released or gave up on a pod alone (not a released pod looked at
 /// again, whose claims are all allocated): the `decided` step of the timing events.
 fn planned_alone(decision: &Decision) -> bool {
-    matches!(&decision.verdict,
-        Verdict::Pod(PodVerdict::Decided(plan)) if plan.action != Action::Nothing)
+    matches!(&decision.ruling,
+        Ruling::Pod(PodVerdict::Decided(plan)) if plan.action != Action::Nothing)
 }
 
 /// A PodGroup read from the API server: its key, and the PodGroup when it exists.

@@ -14,7 +14,7 @@ use support::*;
 use tessera_api::names::{GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION, TOPOLOGY_AWARE_GATE};
 use tessera_placement::decide::decide;
 use tessera_placement::decision::{
-    Count, Decision, GroupVerdict, PodPatch, PodVerdict, Step, Then, Verdict,
+    Count, Decision, GroupVerdict, PodPatch, PodVerdict, Ruling, Step, Then,
 };
 use tessera_placement::group::{GroupKey, GroupSource, Waiting};
 use tessera_placement::{ClusterObjects, EventKind, PodReason, Settings};
@@ -100,7 +100,7 @@ fn shape(step: &Step) -> String {
             Some(record) => format!("release {} on {}", name(pod), record.node),
             None => format!("release {} unrecorded", name(pod)),
         },
-        Step::Report { pod, report } => format!("report {} {}", name(pod), report.reason),
+        Step::Notify { pod, notice } => format!("report {} {}", name(pod), notice.reason),
         Step::Count(count) => format!("count {count:?}"),
         Step::Remember(w) => format!("remember {}", w.key),
         Step::Forget(key) => format!("forget {key}"),
@@ -117,8 +117,8 @@ fn a_placed_pod_has_its_claims_written_first_then_is_released_and_told() {
     let pod = add_pod(&mut objects, "trainer", 4, "2026-11-22T09:00:00Z");
     let decision = decided(&objects, &pod, &[]);
     assert!(matches!(
-        decision.verdict,
-        Verdict::Pod(PodVerdict::Decided(_))
+        decision.ruling,
+        Ruling::Pod(PodVerdict::Decided(_))
     ));
     assert_eq!(
         shapes(&decision.first),
@@ -153,11 +153,11 @@ fn a_pod_that_does_not_fit_is_counted_told_with_a_warning_and_parked() {
     let pod = add_pod(&mut objects, "huge", 16, "2026-11-22T09:00:00Z");
     let decision = decided(&objects, &pod, &[]);
     assert_eq!(shapes(&decision.first), ["count Failure(Unsatisfiable)"]);
-    let Step::Report { report, .. } = &decision.per_pod[0][0] else {
+    let Step::Notify { notice, .. } = &decision.per_pod[0][0] else {
         panic!("a report");
     };
     assert_eq!(
-        (report.reason, report.kind),
+        (notice.reason, notice.kind),
         (PodReason::Unsatisfiable, EventKind::Warning)
     );
     assert_eq!(decision.then, Then::Park);
@@ -180,8 +180,8 @@ fn a_waiting_group_holds_a_later_pod_back_and_a_group_without_gated_pods_is_forg
         fits_when_free: true,
     };
     let decision = decided(&objects, &pod, &[waiting("early"), waiting("gone")]);
-    let Verdict::Pod(PodVerdict::HeldBack { by, .. }) = &decision.verdict else {
-        panic!("held back: {:?}", decision.verdict);
+    let Ruling::Pod(PodVerdict::HeldBack { by, .. }) = &decision.ruling else {
+        panic!("held back: {:?}", decision.ruling);
     };
     assert_eq!(by.key, key("early"));
     assert_eq!(
@@ -203,8 +203,8 @@ fn a_placed_group_writes_every_claim_before_releasing_any_pod() {
     let mut objects = cluster(&["dgx-a", "dgx-b"]);
     let pods = add_group(&mut objects, "train", 2, 8);
     let decision = decided(&objects, &pods[1], &[]);
-    let Verdict::Group(GroupVerdict::Decided { members, .. }) = &decision.verdict else {
-        panic!("the group is decided: {:?}", decision.verdict);
+    let Ruling::Group(GroupVerdict::Decided { members, .. }) = &decision.ruling else {
+        panic!("the group is decided: {:?}", decision.ruling);
     };
     assert_eq!(members, &["ml/train-0", "ml/train-1"]);
     let first = shapes(&decision.first);
@@ -264,8 +264,8 @@ fn a_group_that_does_not_fit_remembers_itself_undoes_its_leftovers_and_waits() {
         mark.to_annotation(),
     )]));
     let decision = decided(&objects, &pods[0], &[]);
-    let Verdict::Group(GroupVerdict::Decided { .. }) = &decision.verdict else {
-        panic!("the group is decided: {:?}", decision.verdict);
+    let Ruling::Group(GroupVerdict::Decided { .. }) = &decision.ruling else {
+        panic!("the group is decided: {:?}", decision.ruling);
     };
     let Step::Remember(waiting) = &decision.first[0] else {
         panic!("remembered first: {:?}", shapes(&decision.first));

@@ -1,8 +1,8 @@
 //! A decision as data: what the controller does for a pod, or for the group the pod belongs to —
 //! the claims it writes and undoes, the pod patches, the conditions and events, what it counts,
-//! in order — and what was decided ([`Verdict`], what `tessera explain --pod` prints).
+//! in order — and what was decided ([`Ruling`], what `tessera explain --pod` prints).
 //! [`crate::decide::decide`] makes one from what a [`ClusterSource`] holds; the controller's
-//! worker carries it out, step by step, and explain prints its verdict.
+//! worker carries it out, step by step, and explain prints its ruling.
 //!
 //! **Order and undo.** [`Decision::first`] is carried out first, all or nothing: claims undone
 //! and written, a placement record that must precede them, the waiting groups remembered or
@@ -47,7 +47,7 @@ pub trait ClusterSource {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     /// What was decided.
-    pub verdict: Verdict,
+    pub ruling: Ruling,
     /// Carried out first, all or nothing.
     pub first: Vec<Step>,
     /// Then each pod's own steps, pod by pod.
@@ -58,9 +58,9 @@ pub struct Decision {
 
 impl Decision {
     /// A decision that changes nothing: the pod is done.
-    pub fn nothing(verdict: Verdict) -> Decision {
+    pub fn nothing(ruling: Ruling) -> Decision {
         Decision {
-            verdict,
+            ruling,
             first: Vec::new(),
             per_pod: Vec::new(),
             then: Then::Done,
@@ -97,7 +97,7 @@ pub enum Step {
     PatchPod { pod: Arc<Pod>, patch: PodPatch },
     /// Sets the pod's condition and records an event, unless the condition already says the
     /// same.
-    Report { pod: Arc<Pod>, report: Report },
+    Notify { pod: Arc<Pod>, notice: Notice },
     /// Counts in the controller's metrics.
     Count(Count),
     /// Remembers a group that waits for capacity (kept if it is remembered already).
@@ -121,7 +121,7 @@ pub enum PodPatch {
 
 /// What the pod's condition and event say.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Report {
+pub struct Notice {
     /// The condition's reason (its status is `True` when the reason says the pod is placed)
     /// and the event's.
     pub reason: PodReason,
@@ -144,20 +144,20 @@ pub enum Count {
 
 /// What was decided.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Verdict {
+pub enum Ruling {
     /// About the pod alone.
     Pod(PodVerdict),
     /// About the group the pod belongs to.
     Group(GroupVerdict),
 }
 
-impl Verdict {
+impl Ruling {
     /// Whether the planner (or the group search) made the decision; otherwise the pod waits for
     /// something first, or is not the controller's.
     pub fn planned(&self) -> bool {
         matches!(
             self,
-            Verdict::Pod(PodVerdict::Decided(_)) | Verdict::Group(GroupVerdict::Decided { .. })
+            Ruling::Pod(PodVerdict::Decided(_)) | Ruling::Group(GroupVerdict::Decided { .. })
         )
     }
 }

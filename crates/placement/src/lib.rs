@@ -1,6 +1,6 @@
 //! The topology-aware controller's decision for a pod, as a function of data: no IO, no `kube`,
 //! no `tokio`. [`decide::decide`] is the one entry point: it returns a [`Decision`] — the claim
-//! writes, the pod patches, the conditions and events, in order, and the verdict — which
+//! writes, the pod patches, the conditions and events, in order, and the ruling — which
 //! `tessera-controller` carries out and `tessera explain --pod` prints, so they cannot disagree.
 //!
 //! Modules, bottom up:
@@ -45,7 +45,7 @@ pub mod usage;
 pub mod view;
 pub mod writes;
 
-pub use decision::{ClusterSource, Decision, GroupVerdict, PodVerdict, Verdict};
+pub use decision::{ClusterSource, Decision, GroupVerdict, PodVerdict, Ruling};
 pub use objects::ClusterObjects;
 pub use planner::{Action, Failure, Placement, PodPlan};
 pub use reason::{EventKind, PodReason};

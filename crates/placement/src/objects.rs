@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use tessera_allocator::DeviceIndex;
 
 use crate::decide::decide;
-use crate::decision::{ClusterSource, Verdict};
+use crate::decision::{ClusterSource, Ruling};
 use crate::group::membership::{GroupKey, group_key};
 use crate::nodes::NodeFacts;
 use crate::pods::{devices_in_use, node_usage};
@@ -57,11 +57,11 @@ impl ClusterObjects {
         pod_groups: &[PodGroup],
         settings: &Settings,
         now: Timestamp,
-    ) -> Verdict {
+    ) -> Ruling {
         let mut settings = settings.clone();
         settings.group.accounts = true;
         let source = self.source(pod_groups);
-        decide(&Arc::new(pod.clone()), &source, &[], &settings, now).verdict
+        decide(&Arc::new(pod.clone()), &source, &[], &settings, now).ruling
     }
 
     /// The objects with the PodGroups `pod_groups`, as a decision reads them.

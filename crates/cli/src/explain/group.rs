@@ -45,41 +45,45 @@ struct PodLine {
     note: String,
 }
 
+/// The report of a group that was not decided (its definition is wrong, its PodGroup is
+/// missing, or an earlier group holds it back).
+fn undecided(report: &mut GroupReport, verdict: GroupVerdict) {
+    let (action, reason, message) = match verdict {
+        GroupVerdict::Invalid(why) => ("InvalidGroup", PodReason::InvalidInput, why),
+        GroupVerdict::MissingPodGroup { key, .. } => (
+            "InvalidGroup",
+            PodReason::InvalidInput,
+            format!(
+                "{key} is not among the objects; without it the group waits ({})",
+                PodReason::WaitingForGroup
+            ),
+        ),
+        GroupVerdict::HeldBack { key, message, .. } => {
+            report.group = Some(key.to_string());
+            ("WaitGroup", PodReason::WaitingBehindGroup, message)
+        }
+        GroupVerdict::Decided { .. } => return,
+    };
+    report.action = action;
+    report.reason = Some(reason);
+    report.message = Some(message);
+}
+
 fn report(wanted: &str, verdict: GroupVerdict) -> GroupReport {
     let mut report = GroupReport {
         pod: wanted.to_owned(),
         ..GroupReport::default()
     };
-    let (key, min_count, placed, members, decision) = match verdict {
-        GroupVerdict::Invalid(why) => {
-            report.action = "InvalidGroup";
-            report.reason = Some(PodReason::InvalidInput);
-            report.message = Some(why);
-            return report;
-        }
-        GroupVerdict::MissingPodGroup { key, .. } => {
-            report.action = "InvalidGroup";
-            report.reason = Some(PodReason::InvalidInput);
-            report.message = Some(format!(
-                "{key} is not among the objects; without it the group waits ({})",
-                PodReason::WaitingForGroup
-            ));
-            return report;
-        }
-        GroupVerdict::HeldBack { key, message, .. } => {
-            report.action = "WaitGroup";
-            report.group = Some(key.to_string());
-            report.reason = Some(PodReason::WaitingBehindGroup);
-            report.message = Some(message);
-            return report;
-        }
-        GroupVerdict::Decided {
-            key,
-            min_count,
-            placed,
-            members,
-            plan,
-        } => (key, min_count, placed, members, plan),
+    let GroupVerdict::Decided {
+        key,
+        min_count,
+        placed,
+        members,
+        plan: decision,
+    } = verdict
+    else {
+        undecided(&mut report, verdict);
+        return report;
     };
     report.group = Some(key.to_string());
     report.min_count = Some(min_count);

@@ -9,7 +9,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tessera_placement::protocol::object_key;
-use tessera_placement::{Action, Placement, PodPlan, PodReason, PodVerdict, Settings, Verdict};
+use tessera_placement::{Action, Placement, PodPlan, PodReason, PodVerdict, Ruling, Settings};
 
 use super::{Objects, OutputFormat, result_line};
 
@@ -167,8 +167,8 @@ pub fn explain(
         );
     }
     let verdict = match cluster.decide(pod, &objects.pod_groups, settings, Timestamp::now()) {
-        Verdict::Group(verdict) => return super::group::explain(verdict, wanted, output, out),
-        Verdict::Pod(verdict) => verdict,
+        Ruling::Group(verdict) => return super::group::explain(verdict, wanted, output, out),
+        Ruling::Pod(verdict) => verdict,
     };
     let mut report = report(wanted, verdict);
     report.extended_resource_claim = pod

@@ -15,7 +15,7 @@ use crate::decide::pod::{
     waiting_decision, waits,
 };
 use crate::decision::{
-    ClusterSource, Count, Decision, GroupVerdict, PodPatch, Report, Step, Then, Verdict,
+    ClusterSource, Count, Decision, GroupVerdict, Notice, PodPatch, Ruling, Step, Then,
 };
 use crate::group::domains::Domain;
 use crate::group::membership::{
@@ -33,10 +33,38 @@ use crate::view::Settings;
 /// The group as one decision reads it.
 struct Gathered {
     key: GroupKey,
-    /// Its gated pods.
+    /// Its pods that still matter ([`ClusterSource::group_pods`]).
+    pods: Vec<Arc<Pod>>,
+    /// Those still gated.
     gated: Vec<Arc<Pod>>,
-    /// Its pods already released or bound.
+    /// How many were released or bound already.
     placed: u32,
+    /// When its oldest gated pod was created: its place in line.
+    arrived: Timestamp,
+}
+
+impl Gathered {
+    fn new(key: GroupKey, source: &dyn ClusterSource, settings: &Settings) -> Gathered {
+        let pods = source.group_pods(&key);
+        let gated: Vec<Arc<Pod>> = pods
+            .iter()
+            .filter(|p| is_gated(p, &settings.gate))
+            .cloned()
+            .collect();
+        let placed = u32::try_from(pods.len() - gated.len()).unwrap_or(u32::MAX);
+        let arrived = gated
+            .iter()
+            .map(|p| member_arrival(p))
+            .min()
+            .unwrap_or(Timestamp::UNIX_EPOCH);
+        Gathered {
+            key,
+            pods,
+            gated,
+            placed,
+            arrived,
+        }
+    }
 }
 
 /// The decision for `pod`, a gated member of group `key`, at `now`; `waiting`: the groups
@@ -49,15 +77,8 @@ pub fn decide_for_group(
     settings: &Settings,
     now: Timestamp,
 ) -> Decision {
-    let pods = source.group_pods(&key);
-    let gated: Vec<Arc<Pod>> = pods
-        .iter()
-        .filter(|p| is_gated(p, &settings.gate))
-        .cloned()
-        .collect();
-    let placed = u32::try_from(pods.len() - gated.len()).unwrap_or(u32::MAX);
-    let group = Gathered { key, gated, placed };
-    let min_count = match min_count(&group, &pods, source) {
+    let group = Gathered::new(key, source, settings);
+    let min_count = match min_count(&group, source) {
         Ok(Some(n)) => n,
         Ok(None) => return decide_alone(pod, source, waiting, settings, now),
         Err(decision) => return *decision,
@@ -66,33 +87,12 @@ pub fn decide_for_group(
         Ok(members) => members,
         Err(decision) => return *decision,
     };
-    let arrived = group
-        .gated
-        .iter()
-        .map(|p| member_arrival(p))
-        .min()
-        .unwrap_or(Timestamp::UNIX_EPOCH);
     let mut first = Vec::new();
     let own = Some(&group.key);
     if let Some(by) = held_back(pod, own, source, waiting, settings, now, &mut first)
-        .filter(|by| by.arrived < arrived)
+        .filter(|by| by.arrived < group.arrived)
     {
-        let message = format!(
-            "{} waits behind {}, which arrived earlier and has waited for capacity since {}",
-            group.key, by.key, by.since
-        );
-        let reports = reports(
-            &group,
-            PodReason::WaitingBehindGroup,
-            &message,
-            EventKind::Normal,
-        );
-        let verdict = GroupVerdict::HeldBack {
-            key: group.key.clone(),
-            by,
-            message,
-        };
-        return waiting_decision(Verdict::Group(verdict), first, None, reports);
+        return held_back_group(&group, by, first);
     }
     let input = GroupInput {
         key: &group.key,
@@ -108,13 +108,14 @@ pub fn decide_for_group(
         unresolved,
     };
     let (plan, fits_free) = search(&input, source, waiting, settings, now);
-    let wait = Waiting {
-        key: group.key.clone(),
-        arrived,
-        since: now,
-        fits_when_free: fits_free.unwrap_or_default(),
-    };
-    first.extend(fits_free.map(|_| Step::Remember(wait)));
+    first.extend(fits_free.map(|fits_when_free| {
+        Step::Remember(Waiting {
+            key: group.key.clone(),
+            arrived: group.arrived,
+            since: now,
+            fits_when_free,
+        })
+    }));
     let (more, per_pod, then) = steps(&group, &resolved, &plan, settings);
     first.extend(more);
     let verdict = GroupVerdict::Decided {
@@ -128,23 +129,35 @@ pub fn decide_for_group(
         plan,
     };
     Decision {
-        verdict: Verdict::Group(verdict),
+        ruling: Ruling::Group(verdict),
         first,
         per_pod,
         then,
     }
 }
 
+/// The group waits behind `by`, which arrived earlier: every gated member is told so.
+fn held_back_group(group: &Gathered, by: Waiting, first: Vec<Step>) -> Decision {
+    let message = format!(
+        "{} waits behind {}, which arrived earlier and has waited for capacity since {}",
+        group.key, by.key, by.since
+    );
+    let reason = PodReason::WaitingBehindGroup;
+    let reports = reports(group, reason, &message, EventKind::Normal);
+    let verdict = GroupVerdict::HeldBack {
+        key: group.key.clone(),
+        by,
+        message,
+    };
+    waiting_decision(Ruling::Group(verdict), first, None, reports)
+}
+
 /// The group's `minCount` (`None`: a PodGroup with the basic policy); `Err`: the decision that
 /// tells the pods why the group cannot be decided.
-fn min_count(
-    group: &Gathered,
-    pods: &[Arc<Pod>],
-    source: &dyn ClusterSource,
-) -> Result<Option<u32>, Box<Decision>> {
+fn min_count(group: &Gathered, source: &dyn ClusterSource) -> Result<Option<u32>, Box<Decision>> {
     let key = &group.key;
     let count = match key.source {
-        GroupSource::Label => label_min_count(key, pods.iter().map(|p| &**p)).map(Some),
+        GroupSource::Label => label_min_count(key, group.pods.iter().map(|p| &**p)).map(Some),
         GroupSource::PodGroup => match source.pod_group(key) {
             Some(pod_group) => pod_group_min_count(pod_group),
             None => {
@@ -164,7 +177,7 @@ fn min_count(
                     message,
                 };
                 return Err(Box::new(waiting_decision(
-                    Verdict::Group(verdict),
+                    Ruling::Group(verdict),
                     Vec::new(),
                     None,
                     reports,
@@ -210,7 +223,7 @@ fn resolve_members(
 /// The group's definition is wrong: every gated member is told why, and the pod waits.
 fn invalid(group: &Gathered, message: String) -> Decision {
     let reports = reports(group, PodReason::InvalidInput, &message, EventKind::Warning);
-    let verdict = Verdict::Group(GroupVerdict::Invalid(message));
+    let verdict = Ruling::Group(GroupVerdict::Invalid(message));
     waiting_decision(verdict, Vec::new(), Some(PodReason::InvalidInput), reports)
 }
 
@@ -335,9 +348,9 @@ fn released(
             },
         },
         Step::Count(Count::PodPlaced),
-        Step::Report {
+        Step::Notify {
             pod: pod.clone(),
-            report: Report {
+            notice: Notice {
                 reason: PodReason::Allocated,
                 message,
                 kind: EventKind::Normal,

@@ -1,5 +1,5 @@
 //! The one entry point: [`decide`] makes the [`Decision`] for a pod — the controller's worker
-//! carries it out, `tessera explain --pod` prints its verdict — so the two cannot disagree.
+//! carries it out, `tessera explain --pod` prints its ruling — so the two cannot disagree.
 //!
 //! A gated pod of a group (gang) is decided with its group ([`group`]), every other pod alone
 //! ([`pod`]). Both end in the planner: [`crate::view::decide_pod`] for each pod.
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::decision::{ClusterSource, Decision, PodVerdict, Verdict};
+use crate::decision::{ClusterSource, Decision, PodVerdict, Ruling};
 use crate::group::membership::{GroupKey, GroupSource, group_key};
 use crate::group::starvation::Waiting;
 use crate::pods::is_candidate;
@@ -31,7 +31,7 @@ pub fn decide(
     let gate = settings.gate.as_str();
     if !is_candidate(pod, gate) {
         let why = not_candidate_reason(pod, gate);
-        return Decision::nothing(Verdict::Pod(PodVerdict::NotCandidate(why)));
+        return Decision::nothing(Ruling::Pod(PodVerdict::NotCandidate(why)));
     }
     match is_gated(pod, gate).then(|| group_key(pod)).flatten() {
         Some(key) => group::decide_for_group(pod, key, source, waiting, settings, now),

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::decision::{
-    ClusterSource, Count, Decision, PodPatch, PodVerdict, Report, Step, Then, Verdict,
+    ClusterSource, Count, Decision, Notice, PodPatch, PodVerdict, Ruling, Step, Then,
 };
 use crate::group::membership::{GroupKey, member_arrival};
 use crate::group::starvation::{Waiting, held_back_by};
@@ -42,7 +42,7 @@ pub fn decide_alone(
             &message,
             EventKind::Normal,
         );
-        let verdict = Verdict::Pod(PodVerdict::HeldBack { by, message });
+        let verdict = Ruling::Pod(PodVerdict::HeldBack { by, message });
         let count = Some(PodReason::WaitingBehindGroup);
         return waiting_decision(verdict, forget, count, vec![report]);
     }
@@ -55,13 +55,13 @@ pub fn decide_alone(
                 &message,
                 EventKind::Normal,
             );
-            let verdict = Verdict::Pod(PodVerdict::WaitingForClaims(message));
+            let verdict = Ruling::Pod(PodVerdict::WaitingForClaims(message));
             let count = Some(PodReason::WaitingForClaims);
             return waiting_decision(verdict, forget, count, vec![report]);
         }
         Resolution::Invalid(message) => {
             let report = waits(pod, PodReason::InvalidInput, &message, EventKind::Warning);
-            let verdict = Verdict::Pod(PodVerdict::InvalidClaims(message));
+            let verdict = Ruling::Pod(PodVerdict::InvalidClaims(message));
             let count = Some(PodReason::InvalidInput);
             return waiting_decision(verdict, forget, count, vec![report]);
         }
@@ -70,7 +70,7 @@ pub fn decide_alone(
     let (first, per_pod, then) = steps(pod, gated.then_some(settings.gate.as_str()), &plan);
     forget.extend(first);
     Decision {
-        verdict: Verdict::Pod(PodVerdict::Decided(plan)),
+        ruling: Ruling::Pod(PodVerdict::Decided(plan)),
         first: forget,
         per_pod: if per_pod.is_empty() {
             Vec::new()
@@ -143,9 +143,9 @@ fn steps(pod: &Arc<Pod>, gate: Option<&str>, plan: &PodPlan) -> (Vec<Step>, Vec<
             gate: gate.map(str::to_owned),
         },
     };
-    let report = |reason, message: &str, kind| Step::Report {
+    let report = |reason, message: &str, kind| Step::Notify {
         pod: pod.clone(),
-        report: Report {
+        notice: Notice {
             reason,
             message: message.to_owned(),
             kind,
@@ -235,9 +235,9 @@ pub(crate) fn undo_steps(
 
 /// A report on `pod` that it waits.
 pub(crate) fn waits(pod: &Arc<Pod>, reason: PodReason, message: &str, kind: EventKind) -> Step {
-    Step::Report {
+    Step::Notify {
         pod: pod.clone(),
-        report: Report {
+        notice: Notice {
             reason,
             message: message.to_owned(),
             kind,
@@ -248,14 +248,14 @@ pub(crate) fn waits(pod: &Arc<Pod>, reason: PodReason, message: &str, kind: Even
 /// A decision that parks the pod(s): `first`, then `count` (an attempt that did not place the
 /// pod, by reason), then one report per pod.
 pub(crate) fn waiting_decision(
-    verdict: Verdict,
+    ruling: Ruling,
     mut first: Vec<Step>,
     count: Option<PodReason>,
     reports: Vec<Step>,
 ) -> Decision {
     first.extend(count.map(|reason| Step::Count(Count::Failure(reason))));
     Decision {
-        verdict,
+        ruling,
         first,
         per_pod: reports.into_iter().map(|r| vec![r]).collect(),
         then: Then::Park,
