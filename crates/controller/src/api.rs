@@ -135,6 +135,13 @@ impl ApiWriter {
         )
     }
 
+    /// The claims API of `claim`'s namespace, its name, and how errors name it.
+    fn claim_target(&self, claim: &ResourceClaim) -> (Api<ResourceClaim>, String, String) {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let object = format!("ResourceClaim {}", object_key(&claim.metadata));
+        (self.claims(claim), name, object)
+    }
+
     /// Merge-patches a claim's metadata (finalizers, annotations).
     pub async fn patch_claim(
         &self,
@@ -142,11 +149,9 @@ impl ApiWriter {
         claim: &ResourceClaim,
         body: &Value,
     ) -> Result<ResourceClaim, WriteError> {
-        let api = self.claims(claim);
-        let name = claim.metadata.name.clone().unwrap_or_default();
-        let object = format!("ResourceClaim {}", object_key(&claim.metadata));
-        let patch = Patch::Merge(body);
-        self.send(action, object, api.patch(&name, &merge_params(), &patch))
+        let (api, name, object) = self.claim_target(claim);
+        let (params, patch) = (merge_params(), Patch::Merge(body));
+        self.send(action, object, api.patch(&name, &params, &patch))
             .await
     }
 
@@ -157,16 +162,10 @@ impl ApiWriter {
         claim: &ResourceClaim,
         body: &Value,
     ) -> Result<ResourceClaim, WriteError> {
-        let api = self.claims(claim);
-        let name = claim.metadata.name.clone().unwrap_or_default();
-        let object = format!("ResourceClaim {}", object_key(&claim.metadata));
-        let patch = Patch::Merge(body);
-        self.send(
-            action,
-            object,
-            api.patch_status(&name, &merge_params(), &patch),
-        )
-        .await
+        let (api, name, object) = self.claim_target(claim);
+        let (params, patch) = (merge_params(), Patch::Merge(body));
+        let request = api.patch_status(&name, &params, &patch);
+        self.send(action, object, request).await
     }
 
     /// Reads a claim fresh from the API server (after a conflict).
@@ -174,9 +173,7 @@ impl ApiWriter {
         &self,
         claim: &ResourceClaim,
     ) -> Result<Option<ResourceClaim>, WriteError> {
-        let name = claim.metadata.name.clone().unwrap_or_default();
-        let object = format!("ResourceClaim {}", object_key(&claim.metadata));
-        let api = self.claims(claim);
+        let (api, name, object) = self.claim_target(claim);
         match tokio::time::timeout(WRITE_TIMEOUT, api.get_opt(&name)).await {
             Ok(Ok(found)) => Ok(found),
             Ok(Err(source)) => Err(WriteError::Api {

@@ -1,6 +1,6 @@
 //! Groups (gangs): gated pods that are placed together or not at all, close together across
-//! nodes. A function of data like the rest of the crate; the controller carries a
-//! [`GroupPlan`] out and `tessera explain --group` prints it.
+//! nodes. A function of data like the rest of the crate: [`decide_group`] gives a [`GroupPlan`],
+//! which `crate::decide` turns into the controller's decision and `tessera explain --pod` prints.
 //!
 //! **Membership.** A pod names its group with the upstream field `spec.schedulingGroup.podGroupName`
 //! (a `scheduling.k8s.io/v1beta1` PodGroup with a `gang` policy gives `minCount`), or, where the
