@@ -1,6 +1,6 @@
-//! The decision for a pod placed alone: whether it is the controller's, whether a waiting group
-//! holds it back, its claims resolved, then the planner ([`crate::view::decide_pod`]) — and the
-//! steps that carry the plan out.
+//! The decision for a pod placed alone: whether a waiting group holds it back, its claims
+//! resolved, then the planner ([`crate::view::decide_pod`]) — and the steps that carry the plan
+//! out.
 
 use std::sync::Arc;
 
