@@ -15,6 +15,7 @@ use tessera_api::names::FIELD_MANAGER;
 
 use crate::leader::{Leadership, NotLeader};
 use tessera_placement::protocol::{CONTROLLER_NAME, PLACEMENT_CONDITION, object_key};
+use tessera_placement::reason::{EventKind, PodReason};
 
 /// Longest a single write may take.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -134,26 +135,37 @@ impl ApiWriter {
         )
     }
 
-    /// Merge-patches a claim (`status`: the status subresource).
+    /// The claims API of `claim`'s namespace, its name, and how errors name it.
+    fn claim_target(&self, claim: &ResourceClaim) -> (Api<ResourceClaim>, String, String) {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let object = format!("ResourceClaim {}", object_key(&claim.metadata));
+        (self.claims(claim), name, object)
+    }
+
+    /// Merge-patches a claim's metadata (finalizers, annotations).
     pub async fn patch_claim(
         &self,
         action: &'static str,
         claim: &ResourceClaim,
-        status: bool,
         body: &Value,
     ) -> Result<ResourceClaim, WriteError> {
-        let api = self.claims(claim);
-        let name = claim.metadata.name.clone().unwrap_or_default();
-        let params = merge_params();
-        let patch = Patch::Merge(body);
-        let object = format!("ResourceClaim {}", object_key(&claim.metadata));
-        if status {
-            self.send(action, object, api.patch_status(&name, &params, &patch))
-                .await
-        } else {
-            self.send(action, object, api.patch(&name, &params, &patch))
-                .await
-        }
+        let (api, name, object) = self.claim_target(claim);
+        let (params, patch) = (merge_params(), Patch::Merge(body));
+        self.send(action, object, api.patch(&name, &params, &patch))
+            .await
+    }
+
+    /// Merge-patches a claim's status subresource (`status.allocation`).
+    pub async fn patch_claim_status(
+        &self,
+        action: &'static str,
+        claim: &ResourceClaim,
+        body: &Value,
+    ) -> Result<ResourceClaim, WriteError> {
+        let (api, name, object) = self.claim_target(claim);
+        let (params, patch) = (merge_params(), Patch::Merge(body));
+        let request = api.patch_status(&name, &params, &patch);
+        self.send(action, object, request).await
     }
 
     /// Reads a claim fresh from the API server (after a conflict).
@@ -161,9 +173,7 @@ impl ApiWriter {
         &self,
         claim: &ResourceClaim,
     ) -> Result<Option<ResourceClaim>, WriteError> {
-        let name = claim.metadata.name.clone().unwrap_or_default();
-        let object = format!("ResourceClaim {}", object_key(&claim.metadata));
-        let api = self.claims(claim);
+        let (api, name, object) = self.claim_target(claim);
         match tokio::time::timeout(WRITE_TIMEOUT, api.get_opt(&name)).await {
             Ok(Ok(found)) => Ok(found),
             Ok(Err(source)) => Err(WriteError::Api {
@@ -227,15 +237,15 @@ impl ApiWriter {
     }
 
     /// Sets the controller's condition on a pod (server-side apply of that one condition, so
-    /// other conditions stay as they are). `lastTransitionTime` moves only when the status does.
+    /// other conditions stay as they are): `True` when `reason` says the pod is placed.
+    /// `lastTransitionTime` moves only when the status does.
     pub async fn set_condition(
         &self,
         pod: &Pod,
-        status: bool,
-        reason: &str,
+        reason: PodReason,
         message: &str,
     ) -> Result<Pod, WriteError> {
-        let status = if status { "True" } else { "False" };
+        let status = condition_status(reason);
         let current = current_condition(pod);
         let since = current
             .filter(|c| c.status == status)
@@ -251,7 +261,7 @@ impl ApiWriter {
             "status": { "conditions": [{
                 "type": PLACEMENT_CONDITION,
                 "status": status,
-                "reason": reason,
+                "reason": reason.as_str(),
                 "message": message,
                 "lastTransitionTime": since,
             }]},
@@ -278,7 +288,7 @@ impl ApiWriter {
     pub async fn event(
         &self,
         reference: &ObjectReference,
-        warning: bool,
+        kind: EventKind,
         reason: &str,
         note: &str,
     ) {
@@ -291,10 +301,9 @@ impl ApiWriter {
             reference.name.as_deref().unwrap_or_default()
         );
         let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
+            type_: match kind {
+                EventKind::Normal => EventType::Normal,
+                EventKind::Warning => EventType::Warning,
             },
             reason: reason.to_owned(),
             note: Some(tessera_placement::message::truncate(
@@ -315,6 +324,11 @@ impl ApiWriter {
             }
         }
     }
+}
+
+/// The status of the controller's condition for `reason`.
+pub fn condition_status(reason: PodReason) -> &'static str {
+    if reason.placed() { "True" } else { "False" }
 }
 
 /// The controller's condition on a pod, if set.

@@ -13,7 +13,7 @@ use tessera_allocator::{DEFAULT_STEP_BUDGET, NumaPolicy};
 use tessera_placement::Settings;
 use tessera_placement::group::{DEFAULT_GROUP_BUDGET, DEFAULT_GROUP_HOLD, Hierarchy};
 
-use crate::group::WaitingGroups;
+use crate::waiting::WaitingGroups;
 use tessera_process::{Endpoints, Heartbeat, Liveness, Probe};
 use tokio::sync::watch;
 
@@ -22,7 +22,7 @@ use crate::cluster::{Cluster, Tracked};
 use crate::events::{EVENT_QUEUE, Events, publish_all};
 use crate::leader::{LeaderElector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
-use crate::queue::Outcome;
+use crate::queue::Processed;
 use crate::watch::{Signals, WATCHES, start};
 use crate::worker::Worker;
 
@@ -288,7 +288,7 @@ impl Controller {
         self.signals.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn finish(&self, key: &str, outcome: Outcome) {
+    fn finish(&self, key: &str, outcome: Processed) {
         let mut queue = self.queue();
         queue.done(key, outcome, Instant::now());
         self.metrics

@@ -7,6 +7,7 @@
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use prometheus_client::metrics::counter::Counter;
+use tessera_placement::reason::EventKind;
 use tokio::sync::mpsc;
 
 use crate::api::ApiWriter;
@@ -18,13 +19,13 @@ pub const EVENT_QUEUE: usize = 1024;
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodEvent {
     pub pod: ObjectReference,
-    pub warning: bool,
+    pub kind: EventKind,
     pub reason: String,
     pub note: String,
 }
 
 impl PodEvent {
-    pub fn new(pod: &Pod, warning: bool, reason: &str, note: &str) -> PodEvent {
+    pub fn new(pod: &Pod, kind: EventKind, reason: &str, note: &str) -> PodEvent {
         PodEvent {
             pod: ObjectReference {
                 api_version: Some("v1".into()),
@@ -34,7 +35,7 @@ impl PodEvent {
                 uid: pod.metadata.uid.clone(),
                 ..Default::default()
             },
-            warning,
+            kind,
             reason: reason.to_owned(),
             note: note.to_owned(),
         }
@@ -75,7 +76,7 @@ impl Events {
 pub async fn publish_all(mut queue: mpsc::Receiver<PodEvent>, writer: ApiWriter) {
     while let Some(event) = queue.recv().await {
         writer
-            .event(&event.pod, event.warning, &event.reason, &event.note)
+            .event(&event.pod, event.kind, &event.reason, &event.note)
             .await;
     }
 }
@@ -103,7 +104,12 @@ mod tests {
         let dropped = Counter::default();
         let (events, mut queue) = Events::new(2, dropped.clone());
         for name in ["a", "b", "c"] {
-            events.publish(PodEvent::new(&pod(name), false, "Allocated", "placed"));
+            events.publish(PodEvent::new(
+                &pod(name),
+                EventKind::Normal,
+                "Allocated",
+                "placed",
+            ));
         }
         assert_eq!(dropped.get(), 1, "the third event found the queue full");
         let first = queue.try_recv().expect("queued");
@@ -115,12 +121,25 @@ mod tests {
         );
         assert!(queue.try_recv().is_err(), "the dropped one is not queued");
         // Room again: the next one is queued.
-        events.publish(PodEvent::new(&pod("d"), true, "Unsatisfiable", "no node"));
+        events.publish(PodEvent::new(
+            &pod("d"),
+            EventKind::Warning,
+            "Unsatisfiable",
+            "no node",
+        ));
         let next = queue.try_recv().expect("queued");
-        assert_eq!((next.pod.name.as_deref(), next.warning), (Some("d"), true));
+        assert_eq!(
+            (next.pod.name.as_deref(), next.kind),
+            (Some("d"), EventKind::Warning)
+        );
         // The task stopped: events are dropped and counted, never an error for the worker.
         drop(queue);
-        events.publish(PodEvent::new(&pod("e"), false, "Allocated", "placed"));
+        events.publish(PodEvent::new(
+            &pod("e"),
+            EventKind::Normal,
+            "Allocated",
+            "placed",
+        ));
         assert_eq!(dropped.get(), 2);
     }
 }

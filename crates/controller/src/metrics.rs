@@ -6,6 +6,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use tessera_placement::reason::PodReason;
+
+use crate::api::WriteError;
 
 /// Latency buckets in seconds: fine below 100 ms, where decisions should be.
 const LATENCY_BUCKETS: [f64; 20] = [
@@ -147,8 +150,17 @@ impl Metrics {
         );
     }
 
-    /// Counts a failed attempt.
-    pub fn failure(&self, reason: &str) {
+    /// Counts an attempt that did not place a pod, by the pod's reason.
+    pub fn pod_failure(&self, reason: PodReason) {
+        self.failure(reason.as_str());
+    }
+
+    /// Counts an attempt whose write failed, by the write's failure.
+    pub fn write_failure(&self, error: &WriteError) {
+        self.failure(error.reason());
+    }
+
+    fn failure(&self, reason: &str) {
         self.failures
             .get_or_create(&ReasonLabel {
                 reason: reason.to_owned(),
@@ -177,7 +189,7 @@ mod tests {
     fn metrics_are_exported_with_the_prefix() {
         let m = Metrics::new();
         m.pods_placed.inc();
-        m.failure("Unsatisfiable");
+        m.pod_failure(PodReason::Unsatisfiable);
         m.decision_seconds.observe(0.004);
         let text = m.encode();
         assert!(

@@ -46,7 +46,7 @@ enum State {
 
 /// How processing a pod ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Processed {
     /// Placed, released, or nothing to do: forget the pod and its failures.
     Done,
     /// Cannot be placed now: park it until the cluster changes.
@@ -135,7 +135,7 @@ impl WorkQueue {
     }
 
     /// Records how processing `key` ended.
-    pub fn done(&mut self, key: &str, outcome: Outcome, now: Instant) {
+    pub fn done(&mut self, key: &str, outcome: Processed, now: Instant) {
         // A park waits for a change after the pod was taken off the queue: what changed while
         // it was processed may already be what it waits for.
         let (again, started) = match self.states.get(key) {
@@ -144,11 +144,11 @@ impl WorkQueue {
         };
         let failures = self.failures.get(key).copied().unwrap_or(0);
         let next = match outcome {
-            Outcome::Done => {
+            Processed::Done => {
                 self.failures.remove(key);
                 None
             }
-            Outcome::Park => {
+            Processed::Park => {
                 self.failures.insert(key.to_owned(), failures + 1);
                 Some(State::Parked {
                     not_before: now + backoff(failures),
@@ -156,11 +156,11 @@ impl WorkQueue {
                     epoch: started,
                 })
             }
-            Outcome::Retry => {
+            Processed::Retry => {
                 self.failures.insert(key.to_owned(), failures + 1);
                 Some(State::Delayed(now + backoff(failures)))
             }
-            Outcome::After(delay) => Some(State::Delayed(now + delay)),
+            Processed::After(delay) => Some(State::Delayed(now + delay)),
         };
         match (again, next) {
             (true, _) => {
@@ -242,13 +242,13 @@ mod tests {
         assert_eq!(q.pop(now).as_deref(), Some("ns/a"));
         assert_eq!(q.pop(now), None);
         q.add("ns/a");
-        q.done("ns/a", Outcome::Done, now);
+        q.done("ns/a", Processed::Done, now);
         assert_eq!(
             q.pop(now).as_deref(),
             Some("ns/a"),
             "changed while processed"
         );
-        q.done("ns/a", Outcome::Done, now);
+        q.done("ns/a", Processed::Done, now);
         assert_eq!(q.pop(now), None);
         assert_eq!(q.next_due(), None);
     }
@@ -259,7 +259,7 @@ mod tests {
         let mut q = WorkQueue::new();
         q.add("ns/a");
         q.pop(now);
-        q.done("ns/a", Outcome::Park, now);
+        q.done("ns/a", Processed::Park, now);
         assert_eq!(q.waiting_len(), 1);
         let later = now + Duration::from_secs(10);
         assert_eq!(q.pop(later), None, "no change yet");
@@ -269,14 +269,14 @@ mod tests {
         assert_eq!(q.pop(now), None, "changed, but within the backoff");
         assert_eq!(q.pop(later).as_deref(), Some("ns/a"));
         // The second failure doubles the backoff.
-        q.done("ns/a", Outcome::Park, later);
+        q.done("ns/a", Processed::Park, later);
         q.cluster_changed();
         assert_eq!(q.next_due(), Some(later + Duration::from_millis(500)));
         // Without any change it is retried at the park limit.
         let mut quiet = WorkQueue::new();
         quiet.add("ns/b");
         quiet.pop(now);
-        quiet.done("ns/b", Outcome::Park, now);
+        quiet.done("ns/b", Processed::Park, now);
         assert_eq!(quiet.pop(now + PARK_LIMIT).as_deref(), Some("ns/b"));
     }
 
@@ -287,7 +287,7 @@ mod tests {
         q.add("ns/a");
         q.pop(now);
         q.cluster_changed();
-        q.done("ns/a", Outcome::Park, now);
+        q.done("ns/a", Processed::Park, now);
         assert_eq!(q.pop(now + BACKOFF_START).as_deref(), Some("ns/a"));
     }
 
@@ -297,15 +297,15 @@ mod tests {
         let mut q = WorkQueue::new();
         q.add("ns/a");
         q.pop(now);
-        q.done("ns/a", Outcome::Retry, now);
+        q.done("ns/a", Processed::Retry, now);
         assert_eq!(q.pop(now), None);
         assert_eq!(q.pop(now + BACKOFF_START).as_deref(), Some("ns/a"));
-        q.done("ns/a", Outcome::After(Duration::from_millis(10)), now);
+        q.done("ns/a", Processed::After(Duration::from_millis(10)), now);
         assert_eq!(
             q.pop(now + Duration::from_millis(10)).as_deref(),
             Some("ns/a")
         );
-        q.done("ns/a", Outcome::Done, now);
+        q.done("ns/a", Processed::Done, now);
         assert_eq!(q.ready_len() + q.waiting_len(), 0);
     }
 
@@ -316,7 +316,7 @@ mod tests {
         for key in ["ns/a", "ns/b"] {
             q.add(key);
             q.pop(now);
-            q.done(key, Outcome::Park, now);
+            q.done(key, Processed::Park, now);
         }
         q.forget("ns/a");
         q.wake_all();

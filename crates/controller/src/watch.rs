@@ -77,7 +77,7 @@ impl Signals {
     }
 
     fn enqueue(&self, key: String) {
-        crate::worker::timing(&key, "queued");
+        crate::timing::at(&key, "queued");
         self.queue().add(&key);
         self.wake.notify_one();
     }
@@ -184,7 +184,7 @@ fn on_claim(
     };
     let namespace = claim.metadata.namespace.clone().unwrap_or_default();
     if old.is_none() && matches!(event, Event::Apply(_)) {
-        crate::worker::timing(&key(&claim.metadata), "claim-seen");
+        crate::timing::at(&key(&claim.metadata), "claim-seen");
     }
     let pod = |name: &str| pods.get(&ObjectRef::new(name).within(&namespace));
     // A released pod whose claim lost the allocation the controller wrote: the scheduler gave it
@@ -436,7 +436,7 @@ mod tests {
     use tessera_api::names::TOPOLOGY_AWARE_GATE;
 
     use super::*;
-    use crate::queue::Outcome;
+    use crate::queue::Processed;
 
     fn meta(name: &str) -> ObjectMeta {
         ObjectMeta {
@@ -479,7 +479,7 @@ mod tests {
         }
         for _ in 0..2 {
             let key = signals.queue().pop(now).expect("queued");
-            signals.queue().done(&key, Outcome::Park, now);
+            signals.queue().done(&key, Processed::Park, now);
         }
         let claim = ResourceClaim {
             metadata: meta("its-claim"),
@@ -490,7 +490,7 @@ mod tests {
         assert_eq!(signals.queue().pop(now).as_deref(), Some("ml/waiting"));
         assert_eq!(signals.queue().pop(now), None);
         // An update of a claim already seen wakes nobody at once.
-        signals.queue().done("ml/waiting", Outcome::Park, now);
+        signals.queue().done("ml/waiting", Processed::Park, now);
         on_claim(
             &signals,
             &Event::Apply(claim.clone()),

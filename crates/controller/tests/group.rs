@@ -19,12 +19,13 @@ use tessera_api::names::{GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION, RACK_LABEL};
 use tessera_gpu_inventory::render::ServerVersion;
 use tessera_gpu_inventory::{DeviceSource, MockSource, RenderOptions, render_slices};
 use tessera_placement::group::{
-    GroupDecision, GroupError, GroupInput, GroupKey, GroupOutcome, GroupSettings, GroupSource,
+    GroupError, GroupInput, GroupKey, GroupOutcome, GroupPlan, GroupSettings, GroupSource,
     Hierarchy, Member, Waiting, decide_group, fits_when_free, group_key, held_back_by,
     label_min_count, pod_group_min_count,
 };
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::planner::Action;
+use tessera_placement::reason::PodReason;
 use tessera_placement::resolve::{PodClaim, Resolution, resolve_claims};
 use tessera_placement::view::{ClusterSnapshot, PodContext, Settings};
 
@@ -117,7 +118,7 @@ impl World {
             .collect()
     }
 
-    fn decide(&self, group: &str, settings: &GroupSettings) -> GroupDecision {
+    fn decide(&self, group: &str, settings: &GroupSettings) -> GroupPlan {
         self.decide_in(&self.view(), group, settings)
     }
 
@@ -126,7 +127,7 @@ impl World {
         view: &ClusterSnapshot,
         group: &str,
         settings: &GroupSettings,
-    ) -> GroupDecision {
+    ) -> GroupPlan {
         let members = self.members(group);
         let key = group_key(&members[0].0).unwrap();
         let min_count = label_min_count(&key, members.iter().map(|(p, _)| p)).unwrap();
@@ -160,11 +161,11 @@ impl World {
     }
 
     /// Writes a placed group's allocations into the claims (as the controller would).
-    fn apply(&mut self, decision: &GroupDecision) {
-        let GroupOutcome::Place { decisions, .. } = &decision.outcome else {
+    fn apply(&mut self, decision: &GroupPlan) {
+        let GroupOutcome::Place { plans, .. } = &decision.outcome else {
             panic!("expected a placement, got {:?}", decision.outcome);
         };
-        for (_, d) in decisions {
+        for (_, d) in plans {
             let Action::Place(p) = &d.action else {
                 panic!("expected pod placements");
             };
@@ -184,11 +185,11 @@ impl World {
 }
 
 /// Pod name → node of a placed group, sorted by pod.
-fn nodes_of(decision: &GroupDecision) -> Vec<(String, String)> {
-    let GroupOutcome::Place { decisions, .. } = &decision.outcome else {
+fn nodes_of(decision: &GroupPlan) -> Vec<(String, String)> {
+    let GroupOutcome::Place { plans, .. } = &decision.outcome else {
         panic!("expected a placement, got {:?}", decision.outcome);
     };
-    let mut out: Vec<(String, String)> = decisions
+    let mut out: Vec<(String, String)> = plans
         .iter()
         .map(|(_, d)| {
             let Action::Place(p) = &d.action else {
@@ -271,7 +272,7 @@ fn a_gang_that_does_not_fit_whole_places_nothing() {
     else {
         panic!("expected the group to wait, got {:?}", decision.outcome);
     };
-    assert_eq!(*reason, "GroupUnsatisfiable");
+    assert_eq!(reason.as_str(), "GroupUnsatisfiable");
     assert!(
         message.contains("group ml/big needs 3 of its 3 gated pods placed together"),
         "{message}"
@@ -298,7 +299,7 @@ fn two_gangs_that_do_not_fit_together_one_runs_the_other_waits() {
         matches!(
             second.outcome,
             GroupOutcome::Wait {
-                reason: "GroupUnsatisfiable",
+                reason: PodReason::GroupUnsatisfiable,
                 ..
             }
         ),
@@ -363,7 +364,7 @@ fn a_group_short_of_pods_waits_for_them() {
     else {
         panic!("{:?}", decision.outcome);
     };
-    assert_eq!(*reason, "WaitingForGroup");
+    assert_eq!(reason.as_str(), "WaitingForGroup");
     assert!(message.contains("waiting for 2 more"), "{message}");
     assert_eq!(decision.steps, 0);
 }

@@ -15,7 +15,7 @@ use tessera_api::names::NUMA_POLICY_ANNOTATION;
 use tessera_placement::extended::ExtendedResources;
 use tessera_placement::managed::{managed_slices, unmanaged_slices};
 use tessera_placement::nodes::{NodeFacts, NodeFilter, PodRequirements};
-use tessera_placement::planner::{Action, Decision, Failure, PlacementInput, decide};
+use tessera_placement::planner::{Action, Failure, PlacementInput, PodPlan, decide};
 use tessera_placement::protocol::{
     CLAIM_MARK_ANNOTATION, ClaimMark, POD_PLACEMENT_ANNOTATION, PodPlacement,
 };
@@ -65,7 +65,7 @@ impl World {
         claims
     }
 
-    fn decide(&self, pod: &Pod, gated: bool) -> Decision {
+    fn decide(&self, pod: &Pod, gated: bool) -> PodPlan {
         let facts: Vec<NodeFacts> = self.nodes.iter().map(NodeFacts::from).collect();
         let infos = || facts.iter().map(|n| n.info.clone()).collect();
         let (managed, managed_nodes) = managed_slices(self.slices.clone());
@@ -109,7 +109,7 @@ impl World {
 type Written = Vec<(String, Vec<String>)>;
 
 /// The node, the writes and the claims undone first of a placement.
-fn placed(decision: &Decision) -> (String, Written, Vec<String>) {
+fn placed(decision: &PodPlan) -> (String, Written, Vec<String>) {
     let Action::Place(p) = &decision.action else {
         panic!("expected a placement, got {:?}", decision.action);
     };

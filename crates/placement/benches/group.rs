@@ -196,7 +196,7 @@ fn measure(gpus: u32, context: &PodContext<'_>, settings: &Settings) -> Row {
         GroupOutcome::Place { domain, score, .. } => {
             (true, domain.to_string(), score.nodes, score.domains[0])
         }
-        GroupOutcome::Wait { reason, .. } => (false, (*reason).to_owned(), 0, 0),
+        GroupOutcome::Wait { reason, .. } => (false, reason.to_string(), 0, 0),
     };
     Row {
         case: format!("{PODS} pods × {gpus} GPUs"),

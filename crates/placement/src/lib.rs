@@ -1,23 +1,33 @@
 //! The topology-aware controller's decision for a pod, as a function of data: no IO, no `kube`,
-//! no `tokio`. `tessera-controller` carries the decisions out; `tessera explain --pod` prints
-//! them. Both reach the planner through [`view::decide_pod`], so they cannot disagree.
+//! no `tokio`. [`decide::decide`] is the one entry point: it returns a [`Decision`] — the claim
+//! writes, the pod patches, the conditions and events, in order, and the ruling — which
+//! `tessera-controller` carries out and `tessera explain --pod` prints, so they cannot disagree.
 //!
+//! Modules, bottom up:
+//! - [`reason`]: why a pod is (not) placed ([`PodReason`]), shared by conditions, events, metrics;
+//! - [`protocol`]: the marks the controller leaves on pods and claims (docs/protocol.md);
 //! - [`resolve`]: a pod's claims (direct, or generated from a template);
+//! - [`resources`]: node resources (cpu, memory, pods) requested and allocatable;
 //! - [`pods`]: which pods the controller works on, what is in use (devices, node resources);
 //! - [`usage`]: the same in-use state kept current object by object (the controller's watches);
-//! - [`nodes`] and [`resources`]: which nodes a pod may run on before devices are looked at;
+//! - [`nodes`]: which nodes a pod may run on before devices are looked at;
 //! - [`managed`]: which devices are topology-managed (the only ones the controller allocates);
 //! - [`claims`]: a pod's claims sorted by who allocated them, the managed-taint toleration;
-//! - [`group`]: gangs, placed all or nothing and close together across nodes;
 //! - [`extended`]: extended resources backed by DeviceClasses, which only the scheduler allocates;
-//! - [`planner`]: the decision ([`planner::decide`]); [`message`]: what the pod is told;
-//! - [`view`]: the cluster as a decision reads it and [`view::decide_pod`];
-//! - [`objects`]: the same decision over a plain set of API objects;
+//! - [`message`]: what the pod is told when it does not fit;
 //! - [`writes`]: the patch bodies that carry a decision out, and the undo plan;
-//! - [`protocol`]: the marks the controller leaves on pods and claims (docs/protocol.md);
+//! - [`planner`]: one pod's plan ([`planner::decide`], [`PodPlan`]);
+//! - [`view`]: the cluster as a decision reads it, and [`view::decide_pod`] (filters + planner);
+//! - [`group`]: gangs, placed all or nothing and close together across nodes ([`group::GroupPlan`]);
+//! - [`decision`]: the decision as data ([`Decision`], its steps and verdict) and what it reads
+//!   ([`ClusterSource`]);
+//! - [`decide`]: the entry point, a pod alone or with its group;
+//! - [`objects`]: the same decision over a plain set of API objects (explain);
 //! - [`synthetic`]: the GPU node that simulations and benchmarks build their clusters from.
 
 pub mod claims;
+pub mod decide;
+pub mod decision;
 pub mod extended;
 pub mod group;
 pub mod managed;
@@ -27,6 +37,7 @@ pub mod objects;
 pub mod planner;
 pub mod pods;
 pub mod protocol;
+pub mod reason;
 pub mod resolve;
 pub mod resources;
 pub mod synthetic;
@@ -34,6 +45,8 @@ pub mod usage;
 pub mod view;
 pub mod writes;
 
-pub use objects::{ClusterObjects, GroupVerdict, PodVerdict};
-pub use planner::{Action, Decision, Failure, Placement};
+pub use decision::{ClusterSource, Decision, GroupVerdict, PodVerdict, Ruling};
+pub use objects::ClusterObjects;
+pub use planner::{Action, Failure, Placement, PodPlan};
+pub use reason::{EventKind, PodReason};
 pub use view::{ClusterSnapshot, PodContext, Settings, decide_pod};

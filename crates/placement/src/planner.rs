@@ -24,6 +24,7 @@ use crate::extended::ExtendedResources;
 use crate::message::{claim_list, unsatisfiable_message};
 use crate::nodes::{NodeFilter, Rejection};
 use crate::protocol::PodPlacement;
+use crate::reason::PodReason;
 use crate::resolve::PodClaim;
 
 /// Everything one decision reads.
@@ -115,10 +116,10 @@ pub enum Failure {
 
 impl Failure {
     /// The condition reason and metric label.
-    pub fn reason(self) -> &'static str {
+    pub fn reason(self) -> PodReason {
         match self {
-            Failure::Unsatisfiable => "Unsatisfiable",
-            Failure::InvalidInput => "InvalidInput",
+            Failure::Unsatisfiable => PodReason::Unsatisfiable,
+            Failure::InvalidInput => PodReason::InvalidInput,
         }
     }
 }
@@ -142,10 +143,10 @@ pub enum Action {
     Nothing,
 }
 
-/// The decision: the action, and the pod's placement record if it must be written first (a node
-/// to avoid was added).
+/// The planner's answer for one pod: the action, and the pod's placement record if it must be
+/// written first (a node to avoid was added).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Decision {
+pub struct PodPlan {
     pub action: Action,
     /// The placement record as it should be after this decision (avoided nodes updated).
     pub record: PodPlacement,
@@ -154,7 +155,7 @@ pub struct Decision {
 }
 
 /// Decides what to do for one pod.
-pub fn decide(input: &PlacementInput<'_>) -> Decision {
+pub fn decide(input: &PlacementInput<'_>) -> PodPlan {
     let sorted = PodClaims::sort(input.pod, input.claims);
     let before = PodPlacement::of(input.pod).unwrap_or_default();
     let mut record = before.clone();
@@ -167,7 +168,7 @@ pub fn decide(input: &PlacementInput<'_>) -> Decision {
     }
     let record_first = record.avoid.keys().ne(before.avoid.keys());
     let action = decide_action(input, &sorted, &record);
-    Decision {
+    PodPlan {
         action,
         record,
         record_first,

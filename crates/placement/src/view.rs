@@ -6,7 +6,7 @@
 //! change and keeps it; explain builds it from files. [`PodContext`] adds what changes with every
 //! placement (devices in use, pods' requests per node). [`decide_pod`] runs the node filters and the
 //! planner for a pod whose claims are resolved. A decision over several pods (all or nothing) is
-//! made from the same [`PodContext`]: it takes each pod's [`crate::planner::Decision`] against the
+//! made from the same [`PodContext`]: it takes each pod's [`crate::planner::PodPlan`] against the
 //! state the previous ones leave.
 
 use std::collections::{HashMap, HashSet};
@@ -21,10 +21,10 @@ use tessera_allocator::{
 
 use crate::claims::PodClaims;
 use crate::extended::ExtendedResources;
-use crate::group::{DEFAULT_GROUP_HOLD, GroupSettings};
+use crate::group::settings::{DEFAULT_GROUP_HOLD, GroupSettings};
 use crate::managed::{managed_slices, unmanaged_slices};
 use crate::nodes::{NodeFacts, NodeFilter, PodRequirements};
-use crate::planner::{Action, Decision, PlacementInput, decide};
+use crate::planner::{Action, PlacementInput, PodPlan, decide};
 use crate::protocol::{PodPlacement, is_gated};
 use crate::resolve::PodClaim;
 use crate::resources::NodeUsage;
@@ -41,7 +41,7 @@ pub struct Settings {
     /// How groups (gangs) are decided ([`crate::group`]).
     pub group: GroupSettings,
     /// How long a group waits for capacity before it holds back later arrivals
-    /// ([`crate::group::held_back_by`]).
+    /// ([`crate::group::starvation::held_back_by`]).
     pub group_hold: SignedDuration,
 }
 
@@ -131,7 +131,7 @@ pub fn decide_pod(
     context: &PodContext<'_>,
     settings: &Settings,
     now: Timestamp,
-) -> Decision {
+) -> PodPlan {
     decide_pod_within(pod, claims, context, settings, now, None)
 }
 
@@ -140,11 +140,11 @@ pub fn decide_pod(
 /// uses, which the answer does not depend on. `None` for every other pod. Every pod the controller
 /// places is looked at once more after its release; at thousands of nodes the filters and the
 /// snapshots of what is in use were most of the cost of that second look.
-pub fn decide_released(pod: &Pod, claims: &[PodClaim], settings: &Settings) -> Option<Decision> {
+pub fn decide_released(pod: &Pod, claims: &[PodClaim], settings: &Settings) -> Option<PodPlan> {
     // A claim that lost an allocation the controller wrote is pending, so with nothing pending no
     // node is given back and the placement record stays as it is.
     let done = !is_gated(pod, &settings.gate) && PodClaims::sort(pod, claims).pending.is_empty();
-    done.then(|| Decision {
+    done.then(|| PodPlan {
         action: Action::Nothing,
         record: PodPlacement::of(pod).unwrap_or_default(),
         record_first: false,
@@ -160,7 +160,7 @@ pub fn decide_pod_within(
     settings: &Settings,
     now: Timestamp,
     within: Option<&[usize]>,
-) -> Decision {
+) -> PodPlan {
     if let Some(decision) = decide_released(pod, claims, settings) {
         return decision;
     }

@@ -1,16 +1,14 @@
-//! `tessera explain --pod` for a pod of a group (gang): the group's decision, decided by
-//! `tessera_placement::ClusterObjects::decide_group_of` — the same gathering and decision the
-//! controller makes — with each waiting pod's account (where it fits alone, or why not).
+//! `tessera explain --pod` for a pod of a group (gang): the verdict on its group, from
+//! `tessera_placement::ClusterObjects::decide` — the controller's own entry point and decision —
+//! with each waiting pod's account (where it fits alone, or why not).
 
 use std::io::Write;
 
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tessera_placement::group::{GroupOutcome, PodAccount};
-use tessera_placement::{Action, GroupVerdict, Settings};
+use tessera_placement::{Action, GroupVerdict, PodReason};
 
-use super::{Objects, OutputFormat};
+use super::OutputFormat;
 
 /// What `-o json` prints for a pod of a group.
 #[derive(Debug, Default, Serialize)]
@@ -32,7 +30,7 @@ struct GroupReport {
     /// Per pod: its node, and a note (placed; or where it fits alone / why not).
     pods: Vec<PodLine>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<&'static str>,
+    reason: Option<PodReason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
     steps: usize,
@@ -47,25 +45,45 @@ struct PodLine {
     note: String,
 }
 
+/// The report of a group that was not decided (its definition is wrong, its PodGroup is
+/// missing, or an earlier group holds it back).
+fn undecided(report: &mut GroupReport, verdict: GroupVerdict) {
+    let (action, reason, message) = match verdict {
+        GroupVerdict::Invalid(why) => ("InvalidGroup", PodReason::InvalidInput, why),
+        GroupVerdict::MissingPodGroup { key, .. } => (
+            "InvalidGroup",
+            PodReason::InvalidInput,
+            format!(
+                "{key} is not among the objects; without it the group waits ({})",
+                PodReason::WaitingForGroup
+            ),
+        ),
+        GroupVerdict::HeldBack { key, message, .. } => {
+            report.group = Some(key.to_string());
+            ("WaitGroup", PodReason::WaitingBehindGroup, message)
+        }
+        GroupVerdict::Decided { .. } => return,
+    };
+    report.action = action;
+    report.reason = Some(reason);
+    report.message = Some(message);
+}
+
 fn report(wanted: &str, verdict: GroupVerdict) -> GroupReport {
     let mut report = GroupReport {
         pod: wanted.to_owned(),
         ..GroupReport::default()
     };
-    let (key, min_count, placed, members, decision) = match verdict {
-        GroupVerdict::Invalid(why) => {
-            report.action = "InvalidGroup";
-            report.reason = Some("InvalidInput");
-            report.message = Some(why);
-            return report;
-        }
-        GroupVerdict::Decided {
-            key,
-            min_count,
-            placed,
-            members,
-            decision,
-        } => (key, min_count, placed, members, decision),
+    let GroupVerdict::Decided {
+        key,
+        min_count,
+        placed,
+        members,
+        plan: decision,
+    } = verdict
+    else {
+        undecided(&mut report, verdict);
+        return report;
     };
     report.group = Some(key.to_string());
     report.min_count = Some(min_count);
@@ -74,14 +92,14 @@ fn report(wanted: &str, verdict: GroupVerdict) -> GroupReport {
     report.truncated = decision.truncated;
     match decision.outcome {
         GroupOutcome::Place {
-            decisions,
+            plans,
             domain,
             score,
         } => {
             report.action = "PlaceGroup";
             report.domain = Some(domain.to_string());
             report.message = Some(format!("{score:?}"));
-            for (index, d) in decisions {
+            for (index, d) in plans {
                 let (node, note) = match &d.action {
                     Action::Place(p) => (Some(p.node.clone()), format!("placed ({})", p.score)),
                     Action::Release { node } => (node.clone(), "already allocated".to_owned()),
@@ -117,22 +135,13 @@ fn report(wanted: &str, verdict: GroupVerdict) -> GroupReport {
     report
 }
 
-/// Explains the group of `pod`; `false` when the pod is not placed as part of a group.
+/// Explains the verdict on the group of the pod `wanted`.
 pub fn explain(
-    objects: &Objects,
-    pod: &Pod,
+    verdict: GroupVerdict,
     wanted: &str,
-    settings: &Settings,
     output: OutputFormat,
     out: &mut impl Write,
-) -> anyhow::Result<bool> {
-    let Some(verdict) =
-        objects
-            .cluster
-            .decide_group_of(pod, &objects.pod_groups, settings, Timestamp::now())
-    else {
-        return Ok(false);
-    };
+) -> anyhow::Result<()> {
     let r = report(wanted, verdict);
     match output {
         OutputFormat::Json => {
@@ -141,7 +150,7 @@ pub fn explain(
         }
         OutputFormat::Text => write_text(out, &r)?,
     }
-    Ok(true)
+    Ok(())
 }
 
 fn write_text(out: &mut impl Write, r: &GroupReport) -> anyhow::Result<()> {
@@ -167,7 +176,7 @@ fn write_text(out: &mut impl Write, r: &GroupReport) -> anyhow::Result<()> {
             r.pod,
             r.min_count.unwrap_or_default(),
             r.placed_already,
-            r.reason.unwrap_or_default()
+            r.reason.map(PodReason::as_str).unwrap_or_default()
         )?,
     }
     for line in &r.pods {

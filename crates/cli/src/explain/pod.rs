@@ -9,7 +9,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use tessera_placement::protocol::object_key;
-use tessera_placement::{Action, Decision, Placement, PodVerdict, Settings};
+use tessera_placement::{Action, Placement, PodPlan, PodReason, PodVerdict, Ruling, Settings};
 
 use super::{Objects, OutputFormat, result_line};
 
@@ -19,7 +19,7 @@ use super::{Objects, OutputFormat, result_line};
 struct PodReport {
     pod: String,
     /// `Place`, `Release`, `LeaveToScheduler`, `CannotPlace`, `Nothing`, `NotCandidate`,
-    /// `WaitingForClaims` or `InvalidClaims`.
+    /// `WaitingForClaims`, `WaitingBehindGroup` or `InvalidClaims`.
     action: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     node: Option<String>,
@@ -33,7 +33,7 @@ struct PodReport {
     score: Option<String>,
     /// The condition's reason when the pod cannot be placed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<&'static str>,
+    reason: Option<PodReason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
     /// The claim kube-scheduler made for the pod's extended resources
@@ -63,18 +63,24 @@ fn report(pod: &str, verdict: PodVerdict) -> PodReport {
             report.message = Some(why);
             return report;
         }
+        PodVerdict::HeldBack { message, .. } => {
+            report.action = PodReason::WaitingBehindGroup.as_str();
+            report.reason = Some(PodReason::WaitingBehindGroup);
+            report.message = Some(message);
+            return report;
+        }
         PodVerdict::WaitingForClaims(why) => {
-            report.action = "WaitingForClaims";
+            report.action = PodReason::WaitingForClaims.as_str();
             report.message = Some(why);
             return report;
         }
         PodVerdict::InvalidClaims(why) => {
             report.action = "InvalidClaims";
-            report.reason = Some("InvalidInput");
+            report.reason = Some(PodReason::InvalidInput);
             report.message = Some(why);
             return report;
         }
-        PodVerdict::Decided(Decision { action, .. }) => action,
+        PodVerdict::Decided(PodPlan { action, .. }) => action,
     };
     match decision {
         Action::Place(Placement {
@@ -160,10 +166,11 @@ pub fn explain(
             }
         );
     }
-    if super::group::explain(objects, pod, wanted, settings, output, out)? {
-        return Ok(());
-    }
-    let mut report = report(wanted, cluster.decide(pod, settings, Timestamp::now()));
+    let verdict = match cluster.decide(pod, &objects.pod_groups, settings, Timestamp::now()) {
+        Ruling::Group(verdict) => return super::group::explain(verdict, wanted, output, out),
+        Ruling::Pod(verdict) => verdict,
+    };
+    let mut report = report(wanted, verdict);
     report.extended_resource_claim = pod
         .status
         .as_ref()
@@ -235,7 +242,7 @@ fn write_text(out: &mut impl Write, r: &PodReport, settings: &Settings) -> anyho
             writeln!(
                 out,
                 "pod {pod} cannot be placed now ({}): {message}",
-                r.reason.unwrap_or_default()
+                r.reason.map(PodReason::as_str).unwrap_or_default()
             )?;
             if !r.undo.is_empty() {
                 writeln!(
@@ -245,7 +252,9 @@ fn write_text(out: &mut impl Write, r: &PodReport, settings: &Settings) -> anyho
                 )?;
             }
         }
-        "WaitingForClaims" => writeln!(out, "pod {pod} waits for its claims: {message}")?,
+        action if action == PodReason::WaitingForClaims.as_str() => {
+            writeln!(out, "pod {pod} waits for its claims: {message}")?
+        }
         "Nothing" => writeln!(
             out,
             "pod {pod}: nothing to do (released, every claim allocated)"

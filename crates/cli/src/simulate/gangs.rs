@@ -457,11 +457,11 @@ fn controller(
         &GroupSettings::default(),
         Timestamp::UNIX_EPOCH,
     );
-    let GroupOutcome::Place { decisions, .. } = decision.outcome else {
+    let GroupOutcome::Place { plans, .. } = decision.outcome else {
         return Ok(false);
     };
     let mut placed = Placed::default();
-    for (_, d) in decisions {
+    for (_, d) in plans {
         if let Action::Place(p) = d.action {
             let mut gpus = 0;
             for w in p.writes {

@@ -1,0 +1,290 @@
+//! The decision as data: what `tessera_placement::decide::decide` tells the worker to do, in
+//! order, for a pod alone and for a group — checked on the steps themselves, no API server
+//! involved (the controller's tests against the fake check that the worker carries them out).
+
+use tessera_controller_harness as support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use support::*;
+use tessera_api::names::{GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION, TOPOLOGY_AWARE_GATE};
+use tessera_placement::decide::decide;
+use tessera_placement::decision::{
+    Count, Decision, GroupVerdict, PodPatch, PodVerdict, Ruling, Step, Then,
+};
+use tessera_placement::group::{GroupKey, GroupSource, Waiting};
+use tessera_placement::{ClusterObjects, EventKind, PodReason, Settings};
+
+fn now() -> Timestamp {
+    "2026-11-22T10:00:00Z".parse().unwrap()
+}
+
+/// DGX H100 nodes `names` (8 managed GPUs each), the shipped classes, no pods or claims yet.
+fn cluster(names: &[&str]) -> ClusterObjects {
+    ClusterObjects {
+        slices: names.iter().flat_map(|n| dgx_slices(n, true)).collect(),
+        classes: shipped_classes(),
+        nodes: names.iter().map(|n| node(n, true)).collect(),
+        ..ClusterObjects::default()
+    }
+}
+
+/// A gated pod with one claim `<name>-gpus` for `gpus` GPUs, created at `created`.
+fn pod(objects: &mut ClusterObjects, name: &str, gpus: i64, created: &str) -> Pod {
+    let claim = format!("{name}-gpus");
+    let mut pod = gated_pod(name, &[("gpus", Source::Claim(&claim))]);
+    pod.metadata.creation_timestamp = Some(Time(created.parse().unwrap()));
+    objects.claims.push(gpu_claim(&claim, gpus));
+    pod
+}
+
+/// Adds a gated pod (see [`pod`]).
+fn add_pod(objects: &mut ClusterObjects, name: &str, gpus: i64, created: &str) -> Arc<Pod> {
+    let pod = pod(objects, name, gpus, created);
+    objects.pods.push(pod.clone());
+    Arc::new(pod)
+}
+
+/// Adds `size` pods of the label-named group `name` (minCount `size`), each asking `gpus` GPUs.
+fn add_group(objects: &mut ClusterObjects, name: &str, size: usize, gpus: i64) -> Vec<Arc<Pod>> {
+    (0..size)
+        .map(|i| {
+            let mut pod = pod(
+                objects,
+                &format!("{name}-{i}"),
+                gpus,
+                "2026-11-22T09:00:00Z",
+            );
+            pod.metadata.labels = Some(BTreeMap::from([(GROUP_LABEL.into(), name.into())]));
+            pod.metadata.annotations = Some(BTreeMap::from([(
+                GROUP_MIN_COUNT_ANNOTATION.into(),
+                size.to_string(),
+            )]));
+            objects.pods.push(pod.clone());
+            Arc::new(pod)
+        })
+        .collect()
+}
+
+fn decided(objects: &ClusterObjects, pod: &Arc<Pod>, waiting: &[Waiting]) -> Decision {
+    let settings = Settings::new(TOPOLOGY_AWARE_GATE);
+    decide(pod, &objects.source(&[]), waiting, &settings, now())
+}
+
+/// A step as a short word and the pod it concerns, to compare orders.
+fn shape(step: &Step) -> String {
+    let name = |pod: &Pod| pod.metadata.name.clone().unwrap_or_default();
+    match step {
+        Step::Undo { pod, claim } => format!(
+            "undo {} of {}",
+            claim.metadata.name.as_deref().unwrap_or_default(),
+            name(pod)
+        ),
+        Step::Allocate { pod, write, .. } => format!(
+            "allocate {} of {}",
+            write.claim.metadata.name.as_deref().unwrap_or_default(),
+            name(pod)
+        ),
+        Step::PatchPod {
+            pod,
+            patch: PodPatch::AvoidNodes(_),
+        } => format!("avoid nodes {}", name(pod)),
+        Step::PatchPod {
+            pod,
+            patch: PodPatch::Release { record, .. },
+        } => match record {
+            Some(record) => format!("release {} on {}", name(pod), record.node),
+            None => format!("release {} unrecorded", name(pod)),
+        },
+        Step::Notify { pod, notice } => format!("report {} {}", name(pod), notice.reason),
+        Step::Count(count) => format!("count {count:?}"),
+        Step::Remember(w) => format!("remember {}", w.key),
+        Step::Forget(key) => format!("forget {key}"),
+    }
+}
+
+fn shapes(steps: &[Step]) -> Vec<String> {
+    steps.iter().map(shape).collect()
+}
+
+#[test]
+fn a_placed_pod_has_its_claims_written_first_then_is_released_and_told() {
+    let mut objects = cluster(&["dgx-a"]);
+    let pod = add_pod(&mut objects, "trainer", 4, "2026-11-22T09:00:00Z");
+    let decision = decided(&objects, &pod, &[]);
+    assert!(matches!(
+        decision.ruling,
+        Ruling::Pod(PodVerdict::Decided(_))
+    ));
+    assert_eq!(
+        shapes(&decision.first),
+        [
+            "allocate trainer-gpus of trainer",
+            "count ClaimsAllocated(1)"
+        ]
+    );
+    let per_pod: Vec<Vec<String>> = decision.per_pod.iter().map(|s| shapes(s)).collect();
+    assert_eq!(
+        per_pod,
+        [[
+            "release trainer on dgx-a",
+            "count PodPlaced",
+            "report trainer Allocated"
+        ]]
+    );
+    let Step::PatchPod {
+        patch: PodPatch::Release { gate, .. },
+        ..
+    } = &decision.per_pod[0][0]
+    else {
+        panic!("the release comes first");
+    };
+    assert_eq!(gate.as_deref(), Some(TOPOLOGY_AWARE_GATE));
+    assert_eq!(decision.then, Then::Done);
+}
+
+#[test]
+fn a_pod_that_does_not_fit_is_counted_told_with_a_warning_and_parked() {
+    let mut objects = cluster(&["dgx-a"]);
+    let pod = add_pod(&mut objects, "huge", 16, "2026-11-22T09:00:00Z");
+    let decision = decided(&objects, &pod, &[]);
+    assert_eq!(shapes(&decision.first), ["count Failure(Unsatisfiable)"]);
+    let Step::Notify { notice, .. } = &decision.per_pod[0][0] else {
+        panic!("a report");
+    };
+    assert_eq!(
+        (notice.reason, notice.kind),
+        (PodReason::Unsatisfiable, EventKind::Warning)
+    );
+    assert_eq!(decision.then, Then::Park);
+}
+
+#[test]
+fn a_waiting_group_holds_a_later_pod_back_and_a_group_without_gated_pods_is_forgotten() {
+    let mut objects = cluster(&["dgx-a"]);
+    add_group(&mut objects, "early", 2, 8);
+    let pod = add_pod(&mut objects, "late", 1, "2026-11-22T09:30:00Z");
+    let key = |name: &str| GroupKey {
+        namespace: NS.into(),
+        name: name.into(),
+        source: GroupSource::Label,
+    };
+    let waiting = |name: &str| Waiting {
+        key: key(name),
+        arrived: "2026-11-22T09:00:00Z".parse().unwrap(),
+        since: now() - SignedDuration::from_mins(10),
+        fits_when_free: true,
+    };
+    let decision = decided(&objects, &pod, &[waiting("early"), waiting("gone")]);
+    let Ruling::Pod(PodVerdict::HeldBack { by, .. }) = &decision.ruling else {
+        panic!("held back: {:?}", decision.ruling);
+    };
+    assert_eq!(by.key, key("early"));
+    assert_eq!(
+        shapes(&decision.first),
+        [
+            format!("forget {}", key("gone")),
+            "count Failure(WaitingBehindGroup)".to_owned()
+        ]
+    );
+    assert_eq!(
+        shapes(&decision.per_pod[0]),
+        ["report late WaitingBehindGroup"]
+    );
+    assert_eq!(decision.then, Then::Park);
+}
+
+#[test]
+fn a_placed_group_writes_every_claim_before_releasing_any_pod() {
+    let mut objects = cluster(&["dgx-a", "dgx-b"]);
+    let pods = add_group(&mut objects, "train", 2, 8);
+    let decision = decided(&objects, &pods[1], &[]);
+    let Ruling::Group(GroupVerdict::Decided { members, .. }) = &decision.ruling else {
+        panic!("the group is decided: {:?}", decision.ruling);
+    };
+    assert_eq!(members, &["ml/train-0", "ml/train-1"]);
+    let first = shapes(&decision.first);
+    assert_eq!(first[0], "forget group ml/train");
+    assert_eq!(
+        first[1..],
+        [
+            "allocate train-0-gpus of train-0",
+            "count ClaimsAllocated(1)",
+            "allocate train-1-gpus of train-1",
+            "count ClaimsAllocated(1)"
+        ]
+    );
+    let released: Vec<String> = decision.per_pod.iter().map(|s| shape(&s[0])).collect();
+    assert_eq!(released.len(), 2);
+    assert!(
+        released.iter().all(|r| r.starts_with("release train-")),
+        "{released:?}"
+    );
+    assert!(
+        decision
+            .per_pod
+            .iter()
+            .all(|s| s.contains(&Step::Count(Count::PodPlaced))),
+        "every member is counted once released"
+    );
+}
+
+#[test]
+fn a_group_that_does_not_fit_remembers_itself_undoes_its_leftovers_and_waits() {
+    let mut objects = cluster(&["dgx-a", "dgx-b"]);
+    let all: Vec<String> = (0..8).map(|i| format!("gpu-{i}")).collect();
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    objects
+        .claims
+        .push(allocated(gpu_claim("other", 8), "dgx-b", &all));
+    let pods = add_group(&mut objects, "big", 2, 8);
+    // An earlier leader allocated the first member's claim and stopped half-way.
+    let claim = objects
+        .claims
+        .iter_mut()
+        .find(|c| c.metadata.name.as_deref() == Some("big-0-gpus"));
+    let claim = claim.unwrap();
+    *claim = allocated(
+        claim.clone(),
+        "dgx-a",
+        &["gpu-0", "gpu-1", "gpu-2", "gpu-3"],
+    );
+    let mark = tessera_placement::protocol::ClaimMark {
+        pod_uid: "uid-big-0".into(),
+        pod: "big-0".into(),
+        node: "dgx-a".into(),
+        finalizer_added: true,
+    };
+    claim.metadata.annotations = Some(BTreeMap::from([(
+        tessera_placement::protocol::CLAIM_MARK_ANNOTATION.to_owned(),
+        mark.to_annotation(),
+    )]));
+    let decision = decided(&objects, &pods[0], &[]);
+    let Ruling::Group(GroupVerdict::Decided { .. }) = &decision.ruling else {
+        panic!("the group is decided: {:?}", decision.ruling);
+    };
+    let Step::Remember(waiting) = &decision.first[0] else {
+        panic!("remembered first: {:?}", shapes(&decision.first));
+    };
+    assert!(
+        waiting.fits_when_free,
+        "the two nodes hold the group when free: {waiting:?}"
+    );
+    assert_eq!(
+        shapes(&decision.first[1..]),
+        ["count Failure(Unsatisfiable)", "undo big-0-gpus of big-0"]
+    );
+    let reports: Vec<String> = decision.per_pod.iter().flat_map(|s| shapes(s)).collect();
+    assert_eq!(
+        reports,
+        [
+            "report big-0 GroupUnsatisfiable",
+            "report big-1 GroupUnsatisfiable"
+        ]
+    );
+    assert_eq!(decision.then, Then::Park);
+}

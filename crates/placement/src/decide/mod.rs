@@ -1,0 +1,77 @@
+//! The one entry point: [`decide`] makes the [`Decision`] for a pod — the controller's worker
+//! carries it out, `tessera explain --pod` prints its ruling — so the two cannot disagree.
+//!
+//! A gated pod of a group (gang) is decided with its group ([`group`]), every other pod alone
+//! ([`pod`]). Both end in the planner: [`crate::view::decide_pod`] for each pod.
+
+pub mod group;
+pub mod pod;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::decision::{ClusterSource, Decision, PodVerdict, Ruling};
+use crate::group::membership::{GroupKey, GroupSource, group_key};
+use crate::group::starvation::Waiting;
+use crate::pods::is_candidate;
+use crate::protocol::{is_bound, is_gated, is_terminal, object_key};
+use crate::view::Settings;
+
+/// What the controller configured with `settings` does with `pod` at `now`, reading the cluster
+/// from `source`; `waiting`: the groups waiting for capacity (the starvation policy's memory).
+pub fn decide(
+    pod: &Arc<Pod>,
+    source: &dyn ClusterSource,
+    waiting: &[Waiting],
+    settings: &Settings,
+    now: Timestamp,
+) -> Decision {
+    let gate = settings.gate.as_str();
+    if !is_candidate(pod, gate) {
+        let why = not_candidate_reason(pod, gate);
+        return Decision::nothing(Ruling::Pod(PodVerdict::NotCandidate(why)));
+    }
+    match is_gated(pod, gate).then(|| group_key(pod)).flatten() {
+        Some(key) => group::decide_for_group(pod, key, source, waiting, settings, now),
+        None => pod::decide_alone(pod, source, waiting, settings, now),
+    }
+}
+
+/// The PodGroup the decision for `pod` reads, if any ([`ClusterSource::pod_group`]): the
+/// controller does not watch PodGroups, it reads this one before deciding.
+pub fn pod_group_needed(pod: &Pod, settings: &Settings) -> Option<GroupKey> {
+    gang_of(pod, settings).filter(|key| key.source == GroupSource::PodGroup)
+}
+
+/// The group `pod` is decided with: a gated pod the controller works on that names a group.
+fn gang_of(pod: &Pod, settings: &Settings) -> Option<GroupKey> {
+    if is_candidate(pod, &settings.gate) && is_gated(pod, &settings.gate) {
+        group_key(pod)
+    } else {
+        None
+    }
+}
+
+/// Why the controller leaves `pod` alone.
+fn not_candidate_reason(pod: &Pod, gate: &str) -> String {
+    let key = object_key(&pod.metadata);
+    if pod.metadata.deletion_timestamp.is_some() {
+        format!("pod {key} is being deleted")
+    } else if is_terminal(pod) {
+        format!("pod {key} has finished")
+    } else if is_bound(pod) {
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or_default();
+        format!("pod {key} is bound to node {node} already")
+    } else {
+        format!(
+            "pod {key} does not carry the scheduling gate {gate} and was not placed by the controller; \
+             kube-scheduler places it"
+        )
+    }
+}

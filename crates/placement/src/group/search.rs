@@ -1,0 +1,453 @@
+//! The group's decision: all or nothing, close together. [`decide_group`] tries the domains level
+//! by level, finest first, packs the members into as few sub-domains as it can, keeps the best
+//! [`GroupScore`] among the first domains that hold the group, and stops at its budget.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::claims::allocation;
+use crate::group::domains::{Domain, Layout, Level, subdomains};
+use crate::group::membership::GroupKey;
+use crate::group::score::{GroupScore, decision_node, score};
+use crate::group::settings::GroupSettings;
+use crate::planner::{Action, Failure, PodPlan};
+use crate::pods::pod_usage_requests;
+use crate::protocol::object_key;
+use crate::reason::PodReason;
+use crate::resolve::PodClaim;
+use crate::resources::NodeUsage;
+use crate::view::{PodContext, Settings, decide_pod_within};
+
+/// Domains tried at the level where the group first fits, before the best is kept.
+pub const ALTERNATIVES: usize = 4;
+
+/// A gated pod of the group whose claims are resolved.
+#[derive(Clone, Copy)]
+pub struct Member<'a> {
+    pub pod: &'a Pod,
+    pub claims: &'a [PodClaim],
+}
+
+/// What one group decision reads besides the cluster.
+pub struct GroupInput<'a> {
+    pub key: &'a GroupKey,
+    pub min_count: u32,
+    /// Pods of the group already placed (released or bound): they count toward `min_count`.
+    pub placed: u32,
+    /// Pods to place, in the order to try them (arrival, then name).
+    pub members: Vec<Member<'a>>,
+    /// Pods of the group still waiting for their claims to be created.
+    pub unresolved: u32,
+}
+
+impl GroupInput<'_> {
+    /// How many of `members` must be placed in this decision.
+    pub fn needed(&self) -> usize {
+        self.min_count.saturating_sub(self.placed) as usize
+    }
+}
+
+/// A member that was not placed in the attempt reported, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodAccount {
+    pub pod: String,
+    /// Where it was placed (in the attempt), or `None`.
+    pub node: Option<String>,
+    pub message: String,
+}
+
+/// The group's decision.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GroupOutcome {
+    /// Carry out each member's decision (index into [`GroupInput::members`]); members not listed
+    /// stay gated for a later decision.
+    Place {
+        plans: Vec<(usize, PodPlan)>,
+        domain: Domain,
+        score: GroupScore,
+    },
+    /// Place nothing now.
+    Wait {
+        failure: Failure,
+        /// The condition reason: `WaitingForGroup` (pods or claims missing),
+        /// `GroupUnsatisfiable` or `InvalidInput`.
+        reason: PodReason,
+        message: String,
+        /// The closest attempt (or each pod alone with [`GroupSettings::accounts`]).
+        pods: Vec<PodAccount>,
+    },
+}
+
+/// The search's answer for a group, and what it cost.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupPlan {
+    pub outcome: GroupOutcome,
+    /// Pod decisions taken.
+    pub steps: usize,
+    /// The budget ran out: the group found may not be the best (or one may exist).
+    pub truncated: bool,
+}
+
+/// A successful or partial attempt in one domain.
+struct Attempt {
+    placed: Vec<(usize, PodPlan)>,
+    /// Members not placed, with the last reason.
+    missed: Vec<(usize, String)>,
+}
+
+/// The search's shared state.
+struct Search<'a, 'c> {
+    input: &'a GroupInput<'a>,
+    context: &'a PodContext<'c>,
+    settings: &'a Settings,
+    now: Timestamp,
+    budget: usize,
+    steps: usize,
+    truncated: bool,
+}
+
+impl Search<'_, '_> {
+    /// Places members in `nodes`, packing them into `subdomains` (groups of `nodes`, in order of
+    /// preference; the ones already used come first).
+    fn attempt(&mut self, subdomains: &[Vec<usize>]) -> Attempt {
+        let mut state = self.context.in_use.clone();
+        let mut usage: HashMap<String, NodeUsage> = self.context.usage.clone();
+        let mut used: Vec<usize> = Vec::new();
+        let mut attempt = Attempt {
+            placed: Vec::new(),
+            missed: Vec::new(),
+        };
+        let needed = self.input.needed();
+        let total = self.input.members.len();
+        for (index, member) in self.input.members.iter().enumerate() {
+            if attempt.placed.len() + (total - index) < needed {
+                attempt
+                    .missed
+                    .extend((index..total).map(|i| (i, "not tried".to_owned())));
+                break;
+            }
+            let order: Vec<usize> = used
+                .iter()
+                .copied()
+                .chain((0..subdomains.len()).filter(|s| !used.contains(s)))
+                .collect();
+            let mut last = String::from("no node of the domain is eligible");
+            let mut done = false;
+            for sub in order {
+                if self.steps >= self.budget {
+                    self.truncated = true;
+                    break;
+                }
+                self.steps += 1;
+                let context = PodContext {
+                    devices: self.context.devices,
+                    unmanaged: self.context.unmanaged,
+                    in_use: &state,
+                    usage: &usage,
+                };
+                let decision = decide_pod_within(
+                    member.pod,
+                    member.claims,
+                    &context,
+                    self.settings,
+                    self.now,
+                    Some(subdomains[sub].as_slice()),
+                );
+                match &decision.action {
+                    Action::Place(p) => {
+                        for claim in &p.undo {
+                            if let Some(a) = allocation(claim) {
+                                let _ = state.remove_allocation(a);
+                            }
+                        }
+                        for write in &p.writes {
+                            let _ = state.add_allocation(&write.allocation);
+                        }
+                        usage
+                            .entry(p.node.clone())
+                            .or_default()
+                            .add_pod(pod_usage_requests(member.pod));
+                    }
+                    Action::Release { .. } | Action::Nothing => {}
+                    Action::CannotPlace { message, .. } | Action::LeaveToScheduler { message } => {
+                        last = message.clone();
+                        continue;
+                    }
+                }
+                if !used.contains(&sub) {
+                    used.push(sub);
+                }
+                attempt.placed.push((index, decision));
+                done = true;
+                break;
+            }
+            if !done {
+                attempt.missed.push((index, last));
+            }
+        }
+        attempt
+    }
+}
+
+/// The group waits for pods (or their claims) that do not exist yet.
+fn short_of_pods(input: &GroupInput<'_>) -> Option<GroupPlan> {
+    let needed = input.needed();
+    let have = input.members.len();
+    if have >= needed {
+        return None;
+    }
+    let missing = needed - have;
+    let claims = if input.unresolved > 0 {
+        format!(
+            " ({} of them exist but wait for their claims to be created)",
+            input.unresolved
+        )
+    } else {
+        String::new()
+    };
+    Some(GroupPlan {
+        outcome: GroupOutcome::Wait {
+            failure: Failure::Unsatisfiable,
+            reason: PodReason::WaitingForGroup,
+            message: format!(
+                "{} needs {} pods placed together (minCount {}, {} placed already); {} of them are gated \
+                 here with their claims, waiting for {missing} more{claims}",
+                input.key, needed, input.min_count, input.placed, have
+            ),
+            pods: Vec::new(),
+        },
+        steps: 0,
+        truncated: false,
+    })
+}
+
+/// The best group in the domains of one level, and the closest failed attempt so far.
+fn search_level(
+    search: &mut Search<'_, '_>,
+    layout: &Layout,
+    domains: Vec<(Domain, Vec<usize>)>,
+    sub_level: Option<&Level>,
+    closest: &mut Option<(Domain, Attempt)>,
+) -> Option<(GroupScore, Domain, Attempt)> {
+    let needed = search.input.needed().max(1);
+    let mut best: Option<(GroupScore, Domain, Attempt)> = None;
+    let mut successes = 0;
+    for (domain, nodes) in domains {
+        if search.steps >= search.budget {
+            search.truncated = true;
+            break;
+        }
+        let attempt = search.attempt(&subdomains(&nodes, sub_level, &layout.free));
+        if attempt.placed.len() >= needed {
+            let s = score(
+                &attempt.placed,
+                layout.clique.as_ref(),
+                &layout.labels,
+                &layout.index,
+            );
+            if best.as_ref().is_none_or(|(b, _, _)| s < *b) {
+                best = Some((s, domain, attempt));
+            }
+            successes += 1;
+            if successes >= ALTERNATIVES {
+                break;
+            }
+        } else if closest
+            .as_ref()
+            .is_none_or(|(_, c)| attempt.placed.len() > c.placed.len())
+        {
+            *closest = Some((domain, attempt));
+        }
+    }
+    best
+}
+
+/// Decides the group: places at least [`GroupInput::needed`] members close together, or none.
+pub fn decide_group(
+    input: &GroupInput<'_>,
+    context: &PodContext<'_>,
+    settings: &Settings,
+    group: &GroupSettings,
+    now: Timestamp,
+) -> GroupPlan {
+    if let Some(waiting) = short_of_pods(input) {
+        return waiting;
+    }
+    let layout = Layout::new(context, group);
+    let levels = layout.levels();
+    let mut search = Search {
+        input,
+        context,
+        settings,
+        now,
+        budget: group.budget,
+        steps: 0,
+        truncated: false,
+    };
+    // The closest failed attempt: most members placed.
+    let mut closest: Option<(Domain, Attempt)> = None;
+    for depth in 0..=levels.len() {
+        let (domains, sub_level) = layout.domains(&levels, depth);
+        if let Some((score, domain, attempt)) =
+            search_level(&mut search, &layout, domains, sub_level, &mut closest)
+        {
+            return GroupPlan {
+                outcome: GroupOutcome::Place {
+                    plans: attempt.placed,
+                    domain,
+                    score,
+                },
+                steps: search.steps,
+                truncated: search.truncated,
+            };
+        }
+    }
+    let (steps, truncated) = (search.steps, search.truncated);
+    let outcome = wait_outcome(input, context, settings, group, now, closest, truncated);
+    GroupPlan {
+        outcome,
+        steps,
+        truncated,
+    }
+}
+
+fn pod_name(member: &Member<'_>) -> String {
+    object_key(&member.pod.metadata)
+}
+
+/// What the closest attempt placed and what it missed: a summary and the pods' accounts.
+fn closest_account(
+    input: &GroupInput<'_>,
+    domain: &Domain,
+    attempt: &Attempt,
+) -> (String, Vec<PodAccount>) {
+    let placed: Vec<String> = attempt
+        .placed
+        .iter()
+        .map(|(i, d)| {
+            format!(
+                "{} on {}",
+                pod_name(&input.members[*i]),
+                decision_node(d).unwrap_or("its node")
+            )
+        })
+        .collect();
+    let mut summary = format!(
+        "; the closest attempt, in {domain}, placed {} of them ({})",
+        attempt.placed.len(),
+        placed.join(", ")
+    );
+    if let Some((i, why)) = attempt.missed.first() {
+        summary.push_str(&format!(
+            "; {} did not fit there: {why}",
+            pod_name(&input.members[*i])
+        ));
+    }
+    let mut pods = Vec::new();
+    for (i, d) in &attempt.placed {
+        pods.push(PodAccount {
+            pod: pod_name(&input.members[*i]),
+            node: decision_node(d).map(str::to_owned),
+            message: "placed in the closest attempt".into(),
+        });
+    }
+    for (i, why) in &attempt.missed {
+        pods.push(PodAccount {
+            pod: pod_name(&input.members[*i]),
+            node: None,
+            message: why.clone(),
+        });
+    }
+    (summary, pods)
+}
+
+/// Each member decided alone against the whole cluster, and the first bad input found.
+fn alone_accounts(
+    input: &GroupInput<'_>,
+    context: &PodContext<'_>,
+    settings: &Settings,
+    now: Timestamp,
+) -> (Vec<PodAccount>, Option<String>) {
+    let mut pods = Vec::new();
+    let mut invalid = None;
+    for member in &input.members {
+        let decision = crate::view::decide_pod(member.pod, member.claims, context, settings, now);
+        let (node, message) = match &decision.action {
+            Action::Place(p) => (Some(p.node.clone()), "fits alone".to_owned()),
+            Action::Release { node } => (node.clone(), "already allocated".to_owned()),
+            Action::Nothing => (None, "nothing to do".to_owned()),
+            Action::LeaveToScheduler { message } => (None, message.clone()),
+            Action::CannotPlace {
+                failure, message, ..
+            } => {
+                if *failure == Failure::InvalidInput && invalid.is_none() {
+                    invalid = Some(format!("{}: {message}", pod_name(member)));
+                }
+                (None, message.clone())
+            }
+        };
+        pods.push(PodAccount {
+            pod: pod_name(member),
+            node,
+            message,
+        });
+    }
+    (pods, invalid)
+}
+
+fn wait_outcome(
+    input: &GroupInput<'_>,
+    context: &PodContext<'_>,
+    settings: &Settings,
+    group: &GroupSettings,
+    now: Timestamp,
+    closest: Option<(Domain, Attempt)>,
+    truncated: bool,
+) -> GroupOutcome {
+    let needed = input.needed().max(1);
+    let mut summary = format!(
+        "{} needs {needed} of its {} gated pods placed together (minCount {}, {} placed already)",
+        input.key,
+        input.members.len(),
+        input.min_count,
+        input.placed
+    );
+    let mut pods = Vec::new();
+    match &closest {
+        Some((domain, attempt)) => {
+            let (text, accounts) = closest_account(input, domain, attempt);
+            summary.push_str(&text);
+            pods = accounts;
+        }
+        None => summary.push_str("; no pod of the group fits on any eligible node"),
+    }
+    // Bad input of any member fails the group as such.
+    let mut invalid = None;
+    if group.accounts || closest.is_none() {
+        (pods, invalid) = alone_accounts(input, context, settings, now);
+        if closest.is_none()
+            && let Some(first) = pods.first()
+        {
+            summary.push_str(&format!("; {}: {}", first.pod, first.message));
+        }
+    }
+    if truncated {
+        summary.push_str("; the search stopped at its budget");
+    }
+    if let Some(invalid) = invalid {
+        return GroupOutcome::Wait {
+            failure: Failure::InvalidInput,
+            reason: PodReason::InvalidInput,
+            message: format!("{}: {invalid}", input.key),
+            pods,
+        };
+    }
+    GroupOutcome::Wait {
+        failure: Failure::Unsatisfiable,
+        reason: PodReason::GroupUnsatisfiable,
+        message: summary,
+        pods,
+    }
+}
