@@ -19,7 +19,10 @@ const BEING_SPLIT: &[(&str, &str)] = &[
     ("tests/e2e/src/checker.rs", "check_claim_container"),
     ("tests/e2e/src/local.rs", "from_env"),
     ("tests/e2e/src/scenarios/gang.rs", "run"),
-    ("tests/e2e/src/scenarios/invalid_config.rs", "invalid_config"),
+    (
+        "tests/e2e/src/scenarios/invalid_config.rs",
+        "invalid_config",
+    ),
     ("tests/e2e/src/scenarios/live.rs", "gpu_metrics"),
     ("tests/e2e/src/scenarios/live.rs", "kubectl_tessera"),
     ("tests/e2e/src/scenarios/mod.rs", "all"),

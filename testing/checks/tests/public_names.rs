@@ -1,0 +1,220 @@
+//! One name per concept: no two public types of the workspace share a name. A reader who meets
+//! `Outcome` in one crate and `Outcome` in another should not have to find out which one it is;
+//! two types for one concept should be one type.
+//!
+//! Public types are `pub` structs, enums, unions, traits and type aliases (not `pub(crate)` or
+//! narrower) outside test code, in every crate root of every workspace member (libraries,
+//! `main.rs`, `src/bin/`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use syn::{Item, Visibility};
+use tessera_checks::module_tree::{ModuleTree, crate_roots};
+
+/// Names shared by public types that are being renamed, each with the files that define it (from
+/// the workspace root, sorted). The files sharing a listed name must be among the entry's (a
+/// file may stop sharing it, none may start), and an entry stays only while the name is shared:
+/// the test fails once it is not, so the list only shrinks.
+const BEING_RENAMED: &[(&str, &[&str])] = &[
+    (
+        "Allocation",
+        &[
+            "crates/allocator/src/allocate.rs",
+            "tests/e2e/src/claims.rs",
+        ],
+    ),
+    (
+        "AttributeValue",
+        &["crates/cel/src/device.rs", "tests/e2e/src/devices.rs"],
+    ),
+    (
+        "CudaDevice",
+        &[
+            "crates/gpu-check/src/cuda.rs",
+            "testing/fake-cuda/src/devices.rs",
+            "tests/e2e/src/checker.rs",
+        ],
+    ),
+    (
+        "DeviceBackend",
+        &["crates/node/src/args.rs", "crates/node/src/plugin.rs"],
+    ),
+    (
+        "DeviceNode",
+        &["crates/cdi/src/spec.rs", "tests/e2e/src/checker.rs"],
+    ),
+    (
+        "DeviceRef",
+        &[
+            "testing/fake-nvml/src/driver.rs",
+            "testing/parity/src/instance.rs",
+        ],
+    ),
+    (
+        "Finding",
+        &[
+            "crates/cli/src/validate.rs",
+            "crates/node/src/health/policy.rs",
+        ],
+    ),
+    (
+        "Holder",
+        &[
+            "crates/cli/src/top.rs",
+            "crates/node/src/gpu_metrics/mod.rs",
+        ],
+    ),
+    (
+        "Kind",
+        &[
+            "crates/cdi/src/names.rs",
+            "crates/cli/src/validate/objects.rs",
+            "crates/driver-root/src/tree.rs",
+            "testing/parity/src/instance.rs",
+        ],
+    ),
+    (
+        "Metrics",
+        &[
+            "crates/cli/src/simulate.rs",
+            "crates/controller/src/metrics.rs",
+        ],
+    ),
+    (
+        "NodeFacts",
+        &[
+            "crates/node/src/publish/node.rs",
+            "crates/placement/src/nodes.rs",
+        ],
+    ),
+    (
+        "Outcome",
+        &[
+            "crates/allocator/src/allocate.rs",
+            "crates/controller/src/queue.rs",
+            "crates/node/src/metrics/mod.rs",
+            "tests/e2e/src/scenarios/mod.rs",
+        ],
+    ),
+    (
+        "OutputFormat",
+        &["crates/cli/src/inventory.rs", "crates/cli/src/output.rs"],
+    ),
+    (
+        "Placement",
+        &[
+            "crates/placement/src/planner.rs",
+            "tests/e2e/src/objects.rs",
+        ],
+    ),
+    (
+        "PodClaim",
+        &["crates/placement/src/resolve.rs", "tests/e2e/src/claims.rs"],
+    ),
+    (
+        "Probe",
+        &["crates/process/src/endpoints.rs", "tests/e2e/src/wait.rs"],
+    ),
+    (
+        "Quantity",
+        &["crates/api/src/quantity.rs", "crates/cel/src/quantity.rs"],
+    ),
+    (
+        "QuantityError",
+        &[
+            "crates/allocator/src/quantity.rs",
+            "crates/api/src/quantity.rs",
+        ],
+    ),
+    (
+        "Report",
+        &["crates/cli/src/top.rs", "tests/e2e/src/checker.rs"],
+    ),
+    (
+        "Scenario",
+        &[
+            "crates/cli/src/simulate.rs",
+            "tests/e2e/src/scenarios/mod.rs",
+        ],
+    ),
+];
+
+/// The public types one crate root's modules define, as (name, file).
+fn public_types(workspace: &Path, root: &Path) -> Vec<(String, String)> {
+    let tree = ModuleTree::read(root);
+    let mut found = Vec::new();
+    for module in &tree.modules {
+        let file = module
+            .file
+            .strip_prefix(workspace)
+            .unwrap_or(&module.file)
+            .display()
+            .to_string();
+        for item in &module.items {
+            let (vis, ident) = match item {
+                Item::Struct(i) => (&i.vis, &i.ident),
+                Item::Enum(i) => (&i.vis, &i.ident),
+                Item::Union(i) => (&i.vis, &i.ident),
+                Item::Trait(i) => (&i.vis, &i.ident),
+                Item::Type(i) => (&i.vis, &i.ident),
+                _ => continue,
+            };
+            if matches!(vis, Visibility::Public(_)) {
+                found.push((ident.to_string(), file.clone()));
+            }
+        }
+    }
+    found
+}
+
+/// Every public type name of the workspace with the files defining a type of that name.
+fn workspace_public_types(workspace: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut names: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for krate in tessera_checks::crate_dirs(workspace) {
+        for root in crate_roots(&krate) {
+            for (name, file) in public_types(workspace, &root) {
+                names.entry(name).or_default().insert(file);
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn no_two_public_types_share_a_name() {
+    let workspace = tessera_checks::workspace_root();
+    let names = workspace_public_types(&workspace);
+    assert!(
+        names.len() > 400,
+        "only {} public type names found: the reader misses crates",
+        names.len()
+    );
+    let shared: BTreeMap<&String, &BTreeSet<String>> =
+        names.iter().filter(|(_, files)| files.len() > 1).collect();
+    let mut unexpected = Vec::new();
+    for (name, files) in &shared {
+        let listed = BEING_RENAMED.iter().any(|(listed, listed_files)| {
+            listed == name
+                && files
+                    .iter()
+                    .all(|file| listed_files.contains(&file.as_str()))
+        });
+        if !listed {
+            let files: Vec<&str> = files.iter().map(String::as_str).collect();
+            unexpected.push(format!("{name}: {}", files.join(", ")));
+        }
+    }
+    assert!(
+        unexpected.is_empty(),
+        "public types sharing a name; name each for what it is (or make one type of one \
+         concept):\n{}",
+        unexpected.join("\n")
+    );
+    for (name, _) in BEING_RENAMED {
+        assert!(
+            shared.contains_key(&(*name).to_owned()),
+            "{name} is no longer shared: remove it from BEING_RENAMED"
+        );
+    }
+}
