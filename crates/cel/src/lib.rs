@@ -83,7 +83,7 @@ mod version;
 
 pub use device::{AttributeValue, DeviceContext, DeviceView};
 pub use error::{CompileError, EvalError};
-pub use quantity::{Quantity, QuantityError};
+pub use quantity::{QuantityError, QuantityValue};
 pub use references::{DeviceMap, NameReference};
 pub use rewrite::{NameFate, Rewritten, rewrite_domain};
 pub use selector::{Selector, SelectorCompiler};

@@ -128,7 +128,7 @@ pub struct SimulateArgs {
 /// A scenario: the cluster and the trace.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Scenario {
+pub struct SimulationScenario {
     pub nodes: Vec<NodeGroup>,
     pub trace: TraceSpec,
     /// The sharing trace (`--sharing`); the default one when absent.
@@ -164,9 +164,9 @@ pub struct Lifetime {
     pub max: u64,
 }
 
-impl Scenario {
-    pub fn default_scenario() -> Scenario {
-        Scenario {
+impl SimulationScenario {
+    pub fn default_scenario() -> SimulationScenario {
+        SimulationScenario {
             nodes: vec![
                 NodeGroup {
                     topology: "dgx-h100".into(),
@@ -188,10 +188,10 @@ impl Scenario {
         }
     }
 
-    fn load(path: &Path) -> anyhow::Result<Scenario> {
+    fn load(path: &Path) -> anyhow::Result<SimulationScenario> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("read scenario {}", path.display()))?;
-        let scenario: Scenario = serde_yaml::from_str(&text).with_context(|| {
+        let scenario: SimulationScenario = serde_yaml::from_str(&text).with_context(|| {
             format!(
                 "scenario {}: invalid (see tessera simulate --help)",
                 path.display()
@@ -305,12 +305,15 @@ struct Cluster {
     numa: HashMap<(String, String), i64>,
 }
 
-fn cluster(scenario: &Scenario) -> anyhow::Result<Cluster> {
+fn cluster(scenario: &SimulationScenario) -> anyhow::Result<Cluster> {
     cluster_with(scenario, ConsumableShares::Disabled)
 }
 
 /// The cluster with every node's devices published in consumable-shares mode `shares`.
-fn cluster_with(scenario: &Scenario, shares: ConsumableShares) -> anyhow::Result<Cluster> {
+fn cluster_with(
+    scenario: &SimulationScenario,
+    shares: ConsumableShares,
+) -> anyhow::Result<Cluster> {
     let mut slices: Vec<ResourceSlice> = Vec::new();
     for group in &scenario.nodes {
         let inventory = MockSource::new(&group.topology)
@@ -372,7 +375,7 @@ fn cluster_with(scenario: &Scenario, shares: ConsumableShares) -> anyhow::Result
 /// What one mode achieved.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Metrics {
+pub struct ModeMetrics {
     pub claims: usize,
     pub allocated: usize,
     pub nvlink_local_percent: f64,
@@ -386,8 +389,8 @@ pub struct Metrics {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Report {
-    first_fit: Metrics,
-    topology_aware: Metrics,
+    first_fit: ModeMetrics,
+    topology_aware: ModeMetrics,
 }
 
 fn claim(index: usize, gpus: u32) -> ResourceClaim {
@@ -487,7 +490,7 @@ impl Run<'_> {
         }
     }
 
-    fn metrics(mut self, claims: usize) -> Metrics {
+    fn metrics(mut self, claims: usize) -> ModeMetrics {
         self.latencies.sort_unstable();
         let ratio = |part: f64, whole: usize| {
             if whole == 0 {
@@ -496,7 +499,7 @@ impl Run<'_> {
                 round2(part / whole as f64)
             }
         };
-        Metrics {
+        ModeMetrics {
             claims,
             allocated: self.allocated,
             nvlink_local_percent: ratio(100.0 * self.local as f64, self.multi),
@@ -514,7 +517,7 @@ fn run_mode(
     trace: &[TraceClaim],
     mode: PlacementMode,
     numa: tessera_allocator::NumaPolicy,
-) -> anyhow::Result<Metrics> {
+) -> anyhow::Result<ModeMetrics> {
     let options = AllocateOptions {
         mode,
         explain: false,
@@ -613,9 +616,9 @@ fn parse_pod_gpus(text: &str) -> Result<BTreeMap<u32, u32>, String> {
 
 pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let scenario = if args.scenario == "default" {
-        Scenario::default_scenario()
+        SimulationScenario::default_scenario()
     } else {
-        Scenario::load(Path::new(&args.scenario))?
+        SimulationScenario::load(Path::new(&args.scenario))?
     };
     if args.gangs {
         let scenario = gangs::GangScenario {
@@ -674,7 +677,7 @@ fn write_table(out: &mut impl Write, report: &Report) -> anyhow::Result<()> {
         "{:<22} {:>12} {:>15}",
         "METRIC", "FIRST-FIT", "TOPOLOGY-AWARE"
     )?;
-    let row = |m: &Metrics| -> [String; 8] {
+    let row = |m: &ModeMetrics| -> [String; 8] {
         [
             m.claims.to_string(),
             m.allocated.to_string(),
@@ -728,7 +731,7 @@ mod tests {
 
     #[test]
     fn traces_are_deterministic_and_follow_the_weights() {
-        let spec = Scenario::default_scenario().trace;
+        let spec = SimulationScenario::default_scenario().trace;
         let a = trace(&spec, 7);
         let b = trace(&spec, 7);
         assert_eq!(a.len(), 3000);
@@ -756,7 +759,7 @@ mod tests {
 
     #[test]
     fn bad_scenarios_are_refused_with_the_field() {
-        let mut s = Scenario::default_scenario();
+        let mut s = SimulationScenario::default_scenario();
         s.trace.sizes = [(64, 1)].into();
         assert!(
             s.check()
@@ -764,7 +767,7 @@ mod tests {
                 .to_string()
                 .contains("trace.sizes: 64 GPUs")
         );
-        let mut s = Scenario::default_scenario();
+        let mut s = SimulationScenario::default_scenario();
         s.trace.lifetime = Lifetime { min: 5, max: 1 };
         assert!(
             s.check()

@@ -35,7 +35,7 @@ pub struct TopArgs {
 
 /// What `top` shows (the `-o json` form).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Report {
+pub struct TopReport {
     pub nodes: Vec<NodeReport>,
 }
 
@@ -148,7 +148,7 @@ fn holders(claims: &[ResourceClaim]) -> BTreeMap<(String, String), Vec<Holder>> 
 }
 
 /// The report over `cluster`'s slices and claims.
-pub fn report(cluster: &ClusterObjects) -> Report {
+pub fn report(cluster: &ClusterObjects) -> TopReport {
     let held = holders(&cluster.claims);
     // node -> device name -> device (a device published twice is shown once)
     let mut published: BTreeMap<String, BTreeMap<String, (String, &Device)>> = BTreeMap::new();
@@ -172,7 +172,7 @@ pub fn report(cluster: &ClusterObjects) -> Report {
         .into_iter()
         .map(|(node, devices)| node_report(node, &devices, &held))
         .collect();
-    Report { nodes }
+    TopReport { nodes }
 }
 
 fn node_report(
@@ -271,9 +271,9 @@ pub fn utilization_of(metrics: &str) -> BTreeMap<String, u32> {
 
 /// `report` with each device's utilization from `utilization` (`(node, device)` to percent).
 pub fn with_utilization(
-    mut report: Report,
+    mut report: TopReport,
     utilization: &BTreeMap<(String, String), u32>,
-) -> Report {
+) -> TopReport {
     for node in &mut report.nodes {
         for device in &mut node.devices {
             device.utilization_percent = utilization
@@ -326,7 +326,7 @@ pub fn run(args: &TopArgs, out: &mut impl Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_table(report: &Report, out: &mut impl Write) -> anyhow::Result<()> {
+fn write_table(report: &TopReport, out: &mut impl Write) -> anyhow::Result<()> {
     if report.nodes.is_empty() {
         writeln!(out, "no node publishes {DRIVER_NAME} devices")?;
         return Ok(());
@@ -443,7 +443,7 @@ mod tests {
             found,
             BTreeMap::from([("gpu-0".to_owned(), 80), ("gpu-1".to_owned(), 3)])
         );
-        let report = Report {
+        let report = TopReport {
             nodes: vec![NodeReport {
                 node: "n".into(),
                 gpus: 2,

@@ -11,12 +11,12 @@ use kube::api::{Api, DeleteParams, ListParams};
 
 use crate::cdi_view::split_list;
 use crate::checker;
-use crate::claims::{AllocatedDevice, Allocation, container_claims, get_claim, pod_claims};
+use crate::claims::{AllocatedDevice, AllocationStatus, container_claims, get_claim, pod_claims};
 use crate::context::Ctx;
 use crate::devices::{Published, PublishedDevice, parse_quantity};
 use crate::objects;
 use crate::observer::ClaimOnNode;
-use crate::wait::{Probe, until};
+use crate::wait::{Progress, until};
 
 /// A pod claim and its allocation.
 #[derive(Debug, Clone)]
@@ -24,7 +24,7 @@ pub struct AllocatedClaim {
     /// The pod's entry name (`spec.resourceClaims[].name`).
     pub entry: String,
     pub claim: ResourceClaim,
-    pub allocation: Allocation,
+    pub allocation: AllocationStatus,
 }
 
 impl AllocatedClaim {
@@ -108,15 +108,15 @@ pub async fn wait_allocated(
             let mut allocated = Vec::new();
             for entry in pod_claims(&current) {
                 let Some(name) = entry.claim_name else {
-                    return Ok(Probe::Waiting(format!(
+                    return Ok(Progress::Waiting(format!(
                         "claim `{}` not generated yet; pod: {}",
                         entry.entry,
                         pod_summary(&current)
                     )));
                 };
                 let claim = get_claim(&ctx.client, namespace, &name).await?;
-                let Some(allocation) = Allocation::of(&claim) else {
-                    return Ok(Probe::Waiting(format!(
+                let Some(allocation) = AllocationStatus::of(&claim) else {
+                    return Ok(Progress::Waiting(format!(
                         "claim {name} not allocated; pod: {}",
                         pod_summary(&current)
                     )));
@@ -127,7 +127,7 @@ pub async fn wait_allocated(
                     allocation,
                 });
             }
-            Ok(Probe::Done(allocated))
+            Ok(Progress::Done(allocated))
         },
     )
     .await
@@ -147,11 +147,11 @@ pub async fn wait_running(ctx: &Ctx, namespace: &str, pod: &str) -> anyhow::Resu
                 .and_then(|s| s.phase.as_deref())
                 .unwrap_or_default();
             Ok(match phase {
-                "Running" => Probe::Done(current),
+                "Running" => Progress::Done(current),
                 "Failed" | "Succeeded" => {
                     bail!("pod {namespace}/{pod} ended: {}", pod_summary(&current))
                 }
-                _ => Probe::Waiting(pod_summary(&current)),
+                _ => Progress::Waiting(pod_summary(&current)),
             })
         },
     )
@@ -336,8 +336,8 @@ pub async fn check_unclaimed_pod(ctx: &Ctx, node: &str) -> anyhow::Result<()> {
         ctx.timeouts.run,
         || async {
             Ok(match ctx.observer.container_view(&running, "ctr").await? {
-                Some(view) if view.check.is_some() => Probe::Done(view),
-                _ => Probe::Waiting("no checker report in the log yet".to_owned()),
+                Some(view) if view.check.is_some() => Progress::Done(view),
+                _ => Progress::Waiting("no checker report in the log yet".to_owned()),
             })
         },
     )
@@ -386,11 +386,11 @@ pub async fn check_containers(
                     // The container prints the checker's report, then its GPU environment (a
                     // claim container always has some): until that is there, it is still
                     // printing.
-                    Some(view) if !view.env.is_empty() => Probe::Done(view),
-                    Some(_) => Probe::Waiting(
+                    Some(view) if !view.env.is_empty() => Progress::Done(view),
+                    Some(_) => Progress::Waiting(
                         "the container is still printing (no GPU environment yet)".to_owned(),
                     ),
-                    None => Probe::Waiting("no container record or output yet".to_owned()),
+                    None => Progress::Waiting("no container record or output yet".to_owned()),
                 })
             },
         )
@@ -495,8 +495,8 @@ pub async fn delete_pods_and_check_unprepared(
             ctx.timeouts.delete,
             || async {
                 Ok(match api.get_opt(pod).await? {
-                    None => Probe::Done(()),
-                    Some(current) => Probe::Waiting(pod_summary(&current)),
+                    None => Progress::Done(()),
+                    Some(current) => Progress::Waiting(pod_summary(&current)),
                 })
             },
         )
@@ -519,9 +519,9 @@ pub async fn check_unprepared(ctx: &Ctx, claims: &[AllocatedClaim]) -> anyhow::R
             || async {
                 let state = ctx.observer.claim_on_node(node, claim.uid())?;
                 Ok(if state.is_gone() {
-                    Probe::Done(state)
+                    Progress::Done(state)
                 } else {
-                    Probe::Waiting(state.describe())
+                    Progress::Waiting(state.describe())
                 })
             },
         )

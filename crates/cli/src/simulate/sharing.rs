@@ -20,7 +20,7 @@ use tessera_allocator::{AllocateOptions, Outcome, PlacementMode};
 use tessera_api::names::{GPU_DEVICE_CLASS, capacity};
 use tessera_api::shares::ConsumableShares;
 
-use super::{Lifetime, LiveClaims, Scenario, cluster_with, draw_trace};
+use super::{Lifetime, LiveClaims, SimulationScenario, cluster_with, draw_trace};
 
 /// The sharing trace: single-GPU claims of a memory size each.
 #[derive(Debug, Clone, Deserialize)]
@@ -208,7 +208,7 @@ fn first_device(allocation: tessera_allocator::Allocation) -> (AllocationResult,
 }
 
 fn run_one(
-    scenario: &Scenario,
+    scenario: &SimulationScenario,
     trace: &[SharingClaim],
     mode: ConsumableShares,
 ) -> anyhow::Result<(usize, SharingMetrics)> {
@@ -244,7 +244,7 @@ fn run_one(
 /// Runs the sharing trace of `scenario` (its `sharing` section, or the default) and writes the
 /// report.
 pub(super) fn run(
-    scenario: &Scenario,
+    scenario: &SimulationScenario,
     seed: u64,
     json: bool,
     out: &mut impl Write,
@@ -315,14 +315,14 @@ mod tests {
     use super::*;
     use crate::simulate::NodeGroup;
 
-    fn small(claims: usize) -> Scenario {
-        Scenario {
+    fn small(claims: usize) -> SimulationScenario {
+        SimulationScenario {
             nodes: vec![NodeGroup {
                 topology: "dgx-h100".into(),
                 count: 1,
                 name_prefix: None,
             }],
-            trace: Scenario::default_scenario().trace,
+            trace: SimulationScenario::default_scenario().trace,
             sharing: Some(SharingSpec {
                 claims,
                 memory_gib: [(20, 1)].into(),

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
 use tessera_api::names::TOPOLOGY_MANAGED_TAINT;
 
-use super::Outcome;
+use super::ScenarioOutcome;
 use crate::claims::EXTENDED_RESOURCES_ENTRY;
 use crate::context::Ctx;
 use crate::devices::Published;
@@ -19,7 +19,7 @@ use crate::steps::{
     AllocatedClaim, check_containers, check_prepared, check_unclaimed_pod,
     delete_pods_and_check_unprepared, names, wait_allocated, wait_running,
 };
-use crate::wait::{Probe, until};
+use crate::wait::{Progress, until};
 
 /// An applied example whose claims are allocated.
 pub struct ExampleRun {
@@ -63,7 +63,7 @@ pub async fn run_example(
     ctx: &Ctx,
     name: &str,
     expect: impl Fn(&ExampleRun) -> anyhow::Result<()>,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<ScenarioOutcome> {
     run_example_with(ctx, name, expect, None).await
 }
 
@@ -73,7 +73,7 @@ pub async fn run_example_with(
     name: &str,
     expect: impl Fn(&ExampleRun) -> anyhow::Result<()>,
     after_running: Option<AfterRunning>,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<ScenarioOutcome> {
     let dir = ctx.examples_dir.join(name);
     let manifest = Manifest::read_dir(&dir)?;
     let namespace = manifest
@@ -120,7 +120,7 @@ pub async fn run_example_with(
     check_prepared(ctx, &claims).await?;
     delete_pods_and_check_unprepared(ctx, &namespace, &names(&running), &claims).await?;
     ctx.delete_namespace(&namespace).await?;
-    Ok(Outcome::Passed)
+    Ok(ScenarioOutcome::Passed)
 }
 
 /// Devices the default scheduler allocated must not carry the managed-node taint.
@@ -148,7 +148,7 @@ fn count(claim: &AllocatedClaim, expected: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn single_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn single_gpu(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let expect = |run: &ExampleRun| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -179,7 +179,7 @@ pub async fn single_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
     Ok(outcome)
 }
 
-pub async fn nvlink_pair(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn nvlink_pair(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "nvlink-pair", |run| {
         let claim = run.single_claim()?;
         count(&claim, 2)?;
@@ -196,14 +196,14 @@ pub async fn nvlink_pair(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn mig_slice(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn mig_slice(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let published = ctx.published().await?;
     let has_mig = published
         .nodes()
         .iter()
         .any(|n| published.on_node(n).any(|d| d.is_mig()));
     if !has_mig {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "no node publishes MIG devices (the local cluster runs hgx-a100-mig on one node)"
                 .to_owned(),
         ));
@@ -225,7 +225,7 @@ pub async fn mig_slice(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn cel_selectors(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn cel_selectors(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "cel-selectors", |run| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -258,7 +258,7 @@ pub async fn cel_selectors(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn shared_claim(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn shared_claim(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "shared-claim", |run| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -305,7 +305,7 @@ fn sharing_config(claim: &AllocatedClaim, strategy: &str) -> anyhow::Result<serd
     Ok(entry.parameters.clone())
 }
 
-pub async fn time_slicing(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn time_slicing(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "time-slicing", |run| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -321,7 +321,7 @@ pub async fn time_slicing(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn mps(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn mps(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "mps", |run| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -341,7 +341,7 @@ pub async fn mps(ctx: &Ctx) -> anyhow::Result<Outcome> {
 /// `mpsConfig`) on a Tessera GPU: the containers' checker must see the MPS daemon with NVIDIA's
 /// limits (`steps::expected_check` reads `mpsConfig` as the plugin does), and the claim must carry
 /// the plugin's `NvidiaConfigTranslated` Event.
-pub async fn nvidia_mps(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn nvidia_mps(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example_with(
         ctx,
         "nvidia-mps",
@@ -391,8 +391,8 @@ async fn translation_event(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot list events of claim {name}"))?
                 .items;
             Ok(match found.first().and_then(|e| e.message.clone()) {
-                Some(message) => Probe::Done(message),
-                None => Probe::Waiting("no such event".to_owned()),
+                Some(message) => Progress::Done(message),
+                None => Progress::Waiting("no such event".to_owned()),
             })
         },
     )
@@ -409,7 +409,7 @@ async fn translation_event(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
 
 /// deploy/examples/nvidia-quickstart: an NVIDIA quickstart manifest after `tessera migrate` (a
 /// crates/cli test keeps the example equal to the command's output).
-pub async fn nvidia_quickstart(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn nvidia_quickstart(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "nvidia-quickstart", |run| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -421,7 +421,7 @@ pub async fn nvidia_quickstart(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn prioritized_list(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn prioritized_list(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "prioritized-list", |run| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -448,7 +448,7 @@ pub async fn prioritized_list(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn admin_access(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn admin_access(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "admin-access", |run| {
         let claim = run.single_claim()?;
         let node = claim.node()?;
@@ -540,7 +540,7 @@ fn scheduler_made(
     Ok(())
 }
 
-pub async fn extended_resource_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn extended_resource_gpu(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "extended-resource-gpu", |run| {
         let claim = run.single_claim()?;
         scheduler_made(run, &claim, "gpu.tessera.dev", 2)?;
@@ -558,7 +558,7 @@ pub async fn extended_resource_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn extended_resource_mig(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn extended_resource_mig(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let published = ctx.published().await?;
     let has_profile = published.nodes().iter().any(|n| {
         published
@@ -566,7 +566,7 @@ pub async fn extended_resource_mig(ctx: &Ctx) -> anyhow::Result<Outcome> {
             .any(|d| d.is_mig() && d.profile() == Some("1g.10gb"))
     });
     if !has_profile {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "no node publishes 1g.10gb MIG devices (the local cluster runs hgx-a100-mig on one node)"
                 .to_owned(),
         ));
@@ -593,10 +593,10 @@ pub async fn extended_resource_mig(ctx: &Ctx) -> anyhow::Result<Outcome> {
 /// (docs/user-guide.md, "Topology-aware placement needs a claim"), so it removes the gate with a
 /// `LeftToScheduler` event naming the resource, and the scheduler gives the pod four GPUs of an
 /// unmanaged node through its own claim.
-pub async fn extended_resource_gated(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn extended_resource_gated(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     const NAMESPACE: &str = "tessera-e2e-extended-gated";
     if ctx.managed_nodes().await?.is_empty() {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "no node is labelled gpu.tessera.dev/topology-managed=true (no controller to ask)"
                 .to_owned(),
         ));
@@ -655,5 +655,5 @@ pub async fn extended_resource_gated(ctx: &Ctx) -> anyhow::Result<Outcome> {
     check_prepared(ctx, &claims).await?;
     delete_pods_and_check_unprepared(ctx, NAMESPACE, &["pod".to_owned()], &claims).await?;
     ctx.delete_namespace(NAMESPACE).await?;
-    Ok(Outcome::Passed)
+    Ok(ScenarioOutcome::Passed)
 }

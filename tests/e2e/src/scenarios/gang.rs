@@ -32,12 +32,12 @@ use tessera_api::names::{
     TOPOLOGY_MANAGED_TAINT,
 };
 
-use super::Outcome;
+use super::ScenarioOutcome;
 use super::slices::is_dgx_h100;
 use crate::context::Ctx;
-use crate::objects::{Placement, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
+use crate::objects::{PlacedBy, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
 use crate::steps::{pod_events, pod_summary, wait_allocated, wait_running};
-use crate::wait::{Probe, holds_for, until};
+use crate::wait::{Progress, holds_for, until};
 
 const NAMESPACE: &str = "tessera-e2e-gang";
 const CONDITION: &str = "gpu.tessera.dev/TopologyAwarePlacement";
@@ -86,10 +86,10 @@ fn pick(ctx_published: &crate::devices::Published) -> Option<Layout> {
     })
 }
 
-pub async fn gang(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn gang(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let published = ctx.published().await?;
     let Some(layout) = pick(&published) else {
-        return Ok(Outcome::Skipped(format!(
+        return Ok(ScenarioOutcome::Skipped(format!(
             "needs two dgx-h100 nodes and a third node with 4 to 7 whole GPUs; publishing: {:?}",
             published.nodes()
         )));
@@ -140,9 +140,9 @@ async fn wait_tainted(ctx: &Ctx, nodes: &[String], tainted: bool) -> anyhow::Res
                 .map(|d| format!("{}/{}", d.node, d.name))
                 .collect();
             Ok(if wrong.is_empty() {
-                Probe::Done(())
+                Progress::Done(())
             } else {
-                Probe::Waiting(format!("not yet: {wrong:?}"))
+                Progress::Waiting(format!("not yet: {wrong:?}"))
             })
         },
     )
@@ -170,7 +170,7 @@ fn member(
 ) -> anyhow::Result<(ResourceClaim, Pod)> {
     let name = format!("{group}-{index}");
     let claim = gpu_claim(NAMESPACE, &name, gpus, None)?;
-    let mut pod = gpu_pod(NAMESPACE, &name, &name, Placement::TopologyAware)?;
+    let mut pod = gpu_pod(NAMESPACE, &name, &name, PlacedBy::TopologyAware)?;
     match naming {
         Naming::PodGroup => {
             let spec = pod.spec.get_or_insert_default();
@@ -273,8 +273,8 @@ async fn wait_reason(ctx: &Ctx, pod: &str, expected: &str) -> anyhow::Result<Str
         || async {
             let current = pods.get(pod).await?;
             Ok(match reason(&current) {
-                Some((r, message)) if r == expected => Probe::Done(message),
-                _ => Probe::Waiting(pod_summary(&current)),
+                Some((r, message)) if r == expected => Progress::Done(message),
+                _ => Progress::Waiting(pod_summary(&current)),
             })
         },
     )
@@ -294,8 +294,8 @@ async fn wait_event(ctx: &Ctx, pod: &str, reason: &str) -> anyhow::Result<String
                     .rev()
                     .find(|e| e.reason.as_deref() == Some(reason))
                 {
-                    Some(event) => Probe::Done(event.message.clone().unwrap_or_default()),
-                    None => Probe::Waiting(format!(
+                    Some(event) => Progress::Done(event.message.clone().unwrap_or_default()),
+                    None => Progress::Waiting(format!(
                         "events so far: {:?}",
                         events.iter().map(|e| e.reason.clone()).collect::<Vec<_>>()
                     )),
@@ -366,7 +366,7 @@ fn ensure_on_pair(what: &str, nodes: &[String], layout: &Layout) -> anyhow::Resu
     Ok(())
 }
 
-async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Outcome> {
+async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<ScenarioOutcome> {
     // 1. Managed, with racks.
     for node in nodes {
         let rack = if *node == layout.elsewhere {
@@ -389,7 +389,7 @@ async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Out
     for node in &layout.dgx {
         let name = format!("hold-{node}");
         let claim = gpu_claim(NAMESPACE, &name, 4, None)?;
-        let mut pod = gpu_pod(NAMESPACE, &name, &name, Placement::TopologyAware)?;
+        let mut pod = gpu_pod(NAMESPACE, &name, &name, PlacedBy::TopologyAware)?;
         pod.spec.get_or_insert_default().node_selector =
             Some([("kubernetes.io/hostname".to_owned(), node.clone())].into());
         create_claim_and_pod(&ctx.client, &claim, &pod).await?;
@@ -472,9 +472,9 @@ async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Out
     }
     nothing_allocated(ctx, &huge, Duration::from_secs(3)).await?;
     Ok(if served {
-        Outcome::Passed
+        ScenarioOutcome::Passed
     } else {
-        Outcome::Skipped(
+        ScenarioOutcome::Skipped(
             "passed with every gang named by the label; the PodGroup API part needs \
              scheduling.k8s.io/v1beta1 served (feature gate GenericWorkload, runtime config)"
                 .to_owned(),

@@ -9,13 +9,13 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 
-use super::Outcome;
+use super::ScenarioOutcome;
 use crate::context::Ctx;
 use crate::dump::event_line;
 use crate::manifest::Manifest;
 use crate::observer::ClaimOnNode;
 use crate::steps::{pod_events, pod_summary, wait_allocated};
-use crate::wait::{Probe, holds_for, until};
+use crate::wait::{Progress, holds_for, until};
 
 const EXAMPLE: &str = "invalid-config";
 const POD: &str = "pod";
@@ -24,7 +24,7 @@ const FIELD: &str = "sharing.timeSlicing.interval";
 /// How long the pod must stay un-started once the error is reported.
 const STAYS_PENDING: Duration = Duration::from_secs(10);
 
-pub async fn invalid_config(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn invalid_config(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let dir = ctx.examples_dir.join(EXAMPLE);
     let manifest = Manifest::read_dir(&dir)?;
     let namespace = format!("tessera-example-{EXAMPLE}");
@@ -47,8 +47,8 @@ pub async fn invalid_config(ctx: &Ctx) -> anyhow::Result<Outcome> {
                     && e.message.as_deref().is_some_and(|m| m.contains(FIELD))
             });
             Ok(match found {
-                Some(event) => Probe::Done(event.clone()),
-                None => Probe::Waiting(match events.last() {
+                Some(event) => Progress::Done(event.clone()),
+                None => Progress::Waiting(match events.last() {
                     Some(last) => format!("{} events, last: {}", events.len(), event_line(last)),
                     None => "no events".to_owned(),
                 }),
@@ -129,5 +129,5 @@ pub async fn invalid_config(ctx: &Ctx) -> anyhow::Result<Outcome> {
         ctx.say("nothing reached the runtime; no CDI spec was written");
     }
     ctx.delete_namespace(&namespace).await?;
-    Ok(Outcome::Passed)
+    Ok(ScenarioOutcome::Passed)
 }

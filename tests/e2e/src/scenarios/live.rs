@@ -21,7 +21,7 @@ use tessera_api::names::DRIVER_NAME;
 
 use super::examples::ExampleRun;
 use crate::context::Ctx;
-use crate::wait::{Probe, until};
+use crate::wait::{Progress, until};
 
 /// Every device of every claim of `run` gets a `status.devices` entry of this driver whose
 /// `data.uuid` is the published device's UUID.
@@ -57,8 +57,8 @@ pub fn device_status_holds_uuid<'a>(
                                     == Some(&Value::String(uuid.clone()))
                         });
                         Ok(match found {
-                            Some(_) => Probe::Done(()),
-                            None => Probe::Waiting(serde_json::to_string(&entries)?),
+                            Some(_) => Progress::Done(()),
+                            None => Progress::Waiting(serde_json::to_string(&entries)?),
                         })
                     }
                 })
@@ -157,8 +157,8 @@ async fn gpu_metrics(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
                     .all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))
             });
         Ok(match found {
-            Some((_, 80.0)) => Probe::Done(()),
-            other => Probe::Waiting(format!("the pod's series: {other:?}")),
+            Some((_, 80.0)) => Progress::Done(()),
+            other => Progress::Waiting(format!("the pod's series: {other:?}")),
         })
     })
     .await?;
@@ -202,8 +202,8 @@ async fn gpu_metrics(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
                 && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod_name.as_str())
         });
         Ok(match found {
-            Some(event) => Probe::Done(event.note.unwrap_or_default()),
-            None => Probe::Waiting("no GPUIdle Event yet".to_owned()),
+            Some(event) => Progress::Done(event.note.unwrap_or_default()),
+            None => Progress::Waiting("no GPUIdle Event yet".to_owned()),
         })
     })
     .await?;
@@ -231,8 +231,8 @@ async fn gpu_metrics(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
                     && labels.get("claim").map(String::as_str) == Some(claim.name())
             });
         Ok(match found {
-            Some((_, 1.0)) => Probe::Done(()),
-            other => Probe::Waiting(format!("the claim's idle series: {other:?}")),
+            Some((_, 1.0)) => Progress::Done(()),
+            other => Progress::Waiting(format!("the claim's idle series: {other:?}")),
         })
     })
     .await?;

@@ -20,13 +20,13 @@ use crate::context::Ctx;
 
 /// How a scenario ended, when it did not fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ScenarioOutcome {
     Passed,
     /// The cluster lacks what the scenario needs (said why).
     Skipped(String),
 }
 
-pub type ScenarioFn = for<'a> fn(&'a Ctx) -> BoxFuture<'a, anyhow::Result<Outcome>>;
+pub type ScenarioFn = for<'a> fn(&'a Ctx) -> BoxFuture<'a, anyhow::Result<ScenarioOutcome>>;
 
 pub struct Scenario {
     pub name: &'static str,

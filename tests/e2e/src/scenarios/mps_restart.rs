@@ -23,19 +23,19 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams};
 
-use super::Outcome;
+use super::ScenarioOutcome;
 use crate::checker;
 use crate::claims::container_claims;
 use crate::context::Ctx;
 use crate::objects::{
-    CHECK_EVERY_2S, Placement, create_claim_and_pod, create_namespace, gpu_pod_running, mps_claim,
+    CHECK_EVERY_2S, PlacedBy, create_claim_and_pod, create_namespace, gpu_pod_running, mps_claim,
 };
 use crate::observer::RuntimeObserver;
 use crate::steps::{
     AllocatedClaim, check_containers, check_prepared, check_unprepared, expected_check,
     wait_allocated, wait_running,
 };
-use crate::wait::{Probe, until};
+use crate::wait::{Progress, until};
 
 const NAMESPACE: &str = "tessera-e2e-mps-restart";
 /// The fake `nvidia-cuda-mps-control` writes its pid here in the pipe directory.
@@ -67,19 +67,19 @@ impl Daemon {
     }
 }
 
-pub async fn mps_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn mps_restart(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let RuntimeObserver::Local { local, .. } = &ctx.observer else {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "needs the local cluster (the daemons' processes and pipe directories are on this machine)".into(),
         ));
     };
     let Some(plugin_namespace) = ctx.plugins.namespace() else {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "needs Tessera installed by helm (MPS daemons in pods of their own)".into(),
         ));
     };
     if !ctx.observer.expects_checker() {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "needs containerd and a fake NVIDIA driver on every node (MPS through the driver's tools)".into(),
         ));
     }
@@ -90,7 +90,7 @@ pub async fn mps_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
         .into_iter()
         .find(|n| !managed.contains(n) && published.whole_gpus(n).len() >= 2)
     else {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "needs an unmanaged node with 2 whole GPUs".into(),
         ));
     };
@@ -162,8 +162,8 @@ pub async fn mps_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
             ctx.timeouts.delete,
             || async {
                 Ok(match daemon_pods.get_opt(&daemon.pod).await? {
-                    None => Probe::Done(()),
-                    Some(pod) => Probe::Waiting(format!(
+                    None => Progress::Done(()),
+                    Some(pod) => Progress::Waiting(format!(
                         "still there (deletion {})",
                         if pod.metadata.deletion_timestamp.is_some() {
                             "requested"
@@ -201,7 +201,7 @@ pub async fn mps_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
         "unprepared: both daemon pods gone, their processes ended, no process uses their pipe \
          directories, their MPS directories removed",
     );
-    Ok(Outcome::Passed)
+    Ok(ScenarioOutcome::Passed)
 }
 
 async fn create(ctx: &Ctx, name: &str, node: &str) -> anyhow::Result<()> {
@@ -212,7 +212,7 @@ async fn create(ctx: &Ctx, name: &str, node: &str) -> anyhow::Result<()> {
             NAMESPACE,
             name,
             name,
-            Placement::SchedulerOn(node),
+            PlacedBy::SchedulerOn(node),
             CHECK_EVERY_2S,
         )?,
     )
@@ -264,9 +264,9 @@ async fn same_daemon_reached(
         || async {
             let log = pods.logs(pod_name, &log_params).await?;
             Ok(match checker::last_report(&log) {
-                Some((count, report)) if count >= reports_now + 2 => Probe::Done(report?),
-                Some((count, _)) => Probe::Waiting(format!("{count} report(s) so far")),
-                None => Probe::Waiting("no report".to_owned()),
+                Some((count, report)) if count >= reports_now + 2 => Progress::Done(report?),
+                Some((count, _)) => Progress::Waiting(format!("{count} report(s) so far")),
+                None => Progress::Waiting("no report".to_owned()),
             })
         },
     )

@@ -14,20 +14,20 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
-use super::Outcome;
+use super::ScenarioOutcome;
 use crate::context::Ctx;
-use crate::objects::{Placement, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
+use crate::objects::{PlacedBy, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
 use crate::steps::{
     check_containers, check_prepared, check_unprepared, pod_events, wait_allocated, wait_running,
 };
-use crate::wait::{Probe, until};
+use crate::wait::{Progress, until};
 
 const NAMESPACE: &str = "tessera-e2e-plugin-restart";
 const WAVE: usize = 3;
 /// How long the plugin stays down, so the kubelet's calls for wave 2 fail at least once.
 const DOWN_FOR: Duration = Duration::from_secs(3);
 
-pub async fn plugin_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn plugin_restart(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let published = ctx.published().await?;
     let managed = ctx.managed_nodes().await?;
     let Some(node) = published
@@ -35,7 +35,7 @@ pub async fn plugin_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
         .into_iter()
         .find(|n| !managed.contains(n) && published.whole_gpus(n).len() >= 2 * WAVE)
     else {
-        return Ok(Outcome::Skipped(format!(
+        return Ok(ScenarioOutcome::Skipped(format!(
             "needs an unmanaged node with {} whole GPUs",
             2 * WAVE
         )));
@@ -63,9 +63,9 @@ pub async fn plugin_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
                 .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
                 .count();
             Ok(if bound > 0 {
-                Probe::Done(())
+                Progress::Done(())
             } else {
-                Probe::Waiting("no pod bound yet".to_owned())
+                Progress::Waiting("no pod bound yet".to_owned())
             })
         },
     )
@@ -124,14 +124,14 @@ pub async fn plugin_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
 
     ctx.delete_namespace(NAMESPACE).await?;
     check_unprepared(ctx, &claims).await?;
-    Ok(Outcome::Passed)
+    Ok(ScenarioOutcome::Passed)
 }
 
 async fn create(ctx: &Ctx, name: &str, node: &str) -> anyhow::Result<()> {
     create_claim_and_pod(
         &ctx.client,
         &gpu_claim(NAMESPACE, name, 1, None)?,
-        &gpu_pod(NAMESPACE, name, name, Placement::SchedulerOn(node))?,
+        &gpu_pod(NAMESPACE, name, name, PlacedBy::SchedulerOn(node))?,
     )
     .await
     .with_context(|| format!("creating {name}"))

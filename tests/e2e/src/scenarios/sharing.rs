@@ -30,7 +30,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use tessera_api::names::{DRIVER_NAME, GPU_DEVICE_CLASS};
 use tessera_api::shares::{ENV_MEMORY_LIMIT, ENV_SHARES, ENV_SHARES_TOTAL};
 
-use super::Outcome;
+use super::ScenarioOutcome;
 use super::slices::is_dgx_h100;
 use crate::context::Ctx;
 use crate::devices::parse_quantity;
@@ -41,7 +41,7 @@ use crate::steps::{
     AllocatedClaim, check_containers, check_prepared, check_unprepared, pod_summary,
     wait_allocated, wait_running,
 };
-use crate::wait::{Probe, holds_for, until};
+use crate::wait::{Progress, holds_for, until};
 
 const MEMORY_NAMESPACE: &str = "tessera-e2e-shares-memory";
 const REPLICAS_NAMESPACE: &str = "tessera-e2e-shares-replicas";
@@ -49,14 +49,14 @@ const REPLICAS_NAMESPACE: &str = "tessera-e2e-shares-replicas";
 const TEST_NODE_LABEL: &str = "tessera.dev/test-node";
 pub(super) const GIB: u128 = 1 << 30;
 
-pub async fn shares_memory(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn shares_memory(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     with_sharing(ctx, "memory", |node| {
         memory_body(ctx, node, MEMORY_NAMESPACE)
     })
     .await
 }
 
-pub async fn shares_replicas(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn shares_replicas(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     with_sharing(ctx, "4", |node| {
         replicas_body(ctx, node, REPLICAS_NAMESPACE, 4)
     })
@@ -74,7 +74,11 @@ pub enum SharedNode {
 
 /// Switches the unmanaged dgx-h100 node to `mode`, runs `body` on it, and switches it back
 /// (also when `body` failed; a failure to switch back is reported after `body`'s own).
-pub async fn with_sharing<'a, F, Fut>(ctx: &'a Ctx, mode: &str, body: F) -> anyhow::Result<Outcome>
+pub async fn with_sharing<'a, F, Fut>(
+    ctx: &'a Ctx,
+    mode: &str,
+    body: F,
+) -> anyhow::Result<ScenarioOutcome>
 where
     F: FnOnce(String) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>> + 'a,
@@ -88,18 +92,18 @@ pub async fn with_sharing_on<'a, F, Fut>(
     which: SharedNode,
     mode: &str,
     body: F,
-) -> anyhow::Result<Outcome>
+) -> anyhow::Result<ScenarioOutcome>
 where
     F: FnOnce(String) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>> + 'a,
 {
     let RuntimeObserver::Local { local, .. } = &ctx.observer else {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "switching a node's consumable shares needs the local cluster's helm release".into(),
         ));
     };
     let Some(release) = local.helm.clone() else {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "Tessera is not installed by helm here (or by a local-up that does not record it)"
                 .into(),
         ));
@@ -115,7 +119,7 @@ where
         .into_iter()
         .find(|n| !managed.contains(n) && fits(n))
     else {
-        return Ok(Outcome::Skipped(format!(
+        return Ok(ScenarioOutcome::Skipped(format!(
             "needs an unmanaged {} node; publishing: {:?}",
             match which {
                 SharedNode::DgxH100 => "dgx-h100",
@@ -142,7 +146,7 @@ where
     std::fs::remove_file(&shared_values).ok();
     result?;
     restored?;
-    Ok(Outcome::Passed)
+    Ok(ScenarioOutcome::Passed)
 }
 
 /// `values` with the node group of `node` set to consumable shares `mode`, written to `out`.
@@ -239,9 +243,9 @@ async fn wait_shared(ctx: &Ctx, node: &str, shared: bool) -> anyhow::Result<()> 
                 .map(|d| d.allow_multiple_allocations == Some(true))
                 .collect();
             Ok(if !flags.is_empty() && flags.iter().all(|&f| f == shared) {
-                Probe::Done(())
+                Progress::Done(())
             } else {
-                Probe::Waiting(format!("allowMultipleAllocations per device: {flags:?}"))
+                Progress::Waiting(format!("allowMultipleAllocations per device: {flags:?}"))
             })
         },
     )
@@ -434,9 +438,9 @@ async fn memory_body(ctx: &Ctx, node: String, namespace: &str) -> anyhow::Result
         || async {
             let pods = pods_of(ctx, namespace, "inference").await?;
             Ok(if pods.len() == 3 {
-                Probe::Done(pods)
+                Progress::Done(pods)
             } else {
-                Probe::Waiting(format!("pods: {pods:?}"))
+                Progress::Waiting(format!("pods: {pods:?}"))
             })
         },
     )
@@ -575,12 +579,12 @@ async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> an
                 .cloned();
             Ok(match scheduled {
                 Some(c) if c.status == "False" && c.reason.as_deref() == Some("Unschedulable") => {
-                    Probe::Done(c.message.unwrap_or_default())
+                    Progress::Done(c.message.unwrap_or_default())
                 }
                 Some(c) if c.status == "True" => {
                     bail!("pod {extra} was scheduled: {}", pod_summary(&current))
                 }
-                _ => Probe::Waiting(pod_summary(&current)),
+                _ => Progress::Waiting(pod_summary(&current)),
             })
         },
     )

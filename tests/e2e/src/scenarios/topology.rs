@@ -13,13 +13,13 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use tessera_api::names::TOPOLOGY_MANAGED_TAINT;
 
-use super::Outcome;
+use super::ScenarioOutcome;
 use super::examples::run_example;
 use super::slices::is_dgx_h100;
 use crate::compare::{Side, side_by_side};
 use crate::context::Ctx;
 use crate::devices::{Published, PublishedDevice};
-use crate::objects::{Placement, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
+use crate::objects::{PlacedBy, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
 use crate::steps::{
     AllocatedClaim, check_containers, check_prepared, check_unprepared, wait_allocated,
     wait_running,
@@ -27,10 +27,10 @@ use crate::steps::{
 
 const NAMESPACE: &str = "tessera-e2e-topology";
 
-pub async fn topology_aware(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn topology_aware(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let managed = ctx.managed_nodes().await?;
     if managed.is_empty() {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "no node is labelled gpu.tessera.dev/topology-managed=true".to_owned(),
         ));
     }
@@ -99,11 +99,11 @@ fn minor_is(minor: u32) -> String {
     format!("device.attributes[\"gpu.tessera.dev\"].minor == {minor}")
 }
 
-pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let published = ctx.published().await?;
     let managed = ctx.managed_nodes().await?;
     let Some((managed_node, unmanaged_node)) = pick_nodes(&published, &managed) else {
-        return Ok(Outcome::Skipped(format!(
+        return Ok(ScenarioOutcome::Skipped(format!(
             "needs a topology-managed and an unmanaged dgx-h100 node (8 H100s each); managed: {managed:?}, publishing: {:?}",
             published.nodes()
         )));
@@ -118,8 +118,8 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<Outcome> {
     let mut holders = Vec::new();
     for minor in [0, 1] {
         for (side, placement) in [
-            ("managed", Placement::TopologyAware),
-            ("unmanaged", Placement::SchedulerOn(&unmanaged_node)),
+            ("managed", PlacedBy::TopologyAware),
+            ("unmanaged", PlacedBy::SchedulerOn(&unmanaged_node)),
         ] {
             let name = format!("hold-{side}-gpu-{minor}");
             let claim = gpu_claim(NAMESPACE, &name, 1, Some(&minor_is(minor)))?;
@@ -152,7 +152,7 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<Outcome> {
     create_claim_and_pod(
         &ctx.client,
         &gpu_claim(NAMESPACE, tessera, 4, None)?,
-        &gpu_pod(NAMESPACE, tessera, tessera, Placement::TopologyAware)?,
+        &gpu_pod(NAMESPACE, tessera, tessera, PlacedBy::TopologyAware)?,
     )
     .await?;
     create_claim_and_pod(
@@ -162,7 +162,7 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<Outcome> {
             NAMESPACE,
             first_fit,
             first_fit,
-            Placement::SchedulerOn(&unmanaged_node),
+            PlacedBy::SchedulerOn(&unmanaged_node),
         )?,
     )
     .await?;
@@ -224,7 +224,7 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<Outcome> {
     // 4. Clean up: everything unprepared.
     ctx.delete_namespace(NAMESPACE).await?;
     check_unprepared(ctx, &all_claims).await?;
-    Ok(Outcome::Passed)
+    Ok(ScenarioOutcome::Passed)
 }
 
 fn ensure_ungated(pod: &Pod) -> anyhow::Result<()> {
