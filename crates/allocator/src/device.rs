@@ -7,6 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute, DeviceCapacity};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::attribute::lookup_attribute;
 use crate::quantity::{Amount, InvalidQuantity};
 use crate::topology::TopologyAttributes;
 
@@ -121,7 +122,7 @@ impl std::hash::Hasher for PrehashedHasher {
 /// Hash maps keyed by [`DeviceId`].
 pub(crate) type BuildPrehashed = std::hash::BuildHasherDefault<PrehashedHasher>;
 
-/// The position of a device in a [`crate::DeviceIndex`].
+/// The position of a device in the cluster's device table ([`crate::cluster::Cluster`]).
 pub(crate) type DevicePosition = usize;
 
 /// A capacity rounding rule (`requestPolicy`) with its values parsed.
@@ -213,22 +214,6 @@ impl DeviceEntry {
     pub fn attribute(&self, qualified: &str) -> Option<&DeviceAttribute> {
         lookup_attribute(self.id.driver(), &self.device, qualified)
     }
-}
-
-pub(crate) fn lookup_attribute<'d>(
-    driver: &str,
-    device: &'d Device,
-    qualified: &str,
-) -> Option<&'d DeviceAttribute> {
-    let attributes = device.attributes.as_ref()?;
-    if let Some(a) = attributes.get(qualified) {
-        return Some(a);
-    }
-    let (domain, id) = qualified.split_once('/')?;
-    if domain != driver {
-        return None;
-    }
-    attributes.get(id)
 }
 
 fn parse_device(device: &Device) -> Result<ParsedDevice, String> {
