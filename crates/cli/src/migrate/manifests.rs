@@ -406,7 +406,7 @@ fn opaque_config(opaque: &mut Value, path: &str, notes: &mut Notes) -> bool {
             return false;
         }
     };
-    let accepted = match tessera_api::config::decode_accepting_nvidia(&json) {
+    let accepted = match tessera_api::nvidia::decode_accepting_nvidia(&json) {
         Ok(accepted) => accepted,
         Err(e) => {
             notes.not_carried(

@@ -21,9 +21,12 @@ use std::fmt;
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 use tessera_api::DRIVER_NAME;
 use tessera_api::checkpoint::{DeviceRecord, DeviceTarget};
-use tessera_api::config::{self, GPU_CONFIG_KIND, MIG_DEVICE_CONFIG_KIND, OpaqueConfig};
+use tessera_api::config::{GPU_CONFIG_KIND, MIG_DEVICE_CONFIG_KIND, OpaqueConfig};
 use tessera_api::names::device_type;
-use tessera_api::nvidia::{ConfiguredDevice, NVIDIA_DRIVER_NAME, resolve_per_device_key};
+use tessera_api::nvidia::{
+    AcceptedConfig, ConfiguredDevice, NVIDIA_DRIVER_NAME, decode_accepting_nvidia,
+    resolve_per_device_key,
+};
 
 use super::{PlanError, device_type as type_of};
 
@@ -99,7 +102,7 @@ pub(super) fn decode_configs(
             }
         };
         let requests = entry.requests.clone().unwrap_or_default();
-        let accepted = config::decode_accepting_nvidia(&opaque.parameters.0).map_err(|error| {
+        let accepted = decode_accepting_nvidia(&opaque.parameters.0).map_err(|error| {
             PlanError::InvalidConfig {
                 index: position,
                 source_kind: source,
@@ -150,10 +153,10 @@ pub fn translation_notes(claim: &k8s_openapi::api::resource::v1::ResourceClaim) 
         else {
             continue;
         };
-        let Ok(config::AcceptedConfig {
+        let Ok(AcceptedConfig {
             translation: Some(translation),
             ..
-        }) = config::decode_accepting_nvidia(&opaque.parameters.0)
+        }) = decode_accepting_nvidia(&opaque.parameters.0)
         else {
             continue;
         };
