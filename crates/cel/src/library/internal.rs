@@ -9,7 +9,7 @@ use cel::common::types::{
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 
-use super::{Return, boolean, fail, int_arg, list};
+use super::overload::{Return, boolean, fail, int_arg, list};
 use crate::meter::{charge, string_traversal};
 use crate::quantity::QuantityValue;
 use crate::version::Version;

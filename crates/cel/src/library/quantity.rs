@@ -5,7 +5,9 @@ use cel::common::types::{INT_TYPE, STRING_TYPE};
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 
-use super::{Return, arg, boolean, double, fail, int, int_arg, ordering_int, string_arg, take};
+use super::overload::{
+    Return, arg, boolean, double, fail, int, int_arg, ordering_int, string_arg, take,
+};
 use crate::meter::{charge, string_traversal};
 use crate::quantity::QuantityValue;
 use crate::values::QUANTITY_TYPE;
