@@ -240,35 +240,6 @@ fn node_report(
     }
 }
 
-/// The series name of the plugins' per-device utilization.
-const UTILIZATION_METRIC: &str = "tessera_node_gpu_utilization_percent";
-
-/// Each device's utilization in a node plugin's `/metrics` text (the highest of its series).
-pub fn utilization_of(metrics: &str) -> BTreeMap<String, u32> {
-    let mut found: BTreeMap<String, u32> = BTreeMap::new();
-    for line in metrics.lines() {
-        let Some(rest) = line
-            .strip_prefix(UTILIZATION_METRIC)
-            .and_then(|r| r.strip_prefix('{'))
-        else {
-            continue;
-        };
-        let Some((labels, value)) = rest.split_once("} ") else {
-            continue;
-        };
-        let device = labels.split(',').find_map(|l| l.strip_prefix("device=\""));
-        let (Some(device), Ok(value)) = (device, value.trim().parse::<f64>()) else {
-            continue;
-        };
-        let percent = value.clamp(0.0, 100.0).round() as u32;
-        let entry = found
-            .entry(device.trim_end_matches('"').to_owned())
-            .or_default();
-        *entry = (*entry).max(percent);
-    }
-    found
-}
-
 /// `report` with each device's utilization from `utilization` (`(node, device)` to percent).
 pub fn with_utilization(
     mut report: TopReport,
@@ -430,6 +401,7 @@ fn write_columns<const N: usize>(out: &mut impl Write, rows: &[[String; N]]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::live::utilization_of;
 
     #[test]
     fn utilization_comes_from_the_plugins_series_per_device() {

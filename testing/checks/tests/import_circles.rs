@@ -24,23 +24,6 @@ use tessera_checks::module_tree::{ModuleTree, crate_roots, is_test_only};
 /// so the list only shrinks.
 const BEING_UNTIED: &[&[&str]] = &[
     &[
-        "crates/cli/src/explain.rs",
-        "crates/cli/src/explain/group.rs",
-        "crates/cli/src/explain/pod.rs",
-        "crates/cli/src/live.rs",
-        "crates/cli/src/top.rs",
-    ],
-    &[
-        "crates/cli/src/migrate.rs",
-        "crates/cli/src/migrate/device_plugin.rs",
-        "crates/cli/src/migrate/manifests.rs",
-    ],
-    &[
-        "crates/cli/src/simulate.rs",
-        "crates/cli/src/simulate/gangs.rs",
-        "crates/cli/src/simulate/sharing.rs",
-    ],
-    &[
         "crates/controller/src/group.rs",
         "crates/controller/src/worker.rs",
     ],

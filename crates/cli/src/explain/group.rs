@@ -10,7 +10,8 @@ use serde::Serialize;
 use tessera_placement::group::{GroupOutcome, PodAccount};
 use tessera_placement::{Action, GroupVerdict, Settings};
 
-use super::{Objects, OutputFormat};
+use crate::objects::Objects;
+use crate::output::OutputFormat;
 
 /// What `-o json` prints for a pod of a group.
 #[derive(Debug, Default, Serialize)]

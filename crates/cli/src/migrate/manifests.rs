@@ -11,7 +11,7 @@ use tessera_api::nvidia::{NVIDIA_CONFIG_API_VERSION, NVIDIA_DRIVER_NAME, NVIDIA_
 use tessera_api::{DRIVER_NAME, schema};
 use tessera_cel::{DeviceMap, NameFate};
 
-use super::Notes;
+use super::notes::Notes;
 
 const V1: &str = "resource.k8s.io/v1";
 /// Structured-parameters versions whose requests carry the device fields directly (no `exactly`).
