@@ -28,15 +28,6 @@ const BEING_UNTIED: &[&[&str]] = &[
         "crates/controller/src/worker.rs",
     ],
     &[
-        "crates/gpu-inventory/src/render/mod.rs",
-        "crates/gpu-inventory/src/render/slices.rs",
-    ],
-    &[
-        "crates/kubelet-grpc/src/dra_service.rs",
-        "crates/kubelet-grpc/src/health.rs",
-        "crates/kubelet-grpc/src/server.rs",
-    ],
-    &[
         "crates/node/src/driver/effects.rs",
         "crates/node/src/driver/error.rs",
         "crates/node/src/driver/mod.rs",
