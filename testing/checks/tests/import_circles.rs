@@ -42,16 +42,6 @@ const BEING_UNTIED: &[&[&str]] = &[
         "crates/placement/src/view.rs",
     ],
     &[
-        "testing/fake-apiserver/src/apply.rs",
-        "testing/fake-apiserver/src/managed_fields.rs",
-        "testing/fake-apiserver/src/write.rs",
-    ],
-    &[
-        "testing/fake-apiserver/src/http.rs",
-        "testing/fake-apiserver/src/server.rs",
-        "testing/fake-apiserver/src/watch.rs",
-    ],
-    &[
         "tests/e2e/src/scenarios/cross_driver.rs",
         "tests/e2e/src/scenarios/examples.rs",
         "tests/e2e/src/scenarios/gang.rs",
