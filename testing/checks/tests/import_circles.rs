@@ -41,21 +41,6 @@ const BEING_UNTIED: &[&[&str]] = &[
         "crates/placement/src/group.rs",
         "crates/placement/src/view.rs",
     ],
-    &[
-        "tests/e2e/src/scenarios/cross_driver.rs",
-        "tests/e2e/src/scenarios/examples.rs",
-        "tests/e2e/src/scenarios/gang.rs",
-        "tests/e2e/src/scenarios/invalid_config.rs",
-        "tests/e2e/src/scenarios/live.rs",
-        "tests/e2e/src/scenarios/mod.rs",
-        "tests/e2e/src/scenarios/monitoring.rs",
-        "tests/e2e/src/scenarios/mps_restart.rs",
-        "tests/e2e/src/scenarios/restart.rs",
-        "tests/e2e/src/scenarios/shared_devices.rs",
-        "tests/e2e/src/scenarios/sharing.rs",
-        "tests/e2e/src/scenarios/slices.rs",
-        "tests/e2e/src/scenarios/topology.rs",
-    ],
 ];
 
 /// A path from the crate root: module names, then possibly an item's name and more.

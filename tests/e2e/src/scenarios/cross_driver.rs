@@ -15,7 +15,7 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams};
 use tessera_api::names::{DRIVER_NAME, attr};
 
-use super::ScenarioOutcome;
+use super::outcome::ScenarioOutcome;
 use crate::context::Ctx;
 use crate::devices::PublishedAttribute;
 use crate::manifest::{Manifest, Object};

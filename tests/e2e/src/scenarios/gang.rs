@@ -32,7 +32,7 @@ use tessera_api::names::{
     TOPOLOGY_MANAGED_TAINT,
 };
 
-use super::ScenarioOutcome;
+use super::outcome::ScenarioOutcome;
 use super::slices::is_dgx_h100;
 use crate::context::Ctx;
 use crate::objects::{PlacedBy, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};

@@ -9,7 +9,7 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 
-use super::ScenarioOutcome;
+use super::outcome::ScenarioOutcome;
 use crate::context::Ctx;
 use crate::dump::event_line;
 use crate::manifest::Manifest;

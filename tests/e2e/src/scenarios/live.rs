@@ -19,7 +19,7 @@ use kube::api::ListParams;
 use serde_json::Value;
 use tessera_api::names::DRIVER_NAME;
 
-use super::examples::ExampleRun;
+use super::example::ExampleRun;
 use crate::context::Ctx;
 use crate::wait::{Progress, until};
 

@@ -1,6 +1,9 @@
 //! The scenarios, in the order they run. Each one cleans up after itself (its namespaces are
 //! deleted and its claims unprepared), so any subset can run in any order.
 
+mod example;
+mod outcome;
+
 mod cross_driver;
 mod examples;
 mod gang;
@@ -18,13 +21,7 @@ use futures::future::BoxFuture;
 
 use crate::context::Ctx;
 
-/// How a scenario ended, when it did not fail.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ScenarioOutcome {
-    Passed,
-    /// The cluster lacks what the scenario needs (said why).
-    Skipped(String),
-}
+pub use outcome::ScenarioOutcome;
 
 pub type ScenarioFn = for<'a> fn(&'a Ctx) -> BoxFuture<'a, anyhow::Result<ScenarioOutcome>>;
 

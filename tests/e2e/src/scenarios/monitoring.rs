@@ -10,7 +10,7 @@ use std::process::Command;
 use anyhow::{Context, bail, ensure};
 use serde::Deserialize;
 
-use super::ScenarioOutcome;
+use super::outcome::ScenarioOutcome;
 use crate::context::Ctx;
 use crate::observer::RuntimeObserver;
 use crate::scrape::{declared, exists, names_in_query};

@@ -23,7 +23,7 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams};
 
-use super::ScenarioOutcome;
+use super::outcome::ScenarioOutcome;
 use crate::checker;
 use crate::claims::container_claims;
 use crate::context::Ctx;

@@ -14,7 +14,7 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
-use super::ScenarioOutcome;
+use super::outcome::ScenarioOutcome;
 use crate::context::Ctx;
 use crate::objects::{PlacedBy, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
 use crate::steps::{

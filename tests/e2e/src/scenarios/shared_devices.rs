@@ -22,8 +22,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use tessera_api::shares::{ENV_MEMORY_LIMIT, ENV_SHARES, ENV_SHARES_TOTAL};
 
-use super::ScenarioOutcome;
-use super::examples::{ExampleRun, run_example};
+use super::example::{ExampleRun, run_example};
+use super::outcome::ScenarioOutcome;
 use super::sharing::{
     GIB, Share, SharedNode, check_running, consumed_bytes, create, ensure_env, pod, pods_of,
     share_of, template, with_sharing, with_sharing_on,

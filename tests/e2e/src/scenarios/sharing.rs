@@ -30,7 +30,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use tessera_api::names::{DRIVER_NAME, GPU_DEVICE_CLASS};
 use tessera_api::shares::{ENV_MEMORY_LIMIT, ENV_SHARES, ENV_SHARES_TOTAL};
 
-use super::ScenarioOutcome;
+use super::outcome::ScenarioOutcome;
 use super::slices::is_dgx_h100;
 use crate::context::Ctx;
 use crate::devices::parse_quantity;

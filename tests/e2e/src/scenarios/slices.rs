@@ -9,7 +9,7 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{Api, ListParams};
 use tessera_api::names::{DRIVER_NAME, TOPOLOGY_MANAGED_TAINT, attr};
 
-use super::ScenarioOutcome;
+use super::outcome::ScenarioOutcome;
 use crate::context::Ctx;
 use crate::devices::{Published, PublishedDevice, natural_order};
 use crate::observer::RuntimeObserver;

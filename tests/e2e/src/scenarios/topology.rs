@@ -13,8 +13,8 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use tessera_api::names::TOPOLOGY_MANAGED_TAINT;
 
-use super::ScenarioOutcome;
-use super::examples::run_example;
+use super::example::run_example;
+use super::outcome::ScenarioOutcome;
 use super::slices::is_dgx_h100;
 use crate::compare::{Side, side_by_side};
 use crate::context::Ctx;
