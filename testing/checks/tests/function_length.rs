@@ -15,24 +15,7 @@ const MAX_LINES: usize = 80;
 
 /// Functions over the limit that are being split, as (file, function): each stays listed only
 /// while it is over the limit (the test fails once it is not, so the list only shrinks).
-const BEING_SPLIT: &[(&str, &str)] = &[
-    ("tests/e2e/src/checker.rs", "check_claim_container"),
-    ("tests/e2e/src/local.rs", "from_env"),
-    ("tests/e2e/src/scenarios/gang.rs", "run"),
-    (
-        "tests/e2e/src/scenarios/invalid_config.rs",
-        "invalid_config",
-    ),
-    ("tests/e2e/src/scenarios/live.rs", "gpu_metrics"),
-    ("tests/e2e/src/scenarios/live.rs", "kubectl_tessera"),
-    ("tests/e2e/src/scenarios/mod.rs", "all"),
-    ("tests/e2e/src/scenarios/mps_restart.rs", "mps_restart"),
-    ("tests/e2e/src/scenarios/restart.rs", "plugin_restart"),
-    ("tests/e2e/src/scenarios/sharing.rs", "memory_body"),
-    ("tests/e2e/src/scenarios/sharing.rs", "replicas_body"),
-    ("tests/e2e/src/scenarios/topology.rs", "topology_fragmented"),
-    ("tests/e2e/src/steps.rs", "check_containers"),
-];
+const BEING_SPLIT: &[(&str, &str)] = &[];
 
 /// What is checked (paths from the workspace root): every crate of the workspace (under
 /// `crates/` and `testing/`, and `tests/e2e`), found by listing them, so a new crate is checked

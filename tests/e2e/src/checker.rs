@@ -144,6 +144,24 @@ fn basename(path: &str) -> &str {
 
 /// Checks the report of a container that uses a claim.
 pub fn check_claim_container(report: &CheckerReport, expected: &Expected) -> anyhow::Result<()> {
+    check_device_nodes(report, expected)?;
+    check_driver_files(report)?;
+    check_cuda(report, expected)?;
+    ensure!(
+        report.nvidia_smi.exit_code == Some(0),
+        "nvidia-smi -L in the container: exit code {:?}, error {:?}",
+        report.nvidia_smi.exit_code,
+        report.nvidia_smi.error
+    );
+    if let Some(want) = &expected.mps {
+        check_mps(report, want)?;
+    }
+    Ok(())
+}
+
+/// The claim's GPU device nodes exactly, the control nodes, and two `/dev/nvidia-caps/` nodes
+/// per MIG device.
+fn check_device_nodes(report: &CheckerReport, expected: &Expected) -> anyhow::Result<()> {
     let paths: BTreeSet<&str> = report
         .device_nodes
         .iter()
@@ -179,6 +197,11 @@ pub fn check_claim_container(report: &CheckerReport, expected: &Expected) -> any
         2 * expected.mig_devices,
         expected.mig_devices
     );
+    Ok(())
+}
+
+/// The driver root's libcuda, libnvidia-ml and nvidia-smi mounted in the container.
+fn check_driver_files(report: &CheckerReport) -> anyhow::Result<()> {
     let files: Vec<&str> = report
         .driver_files
         .iter()
@@ -205,6 +228,11 @@ pub fn check_claim_container(report: &CheckerReport, expected: &Expected) -> any
             "the driver root's {what} is not mounted in the container (driver files: {files:?})"
         );
     }
+    Ok(())
+}
+
+/// libcuda loaded and initialised, listing exactly the claim's devices.
+fn check_cuda(report: &CheckerReport, expected: &Expected) -> anyhow::Result<()> {
     ensure!(
         report.cuda.loaded && report.cuda.init.as_deref() == Some("CUDA_SUCCESS"),
         "libcuda.so.1 did not load and initialise: loaded {}, cuInit {:?}, error {:?}",
@@ -223,15 +251,6 @@ pub fn check_claim_container(report: &CheckerReport, expected: &Expected) -> any
         cuda == want_uuids,
         "CUDA lists devices {cuda:?}, expected the claim's {want_uuids:?}"
     );
-    ensure!(
-        report.nvidia_smi.exit_code == Some(0),
-        "nvidia-smi -L in the container: exit code {:?}, error {:?}",
-        report.nvidia_smi.exit_code,
-        report.nvidia_smi.error
-    );
-    if let Some(want) = &expected.mps {
-        check_mps(report, want)?;
-    }
     Ok(())
 }
 

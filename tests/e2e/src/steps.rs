@@ -15,7 +15,7 @@ use crate::claims::{AllocatedDevice, AllocationStatus, container_claims, get_cla
 use crate::context::Ctx;
 use crate::devices::{Published, PublishedDevice, parse_quantity};
 use crate::objects;
-use crate::observer::ClaimOnNode;
+use crate::observer::{ClaimOnNode, ContainerView};
 use crate::wait::{Progress, until};
 
 /// A pod claim and its allocation.
@@ -365,7 +365,6 @@ pub async fn check_containers(
     claims: &[AllocatedClaim],
     published: &Published,
 ) -> anyhow::Result<()> {
-    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     let containers: Vec<String> = pod
         .spec
         .iter()
@@ -373,81 +372,116 @@ pub async fn check_containers(
         .map(|c| c.name.clone())
         .collect();
     for container in containers {
-        let uses = container_claims(pod, &container);
-        if uses.is_empty() {
-            continue;
-        }
-        let expected = expected_uuids(pod, &uses, claims, published)?;
-        let view = until(
-            &format!("the runtime to receive container {pod_name}/{container}"),
-            ctx.timeouts.run,
-            || async {
-                Ok(match ctx.observer.container_view(pod, &container).await? {
-                    // The container prints the checker's report, then its GPU environment (a
-                    // claim container always has some): until that is there, it is still
-                    // printing.
-                    Some(view) if !view.env.is_empty() => Progress::Done(view),
-                    Some(_) => Progress::Waiting(
-                        "the container is still printing (no GPU environment yet)".to_owned(),
-                    ),
-                    None => Progress::Waiting("no container record or output yet".to_owned()),
-                })
-            },
-        )
-        .await?;
-        for variable in ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"] {
-            let seen: BTreeSet<String> = view
-                .env
-                .get(variable)
-                .map(|v| split_list(v).into_iter().collect())
-                .unwrap_or_default();
+        check_container(ctx, pod, &container, claims, published).await?;
+    }
+    Ok(())
+}
+
+/// [`check_containers`] for one container (nothing when it uses no claim).
+async fn check_container(
+    ctx: &Ctx,
+    pod: &Pod,
+    container: &str,
+    claims: &[AllocatedClaim],
+    published: &Published,
+) -> anyhow::Result<()> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let uses = container_claims(pod, container);
+    if uses.is_empty() {
+        return Ok(());
+    }
+    let expected = expected_uuids(pod, &uses, claims, published)?;
+    let view = received_container(ctx, pod, container).await?;
+    for variable in ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"] {
+        let seen: BTreeSet<String> = view
+            .env
+            .get(variable)
+            .map(|v| split_list(v).into_iter().collect())
+            .unwrap_or_default();
+        ensure!(
+            seen == expected,
+            "container {pod_name}/{container}: {variable} lists {seen:?}, expected the allocated devices' UUIDs {expected:?} (seen in {})",
+            view.source
+        );
+    }
+    if ctx.observer.expects_checker() {
+        let expected = expected_check(pod, &uses, claims, published)?;
+        check_report(ctx, &view, &expected, &format!("{pod_name}/{container}"))?;
+    }
+    let ids = match &view.cdi_ids {
+        Some(ids) => {
             ensure!(
-                seen == expected,
-                "container {pod_name}/{container}: {variable} lists {seen:?}, expected the allocated devices' UUIDs {expected:?} (seen in {})",
+                !ids.is_empty(),
+                "container {pod_name}/{container} got no CDI devices ({})",
                 view.source
             );
+            format!("; CDI: {}", ids.join(" "))
         }
-        if ctx.observer.expects_checker() {
-            let report = view.check.as_ref().with_context(|| {
-                format!(
-                    "container {pod_name}/{container} printed no tessera-gpu-check report ({}); the workload image must carry the checker",
-                    view.source
-                )
-            })?;
-            let expected = expected_check(pod, &uses, claims, published)?;
-            checker::check_claim_container(report, &expected).with_context(|| {
-                format!(
-                    "container {pod_name}/{container}: the checker's report ({})",
-                    view.source
-                )
-            })?;
-            ctx.say(format!(
-                "{pod_name}/{container}: checker sees {} GPU node(s), {} driver file(s), CUDA devices {:?}{}",
-                expected.gpu_minors.len(),
-                report.driver_files.len(),
-                expected.uuids,
-                if expected.mps.is_some() { ", MPS daemon and limits" } else { "" }
-            ));
+        None => String::new(),
+    };
+    ctx.say(format!(
+        "{pod_name}/{container}: NVIDIA_VISIBLE_DEVICES={}{ids}",
+        view.env
+            .get("NVIDIA_VISIBLE_DEVICES")
+            .map(String::as_str)
+            .unwrap_or("")
+    ));
+    Ok(())
+}
+
+/// Waits until the runtime saw `container` of `pod` and it printed its GPU environment.
+async fn received_container(
+    ctx: &Ctx,
+    pod: &Pod,
+    container: &str,
+) -> anyhow::Result<ContainerView> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    until(
+        &format!("the runtime to receive container {pod_name}/{container}"),
+        ctx.timeouts.run,
+        || async {
+            Ok(match ctx.observer.container_view(pod, container).await? {
+                // The container prints the checker's report, then its GPU environment (a
+                // claim container always has some): until that is there, it is still
+                // printing.
+                Some(view) if !view.env.is_empty() => Progress::Done(view),
+                Some(_) => Progress::Waiting(
+                    "the container is still printing (no GPU environment yet)".to_owned(),
+                ),
+                None => Progress::Waiting("no container record or output yet".to_owned()),
+            })
+        },
+    )
+    .await
+}
+
+/// The checker's report in `view` says what a container using the claim must see; `what` names
+/// the container (`pod/container`).
+fn check_report(
+    ctx: &Ctx,
+    view: &ContainerView,
+    expected: &checker::Expected,
+    what: &str,
+) -> anyhow::Result<()> {
+    let report = view.check.as_ref().with_context(|| {
+        format!(
+            "container {what} printed no tessera-gpu-check report ({}); the workload image must carry the checker",
+            view.source
+        )
+    })?;
+    checker::check_claim_container(report, expected)
+        .with_context(|| format!("container {what}: the checker's report ({})", view.source))?;
+    ctx.say(format!(
+        "{what}: checker sees {} GPU node(s), {} driver file(s), CUDA devices {:?}{}",
+        expected.gpu_minors.len(),
+        report.driver_files.len(),
+        expected.uuids,
+        if expected.mps.is_some() {
+            ", MPS daemon and limits"
+        } else {
+            ""
         }
-        let ids = match &view.cdi_ids {
-            Some(ids) => {
-                ensure!(
-                    !ids.is_empty(),
-                    "container {pod_name}/{container} got no CDI devices ({})",
-                    view.source
-                );
-                format!("; CDI: {}", ids.join(" "))
-            }
-            None => String::new(),
-        };
-        ctx.say(format!(
-            "{pod_name}/{container}: NVIDIA_VISIBLE_DEVICES={}{ids}",
-            view.env
-                .get("NVIDIA_VISIBLE_DEVICES")
-                .map(String::as_str)
-                .unwrap_or("")
-        ));
-    }
+    ));
     Ok(())
 }
 

@@ -367,7 +367,36 @@ fn ensure_on_pair(what: &str, nodes: &[String], layout: &Layout) -> anyhow::Resu
 }
 
 async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<ScenarioOutcome> {
-    // 1. Managed, with racks.
+    label_racks(ctx, layout, nodes).await?;
+    hold_half_of_each_node(ctx, layout).await?;
+    // Gangs are named by a PodGroup where the cluster serves them, else by the label.
+    let served = serves_pod_groups(ctx).await?;
+    let upstream = if served {
+        Naming::PodGroup
+    } else {
+        ctx.say(
+            "the cluster does not serve scheduling.k8s.io/v1beta1 PodGroups (GenericWorkload off): \
+             every gang is named by the label",
+        );
+        Naming::Label
+    };
+    let first = first_gang(ctx, layout, upstream).await?;
+    let (second, huge) = waiting_gangs(ctx, upstream).await?;
+    second_after_first(ctx, layout, &first, &second, &huge).await?;
+    Ok(if served {
+        ScenarioOutcome::Passed
+    } else {
+        ScenarioOutcome::Skipped(
+            "passed with every gang named by the label; the PodGroup API part needs \
+             scheduling.k8s.io/v1beta1 served (feature gate GenericWorkload, runtime config)"
+                .to_owned(),
+        )
+    })
+}
+
+/// 1. Every node managed, with racks: the one named first by itself in rack e2e-r0, the others
+///    in e2e-r1; then a fresh namespace.
+async fn label_racks(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<()> {
     for node in nodes {
         let rack = if *node == layout.elsewhere {
             "e2e-r0"
@@ -384,8 +413,11 @@ async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Sce
     wait_tainted(ctx, nodes, true).await?;
     ctx.fresh_namespace(NAMESPACE).await?;
     create_namespace(&ctx.client, NAMESPACE).await?;
+    Ok(())
+}
 
-    // 2. Half of each dgx-h100 node held, so that each node has room for one 4-GPU pod.
+/// 2. Half of each dgx-h100 node held, so that each node has room for one 4-GPU pod.
+async fn hold_half_of_each_node(ctx: &Ctx, layout: &Layout) -> anyhow::Result<()> {
     for node in &layout.dgx {
         let name = format!("hold-{node}");
         let claim = gpu_claim(NAMESPACE, &name, 4, None)?;
@@ -400,18 +432,12 @@ async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Sce
             "holder {name} was placed on {on}, expected {node}"
         );
     }
+    Ok(())
+}
 
-    // 3. The first gang (a PodGroup where served): one rack.
-    let served = serves_pod_groups(ctx).await?;
-    let upstream = if served {
-        Naming::PodGroup
-    } else {
-        ctx.say(
-            "the cluster does not serve scheduling.k8s.io/v1beta1 PodGroups (GenericWorkload off): \
-             every gang is named by the label",
-        );
-        Naming::Label
-    };
+/// 3. The first gang (named `upstream`'s way): placed together on rack e2e-r1 and Running;
+///    returns its pods.
+async fn first_gang(ctx: &Ctx, layout: &Layout, upstream: Naming) -> anyhow::Result<Vec<String>> {
     let first = create_group(ctx, "first", (2, 2), 4, upstream).await?;
     let first_nodes = nodes_of(ctx, &first).await?;
     ctx.say(format!(
@@ -431,9 +457,12 @@ async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Sce
     for pod in &first {
         wait_running(ctx, NAMESPACE, pod).await?;
     }
+    Ok(first)
+}
 
-    // 4. A second gang (the label) does not fit while the first runs; a gang that can never fit
-    //    (a PodGroup where served) waits too. Neither gets a claim allocated.
+/// 4. A second gang (the label) does not fit while the first runs; a gang that can never fit
+///    (named `upstream`'s way) waits too. Neither gets a claim allocated. Returns their pods.
+async fn waiting_gangs(ctx: &Ctx, upstream: Naming) -> anyhow::Result<(Vec<String>, Vec<String>)> {
     let second = create_group(ctx, "second", (2, 2), 4, Naming::Label).await?;
     let huge = create_group(ctx, "huge", (3, 3), 8, upstream).await?;
     for pod in second.iter().chain(&huge) {
@@ -454,30 +483,31 @@ async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Sce
     ctx.say(format!(
         "gangs `second` (label) and `huge` ({upstream:?}) wait with no claim allocated; event: {event}"
     ));
+    Ok((second, huge))
+}
 
-    // 5. The first gang finishes: the second runs, on the same rack.
+/// 5. The first gang finishes: the second runs, on the same rack; the huge one still waits.
+async fn second_after_first(
+    ctx: &Ctx,
+    layout: &Layout,
+    first: &[String],
+    second: &[String],
+    huge: &[String],
+) -> anyhow::Result<()> {
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), NAMESPACE);
     let claims = Api::<ResourceClaim>::namespaced(ctx.client.clone(), NAMESPACE);
-    for pod in &first {
+    for pod in first {
         pods.delete(pod, &DeleteParams::default()).await?;
         claims.delete(pod, &DeleteParams::default()).await?;
     }
-    let second_nodes = nodes_of(ctx, &second).await?;
+    let second_nodes = nodes_of(ctx, second).await?;
     ctx.say(format!(
         "gang `second` placed on {second_nodes:?} once `first` was deleted"
     ));
     ensure_on_pair("gang `second`", &second_nodes, layout)?;
-    for pod in &second {
+    for pod in second {
         wait_running(ctx, NAMESPACE, pod).await?;
     }
-    nothing_allocated(ctx, &huge, Duration::from_secs(3)).await?;
-    Ok(if served {
-        ScenarioOutcome::Passed
-    } else {
-        ScenarioOutcome::Skipped(
-            "passed with every gang named by the label; the PodGroup API part needs \
-             scheduling.k8s.io/v1beta1 served (feature gate GenericWorkload, runtime config)"
-                .to_owned(),
-        )
-    })
+    nothing_allocated(ctx, huge, Duration::from_secs(3)).await?;
+    Ok(())
 }

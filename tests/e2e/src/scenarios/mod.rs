@@ -43,6 +43,19 @@ macro_rules! scenario {
 
 /// Every scenario, in run order.
 pub fn all() -> Vec<Scenario> {
+    [
+        published_and_basic(),
+        configs_and_resources(),
+        controller_and_restarts(),
+        consumable_shares(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// The published slices, the monitoring rules and the basic examples.
+fn published_and_basic() -> Vec<Scenario> {
     vec![
         scenario!(
             "slices",
@@ -84,6 +97,12 @@ pub fn all() -> Vec<Scenario> {
             "deploy/examples/shared-claim: one GPU for two containers and two pods",
             examples::shared_claim
         ),
+    ]
+}
+
+/// Sharing configs, NVIDIA's manifests, prioritized lists, admin access, extended resources and a refused config.
+fn configs_and_resources() -> Vec<Scenario> {
+    vec![
         scenario!(
             "time-slicing",
             "deploy/examples/time-slicing: FromClaim TimeSlicing config",
@@ -139,6 +158,12 @@ pub fn all() -> Vec<Scenario> {
             "deploy/examples/invalid-config: prepare refused, the pod event names the field",
             invalid_config::invalid_config
         ),
+    ]
+}
+
+/// The topology-aware controller (gangs included), then plugin restarts.
+fn controller_and_restarts() -> Vec<Scenario> {
+    vec![
         scenario!(
             "topology-aware",
             "deploy/examples/topology-aware: the controller places a gated 4-GPU pod",
@@ -164,6 +189,12 @@ pub fn all() -> Vec<Scenario> {
             "MPS claim: its daemon pod outlives a plugin rollout and pod deletion; unprepare stops it",
             mps_restart::mps_restart
         ),
+    ]
+}
+
+/// Consumable shares.
+fn consumable_shares() -> Vec<Scenario> {
+    vec![
         scenario!(
             "shares-memory",
             "consumable shares `memory`: 3 Deployment replicas asking 20Gi share one H100, a whole-GPU claim gets another",

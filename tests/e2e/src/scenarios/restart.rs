@@ -18,7 +18,8 @@ use super::outcome::ScenarioOutcome;
 use crate::context::Ctx;
 use crate::objects::{PlacedBy, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
 use crate::steps::{
-    check_containers, check_prepared, check_unprepared, pod_events, wait_allocated, wait_running,
+    AllocatedClaim, check_containers, check_prepared, check_unprepared, pod_events, wait_allocated,
+    wait_running,
 };
 use crate::wait::{Progress, until};
 
@@ -46,8 +47,25 @@ pub async fn plugin_restart(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
 
     let names: Vec<String> = (1..=2 * WAVE).map(|i| format!("gpu-pod-{i}")).collect();
     let (wave_1, wave_2) = names.split_at(WAVE);
+    kill_during_wave_1(ctx, &node, wave_1).await?;
+    wave_2_while_down(ctx, &node, wave_2).await?;
+    let claims = all_running(ctx, &names).await?;
+    check_prepared(ctx, &claims).await?;
+    let devices_after = ctx.published().await?.on_node(&node).count();
+    ensure!(
+        devices_after == devices_before,
+        "{node} published {devices_before} devices before the restart and {devices_after} after"
+    );
+
+    ctx.delete_namespace(NAMESPACE).await?;
+    check_unprepared(ctx, &claims).await?;
+    Ok(ScenarioOutcome::Passed)
+}
+
+/// Wave 1 created on `node`; the plugin killed once one of its pods is bound.
+async fn kill_during_wave_1(ctx: &Ctx, node: &str, wave_1: &[String]) -> anyhow::Result<()> {
     for name in wave_1 {
-        create(ctx, name, &node).await?;
+        create(ctx, name, node).await?;
     }
     ctx.say(format!("created {} on {node}", wave_1.join(", ")));
 
@@ -70,26 +88,35 @@ pub async fn plugin_restart(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
         },
     )
     .await?;
-    let killed = ctx.plugins.kill(&node).await?;
+    let killed = ctx.plugins.kill(node).await?;
     let running_at_kill = running_count(&pods).await?;
     ctx.say(format!(
         "killed {killed} while {running_at_kill} of {WAVE} pods were Running"
     ));
+    Ok(())
+}
 
+/// Wave 2 created while the plugin is down; the plugin started again after [`DOWN_FOR`].
+async fn wave_2_while_down(ctx: &Ctx, node: &str, wave_2: &[String]) -> anyhow::Result<()> {
     for name in wave_2 {
-        create(ctx, name, &node).await?;
+        create(ctx, name, node).await?;
     }
     ctx.say(format!(
         "created {} while the plugin is down",
         wave_2.join(", ")
     ));
     tokio::time::sleep(DOWN_FOR).await;
-    ctx.plugins.start(&node, ctx.timeouts.restart).await?;
+    ctx.plugins.start(node, ctx.timeouts.restart).await?;
     ctx.say(format!("restarted the plugin on {node}"));
+    Ok(())
+}
 
+/// Every pod Running with what its containers need, each on a device of its own. Returns their
+/// claims.
+async fn all_running(ctx: &Ctx, names: &[String]) -> anyhow::Result<Vec<AllocatedClaim>> {
     let mut claims = Vec::new();
     let mut failed_prepares = 0;
-    for name in &names {
+    for name in names {
         let pod_claims = wait_allocated(ctx, NAMESPACE, name).await?;
         let pod = wait_running(ctx, NAMESPACE, name).await?;
         let published = ctx.published().await?;
@@ -115,16 +142,7 @@ pub async fn plugin_restart(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
         names.len(),
         devices.len()
     );
-    check_prepared(ctx, &claims).await?;
-    let devices_after = ctx.published().await?.on_node(&node).count();
-    ensure!(
-        devices_after == devices_before,
-        "{node} published {devices_before} devices before the restart and {devices_after} after"
-    );
-
-    ctx.delete_namespace(NAMESPACE).await?;
-    check_unprepared(ctx, &claims).await?;
-    Ok(ScenarioOutcome::Passed)
+    Ok(claims)
 }
 
 async fn create(ctx: &Ctx, name: &str, node: &str) -> anyhow::Result<()> {

@@ -412,6 +412,30 @@ pub(super) async fn pods_of(ctx: &Ctx, namespace: &str, app: &str) -> anyhow::Re
 async fn memory_body(ctx: &Ctx, node: String, namespace: &str) -> anyhow::Result<()> {
     ctx.fresh_namespace(namespace).await?;
     create_namespace(&ctx.client, namespace).await?;
+    let shares = three_replicas_share_a_gpu(ctx, &node, namespace).await?;
+    let whole = whole_gpu_apart(ctx, &node, namespace, &shares[0].device).await?;
+    for share in shares.iter().chain([&whole]) {
+        let env = check_running(ctx, namespace, share).await?;
+        let memory = consumed_bytes(share, "memory")?.to_string();
+        ensure_env(&env, &share.pod, ENV_MEMORY_LIMIT, &memory)?;
+    }
+    let claims: Vec<AllocatedClaim> = shares
+        .iter()
+        .chain([&whole])
+        .map(|s| s.claim.clone())
+        .collect();
+    check_prepared(ctx, &claims).await?;
+    ctx.delete_namespace(namespace).await?;
+    check_unprepared(ctx, &claims).await
+}
+
+/// A Deployment of three replicas asking 20Gi each: one GPU of `node` shared, each with its own
+/// share id. Returns their shares.
+async fn three_replicas_share_a_gpu(
+    ctx: &Ctx,
+    node: &str,
+    namespace: &str,
+) -> anyhow::Result<Vec<Share>> {
     create(
         ctx,
         namespace,
@@ -427,7 +451,7 @@ async fn memory_body(ctx: &Ctx, node: String, namespace: &str) -> anyhow::Result
             "selector": {"matchLabels": {"app": "inference"}},
             "template": {
                 "metadata": {"labels": {"app": "inference", "app.kubernetes.io/part-of": "tessera-e2e"}},
-                "spec": pod_spec(&node, "gpu-20gi"),
+                "spec": pod_spec(node, "gpu-20gi"),
             },
         },
     }))?;
@@ -474,20 +498,24 @@ async fn memory_body(ctx: &Ctx, node: String, namespace: &str) -> anyhow::Result
     ctx.say(format!(
         "three replicas share {node}/{shared_device}, 20Gi each (share ids {ids:?})"
     ));
+    Ok(shares)
+}
 
-    // The fourth asks for no memory, which in `memory` mode is all of it: not next to the three.
+/// The fourth claim asks for no memory, which in `memory` mode is all of it: a GPU other than
+/// `shared_device`, all its memory consumed. Returns its share.
+async fn whole_gpu_apart(
+    ctx: &Ctx,
+    node: &str,
+    namespace: &str,
+    shared_device: &str,
+) -> anyhow::Result<Share> {
     create(
         ctx,
         namespace,
         &template(namespace, "gpu-whole", None, None)?,
     )
     .await?;
-    create(
-        ctx,
-        namespace,
-        &pod(namespace, "whole", &node, "gpu-whole")?,
-    )
-    .await?;
+    create(ctx, namespace, &pod(namespace, "whole", node, "gpu-whole")?).await?;
     let whole = share_of(ctx, namespace, "whole").await?;
     ensure!(
         whole.device != shared_device,
@@ -496,7 +524,7 @@ async fn memory_body(ctx: &Ctx, node: String, namespace: &str) -> anyhow::Result
     );
     let published = ctx.published().await?;
     let capacity = published
-        .get(&node, &whole.device)
+        .get(node, &whole.device)
         .and_then(|d| d.capacity_bytes("memory"))
         .context("the whole-GPU claim's device publishes no memory")?;
     ensure!(
@@ -508,25 +536,36 @@ async fn memory_body(ctx: &Ctx, node: String, namespace: &str) -> anyhow::Result
         "the fourth claim (no memory asked: the whole GPU) got {node}/{}",
         whole.device
     ));
-
-    for share in shares.iter().chain([&whole]) {
-        let env = check_running(ctx, namespace, share).await?;
-        let memory = consumed_bytes(share, "memory")?.to_string();
-        ensure_env(&env, &share.pod, ENV_MEMORY_LIMIT, &memory)?;
-    }
-    let claims: Vec<AllocatedClaim> = shares
-        .iter()
-        .chain([&whole])
-        .map(|s| s.claim.clone())
-        .collect();
-    check_prepared(ctx, &claims).await?;
-    ctx.delete_namespace(namespace).await?;
-    check_unprepared(ctx, &claims).await
+    Ok(whole)
 }
 
 async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> anyhow::Result<()> {
     ctx.fresh_namespace(namespace).await?;
     create_namespace(&ctx.client, namespace).await?;
+    let shares = n_pods_share_gpu_0(ctx, &node, namespace, n).await?;
+    let extra = format!("replica-{n}");
+    extra_pod_waits(ctx, &node, namespace, &extra).await?;
+    let last = freeing_a_share_runs(ctx, &node, namespace, &shares[0], &extra).await?;
+    let claims: Vec<AllocatedClaim> = shares
+        .iter()
+        .skip(1)
+        .chain([&last])
+        .map(|s| s.claim.clone())
+        .collect();
+    check_prepared(ctx, &claims).await?;
+    ctx.delete_namespace(namespace).await?;
+    let mut all = claims;
+    all.push(shares[0].claim.clone());
+    check_unprepared(ctx, &all).await
+}
+
+/// `n` one-share pods on gpu-0 of `node`, each Running with its share. Returns their shares.
+async fn n_pods_share_gpu_0(
+    ctx: &Ctx,
+    node: &str,
+    namespace: &str,
+    n: usize,
+) -> anyhow::Result<Vec<Share>> {
     let on_gpu_0 = format!("device.attributes[\"{DRIVER_NAME}\"].minor == 0");
     create(
         ctx,
@@ -537,7 +576,7 @@ async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> an
     let mut shares = Vec::new();
     for i in 0..n {
         let name = format!("replica-{i}");
-        create(ctx, namespace, &pod(namespace, &name, &node, "one-share")?).await?;
+        create(ctx, namespace, &pod(namespace, &name, node, "one-share")?).await?;
         shares.push(share_of(ctx, namespace, &name).await?);
     }
     for share in &shares {
@@ -561,16 +600,23 @@ async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> an
     let ids: BTreeSet<&str> = shares.iter().map(|s| s.share_id.as_str()).collect();
     ensure!(ids.len() == n, "share ids must differ: {ids:?}");
     ctx.say(format!("{n} pods run on {node}/gpu-0, one share each"));
+    Ok(shares)
+}
 
-    // The N+1th waits: Pending, unschedulable because its claim cannot be allocated.
-    let extra = format!("replica-{n}");
-    create(ctx, namespace, &pod(namespace, &extra, &node, "one-share")?).await?;
+/// The N+1th pod `extra` waits: Pending, unschedulable because its claim cannot be allocated.
+async fn extra_pod_waits(
+    ctx: &Ctx,
+    node: &str,
+    namespace: &str,
+    extra: &str,
+) -> anyhow::Result<()> {
+    create(ctx, namespace, &pod(namespace, extra, node, "one-share")?).await?;
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
     let message = until(
         &format!("pod {extra} to be reported unschedulable"),
         ctx.timeouts.allocate,
         || async {
-            let current = pods.get(&extra).await?;
+            let current = pods.get(extra).await?;
             let scheduled = current
                 .status
                 .as_ref()
@@ -597,7 +643,7 @@ async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> an
         &format!("pod {extra} to stay Pending"),
         Duration::from_secs(5),
         || async {
-            let current = pods.get(&extra).await?;
+            let current = pods.get(extra).await?;
             let phase = current.status.as_ref().and_then(|s| s.phase.clone());
             let node_name = current.spec.as_ref().and_then(|s| s.node_name.clone());
             Ok(
@@ -613,12 +659,22 @@ async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> an
     ctx.say(format!(
         "pod {extra} waits (PodScheduled=False, Unschedulable): {message}"
     ));
+    Ok(())
+}
 
-    // Freeing one share lets it run.
-    pods.delete(&shares[0].pod, &DeleteParams::default())
+/// Deleting the pod of `freed` lets `extra` run, on gpu-0. Returns its share.
+async fn freeing_a_share_runs(
+    ctx: &Ctx,
+    node: &str,
+    namespace: &str,
+    freed: &Share,
+    extra: &str,
+) -> anyhow::Result<Share> {
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
+    pods.delete(&freed.pod, &DeleteParams::default())
         .await
-        .with_context(|| format!("cannot delete pod {}", shares[0].pod))?;
-    let last = share_of(ctx, namespace, &extra).await?;
+        .with_context(|| format!("cannot delete pod {}", freed.pod))?;
+    let last = share_of(ctx, namespace, extra).await?;
     ensure!(
         last.device == "gpu-0",
         "pod {extra} got {} once a share was free, expected gpu-0",
@@ -626,18 +682,7 @@ async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> an
     );
     check_running(ctx, namespace, &last).await?;
     ctx.say(format!("one pod deleted: {extra} runs on {node}/gpu-0"));
-
-    let claims: Vec<AllocatedClaim> = shares
-        .iter()
-        .skip(1)
-        .chain([&last])
-        .map(|s| s.claim.clone())
-        .collect();
-    check_prepared(ctx, &claims).await?;
-    ctx.delete_namespace(namespace).await?;
-    let mut all = claims;
-    all.push(shares[0].claim.clone());
-    check_unprepared(ctx, &all).await
+    Ok(last)
 }
 
 #[cfg(test)]

@@ -115,11 +115,47 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     ));
 
     // 1. Fragment both nodes the same way: gpu-0 and gpu-1 held by other pods.
+    let mut all_claims = fragment(ctx, &managed_node, &unmanaged_node).await?;
+
+    // 2. The same 4-GPU claim, once through the controller and once through the scheduler.
+    let (tessera, first_fit) = (TESSERA_POD, FIRST_FIT_POD);
+    let (placed, fitted) = four_gpus_both_ways(ctx, &unmanaged_node).await?;
+    let published = ctx.published().await?;
+    let nodes = (managed_node.as_str(), unmanaged_node.as_str());
+    compare_placements(ctx, &published, nodes, &placed, &fitted)?;
+
+    // 3. Both pods run with what they were allocated.
+    for (pod_name, claims) in [(tessera, &placed), (first_fit, &fitted)] {
+        let pod = wait_running(ctx, NAMESPACE, pod_name).await?;
+        ensure_ungated(&pod)?;
+        check_containers(ctx, &pod, claims, &published).await?;
+    }
+    all_claims.extend(placed);
+    all_claims.extend(fitted);
+    check_prepared(ctx, &all_claims).await?;
+
+    // 4. Clean up: everything unprepared.
+    ctx.delete_namespace(NAMESPACE).await?;
+    check_unprepared(ctx, &all_claims).await?;
+    Ok(ScenarioOutcome::Passed)
+}
+
+/// The pods of the same 4-GPU claim through the controller and through the default scheduler.
+const TESSERA_POD: &str = "four-gpus-tessera";
+const FIRST_FIT_POD: &str = "four-gpus-first-fit";
+
+/// gpu-0 and gpu-1 of both nodes held by other pods (the managed node's through the controller).
+/// Returns the holders' claims.
+async fn fragment(
+    ctx: &Ctx,
+    managed_node: &str,
+    unmanaged_node: &str,
+) -> anyhow::Result<Vec<AllocatedClaim>> {
     let mut holders = Vec::new();
     for minor in [0, 1] {
         for (side, placement) in [
             ("managed", PlacedBy::TopologyAware),
-            ("unmanaged", PlacedBy::SchedulerOn(&unmanaged_node)),
+            ("unmanaged", PlacedBy::SchedulerOn(unmanaged_node)),
         ] {
             let name = format!("hold-{side}-gpu-{minor}");
             let claim = gpu_claim(NAMESPACE, &name, 1, Some(&minor_is(minor)))?;
@@ -133,22 +169,28 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
         let claims = wait_allocated(ctx, NAMESPACE, name).await?;
         let claim = claims.first().context("holder pod without a claim")?;
         let expected_node = if name.contains("unmanaged") {
-            &unmanaged_node
+            unmanaged_node
         } else {
-            &managed_node
+            managed_node
         };
         ensure!(
-            claim.node()? == expected_node.as_str(),
+            claim.node()? == expected_node,
             "holder {name} was allocated on {}, expected {expected_node}",
             claim.node()?
         );
         all_claims.extend(claims);
     }
     ctx.say("fragmented: gpu-0 and gpu-1 held on both nodes");
+    Ok(all_claims)
+}
 
-    // 2. The same 4-GPU claim, once through the controller and once through the scheduler.
-    let tessera = "four-gpus-tessera";
-    let first_fit = "four-gpus-first-fit";
+/// The same 4-GPU claim twice: gated for the controller, and pinned to the unmanaged node for the
+/// default scheduler. Returns each pod's claims once allocated.
+async fn four_gpus_both_ways(
+    ctx: &Ctx,
+    unmanaged_node: &str,
+) -> anyhow::Result<(Vec<AllocatedClaim>, Vec<AllocatedClaim>)> {
+    let (tessera, first_fit) = (TESSERA_POD, FIRST_FIT_POD);
     create_claim_and_pod(
         &ctx.client,
         &gpu_claim(NAMESPACE, tessera, 4, None)?,
@@ -162,17 +204,28 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
             NAMESPACE,
             first_fit,
             first_fit,
-            PlacedBy::SchedulerOn(&unmanaged_node),
+            PlacedBy::SchedulerOn(unmanaged_node),
         )?,
     )
     .await?;
     let placed = wait_allocated(ctx, NAMESPACE, tessera).await?;
     let fitted = wait_allocated(ctx, NAMESPACE, first_fit).await?;
-    let published = ctx.published().await?;
+    Ok((placed, fitted))
+}
+
+/// Shows both allocations side by side; the controller's must be gpu-4..7 of the managed node
+/// (the best-connected free set), the scheduler's four GPUs of the unmanaged node.
+fn compare_placements(
+    ctx: &Ctx,
+    published: &Published,
+    (managed_node, unmanaged_node): (&str, &str),
+    placed: &[AllocatedClaim],
+    fitted: &[AllocatedClaim],
+) -> anyhow::Result<()> {
     let placed_claim = placed.first().context("no claim")?;
     let fitted_claim = fitted.first().context("no claim")?;
-    let placed_devices = placed_claim.devices(&published)?;
-    let fitted_devices = fitted_claim.devices(&published)?;
+    let placed_devices = placed_claim.devices(published)?;
+    let fitted_devices = fitted_claim.devices(published)?;
     ctx.say(format!(
         "the same 4-GPU claim, gpu-0 and gpu-1 held on both nodes:\n{}",
         side_by_side(
@@ -194,7 +247,7 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     ));
 
     ensure!(
-        placed_claim.node()? == managed_node.as_str(),
+        placed_claim.node()? == managed_node,
         "the gated pod's claim was allocated on {}, expected the managed node {managed_node}",
         placed_claim.node()?
     );
@@ -205,26 +258,12 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
         "the controller chose {names:?}; with gpu-0 and gpu-1 held, the best-connected free set is gpu-4..7 (one socket)"
     );
     ensure!(
-        fitted_claim.node()? == unmanaged_node.as_str() && fitted_devices.len() == 4,
+        fitted_claim.node()? == unmanaged_node && fitted_devices.len() == 4,
         "the scheduler's claim: {} devices on {}, expected 4 on {unmanaged_node}",
         fitted_devices.len(),
         fitted_claim.node()?
     );
-
-    // 3. Both pods run with what they were allocated.
-    for (pod_name, claims) in [(tessera, &placed), (first_fit, &fitted)] {
-        let pod = wait_running(ctx, NAMESPACE, pod_name).await?;
-        ensure_ungated(&pod)?;
-        check_containers(ctx, &pod, claims, &published).await?;
-    }
-    all_claims.extend(placed);
-    all_claims.extend(fitted);
-    check_prepared(ctx, &all_claims).await?;
-
-    // 4. Clean up: everything unprepared.
-    ctx.delete_namespace(NAMESPACE).await?;
-    check_unprepared(ctx, &all_claims).await?;
-    Ok(ScenarioOutcome::Passed)
+    Ok(())
 }
 
 fn ensure_ungated(pod: &Pod) -> anyhow::Result<()> {
