@@ -135,3 +135,49 @@ fn no_two_public_types_share_a_name() {
         );
     }
 }
+
+/// The reader itself: `pub` types only (not `pub(crate)`, not functions or impl items), in every
+/// module of the tree, test code left out.
+#[test]
+fn the_reader_finds_public_types_outside_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        (
+            "src/lib.rs",
+            "pub mod a;\nmod b;\npub struct Top;\npub(crate) struct Hidden;\npub fn f() {}\n\
+             #[cfg(test)]\nmod tests { pub struct InTests; }\n",
+        ),
+        (
+            "src/a.rs",
+            "pub enum Kind { X }\npub trait Named {}\npub type Alias = u32;\n\
+             impl Named for Kind {}\n#[cfg(test)]\npub struct TestOnly;\n",
+        ),
+        (
+            "src/b.rs",
+            "pub struct Kind;\npub union U { x: u32 }\nmod inner { pub struct Deep; }\n",
+        ),
+    ];
+    for (path, source) in files {
+        let file = dir.path().join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, source).unwrap();
+    }
+    let mut found = public_types(dir.path(), &dir.path().join("src/lib.rs"));
+    found.sort();
+    let found: Vec<(&str, &str)> = found
+        .iter()
+        .map(|(name, file)| (name.as_str(), file.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("Alias", "src/a.rs"),
+            ("Deep", "src/b.rs"),
+            ("Kind", "src/a.rs"),
+            ("Kind", "src/b.rs"),
+            ("Named", "src/a.rs"),
+            ("Top", "src/lib.rs"),
+            ("U", "src/b.rs"),
+        ]
+    );
+}
