@@ -6,9 +6,10 @@ use std::sync::MutexGuard;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::Cluster;
 use crate::error::AllocateError;
 use crate::explain::{NodeExplanation, Unsatisfiable};
-use crate::inventory::DeviceIndex;
+use crate::index::DeviceIndex;
 use crate::node::NodeInfo;
 use crate::pools::NodePools;
 use crate::request::{Plan, claim_name, prefilter};
@@ -120,17 +121,18 @@ impl DeviceIndex {
         node: Option<&str>,
         options: &AllocateOptions,
     ) -> Result<Outcome, AllocateError> {
-        if let Some(problem) = prefilter(self, claims)? {
+        if let Some(problem) = prefilter(&self.cluster, claims)? {
             return Ok(Outcome::Unsatisfiable(Unsatisfiable {
                 claim_problem: Some(problem),
                 nodes: Vec::new(),
             }));
         }
-        let plan = Plan::new(self, claims)?;
+        let plan = Plan::new(&self.cluster, claims)?;
         let positions: Vec<usize> = match node {
             Some(name) => {
                 let position =
-                    self.node_position(name)
+                    self.cluster
+                        .node_position(name)
                         .ok_or_else(|| AllocateError::UnknownNode {
                             node: name.to_owned(),
                             known: known_nodes(self),
@@ -152,13 +154,13 @@ impl DeviceIndex {
         eligible: impl Fn(&NodeInfo) -> bool,
         options: &AllocateOptions,
     ) -> Result<Outcome, AllocateError> {
-        if let Some(problem) = prefilter(self, claims)? {
+        if let Some(problem) = prefilter(&self.cluster, claims)? {
             return Ok(Outcome::Unsatisfiable(Unsatisfiable {
                 claim_problem: Some(problem),
                 nodes: Vec::new(),
             }));
         }
-        let plan = Plan::new(self, claims)?;
+        let plan = Plan::new(&self.cluster, claims)?;
         let positions: Vec<usize> = (0..self.nodes().len())
             .filter(|&p| eligible(&self.nodes()[p]))
             .collect();
@@ -177,7 +179,8 @@ impl DeviceIndex {
     ) -> Result<Outcome, AllocateError> {
         let search = self.search_nodes(plan, state, positions, skip_quickly, options)?;
         if let Some((position, solution, truncated)) = search.best {
-            let results = allocation_results(self, self.pools_for(position), plan, &solution)?;
+            let results =
+                allocation_results(&self.cluster, self.pools_for(position), plan, &solution)?;
             return Ok(Outcome::Allocated(Allocation {
                 node: self.nodes()[position].name.clone(),
                 claims: claims
@@ -197,7 +200,7 @@ impl DeviceIndex {
         for position in search.failed {
             let pools = self.pools_for(position);
             explanations.push(if options.explain {
-                NodeExplanation::diagnose(self, pools, state, plan)?
+                NodeExplanation::diagnose(&self.cluster, pools, state, plan)?
             } else {
                 NodeExplanation::brief(pools)
             });
@@ -256,7 +259,10 @@ impl DeviceIndex {
                 out.offer_stored(position, stored);
                 continue;
             }
-            if !first_fit && skip_quickly && !fits_at_all(self, pools, state, plan, min_devices) {
+            if !first_fit
+                && skip_quickly
+                && !fits_at_all(&self.cluster, pools, state, plan, min_devices)
+            {
                 out.failed.push(position);
                 continue;
             }
@@ -316,7 +322,7 @@ impl DeviceIndex {
             PlacementMode::FirstFit => SearchMode::FirstFit,
             PlacementMode::TopologyAware => SearchMode::Best { bound },
         };
-        NodeSearch::new(self, pools, state, plan, mode, options.step_budget)
+        NodeSearch::new(&self.cluster, pools, state, plan, mode, options.step_budget)
             .map(|search| search.with_numa(options.numa))
             .and_then(NodeSearch::run)
     }
@@ -340,7 +346,7 @@ impl DeviceIndex {
         // Unchanged pools (same stamps) need no device-by-device comparison.
         let holds = match slot.as_mut() {
             Some(s) if s.stamps.iter().copied().eq(pool_stamps(pools, state)) => true,
-            Some(s) if s.uses.matches(self, pools, state) => {
+            Some(s) if s.uses.matches(&self.cluster, pools, state) => {
                 s.stamps = pool_stamps(pools, state).collect();
                 true
             }
@@ -348,20 +354,21 @@ impl DeviceIndex {
         };
         if !holds {
             *slot = None;
-            let solution = if fits_at_all(self, pools, state, plan, min_devices) {
+            let solution = if fits_at_all(&self.cluster, pools, state, plan, min_devices) {
                 let mode = SearchMode::Best { bound: None };
-                let verdict = NodeSearch::new(self, pools, state, plan, mode, options.step_budget)
-                    .map(|search| search.with_numa(options.numa))
-                    .and_then(NodeSearch::run)
-                    .ok()
-                    .filter(|v| !v.truncated)?;
+                let verdict =
+                    NodeSearch::new(&self.cluster, pools, state, plan, mode, options.step_budget)
+                        .map(|search| search.with_numa(options.numa))
+                        .and_then(NodeSearch::run)
+                        .ok()
+                        .filter(|v| !v.truncated)?;
                 *steps += verdict.steps;
                 verdict.solution
             } else {
                 None
             };
             *slot = Some(Stored {
-                uses: NodeUse::of(self, pools, state),
+                uses: NodeUse::of(&self.cluster, pools, state),
                 stamps: pool_stamps(pools, state).collect(),
                 solution,
             });
@@ -432,7 +439,7 @@ pub(crate) fn nodes_to_find(nodes: usize) -> usize {
 /// smallest possible allocation. Undecided (true) when devices may be shared: admin access or
 /// multi-allocatable devices.
 fn fits_at_all(
-    inv: &DeviceIndex,
+    inv: &Cluster,
     pools: &NodePools,
     state: &AllocatedState,
     plan: &Plan<'_>,

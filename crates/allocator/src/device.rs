@@ -7,7 +7,8 @@ use std::sync::Arc;
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute, DeviceCapacity};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::quantity::{Amount, QuantityError};
+use crate::attribute::lookup_attribute;
+use crate::quantity::{Amount, InvalidQuantity};
 use crate::topology::TopologyAttributes;
 
 /// A device's identity: driver, pool and device name (`driver/pool/device`). Cheap to clone and to
@@ -121,7 +122,7 @@ impl std::hash::Hasher for PrehashedHasher {
 /// Hash maps keyed by [`DeviceId`].
 pub(crate) type BuildPrehashed = std::hash::BuildHasherDefault<PrehashedHasher>;
 
-/// The position of a device in a [`crate::DeviceIndex`].
+/// The position of a device in the cluster's device table ([`crate::cluster::Cluster`]).
 pub(crate) type DevicePosition = usize;
 
 /// A capacity rounding rule (`requestPolicy`) with its values parsed.
@@ -215,25 +216,9 @@ impl DeviceEntry {
     }
 }
 
-pub(crate) fn lookup_attribute<'d>(
-    driver: &str,
-    device: &'d Device,
-    qualified: &str,
-) -> Option<&'d DeviceAttribute> {
-    let attributes = device.attributes.as_ref()?;
-    if let Some(a) = attributes.get(qualified) {
-        return Some(a);
-    }
-    let (domain, id) = qualified.split_once('/')?;
-    if domain != driver {
-        return None;
-    }
-    attributes.get(id)
-}
-
 fn parse_device(device: &Device) -> Result<ParsedDevice, String> {
     let field_err =
-        |field: String, e: QuantityError| format!("device {}: {field}: {e}", device.name);
+        |field: String, e: InvalidQuantity| format!("device {}: {field}: {e}", device.name);
     let mut capacities = Vec::new();
     for (name, cap) in device.capacity.iter().flatten() {
         capacities.push(
@@ -264,7 +249,7 @@ fn parse_device(device: &Device) -> Result<ParsedDevice, String> {
 fn parse_capacity(
     name: &str,
     cap: &DeviceCapacity,
-) -> Result<Capacity, (&'static str, QuantityError)> {
+) -> Result<Capacity, (&'static str, InvalidQuantity)> {
     let parse =
         |field: &'static str, q: &Quantity| Amount::from_quantity(q).map_err(|e| (field, e));
     let value = parse("", &cap.value)?;
@@ -279,24 +264,26 @@ fn parse_capacity(
             range: p
                 .valid_range
                 .as_ref()
-                .map(|r| -> Result<PolicyRange, (&'static str, QuantityError)> {
-                    Ok(PolicyRange {
-                        min: (
-                            parse(".requestPolicy.validRange.min", &r.min)?,
-                            r.min.clone(),
-                        ),
-                        max: r
-                            .max
-                            .as_ref()
-                            .map(|q| parse(".requestPolicy.validRange.max", q))
-                            .transpose()?,
-                        step: r
-                            .step
-                            .as_ref()
-                            .map(|q| parse(".requestPolicy.validRange.step", q))
-                            .transpose()?,
-                    })
-                })
+                .map(
+                    |r| -> Result<PolicyRange, (&'static str, InvalidQuantity)> {
+                        Ok(PolicyRange {
+                            min: (
+                                parse(".requestPolicy.validRange.min", &r.min)?,
+                                r.min.clone(),
+                            ),
+                            max: r
+                                .max
+                                .as_ref()
+                                .map(|q| parse(".requestPolicy.validRange.max", q))
+                                .transpose()?,
+                            step: r
+                                .step
+                                .as_ref()
+                                .map(|q| parse(".requestPolicy.validRange.step", q))
+                                .transpose()?,
+                        })
+                    },
+                )
                 .transpose()?,
             valid_values: p
                 .valid_values

@@ -11,11 +11,11 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::cluster::Cluster;
 use crate::constraints::AttrSet;
 use crate::error::AllocateError;
-use crate::inventory::DeviceIndex;
 use crate::pools::{NodePools, PoolStatus};
-use crate::request::{ConstraintKind, Plan, Wanted};
+use crate::request::{ClaimProblem, ConstraintKind, Plan, Wanted};
 use crate::search::{NodeSearch, SearchMode};
 use crate::selection::Verdict;
 use crate::state::AllocatedState;
@@ -33,40 +33,6 @@ pub struct Unsatisfiable {
     pub claim_problem: Option<ClaimProblem>,
     /// Every node evaluated, in the order tried.
     pub nodes: Vec<NodeExplanation>,
-}
-
-/// What makes claims unschedulable on every node, before any device is looked at.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
-pub enum ClaimProblem {
-    /// A request names a DeviceClass that does not exist (yet).
-    MissingClass {
-        claim: String,
-        request: String,
-        class: String,
-    },
-    /// A request has neither `exactly` nor `firstAvailable` (a request type this version does
-    /// not know).
-    UnknownRequestType { claim: String, request: String },
-}
-
-impl fmt::Display for ClaimProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ClaimProblem::MissingClass {
-                claim,
-                request,
-                class,
-            } => write!(
-                f,
-                "claim {claim}, request {request}: DeviceClass {class} does not exist; create it or fix deviceClassName (the claims wait until it exists)"
-            ),
-            ClaimProblem::UnknownRequestType { claim, request } => write!(
-                f,
-                "claim {claim}, request {request}: unknown request type (neither exactly nor firstAvailable)"
-            ),
-        }
-    }
 }
 
 impl fmt::Display for Unsatisfiable {
@@ -114,7 +80,7 @@ impl NodeExplanation {
 
     /// The full account for one node.
     pub(crate) fn diagnose(
-        inv: &DeviceIndex,
+        inv: &Cluster,
         np: &NodePools,
         state: &AllocatedState,
         plan: &Plan<'_>,

@@ -9,7 +9,7 @@
 //! ```text
 //! DeviceIndex::new(slices, classes, nodes)      index once, share between allocations
 //! AllocatedState::from_claims(allocated)      devices already in use
-//! inventory.allocate(&claims, &state, node, &options) -> Outcome::{Allocated, Unsatisfiable}
+//! index.allocate(&claims, &state, node, &options) -> Outcome::{Allocated, Unsatisfiable}
 //! ```
 //!
 //! Semantics follow `k8s.io/dynamic-resource-allocation/structured` (see
@@ -18,14 +18,33 @@
 //! `distinctAttribute`, `firstAvailable`, partitionable devices with shared counters, consumable
 //! capacity with request policies and share ids, device taints, the 32-result limit, node
 //! selectors and configuration in results. The search is bounded by a step budget.
+//!
+//! Modules, from the ground up (a module imports only from modules on its line or the lines before):
+//! - `quantity` (exact quantity arithmetic), `attribute` (a device's attribute by qualified
+//!   name), `node` (nodes and node selectors), `taints` (taints and tolerations);
+//! - `topology`: topology attributes and the `TopologyScore`;
+//! - `device`: a device as indexed (`DeviceId`, capacities, counter consumption);
+//! - `error`, `capacity` (consumable capacity), `selection` (CEL selectors on devices), `state`
+//!   (what is already allocated);
+//! - `cluster`: slices, devices, classes and nodes indexed once;
+//! - `pools` (a node's usable pools and candidates), `request` (claims flattened into slots);
+//! - `constraints`: `matchAttribute` / `distinctAttribute`;
+//! - `search`: one node's depth-first search (`state` below `candidate` and `prune`, the
+//!   recursion in `mod.rs`), with `symmetry` (interchangeable candidates);
+//! - `explain` (why claims do not fit), `result` (`status.allocation`), `verdicts` (search results
+//!   kept between allocations);
+//! - `index`: [`DeviceIndex`], the cluster with what allocations keep;
+//! - `allocate`: the entry points on [`DeviceIndex`] and their [`Outcome`].
 
 mod allocate;
+mod attribute;
 mod capacity;
+mod cluster;
 mod constraints;
 mod device;
 mod error;
 mod explain;
-mod inventory;
+mod index;
 mod node;
 mod pools;
 pub mod quantity;
@@ -48,7 +67,7 @@ pub use explain::{
     ConstraintAccount, Exclusion, ExclusionReason, NodeExplanation, Reason, RequestAccount,
     Unsatisfiable, WantedDevices,
 };
-pub use inventory::DeviceIndex;
+pub use index::DeviceIndex;
 pub use node::{NODE_NAME_FIELD, NodeInfo, selector_matches};
 pub use request::{MAX_RESULTS_PER_CLAIM, claim_name};
 pub use state::{AllocatedState, SharedUse, StateError};

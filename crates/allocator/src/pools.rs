@@ -22,8 +22,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::cluster::{Cluster, SliceEntry};
 use crate::device::DevicePosition;
-use crate::inventory::{DeviceIndex, SliceEntry};
 use crate::node::{NodeInfo, node_matches};
 use crate::quantity::Amount;
 use crate::topology::NodeTopology;
@@ -80,7 +80,7 @@ pub(crate) struct NodePools {
 }
 
 impl NodePools {
-    pub fn gather(inv: &DeviceIndex, node: &NodeInfo) -> NodePools {
+    pub fn gather(inv: &Cluster, node: &NodeInfo) -> NodePools {
         let mut pools: Vec<(Pool, Vec<usize>)> = relevant_slices(inv, node)
             .into_iter()
             .filter_map(|((driver, name), targeting)| resolve_pool(inv, driver, name, targeting))
@@ -117,7 +117,7 @@ impl NodePools {
     }
 
     /// Appends the devices of a usable pool's slices that are available to the node.
-    fn add_candidates(&mut self, inv: &DeviceIndex, pool: &Pool, slices: &[usize]) {
+    fn add_candidates(&mut self, inv: &Cluster, pool: &Pool, slices: &[usize]) {
         let index = self.pools.len();
         let consumption: HashMap<DevicePosition, &CounterUse> =
             pool.consumers.iter().map(|(d, c)| (*d, c)).collect();
@@ -150,10 +150,7 @@ impl NodePools {
 }
 
 /// The node's own and matching shared slices, by pool, of the highest generation seen.
-fn relevant_slices(
-    inv: &DeviceIndex,
-    node: &NodeInfo,
-) -> HashMap<(Arc<str>, Arc<str>), Vec<usize>> {
+fn relevant_slices(inv: &Cluster, node: &NodeInfo) -> HashMap<(Arc<str>, Arc<str>), Vec<usize>> {
     let mut by_pool: HashMap<(Arc<str>, Arc<str>), Vec<usize>> = HashMap::new();
     let own = inv
         .slices_by_node
@@ -180,7 +177,7 @@ fn relevant_slices(
 /// A pool from its slices targeting the node (sorted by name, returned with the pool), checked
 /// against all slices of its generation; `None` when the generation is obsolete.
 fn resolve_pool(
-    inv: &DeviceIndex,
+    inv: &Cluster,
     driver: Arc<str>,
     name: Arc<str>,
     mut targeting: Vec<usize>,
@@ -219,7 +216,7 @@ fn resolve_pool(
     ))
 }
 
-fn slice_relevant(inv: &DeviceIndex, slice: &SliceEntry, node: &NodeInfo) -> bool {
+fn slice_relevant(inv: &Cluster, slice: &SliceEntry, node: &NodeInfo) -> bool {
     if slice.node_name.is_some() || slice.all_nodes || slice.node_selector.is_some() {
         return node_matches(
             node,
@@ -256,7 +253,7 @@ impl Pool {
     }
 
     fn build(
-        inv: &DeviceIndex,
+        inv: &Cluster,
         driver: Arc<str>,
         name: Arc<str>,
         targeting: &[usize],
@@ -281,7 +278,7 @@ impl Pool {
     }
 
     fn validate(
-        inv: &DeviceIndex,
+        inv: &Cluster,
         targeting: &[usize],
         others: &[usize],
     ) -> Result<PoolCounters, String> {
@@ -316,7 +313,7 @@ struct PoolCounters {
     consumers: Vec<(DevicePosition, CounterUse)>,
 }
 
-fn check_device_names(inv: &DeviceIndex, slices: &[usize]) -> Result<(), String> {
+fn check_device_names(inv: &Cluster, slices: &[usize]) -> Result<(), String> {
     let mut names = HashSet::new();
     for &s in slices {
         for d in &inv.devices[inv.slices[s].devices.clone()] {
@@ -337,7 +334,7 @@ struct Counters<'i> {
 }
 
 impl<'i> Counters<'i> {
-    fn of(inv: &'i DeviceIndex, slices: &[usize]) -> Result<Counters<'i>, String> {
+    fn of(inv: &'i Cluster, slices: &[usize]) -> Result<Counters<'i>, String> {
         let mut c = Counters {
             names: Vec::new(),
             totals: Vec::new(),
@@ -363,7 +360,7 @@ impl<'i> Counters<'i> {
     /// Every device of `slices` that consumes counters, with its consumption resolved.
     fn consumers(
         &self,
-        inv: &DeviceIndex,
+        inv: &Cluster,
         slices: &[usize],
     ) -> Result<Vec<(DevicePosition, CounterUse)>, String> {
         let mut consumers = Vec::new();

@@ -17,7 +17,7 @@ pub struct Amount(i128);
 /// A string that is not a Kubernetes quantity.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{text:?} is not a quantity ({why}); write e.g. \"4\", \"500m\", \"80Gi\" or \"1e3\"")]
-pub struct QuantityError {
+pub struct InvalidQuantity {
     /// The rejected text.
     pub text: String,
     /// What is wrong with it, in upstream's words.
@@ -33,17 +33,17 @@ impl Amount {
     /// Parses the Kubernetes quantity syntax with upstream's rounding (finer than a nano rounds
     /// away from zero, binary quantities cap at 2^63-1), by the project's one parser
     /// ([`tessera_api::quantity`]).
-    pub fn parse(text: &str) -> Result<Amount, QuantityError> {
+    pub fn parse(text: &str) -> Result<Amount, InvalidQuantity> {
         tessera_api::quantity::Quantity::parse(text)
             .map(|q| Amount(q.nanos()))
-            .map_err(|why| QuantityError {
+            .map_err(|why| InvalidQuantity {
                 text: text.to_owned(),
                 why,
             })
     }
 
     /// Parses a k8s-openapi [`Quantity`].
-    pub fn from_quantity(q: &Quantity) -> Result<Amount, QuantityError> {
+    pub fn from_quantity(q: &Quantity) -> Result<Amount, InvalidQuantity> {
         Amount::parse(&q.0)
     }
 

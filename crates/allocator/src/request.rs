@@ -1,16 +1,19 @@
 //! The claims to allocate, validated and flattened: every request or subrequest becomes a
 //! [`Slot`] with its class, compiled selectors, count, tolerations and capacity requests.
 
-use crate::error::AllocateError;
-use crate::explain::ClaimProblem;
-use crate::inventory::DeviceIndex;
-use crate::quantity::Amount;
-use crate::selection::{Compiled, EmptySelector};
+use std::fmt;
+
 use k8s_openapi::api::resource::v1::{
     CapacityRequirements, DeviceConstraint, DeviceRequest, DeviceSelector, DeviceToleration,
     ResourceClaim,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde::Serialize;
+
+use crate::cluster::Cluster;
+use crate::error::AllocateError;
+use crate::quantity::Amount;
+use crate::selection::{Compiled, EmptySelector};
 
 /// Most results one allocation may hold (`AllocationResultsMaxSize`).
 pub const MAX_RESULTS_PER_CLAIM: usize = 32;
@@ -130,11 +133,45 @@ pub fn claim_name(claim: &ResourceClaim) -> String {
     }
 }
 
+/// What makes claims unschedulable on every node, before any device is looked at.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum ClaimProblem {
+    /// A request names a DeviceClass that does not exist (yet).
+    MissingClass {
+        claim: String,
+        request: String,
+        class: String,
+    },
+    /// A request has neither `exactly` nor `firstAvailable` (a request type this version does
+    /// not know).
+    UnknownRequestType { claim: String, request: String },
+}
+
+impl fmt::Display for ClaimProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClaimProblem::MissingClass {
+                claim,
+                request,
+                class,
+            } => write!(
+                f,
+                "claim {claim}, request {request}: DeviceClass {class} does not exist; create it or fix deviceClassName (the claims wait until it exists)"
+            ),
+            ClaimProblem::UnknownRequestType { claim, request } => write!(
+                f,
+                "claim {claim}, request {request}: unknown request type (neither exactly nor firstAvailable)"
+            ),
+        }
+    }
+}
+
 /// What kube-scheduler's PreFilter checks before any node: every request of every claim names a
 /// DeviceClass that exists and is of a known type. A missing class or an unknown request type
 /// makes the pod unschedulable (`Ok(Some(problem))`); an empty class name is an error.
 pub(crate) fn prefilter(
-    inv: &DeviceIndex,
+    inv: &Cluster,
     claims: &[ResourceClaim],
 ) -> Result<Option<ClaimProblem>, AllocateError> {
     for claim in claims {
@@ -197,7 +234,7 @@ struct SlotSource<'a> {
 }
 
 impl<'c> Plan<'c> {
-    pub fn new(inv: &DeviceIndex, claims: &'c [ResourceClaim]) -> Result<Plan<'c>, AllocateError> {
+    pub fn new(inv: &Cluster, claims: &'c [ResourceClaim]) -> Result<Plan<'c>, AllocateError> {
         let mut plan = Plan {
             claims: Vec::new(),
             slots: Vec::new(),
@@ -210,7 +247,7 @@ impl<'c> Plan<'c> {
 
     fn add_claim(
         &mut self,
-        inv: &DeviceIndex,
+        inv: &Cluster,
         ci: usize,
         claim: &'c ResourceClaim,
     ) -> Result<(), AllocateError> {
@@ -313,7 +350,7 @@ fn slot_sources<'r>(
 
 impl Slot {
     fn new(
-        inv: &DeviceIndex,
+        inv: &Cluster,
         claim: usize,
         claim_name: &str,
         request_name: &str,

@@ -9,8 +9,8 @@ use k8s_openapi::api::resource::v1::{
     DeviceRequestAllocationResult, ResourceClaim,
 };
 
+use crate::cluster::Cluster;
 use crate::error::AllocateError;
-use crate::inventory::DeviceIndex;
 use crate::node::NODE_NAME_FIELD;
 use crate::pools::NodePools;
 use crate::request::{ClaimPlan, Plan, Slot};
@@ -18,7 +18,7 @@ use crate::search::{Pick, Solution};
 
 /// The allocation results for every claim of a solution, in claim order.
 pub(crate) fn allocation_results(
-    inv: &DeviceIndex,
+    inv: &Cluster,
     np: &NodePools,
     plan: &Plan<'_>,
     solution: &Solution,
@@ -47,7 +47,7 @@ pub(crate) fn allocation_results(
 }
 
 fn device_result(
-    inv: &DeviceIndex,
+    inv: &Cluster,
     np: &NodePools,
     plan: &Plan<'_>,
     claim: &ResourceClaim,
@@ -105,7 +105,7 @@ fn fnv1a(bytes: &[u8], seed: u64) -> u64 {
 /// Class configs (once per class, listing the requests that use it), then claim configs that
 /// apply to an allocated request or subrequest; a config covering every request lists none.
 fn configs(
-    inv: &DeviceIndex,
+    inv: &Cluster,
     plan: &Plan<'_>,
     claim: &ClaimPlan<'_>,
     selected: &[usize],
@@ -147,7 +147,7 @@ fn configs(
 
 /// The configs of the classes of the chosen slots, each class once, listing its requests.
 fn class_configs<'p>(
-    inv: &DeviceIndex,
+    inv: &Cluster,
     slots: impl Iterator<Item = &'p Slot>,
 ) -> Vec<DeviceAllocationConfiguration> {
     let mut out: Vec<DeviceAllocationConfiguration> = Vec::new();
@@ -180,7 +180,7 @@ fn class_configs<'p>(
 /// node; otherwise the union of the devices' slice (or per-device) node selectors; none for
 /// devices available everywhere.
 fn node_selector(
-    inv: &DeviceIndex,
+    inv: &Cluster,
     np: &NodePools,
     picks: &[Pick],
 ) -> Result<Option<NodeSelector>, AllocateError> {

@@ -11,7 +11,7 @@ use k8s_openapi::api::resource::v1::{
 };
 
 use crate::device::{BuildPrehashed, DeviceId};
-use crate::quantity::{Amount, QuantityError};
+use crate::quantity::{Amount, InvalidQuantity};
 
 /// A consumed-capacity value in an allocation result that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -24,7 +24,7 @@ pub struct StateError {
     /// The capacity name.
     pub capacity: String,
     /// What is wrong with the value.
-    pub source: QuantityError,
+    pub source: InvalidQuantity,
 }
 
 /// Allocations of one device shared through `allowMultipleAllocations`.

@@ -42,7 +42,7 @@ use k8s_openapi::api::resource::v1::Device;
 use serde::Serialize;
 use tessera_api::names::{DRIVER_NAME, attr};
 
-use crate::device::lookup_attribute;
+use crate::attribute::lookup_attribute;
 
 /// NVLink bandwidth (GB/s) at which a pair costs [`NVLINK_BASE_COST`]: NVLink 4 (H100) aggregate.
 pub const NVLINK_REFERENCE_GBPS: u64 = 900;

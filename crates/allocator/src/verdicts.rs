@@ -1,6 +1,7 @@
-//! Per-node search results kept between topology-aware allocations on one [`DeviceIndex`], so that
-//! choosing a node among thousands costs a search only on the nodes whose devices in use changed
-//! since the last claim of the same shape, and a comparison on the others.
+//! Per-node search results kept between topology-aware allocations on one
+//! [`crate::DeviceIndex`], so that choosing a node among thousands costs a search only on the nodes
+//! whose devices in use changed since the last claim of the same shape, and a comparison on the
+//! others.
 //!
 //! What a node's search reads is fixed by three things: the inventory (immutable; the cache lives
 //! in it and goes with it), the claims' requests (the *plan key*: the claims' `spec.devices`,
@@ -25,8 +26,8 @@ use std::collections::{HashMap, VecDeque};
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
+use crate::cluster::Cluster;
 use crate::device::DeviceId;
-use crate::inventory::DeviceIndex;
 use crate::pools::NodePools;
 use crate::search::Solution;
 use crate::state::{AllocatedState, SharedUse};
@@ -51,7 +52,7 @@ fn use_code(state: &AllocatedState, id: &DeviceId) -> u8 {
 }
 
 impl NodeUse {
-    pub fn of(inv: &DeviceIndex, np: &NodePools, state: &AllocatedState) -> NodeUse {
+    pub fn of(inv: &Cluster, np: &NodePools, state: &AllocatedState) -> NodeUse {
         let mut shared = Vec::new();
         let candidates = np
             .candidates
@@ -73,7 +74,7 @@ impl NodeUse {
     }
 
     /// Whether `state` gives the node this use (without building a new [`NodeUse`]).
-    pub fn matches(&self, inv: &DeviceIndex, np: &NodePools, state: &AllocatedState) -> bool {
+    pub fn matches(&self, inv: &Cluster, np: &NodePools, state: &AllocatedState) -> bool {
         if self.candidates.len() != np.candidates.len() {
             return false;
         }
@@ -100,7 +101,7 @@ impl NodeUse {
     }
 }
 
-fn consumers<'i>(inv: &'i DeviceIndex, np: &'i NodePools) -> impl Iterator<Item = &'i DeviceId> {
+fn consumers<'i>(inv: &'i Cluster, np: &'i NodePools) -> impl Iterator<Item = &'i DeviceId> {
     np.pools
         .iter()
         .flat_map(|p| &p.consumers)

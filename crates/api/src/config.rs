@@ -228,52 +228,7 @@ pub fn decode(parameters: &Value) -> Result<OpaqueConfig, ConfigError> {
     Ok(config)
 }
 
-/// A configuration decoded by [`decode_accepting_nvidia`]: ours, or NVIDIA's read as ours.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AcceptedConfig {
-    /// What the configuration means.
-    pub config: OpaqueConfig,
-    /// Set when the object was NVIDIA's (`resource.nvidia.com/v1beta1`): its per-device keys
-    /// still to resolve and the notes on what was translated.
-    pub translation: Option<crate::nvidia::Translation>,
-}
-
-/// Decodes a configuration the node plugin accepts: Tessera's own ([`decode`]) or NVIDIA's
-/// `resource.nvidia.com/v1beta1` `GpuConfig` / `MigDeviceConfig`, read as what it means in
-/// NVIDIA's driver ([`crate::nvidia`]).
-pub fn decode_accepting_nvidia(parameters: &Value) -> Result<AcceptedConfig, ConfigError> {
-    let nvidia = parameters.get("apiVersion").and_then(Value::as_str)
-        == Some(crate::nvidia::NVIDIA_CONFIG_API_VERSION);
-    if !nvidia {
-        return decode(parameters)
-            .map_err(|mut e| {
-                if e.field == "apiVersion" {
-                    e.problem.push_str(&format!(
-                        " (or NVIDIA's `{}`)",
-                        crate::nvidia::NVIDIA_CONFIG_API_VERSION
-                    ));
-                }
-                e
-            })
-            .map(|config| AcceptedConfig {
-                config,
-                translation: None,
-            });
-    }
-    let mut body = parameters.as_object().cloned().unwrap_or_default();
-    body.remove("apiVersion");
-    let kind = take_string(&mut body, "kind")?;
-    let translation = crate::nvidia::translate(&kind, Value::Object(body))?;
-    if let Some(sharing) = translation.config.sharing() {
-        validate_sharing(sharing)?;
-    }
-    Ok(AcceptedConfig {
-        config: translation.config.clone(),
-        translation: Some(translation),
-    })
-}
-
-fn take_string(
+pub(crate) fn take_string(
     body: &mut serde_json::Map<String, Value>,
     field: &str,
 ) -> Result<String, ConfigError> {
@@ -301,7 +256,7 @@ pub(crate) fn strict_from_value<T: serde::de::DeserializeOwned>(
     })
 }
 
-fn validate_sharing(sharing: &Sharing) -> Result<(), ConfigError> {
+pub(crate) fn validate_sharing(sharing: &Sharing) -> Result<(), ConfigError> {
     match sharing.strategy {
         SharingStrategy::TimeSlicing if sharing.mps.is_some() => {
             return Err(ConfigError::new(

@@ -1,6 +1,13 @@
 //! Tessera's domain types, shared by every other crate: the names Tessera publishes and reacts to,
 //! the device attribute schema, the opaque configuration kinds with their strict decoding, and
 //! the naming rules of `resource.k8s.io/v1`. No IO.
+//!
+//! Modules, from the ground up (a module imports only from modules on its line or the lines before):
+//! - `names` (every name Tessera publishes or reacts to), `quantity` (the one Kubernetes quantity
+//!   parser), `shares` (consumable-share modes), `validation` (`resource.k8s.io/v1` naming rules);
+//! - `config` (our opaque configuration kinds, strictly decoded), `schema` (the device schema);
+//! - `nvidia` (NVIDIA's `resource.nvidia.com/v1beta1` configs read as ours, and the decoding that
+//!   accepts both).
 
 pub mod config;
 pub mod names;

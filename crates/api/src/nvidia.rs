@@ -27,6 +27,7 @@ use serde_json::Value;
 use crate::config::{
     ConfigError, GPU_CONFIG_KIND, GpuConfig, MIG_DEVICE_CONFIG_KIND, MigDeviceConfig, MpsConfig,
     OpaqueConfig, Sharing, SharingStrategy, TimeSliceInterval, TimeSlicingConfig, quantity_bytes,
+    take_string, validate_sharing,
 };
 use crate::names::CONFIG_API_VERSION;
 
@@ -356,10 +357,52 @@ fn whole_mebibytes(
     Ok(ours)
 }
 
+/// A configuration decoded by [`decode_accepting_nvidia`]: ours, or NVIDIA's read as ours.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedConfig {
+    /// What the configuration means.
+    pub config: OpaqueConfig,
+    /// Set when the object was NVIDIA's (`resource.nvidia.com/v1beta1`): its per-device keys
+    /// still to resolve and the notes on what was translated.
+    pub translation: Option<Translation>,
+}
+
+/// Decodes a configuration the node plugin accepts: Tessera's own ([`crate::config::decode`]) or
+/// NVIDIA's `resource.nvidia.com/v1beta1` `GpuConfig` / `MigDeviceConfig`, read as what it means
+/// in NVIDIA's driver (this module).
+pub fn decode_accepting_nvidia(parameters: &Value) -> Result<AcceptedConfig, ConfigError> {
+    let nvidia =
+        parameters.get("apiVersion").and_then(Value::as_str) == Some(NVIDIA_CONFIG_API_VERSION);
+    if !nvidia {
+        return crate::config::decode(parameters)
+            .map_err(|mut e| {
+                if e.field == "apiVersion" {
+                    e.problem
+                        .push_str(&format!(" (or NVIDIA's `{}`)", NVIDIA_CONFIG_API_VERSION));
+                }
+                e
+            })
+            .map(|config| AcceptedConfig {
+                config,
+                translation: None,
+            });
+    }
+    let mut body = parameters.as_object().cloned().unwrap_or_default();
+    body.remove("apiVersion");
+    let kind = take_string(&mut body, "kind")?;
+    let translation = translate(&kind, Value::Object(body))?;
+    if let Some(sharing) = translation.config.sharing() {
+        validate_sharing(sharing)?;
+    }
+    Ok(AcceptedConfig {
+        config: translation.config.clone(),
+        translation: Some(translation),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::decode_accepting_nvidia;
     use serde_json::json;
 
     fn nv(body: Value) -> Result<Translation, ConfigError> {

@@ -9,7 +9,7 @@ use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
 
 use crate::error::EvalError;
 use crate::path;
-use crate::quantity::Quantity;
+use crate::quantity::QuantityValue;
 use crate::references::DeviceMap;
 use crate::values::{DomainMap, IdMap};
 use crate::version::Version;
@@ -131,7 +131,7 @@ impl DeviceContext {
         }
         let mut capacity_domains = Domains::default();
         for (name, quantity) in capacity {
-            match Quantity::parse(&quantity) {
+            match QuantityValue::parse(&quantity) {
                 Ok(q) => capacity_domains.insert(driver, &name, Box::new(q)),
                 Err(e) => {
                     invalid.get_or_insert(EvalError::InvalidDevice {
@@ -214,7 +214,7 @@ fn invalid_device(device: &Device) -> Option<EvalError> {
     });
     let bad_quantity = || {
         device.capacity.iter().flatten().find_map(|(name, c)| {
-            Quantity::parse(&c.value.0)
+            QuantityValue::parse(&c.value.0)
                 .err()
                 .map(|e| EvalError::InvalidDevice {
                     name: format!("capacity {name}"),
@@ -374,7 +374,7 @@ impl<'d> DeviceView<'d> {
             }
             DeviceMap::Capacity => {
                 for (name, c) in self.device.capacity.iter().flatten() {
-                    let value = Quantity::parse(&c.value.0).ok();
+                    let value = QuantityValue::parse(&c.value.0).ok();
                     if let (Some(id), Some(value)) = (in_domain(name), value) {
                         ids.insert(id, Box::new(value));
                     }
@@ -408,7 +408,7 @@ impl VariableResolver for DeviceView<'_> {
                 .map(CowVal::Owned),
             DeviceMap::Capacity => self
                 .capacity(lookup.encoded_domain, id)
-                .and_then(|q| Quantity::parse(q).ok())
+                .and_then(|q| QuantityValue::parse(q).ok())
                 .map(CowVal::owned),
         }
     }

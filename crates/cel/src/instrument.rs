@@ -17,6 +17,7 @@ use crate::check::calls_qualified_function;
 use crate::library::internal::{COST, EQUALS, IN_SET, NOT_EQUALS, SIZE};
 use crate::path;
 use crate::references::DeviceMap;
+use crate::walk::visit;
 
 /// Rewrites `expr` in place.
 pub(crate) fn instrument(expr: &mut IdedExpr) {
@@ -113,40 +114,6 @@ fn max_id(expr: &IdedExpr) -> u64 {
     let mut max = expr.id;
     visit(expr, &mut |e| max = max.max(e.id));
     max
-}
-
-pub(crate) fn visit(expr: &IdedExpr, f: &mut impl FnMut(&IdedExpr)) {
-    f(expr);
-    match &expr.expr {
-        Expr::Call(call) => {
-            if let Some(target) = &call.target {
-                visit(target, f);
-            }
-            call.args.iter().for_each(|a| visit(a, f));
-        }
-        Expr::Comprehension(c) => {
-            for e in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
-                visit(e, f);
-            }
-        }
-        Expr::List(list) => list.elements.iter().for_each(|e| visit(e, f)),
-        Expr::Map(map) => {
-            for entry in &map.entries {
-                if let EntryExpr::MapEntry(e) = &entry.expr {
-                    visit(&e.key, f);
-                    visit(&e.value, f);
-                }
-            }
-        }
-        Expr::Select(select) => visit(&select.operand, f),
-        _ => {}
-    }
 }
 
 /// Functions that traverse their arguments in time proportional to their size.

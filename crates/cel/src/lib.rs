@@ -65,6 +65,18 @@
 //!
 //! Expressions longer than 10 KiB are rejected, as the API rejects them, and so are expressions
 //! nested deeper than [`MAX_NESTING`] (which bounds the interpreter's recursion).
+//!
+//! # Modules
+//!
+//! From the ground up (a module imports only from modules on its line or the lines before):
+//! - `meter` (the runtime budget), `quantity` and `version` (the CEL values of quantities and
+//!   semvers), `references` (what a selector names), `walk` (visiting an expression's nodes);
+//! - `path` (constant device paths resolved in one step), `values` (quantities, versions and a
+//!   device's maps as interpreter values);
+//! - `error`, `check` (the type checker and cost estimate; `types` and `cost` below its `mod.rs`),
+//!   `library` (the Kubernetes functions; `overload` below the libraries, `register` in `mod.rs`);
+//! - `device` (the `device` variable), `instrument` (the cost rewrite);
+//! - `env` (the environment), `selector` (compiling and evaluating), `rewrite` (`rewrite_domain`).
 
 mod check;
 mod device;
@@ -80,10 +92,11 @@ mod rewrite;
 mod selector;
 mod values;
 mod version;
+mod walk;
 
 pub use device::{AttributeValue, DeviceContext, DeviceView};
 pub use error::{CompileError, EvalError};
-pub use quantity::{Quantity, QuantityError};
+pub use quantity::{QuantityError, QuantityValue};
 pub use references::{DeviceMap, NameReference};
 pub use rewrite::{NameFate, Rewritten, rewrite_domain};
 pub use selector::{Selector, SelectorCompiler};

@@ -83,7 +83,7 @@ pub(crate) fn is_encoded(domain: &str, encoded: &str) -> bool {
 /// or a struct literal, answers no.
 pub(crate) fn reads_paths_only(program: &IdedExpr) -> bool {
     let (mut device_idents, mut one_step_fields, mut other) = (0usize, 0usize, false);
-    crate::instrument::visit(program, &mut |e| match &e.expr {
+    crate::walk::visit(program, &mut |e| match &e.expr {
         Expr::Ident(name) if name == "device" => device_idents += 1,
         Expr::Select(select)
             if !select.test

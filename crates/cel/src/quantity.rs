@@ -8,17 +8,17 @@ pub use tessera_api::quantity::QuantityError;
 
 /// A Kubernetes quantity as a CEL value (`kubernetes.Quantity`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Quantity(tessera_api::quantity::Quantity);
+pub struct QuantityValue(tessera_api::quantity::Quantity);
 
-impl Quantity {
+impl QuantityValue {
     /// Parses a quantity such as `80Gi`, `1500m`, `1e3` or `0.5`.
-    pub fn parse(text: &str) -> Result<Quantity, QuantityError> {
-        tessera_api::quantity::Quantity::parse(text).map(Quantity)
+    pub fn parse(text: &str) -> Result<QuantityValue, QuantityError> {
+        tessera_api::quantity::Quantity::parse(text).map(QuantityValue)
     }
 
     /// The quantity of a whole number.
-    pub fn from_integer(value: i64) -> Quantity {
-        Quantity(tessera_api::quantity::Quantity::from_integer(value))
+    pub fn from_integer(value: i64) -> QuantityValue {
+        QuantityValue(tessera_api::quantity::Quantity::from_integer(value))
     }
 
     /// The value in nano-units (`1` is `1000000000`).
@@ -42,17 +42,17 @@ impl Quantity {
     }
 
     /// `self + other`, or `None` if the sum leaves the representable range.
-    pub fn checked_add(self, other: Quantity) -> Option<Quantity> {
-        self.0.checked_add(other.0).map(Quantity)
+    pub fn checked_add(self, other: QuantityValue) -> Option<QuantityValue> {
+        self.0.checked_add(other.0).map(QuantityValue)
     }
 
     /// `self - other`, or `None` if the difference leaves the representable range.
-    pub fn checked_sub(self, other: Quantity) -> Option<Quantity> {
-        self.0.checked_sub(other.0).map(Quantity)
+    pub fn checked_sub(self, other: QuantityValue) -> Option<QuantityValue> {
+        self.0.checked_sub(other.0).map(QuantityValue)
     }
 }
 
-impl fmt::Display for Quantity {
+impl fmt::Display for QuantityValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
     }

@@ -10,7 +10,7 @@ use cel::common::traits::{self, Container, Indexer, Iterable, Sizer, Zeroer};
 use cel::common::types::{CelInt, CelString, Kind, MAP_TYPE, Type};
 use cel::common::value::{CowVal, StaticVal, Val};
 
-use crate::quantity::Quantity;
+use crate::quantity::QuantityValue;
 use crate::version::Version;
 
 /// CEL type of quantities, named as upstream names it.
@@ -18,7 +18,7 @@ pub(crate) static QUANTITY_TYPE: Type = Type::new_unspecified_type("kubernetes.Q
 /// CEL type of semantic versions, named as upstream names it.
 pub(crate) static SEMVER_TYPE: Type = Type::new_unspecified_type("kubernetes.Semver");
 
-impl Val for Quantity {
+impl Val for QuantityValue {
     fn get_type(&self) -> &Type {
         &QUANTITY_TYPE
     }
@@ -28,7 +28,7 @@ impl Val for Quantity {
     }
 
     fn equals(&self, other: &dyn Val) -> bool {
-        other.downcast_ref::<Quantity>() == Some(self)
+        other.downcast_ref::<QuantityValue>() == Some(self)
     }
 
     fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
@@ -43,7 +43,7 @@ impl Val for Quantity {
     }
 }
 
-impl StaticVal for Quantity {}
+impl StaticVal for QuantityValue {}
 
 impl Val for Version {
     fn get_type(&self) -> &Type {

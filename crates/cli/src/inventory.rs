@@ -13,8 +13,10 @@ use tessera_gpu_inventory::{
 };
 use tessera_nvml::{NvmlSource, Sysfs};
 
+/// How `inventory -o` prints ResourceSlices (the commands that print a report take
+/// [`crate::output::OutputFormat`] instead: other formats, another default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
+pub enum SlicesFormat {
     /// A JSON array of ResourceSlice objects.
     Json,
     /// ResourceSlice objects as a multi-document YAML stream.
@@ -61,7 +63,7 @@ pub struct InventoryArgs {
         value_enum,
         default_value = "yaml"
     )]
-    pub output: OutputFormat,
+    pub output: SlicesFormat,
 
     /// Kubernetes release the slices are written for (1.34: counter sets share slices with
     /// devices; 1.35+: they get slices of their own).
@@ -108,17 +110,17 @@ pub fn run(args: &InventoryArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let slices = render_slices(&inventory, &options)
         .with_context(|| format!("rendering the ResourceSlices of {}", source.describe()))?;
     match args.output {
-        OutputFormat::Json => {
+        SlicesFormat::Json => {
             serde_json::to_writer_pretty(&mut *out, &slices)?;
             writeln!(out)?;
         }
-        OutputFormat::Yaml => {
+        SlicesFormat::Yaml => {
             for slice in &slices {
                 writeln!(out, "---")?;
                 write!(out, "{}", serde_yaml::to_string(slice)?)?;
             }
         }
-        OutputFormat::Table => write_table(&slices, out)?,
+        SlicesFormat::Table => write_table(&slices, out)?,
     }
     Ok(())
 }
@@ -238,7 +240,7 @@ fn table_row(device: &Device) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn args(topology: &str, output: OutputFormat) -> InventoryArgs {
+    fn args(topology: &str, output: SlicesFormat) -> InventoryArgs {
         InventoryArgs {
             topology: Some(topology.to_owned()),
             nvml: false,
@@ -257,7 +259,7 @@ mod tests {
     fn table_has_one_row_per_device() {
         let mut out = Vec::new();
         run(
-            &args("pcie-a100-nvlink-pairs", OutputFormat::Table),
+            &args("pcie-a100-nvlink-pairs", SlicesFormat::Table),
             &mut out,
         )
         .unwrap();

@@ -19,7 +19,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::de::DeserializeOwned;
 use tessera_placement::ClusterObjects;
 
-use crate::explain::Objects;
+use crate::objects::Objects;
 
 /// Which cluster to read.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -100,12 +100,41 @@ pub fn gpu_utilization(args: &ClusterArgs) -> anyhow::Result<BTreeMap<(String, S
             let Ok(text) = client.request_text(request).await else {
                 continue;
             };
-            for (device, percent) in crate::top::utilization_of(&text) {
+            for (device, percent) in utilization_of(&text) {
                 utilization.insert((node.clone(), device), percent);
             }
         }
         Ok(utilization)
     })
+}
+
+/// The series name of the plugins' per-device utilization.
+const UTILIZATION_METRIC: &str = "tessera_node_gpu_utilization_percent";
+
+/// Each device's utilization in a node plugin's `/metrics` text (the highest of its series).
+pub fn utilization_of(metrics: &str) -> BTreeMap<String, u32> {
+    let mut found: BTreeMap<String, u32> = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line
+            .strip_prefix(UTILIZATION_METRIC)
+            .and_then(|r| r.strip_prefix('{'))
+        else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let device = labels.split(',').find_map(|l| l.strip_prefix("device=\""));
+        let (Some(device), Ok(value)) = (device, value.trim().parse::<f64>()) else {
+            continue;
+        };
+        let percent = value.clamp(0.0, 100.0).round() as u32;
+        let entry = found
+            .entry(device.trim_end_matches('"').to_owned())
+            .or_default();
+        *entry = (*entry).max(percent);
+    }
+    found
 }
 
 /// The pod-proxy path of a plugin pod's `/metrics` (its first container port).

@@ -5,11 +5,19 @@
 //! Each subcommand lives in a module of its own; `main` only parses arguments and dispatches.
 //! Installed as `kubectl-tessera` (a link or copy of the same binary), it is the kubectl plugin
 //! `kubectl tessera`: the name it was started under picks the name its help and completions use.
+//!
+//! Modules, from the ground up (a module imports only from modules on its line or the lines before):
+//! - `output` (the `-o text|json` flag of the report commands), `objects` (the objects `explain`
+//!   and `top` answer from, read from `--objects` files), `schema`, `inventory`;
+//! - `live` (the same objects listed from the live cluster, and the plugins' GPU utilization);
+//! - the other subcommands: `validate`, `migrate`, `top`, `explain` (`claim`, `group`, `pod`),
+//!   `simulate` (`scenario`, `trace`, `cluster` and `stats` below `gangs` and `sharing`).
 
 mod explain;
 mod inventory;
 mod live;
 mod migrate;
+mod objects;
 mod output;
 mod schema;
 mod simulate;

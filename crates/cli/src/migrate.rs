@@ -12,6 +12,8 @@
 //! be carried over is printed on stderr, naming the file, the object and the field. Exit status:
 //! 0 when everything was carried over, 1 when something was not, 2 when an input cannot be read.
 
+mod notes;
+
 mod device_plugin;
 mod manifests;
 
@@ -22,6 +24,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
+
+use notes::Notes;
 
 #[derive(Debug, clap::Args)]
 pub struct MigrateArgs {
@@ -37,23 +41,6 @@ pub struct MigrateArgs {
     /// Write the chart values fragment (from device-plugin configs) to this file.
     #[arg(long = "values", value_name = "FILE")]
     values: Option<PathBuf>,
-}
-
-/// What was changed and what could not be carried over, for one object or config.
-#[derive(Debug, Default)]
-pub struct Notes {
-    pub changes: Vec<(String, String)>,
-    pub not_carried: Vec<(String, String)>,
-}
-
-impl Notes {
-    pub fn change(&mut self, path: impl Into<String>, text: String) {
-        self.changes.push((path.into(), text));
-    }
-
-    pub fn not_carried(&mut self, path: impl Into<String>, text: String) {
-        self.not_carried.push((path.into(), text));
-    }
 }
 
 /// The migration of a set of inputs, before anything is written.

@@ -7,23 +7,24 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
-use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceSlice};
-use serde::{Deserialize, Serialize};
-use tessera_allocator::{
-    AllocateOptions, Allocation, DeviceId, DeviceIndex, Outcome, PlacementMode,
-};
-use tessera_api::names::{GPU_DEVICE_CLASS, attr};
-use tessera_api::shares::ConsumableShares;
-use tessera_gpu_inventory::{DeviceSource, MockSource, RenderOptions, render_slices};
-use tessera_placement::synthetic;
+use k8s_openapi::api::resource::v1::AllocationResult;
+use serde::Serialize;
+use tessera_allocator::{AllocateOptions, Allocation, Outcome, PlacementMode};
+
+mod cluster;
+mod live;
+mod scenario;
+mod stats;
+mod trace;
 
 mod gangs;
-mod live;
 mod sharing;
 
+use cluster::{Cluster, cluster};
 use live::LiveClaims;
-pub use sharing::SharingSpec;
+use scenario::{SimulationScenario, TraceSpec};
+use stats::{percentile, round2};
+use trace::{claim, draw_trace};
 
 pub const LONG_ABOUT: &str = "\
 Allocates a trace of GPU claims (arriving and departing) on a synthetic cluster, once with \
@@ -125,149 +126,6 @@ pub struct SimulateArgs {
     pub numa_policy: tessera_allocator::NumaPolicy,
 }
 
-/// A scenario: the cluster and the trace.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Scenario {
-    pub nodes: Vec<NodeGroup>,
-    pub trace: TraceSpec,
-    /// The sharing trace (`--sharing`); the default one when absent.
-    #[serde(default)]
-    pub sharing: Option<SharingSpec>,
-}
-
-/// `count` nodes rendered from one topology.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct NodeGroup {
-    pub topology: String,
-    pub count: usize,
-    #[serde(default)]
-    pub name_prefix: Option<String>,
-}
-
-/// The claim trace.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TraceSpec {
-    pub claims: usize,
-    /// GPUs per claim → relative weight.
-    pub sizes: BTreeMap<u32, u32>,
-    pub lifetime: Lifetime,
-}
-
-/// How many arrivals a claim stays, uniformly in `min..=max`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Lifetime {
-    pub min: u64,
-    pub max: u64,
-}
-
-impl Scenario {
-    pub fn default_scenario() -> Scenario {
-        Scenario {
-            nodes: vec![
-                NodeGroup {
-                    topology: "dgx-h100".into(),
-                    count: 64,
-                    name_prefix: None,
-                },
-                NodeGroup {
-                    topology: "pcie-l40s".into(),
-                    count: 64,
-                    name_prefix: None,
-                },
-            ],
-            trace: TraceSpec {
-                claims: 3000,
-                sizes: [(1, 40), (2, 25), (4, 20), (8, 15)].into(),
-                lifetime: Lifetime { min: 1, max: 480 },
-            },
-            sharing: None,
-        }
-    }
-
-    fn load(path: &Path) -> anyhow::Result<Scenario> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("read scenario {}", path.display()))?;
-        let scenario: Scenario = serde_yaml::from_str(&text).with_context(|| {
-            format!(
-                "scenario {}: invalid (see tessera simulate --help)",
-                path.display()
-            )
-        })?;
-        scenario
-            .check()
-            .with_context(|| format!("scenario {}", path.display()))?;
-        Ok(scenario)
-    }
-
-    fn check(&self) -> anyhow::Result<()> {
-        if self.nodes.iter().all(|g| g.count == 0) {
-            bail!("nodes: at least one node is needed");
-        }
-        if self.trace.sizes.is_empty() || self.trace.sizes.values().all(|w| *w == 0) {
-            bail!("trace.sizes: give at least one size with a positive weight");
-        }
-        if let Some(size) = self.trace.sizes.keys().find(|s| **s == 0 || **s > 32) {
-            bail!("trace.sizes: {size} GPUs per claim is outside 1..=32");
-        }
-        if let Some(sharing) = &self.sharing {
-            sharing.check()?;
-        }
-        if self.trace.lifetime.min > self.trace.lifetime.max {
-            bail!(
-                "trace.lifetime: min {} is above max {}",
-                self.trace.lifetime.min,
-                self.trace.lifetime.max
-            );
-        }
-        Ok(())
-    }
-}
-
-/// SplitMix64: small, fast, and the same on every platform and release.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// A key of `weights` drawn with probability proportional to its weight (1 if all are 0).
-    fn weighted(&mut self, weights: &BTreeMap<u32, u32>) -> u32 {
-        let total: u64 = weights.values().map(|w| u64::from(*w)).sum();
-        let mut pick = self.below(total);
-        weights
-            .iter()
-            .find(|(_, w)| {
-                let w = u64::from(**w);
-                if pick < w {
-                    true
-                } else {
-                    pick -= w;
-                    false
-                }
-            })
-            .map(|(key, _)| *key)
-            .unwrap_or(1)
-    }
-
-    /// A lifetime drawn uniformly from `lifetime.min..=lifetime.max`.
-    fn lifetime(&mut self, lifetime: &Lifetime) -> u64 {
-        lifetime.min + self.below(lifetime.max - lifetime.min + 1)
-    }
-}
-
 /// One claim of the trace: when it arrives (its index), how many GPUs, how long it stays.
 #[derive(Debug, Clone, Copy)]
 struct TraceClaim {
@@ -281,98 +139,10 @@ fn trace(spec: &TraceSpec, seed: u64) -> Vec<TraceClaim> {
         .collect()
 }
 
-/// A trace of `claims` arrivals from the generator seeded with `seed`: each a size drawn by
-/// `weights` (GPUs, GiB, ...), then a lifetime in `lifetime`.
-fn draw_trace(
-    claims: usize,
-    weights: &BTreeMap<u32, u32>,
-    lifetime: &Lifetime,
-    seed: u64,
-) -> impl Iterator<Item = (u32, u64)> {
-    let mut rng = Rng(seed);
-    (0..claims).map(move |_| {
-        let size = rng.weighted(weights);
-        (size, rng.lifetime(lifetime))
-    })
-}
-
-/// The synthetic cluster: rendered slices, the class, and what the metrics need per GPU.
-struct Cluster {
-    inventory: DeviceIndex,
-    gpus: Vec<DeviceId>,
-    islands: HashMap<(String, String), Option<String>>,
-    /// `(pool, device)` → its NUMA node, for every GPU.
-    numa: HashMap<(String, String), i64>,
-}
-
-fn cluster(scenario: &Scenario) -> anyhow::Result<Cluster> {
-    cluster_with(scenario, ConsumableShares::Disabled)
-}
-
-/// The cluster with every node's devices published in consumable-shares mode `shares`.
-fn cluster_with(scenario: &Scenario, shares: ConsumableShares) -> anyhow::Result<Cluster> {
-    let mut slices: Vec<ResourceSlice> = Vec::new();
-    for group in &scenario.nodes {
-        let inventory = MockSource::new(&group.topology)
-            .and_then(|s| s.inventory())
-            .with_context(|| format!("topology {}", group.topology))?;
-        let prefix = group
-            .name_prefix
-            .clone()
-            .unwrap_or_else(|| group.topology.clone());
-        for i in 0..group.count {
-            let options = RenderOptions {
-                consumable_shares: shares,
-                ..RenderOptions::new(format!("{prefix}-{i:03}"))
-            };
-            slices.extend(
-                render_slices(&inventory, &options)
-                    .with_context(|| format!("render topology {}", group.topology))?,
-            );
-        }
-    }
-    let mut gpus = Vec::new();
-    let mut islands = HashMap::new();
-    let mut numa = HashMap::new();
-    for slice in &slices {
-        for d in slice.spec.devices.iter().flatten() {
-            let attrs = d.attributes.as_ref();
-            let get = |name: &str| {
-                attrs
-                    .and_then(|a| a.get(name))
-                    .and_then(|v| v.string.clone())
-            };
-            if get(attr::TYPE).as_deref() == Some("gpu") {
-                if let Some(node) = attrs
-                    .and_then(|a| a.get(attr::NUMA_NODE))
-                    .and_then(|v| v.int)
-                {
-                    numa.insert((slice.spec.pool.name.clone(), d.name.clone()), node);
-                }
-                gpus.push(DeviceId::new(
-                    &slice.spec.driver,
-                    &slice.spec.pool.name,
-                    &d.name,
-                ));
-            }
-            islands.insert(
-                (slice.spec.pool.name.clone(), d.name.clone()),
-                get(attr::NVLINK_ISLAND),
-            );
-        }
-    }
-    Ok(Cluster {
-        inventory: DeviceIndex::new(slices, vec![synthetic::gpu_class()], vec![]),
-        gpus,
-        islands,
-        numa,
-    })
-}
-
 /// What one mode achieved.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Metrics {
+pub struct ModeMetrics {
     pub claims: usize,
     pub allocated: usize,
     pub nvlink_local_percent: f64,
@@ -386,30 +156,8 @@ pub struct Metrics {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Report {
-    first_fit: Metrics,
-    topology_aware: Metrics,
-}
-
-fn claim(index: usize, gpus: u32) -> ResourceClaim {
-    synthetic::device_claim(
-        "simulate",
-        &format!("claim-{index}"),
-        &format!("sim-{index}"),
-        GPU_DEVICE_CLASS,
-        i64::from(gpus),
-    )
-}
-
-fn round2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
-}
-
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    first_fit: ModeMetrics,
+    topology_aware: ModeMetrics,
 }
 
 /// The running state of one mode over the trace.
@@ -487,7 +235,7 @@ impl Run<'_> {
         }
     }
 
-    fn metrics(mut self, claims: usize) -> Metrics {
+    fn metrics(mut self, claims: usize) -> ModeMetrics {
         self.latencies.sort_unstable();
         let ratio = |part: f64, whole: usize| {
             if whole == 0 {
@@ -496,7 +244,7 @@ impl Run<'_> {
                 round2(part / whole as f64)
             }
         };
-        Metrics {
+        ModeMetrics {
             claims,
             allocated: self.allocated,
             nvlink_local_percent: ratio(100.0 * self.local as f64, self.multi),
@@ -514,7 +262,7 @@ fn run_mode(
     trace: &[TraceClaim],
     mode: PlacementMode,
     numa: tessera_allocator::NumaPolicy,
-) -> anyhow::Result<Metrics> {
+) -> anyhow::Result<ModeMetrics> {
     let options = AllocateOptions {
         mode,
         explain: false,
@@ -613,9 +361,9 @@ fn parse_pod_gpus(text: &str) -> Result<BTreeMap<u32, u32>, String> {
 
 pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let scenario = if args.scenario == "default" {
-        Scenario::default_scenario()
+        SimulationScenario::default_scenario()
     } else {
-        Scenario::load(Path::new(&args.scenario))?
+        SimulationScenario::load(Path::new(&args.scenario))?
     };
     if args.gangs {
         let scenario = gangs::GangScenario {
@@ -674,7 +422,7 @@ fn write_table(out: &mut impl Write, report: &Report) -> anyhow::Result<()> {
         "{:<22} {:>12} {:>15}",
         "METRIC", "FIRST-FIT", "TOPOLOGY-AWARE"
     )?;
-    let row = |m: &Metrics| -> [String; 8] {
+    let row = |m: &ModeMetrics| -> [String; 8] {
         [
             m.claims.to_string(),
             m.allocated.to_string(),
@@ -728,7 +476,7 @@ mod tests {
 
     #[test]
     fn traces_are_deterministic_and_follow_the_weights() {
-        let spec = Scenario::default_scenario().trace;
+        let spec = SimulationScenario::default_scenario().trace;
         let a = trace(&spec, 7);
         let b = trace(&spec, 7);
         assert_eq!(a.len(), 3000);
@@ -743,34 +491,6 @@ mod tests {
         assert_ne!(
             trace(&spec, 8).iter().map(|c| c.gpus).collect::<Vec<_>>(),
             a.iter().map(|c| c.gpus).collect::<Vec<_>>()
-        );
-    }
-
-    #[test]
-    fn percentiles() {
-        let v: Vec<u64> = (1..=100).collect();
-        assert_eq!(percentile(&v, 50.0), 50);
-        assert_eq!(percentile(&v, 99.0), 99);
-        assert_eq!(percentile(&[], 50.0), 0);
-    }
-
-    #[test]
-    fn bad_scenarios_are_refused_with_the_field() {
-        let mut s = Scenario::default_scenario();
-        s.trace.sizes = [(64, 1)].into();
-        assert!(
-            s.check()
-                .unwrap_err()
-                .to_string()
-                .contains("trace.sizes: 64 GPUs")
-        );
-        let mut s = Scenario::default_scenario();
-        s.trace.lifetime = Lifetime { min: 5, max: 1 };
-        assert!(
-            s.check()
-                .unwrap_err()
-                .to_string()
-                .contains("trace.lifetime")
         );
     }
 }

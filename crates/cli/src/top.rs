@@ -35,7 +35,7 @@ pub struct TopArgs {
 
 /// What `top` shows (the `-o json` form).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Report {
+pub struct TopReport {
     pub nodes: Vec<NodeReport>,
 }
 
@@ -148,7 +148,7 @@ fn holders(claims: &[ResourceClaim]) -> BTreeMap<(String, String), Vec<Holder>> 
 }
 
 /// The report over `cluster`'s slices and claims.
-pub fn report(cluster: &ClusterObjects) -> Report {
+pub fn report(cluster: &ClusterObjects) -> TopReport {
     let held = holders(&cluster.claims);
     // node -> device name -> device (a device published twice is shown once)
     let mut published: BTreeMap<String, BTreeMap<String, (String, &Device)>> = BTreeMap::new();
@@ -172,7 +172,7 @@ pub fn report(cluster: &ClusterObjects) -> Report {
         .into_iter()
         .map(|(node, devices)| node_report(node, &devices, &held))
         .collect();
-    Report { nodes }
+    TopReport { nodes }
 }
 
 fn node_report(
@@ -240,40 +240,11 @@ fn node_report(
     }
 }
 
-/// The series name of the plugins' per-device utilization.
-const UTILIZATION_METRIC: &str = "tessera_node_gpu_utilization_percent";
-
-/// Each device's utilization in a node plugin's `/metrics` text (the highest of its series).
-pub fn utilization_of(metrics: &str) -> BTreeMap<String, u32> {
-    let mut found: BTreeMap<String, u32> = BTreeMap::new();
-    for line in metrics.lines() {
-        let Some(rest) = line
-            .strip_prefix(UTILIZATION_METRIC)
-            .and_then(|r| r.strip_prefix('{'))
-        else {
-            continue;
-        };
-        let Some((labels, value)) = rest.split_once("} ") else {
-            continue;
-        };
-        let device = labels.split(',').find_map(|l| l.strip_prefix("device=\""));
-        let (Some(device), Ok(value)) = (device, value.trim().parse::<f64>()) else {
-            continue;
-        };
-        let percent = value.clamp(0.0, 100.0).round() as u32;
-        let entry = found
-            .entry(device.trim_end_matches('"').to_owned())
-            .or_default();
-        *entry = (*entry).max(percent);
-    }
-    found
-}
-
 /// `report` with each device's utilization from `utilization` (`(node, device)` to percent).
 pub fn with_utilization(
-    mut report: Report,
+    mut report: TopReport,
     utilization: &BTreeMap<(String, String), u32>,
-) -> Report {
+) -> TopReport {
     for node in &mut report.nodes {
         for device in &mut node.devices {
             device.utilization_percent = utilization
@@ -326,7 +297,7 @@ pub fn run(args: &TopArgs, out: &mut impl Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_table(report: &Report, out: &mut impl Write) -> anyhow::Result<()> {
+fn write_table(report: &TopReport, out: &mut impl Write) -> anyhow::Result<()> {
     if report.nodes.is_empty() {
         writeln!(out, "no node publishes {DRIVER_NAME} devices")?;
         return Ok(());
@@ -430,6 +401,7 @@ fn write_columns<const N: usize>(out: &mut impl Write, rows: &[[String; N]]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::live::utilization_of;
 
     #[test]
     fn utilization_comes_from_the_plugins_series_per_device() {
@@ -443,7 +415,7 @@ mod tests {
             found,
             BTreeMap::from([("gpu-0".to_owned(), 80), ("gpu-1".to_owned(), 3)])
         );
-        let report = Report {
+        let report = TopReport {
             nodes: vec![NodeReport {
                 node: "n".into(),
                 gpus: 2,

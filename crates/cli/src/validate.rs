@@ -285,7 +285,7 @@ impl Linter {
         }
         for (path, parameters) in fields.tessera_configs {
             // What the node plugin accepts: ours, or NVIDIA's read as ours.
-            if let Err(e) = tessera_api::config::decode_accepting_nvidia(&parameters) {
+            if let Err(e) = tessera_api::nvidia::decode_accepting_nvidia(&parameters) {
                 findings.push(finding(
                     path,
                     format!("invalid {} configuration: {e}", tessera_api::DRIVER_NAME),
@@ -295,7 +295,7 @@ impl Linter {
         for (path, parameters) in fields.nvidia_configs {
             // The node plugin takes these as its own (same decoder) when the claim gets no device
             // of NVIDIA's driver: what it would refuse at prepare is refused here.
-            if let Err(e) = tessera_api::config::decode_accepting_nvidia(&parameters) {
+            if let Err(e) = tessera_api::nvidia::decode_accepting_nvidia(&parameters) {
                 findings.push(finding(
                     path,
                     format!(

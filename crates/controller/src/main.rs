@@ -224,7 +224,7 @@ mod tests {
         assert_eq!(args.log.log_format, tessera_process::LogFormat::Json);
         assert_eq!(
             notices,
-            vec![tessera_process::Notice::Deprecated {
+            vec![tessera_process::OldEnvName::Deprecated {
                 old: "LOG_FORMAT",
                 new: "TESSERA_LOG_FORMAT"
             }]

@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::ldcache::LdCache;
-use crate::tree::{Kind, Tree, resolve};
+use crate::tree::{FileKind, Tree, resolve};
 
 /// Where the loader, and the toolkit, look for libraries when the root has no cache.
 pub const LIBRARY_DIRS: &[&str] = &[
@@ -192,7 +192,7 @@ fn file_name(path: &Path) -> String {
 }
 
 fn is_regular(tree: &dyn Tree, path: &Path) -> bool {
-    matches!(tree.kind(path), Some(Kind::File { .. }))
+    matches!(tree.kind(path), Some(FileKind::File { .. }))
 }
 
 /// The version in `libcuda.so.<version>` / `libnvidia-ml.so.<version>`.
@@ -328,7 +328,7 @@ fn libraries_in(tree: &dyn Tree, dirs: &[PathBuf], version: &str) -> Vec<Library
     let with_vdpau = dirs
         .iter()
         .flat_map(|d| [d.clone(), d.join("vdpau")])
-        .filter(|d| tree.kind(d) == Some(Kind::Dir));
+        .filter(|d| tree.kind(d) == Some(FileKind::Dir));
     let mut libraries = Vec::new();
     for dir in with_vdpau {
         let names = tree.list(&dir);
@@ -343,7 +343,7 @@ fn libraries_in(tree: &dyn Tree, dirs: &[PathBuf], version: &str) -> Vec<Library
             let aliases: Vec<String> = names
                 .iter()
                 .filter(|other| *other != name)
-                .filter(|other| matches!(tree.kind(&dir.join(other)), Some(Kind::Symlink(_))))
+                .filter(|other| matches!(tree.kind(&dir.join(other)), Some(FileKind::Symlink(_))))
                 .filter(|other| resolve(tree, &dir.join(other)).as_deref() == Some(path.as_path()))
                 .cloned()
                 .collect();
@@ -361,7 +361,7 @@ fn binaries(tree: &dyn Tree) -> Vec<Placed> {
             BINARY_DIRS.iter().find_map(|dir| {
                 let target = Path::new(dir).join(name);
                 let source = resolve(tree, &target)?;
-                matches!(tree.kind(&source), Some(Kind::File { mode }) if mode & 0o111 != 0)
+                matches!(tree.kind(&source), Some(FileKind::File { mode }) if mode & 0o111 != 0)
                     .then_some(Placed { source, target })
             })
         })
@@ -400,7 +400,7 @@ fn ipc_sockets(tree: &dyn Tree) -> Vec<PathBuf> {
     IPC_SOCKETS
         .iter()
         .filter_map(|p| resolve(tree, Path::new(p)))
-        .filter(|p| tree.kind(p) == Some(Kind::Socket))
+        .filter(|p| tree.kind(p) == Some(FileKind::Socket))
         .fold(Vec::new(), |mut all, p| {
             if !all.contains(&p) {
                 all.push(p);

@@ -12,7 +12,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// What a path is, without following it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Kind {
+pub enum FileKind {
     /// A regular file with its permission bits.
     File {
         mode: u32,
@@ -28,7 +28,7 @@ pub enum Kind {
 /// Paths are absolute inside the tree (`/usr/lib`).
 pub trait Tree {
     /// What `path` is, or `None` when nothing is there.
-    fn kind(&self, path: &Path) -> Option<Kind>;
+    fn kind(&self, path: &Path) -> Option<FileKind>;
     /// Names in directory `path` (not following a final symlink), sorted.
     fn list(&self, path: &Path) -> Vec<String>;
     /// The bytes of regular file `path`.
@@ -70,7 +70,7 @@ pub fn resolve(tree: &dyn Tree, path: &Path) -> Option<PathBuf> {
         }
         let candidate = resolved.join(&name);
         match tree.kind(&candidate)? {
-            Kind::Symlink(target) => {
+            FileKind::Symlink(target) => {
                 hops += 1;
                 if hops > 40 {
                     return None;
@@ -110,24 +110,24 @@ impl HostTree {
 }
 
 impl Tree for HostTree {
-    fn kind(&self, path: &Path) -> Option<Kind> {
+    fn kind(&self, path: &Path) -> Option<FileKind> {
         let host = self.host(path);
         let metadata = std::fs::symlink_metadata(&host).ok()?;
         let file_type = metadata.file_type();
         Some(if file_type.is_symlink() {
-            Kind::Symlink(std::fs::read_link(&host).ok()?)
+            FileKind::Symlink(std::fs::read_link(&host).ok()?)
         } else if file_type.is_dir() {
-            Kind::Dir
+            FileKind::Dir
         } else if file_type.is_file() {
-            Kind::File {
+            FileKind::File {
                 mode: metadata.permissions().mode() & 0o7777,
             }
         } else if file_type.is_socket() {
-            Kind::Socket
+            FileKind::Socket
         } else if file_type.is_char_device() {
-            Kind::CharDevice
+            FileKind::CharDevice
         } else {
-            Kind::Other
+            FileKind::Other
         })
     }
 
@@ -150,7 +150,7 @@ impl Tree for HostTree {
 /// A tree described in memory (tests).
 #[derive(Debug, Clone, Default)]
 pub struct MemoryTree {
-    nodes: BTreeMap<PathBuf, (Kind, Vec<u8>)>,
+    nodes: BTreeMap<PathBuf, (FileKind, Vec<u8>)>,
 }
 
 impl MemoryTree {
@@ -163,27 +163,27 @@ impl MemoryTree {
         while dir.pop() {
             self.nodes
                 .entry(dir.clone())
-                .or_insert((Kind::Dir, Vec::new()));
+                .or_insert((FileKind::Dir, Vec::new()));
         }
     }
 
     /// Adds a regular file (0644 unless `executable`).
     pub fn file(&mut self, path: &str, bytes: &[u8]) -> &mut Self {
-        self.add(path, Kind::File { mode: 0o644 }, bytes)
+        self.add(path, FileKind::File { mode: 0o644 }, bytes)
     }
 
     /// Adds an executable file.
     pub fn executable(&mut self, path: &str) -> &mut Self {
-        self.add(path, Kind::File { mode: 0o755 }, b"\x7fELF")
+        self.add(path, FileKind::File { mode: 0o755 }, b"\x7fELF")
     }
 
     /// Adds a symlink.
     pub fn symlink(&mut self, path: &str, target: &str) -> &mut Self {
-        self.add(path, Kind::Symlink(PathBuf::from(target)), b"")
+        self.add(path, FileKind::Symlink(PathBuf::from(target)), b"")
     }
 
     /// Adds a node of another kind (directory, socket, device).
-    pub fn add(&mut self, path: &str, kind: Kind, bytes: &[u8]) -> &mut Self {
+    pub fn add(&mut self, path: &str, kind: FileKind, bytes: &[u8]) -> &mut Self {
         let path = normalize(Path::new(path));
         self.add_parents(&path);
         self.nodes.insert(path, (kind, bytes.to_vec()));
@@ -192,10 +192,10 @@ impl MemoryTree {
 }
 
 impl Tree for MemoryTree {
-    fn kind(&self, path: &Path) -> Option<Kind> {
+    fn kind(&self, path: &Path) -> Option<FileKind> {
         let path = normalize(path);
         if path == Path::new("/") {
-            return Some(Kind::Dir);
+            return Some(FileKind::Dir);
         }
         self.nodes.get(&path).map(|(kind, _)| kind.clone())
     }
@@ -211,7 +211,7 @@ impl Tree for MemoryTree {
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         match self.nodes.get(&normalize(path)) {
-            Some((Kind::File { .. }, bytes)) => Ok(bytes.clone()),
+            Some((FileKind::File { .. }, bytes)) => Ok(bytes.clone()),
             _ => Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 path.display().to_string(),
@@ -265,11 +265,11 @@ mod tests {
         let tree = HostTree::new(dir.path());
         assert_eq!(
             tree.kind(Path::new("/usr/bin/nvidia-smi")),
-            Some(Kind::File { mode: 0o755 })
+            Some(FileKind::File { mode: 0o755 })
         );
         assert_eq!(
             tree.kind(Path::new("/bin")),
-            Some(Kind::Symlink("/usr/bin".into()))
+            Some(FileKind::Symlink("/usr/bin".into()))
         );
         assert_eq!(
             resolve(&tree, Path::new("/bin/nvidia-smi")),

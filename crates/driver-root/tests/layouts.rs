@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use pretty_assertions::assert_eq;
 use tessera_driver_root::discover::{DiscoveryError, DriverFiles, discover};
 use tessera_driver_root::ldcache::{Entry, FLAG_AARCH64_LIB64, FLAG_ELF_LIBC6, LdCache};
-use tessera_driver_root::tree::{Kind, MemoryTree};
+use tessera_driver_root::tree::{FileKind, MemoryTree};
 
 /// The libraries of the surveyed 580 driver: stem and soname suffix (`None`: the versioned name).
 const DRIVER_580: &[(&str, Option<&str>)] = &[
@@ -123,8 +123,8 @@ fn surveyed_gke_root() -> MemoryTree {
         .file("/glibc/libc.so.6", b"")
         .file("/glibc/ld-linux-x86-64.so.2", b"")
         .file("/kernel.release", b"6.18.44")
-        .add("/dev", Kind::Dir, b"")
-        .add("/proc", Kind::Dir, b"");
+        .add("/dev", FileKind::Dir, b"")
+        .add("/proc", FileKind::Dir, b"");
     tree
 }
 
@@ -282,8 +282,8 @@ fn the_gpu_operator_driver_root() {
         .to_bytes(),
     );
     binaries(&mut tree, "/usr/bin");
-    tree.add("/run/nvidia-persistenced/socket", Kind::Socket, b"")
-        .add("/run/nvidia-fabricmanager/socket", Kind::Socket, b"")
+    tree.add("/run/nvidia-persistenced/socket", FileKind::Socket, b"")
+        .add("/run/nvidia-fabricmanager/socket", FileKind::Socket, b"")
         .symlink("/var/run", "../run")
         .file("/run/nvidia-persistenced/nvidia-persistenced.pid", b"");
     let files = discover(&tree, "/run/nvidia/driver").unwrap();

@@ -26,14 +26,14 @@ pub struct CudaReport {
     /// `cuInit(0)`'s result name, e.g. `CUDA_SUCCESS`.
     pub init: Option<String>,
     /// The devices, in CUDA order.
-    pub devices: Vec<CudaDevice>,
+    pub devices: Vec<CudaDeviceReport>,
     /// Why something above is missing.
     pub error: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CudaDevice {
+pub struct CudaDeviceReport {
     pub index: i32,
     pub name: String,
     /// `GPU-<uuid>`, or `MIG-<uuid>` for a MIG device (as nvidia-smi names them).
@@ -135,7 +135,7 @@ impl<'lib> Api<'lib> {
         Ok(value)
     }
 
-    fn device(&self, index: c_int) -> Result<CudaDevice, String> {
+    fn device(&self, index: c_int) -> Result<CudaDeviceReport, String> {
         let mut device: c_int = 0;
         // SAFETY: a valid out-pointer.
         self.check("cuDeviceGet", unsafe {
@@ -155,7 +155,7 @@ impl<'lib> Api<'lib> {
         let major = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)?;
         let minor = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device)?;
         let prefix = if name.contains(" MIG ") { "MIG" } else { "GPU" };
-        Ok(CudaDevice {
+        Ok(CudaDeviceReport {
             index,
             uuid: format_uuid(prefix, &uuid),
             name,

@@ -13,7 +13,7 @@ use crate::driver::{
     ClaimRef, ClaimUid, DraDriver, PrepareResult, PreparedDevice, UnprepareResult,
 };
 use crate::proto::{dra_v1, dra_v1beta1};
-use crate::server::StopSignal;
+use crate::stop::StopSignal;
 
 /// The longest per-claim error text sent to the kubelet. The kubelet copies it into pod events
 /// (whose message holds 1 KiB) and refuses replies over 4 MiB, so an error that echoes a user's

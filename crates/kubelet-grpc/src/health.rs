@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 
 use crate::driver::{DeviceHealth, HealthStatus};
 use crate::proto::{health_v1, health_v1alpha1};
-use crate::server::StopSignal;
+use crate::stop::StopSignal;
 
 /// A boxed server stream of health responses.
 type HealthStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;

@@ -29,6 +29,12 @@
 //! ```
 //!
 //! [`simulator::KubeletSimulator`] is the kubelet's side of the conversation, for tests.
+//!
+//! Modules, from the ground up (a module imports only from modules on its line or the lines before):
+//! - `proto` (the generated protocols), `authority` (the registration `:authority` rewrite),
+//!   `driver` (the [`DraDriver`] trait and its types), `socket` (socket paths and binding), `stop`;
+//! - the services: `dra_service`, `health`, `registration`;
+//! - `server` ([`PluginConfig`], [`KubeletPlugin`]), `simulator`.
 
 pub mod authority;
 mod dra_service;
@@ -39,6 +45,7 @@ mod registration;
 mod server;
 pub mod simulator;
 mod socket;
+mod stop;
 
 pub use dra_service::{MAX_CLAIM_ERROR_BYTES, bounded};
 pub use driver::{

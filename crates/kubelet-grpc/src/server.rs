@@ -27,6 +27,7 @@ use crate::socket::{
     BoundSocket, DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR, DEFAULT_SOCKET_MODE, OwnedSocketPath,
     SocketError, SocketPaths,
 };
+use crate::stop::{StopSignal, StopTrigger, stop_signal};
 
 /// Default time in-flight calls get to finish after the shutdown signal.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -474,29 +475,4 @@ fn outcome_of(
             message: join_error.to_string(),
         }),
     }
-}
-
-/// Tells servers and health streams to stop.
-pub(crate) struct StopTrigger(watch::Sender<bool>);
-
-impl StopTrigger {
-    pub(crate) fn stop(&self) {
-        self.0.send_replace(true);
-    }
-}
-
-/// Completes once the paired [`StopTrigger`] fires (or is dropped).
-#[derive(Clone, Debug)]
-pub(crate) struct StopSignal(watch::Receiver<bool>);
-
-impl StopSignal {
-    pub(crate) async fn stopped(mut self) {
-        // An error means the trigger is gone, which also means: stop.
-        let _ = self.0.wait_for(|stopped| *stopped).await;
-    }
-}
-
-fn stop_signal() -> (StopTrigger, StopSignal) {
-    let (sender, receiver) = watch::channel(false);
-    (StopTrigger(sender), StopSignal(receiver))
 }

@@ -387,7 +387,7 @@ mod tests {
     fn old_variable_names_still_work_and_warn() {
         use std::ffi::OsString;
 
-        use tessera_process::Notice;
+        use tessera_process::OldEnvName;
 
         let env: std::collections::BTreeMap<&str, &str> = [
             ("NODE_NAME", "gpu-1"),
@@ -412,8 +412,8 @@ mod tests {
         let mut warned: Vec<&str> = notices
             .iter()
             .map(|n| match n {
-                Notice::Deprecated { old, .. } => *old,
-                Notice::Ignored { old, .. } => panic!("{old} ignored"),
+                OldEnvName::Deprecated { old, .. } => *old,
+                OldEnvName::Ignored { old, .. } => panic!("{old} ignored"),
             })
             .collect();
         warned.sort();

@@ -62,7 +62,7 @@ pub const COMMON_RENAMED: [Renamed; 2] = [
 
 /// What happened to an old name that was set.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Notice {
+pub enum OldEnvName {
     /// The old name was used for its flag; it is deprecated.
     Deprecated {
         /// The old name.
@@ -79,14 +79,14 @@ pub enum Notice {
     },
 }
 
-impl Notice {
+impl OldEnvName {
     /// Logs the notice as a warning (call after logging is initialised).
     pub fn log(&self) {
         match self {
-            Notice::Deprecated { old, new } => tracing::warn!(
+            OldEnvName::Deprecated { old, new } => tracing::warn!(
                 "the environment variable {old} is deprecated and will be removed: set {new} instead"
             ),
-            Notice::Ignored { old, instead } => tracing::warn!(
+            OldEnvName::Ignored { old, instead } => tracing::warn!(
                 "the environment variable {old} is ignored because {instead} is set; unset {old}"
             ),
         }
@@ -105,7 +105,7 @@ pub fn apply_renamed(
     renamed: &[Renamed],
     lookup: impl Fn(&str) -> Option<OsString>,
     mut args: Vec<OsString>,
-) -> (Vec<OsString>, Vec<Notice>) {
+) -> (Vec<OsString>, Vec<OldEnvName>) {
     let mut notices = Vec::new();
     for entry in renamed {
         let Some(value) = lookup(entry.old) else {
@@ -122,7 +122,7 @@ pub fn apply_renamed(
         };
         let flag = format!("--{long}");
         if lookup(entry.new).is_some() {
-            notices.push(Notice::Ignored {
+            notices.push(OldEnvName::Ignored {
                 old: entry.old,
                 instead: entry.new.to_owned(),
             });
@@ -133,7 +133,7 @@ pub fn apply_renamed(
                 .is_some_and(|a| a == flag || a.starts_with(&format!("{flag}=")))
         });
         if given {
-            notices.push(Notice::Ignored {
+            notices.push(OldEnvName::Ignored {
                 old: entry.old,
                 instead: flag,
             });
@@ -150,7 +150,7 @@ pub fn apply_renamed(
             }
         }
         if entry.deprecated {
-            notices.push(Notice::Deprecated {
+            notices.push(OldEnvName::Deprecated {
                 old: entry.old,
                 new: entry.new,
             });
@@ -160,8 +160,8 @@ pub fn apply_renamed(
 }
 
 /// Parses the process's arguments and environment into `P`, old variable names included; the
-/// notices are for the caller to [`Notice::log`] once logging is set up.
-pub fn parse<P: clap::Parser>(renamed: &[Renamed]) -> (P, Vec<Notice>) {
+/// notices are for the caller to [`OldEnvName::log`] once logging is set up.
+pub fn parse<P: clap::Parser>(renamed: &[Renamed]) -> (P, Vec<OldEnvName>) {
     let (args, notices) = apply_renamed(
         &P::command(),
         renamed,
@@ -233,7 +233,7 @@ mod tests {
         Renamed::convention("NODE_NAME", "TESSERA_NODE_NAME"),
     ];
 
-    fn run(env: &[(&str, &str)], argv: &[&str]) -> (Flags, Vec<Notice>) {
+    fn run(env: &[(&str, &str)], argv: &[&str]) -> (Flags, Vec<OldEnvName>) {
         let env: BTreeMap<String, OsString> = env
             .iter()
             .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
@@ -260,11 +260,11 @@ mod tests {
         assert_eq!(
             notices,
             vec![
-                Notice::Deprecated {
+                OldEnvName::Deprecated {
                     old: "STATE_DIR",
                     new: "TESSERA_STATE_DIR"
                 },
-                Notice::Deprecated {
+                OldEnvName::Deprecated {
                     old: "DYNAMIC_MIG",
                     new: "TESSERA_DYNAMIC_MIG"
                 },
@@ -279,7 +279,7 @@ mod tests {
         assert_eq!(flags.node_name.as_deref(), Some("gpu-1"));
         assert_eq!(
             notices,
-            vec![Notice::Deprecated {
+            vec![OldEnvName::Deprecated {
                 old: "DYNAMIC_MIG",
                 new: "TESSERA_DYNAMIC_MIG"
             }]
@@ -294,7 +294,7 @@ mod tests {
         assert_eq!(flags.state_dir, "/var/lib/tessera");
         assert_eq!(
             notices,
-            vec![Notice::Ignored {
+            vec![OldEnvName::Ignored {
                 old: "STATE_DIR",
                 instead: "TESSERA_STATE_DIR".into()
             }]
@@ -303,7 +303,7 @@ mod tests {
         assert_eq!(flags.state_dir, "/flag");
         assert_eq!(
             notices,
-            vec![Notice::Ignored {
+            vec![OldEnvName::Ignored {
                 old: "STATE_DIR",
                 instead: "--state-dir".into()
             }]

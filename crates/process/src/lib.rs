@@ -27,7 +27,7 @@ pub mod signal;
 pub use client::{ClientArgs, ClientError, Clients, kube_client, kube_clients};
 pub use duration::{DurationError, parse_duration};
 pub use endpoints::{EndpointError, EndpointServer, Endpoints, MetricsText, Probe, Reasons};
-pub use env::{COMMON_RENAMED, Notice, Renamed};
+pub use env::{COMMON_RENAMED, OldEnvName, Renamed};
 pub use liveness::{Heartbeat, Liveness};
 pub use logging::{LogArgs, LogFormat};
 pub use signal::termination;

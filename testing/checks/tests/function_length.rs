@@ -2,10 +2,11 @@
 //! longer one is split into parts whose names say what each does.
 //!
 //! A line scanner, not a parser: it relies on rustfmt's layout (`cargo fmt --check` runs in CI),
-//! where a function's body closes with a `}` at the indentation its `fn` line starts at. Test code
-//! is skipped: `tests/` directories, files named `tests.rs`, and every item after a `#[cfg(test)]`
-//! line. Benchmarks (`benches/`) and the end-to-end suite (`tests/e2e`, test code as a whole) are
-//! not checked either.
+//! where a function's body closes with a `}` at the indentation its `fn` line starts at. Unit and
+//! integration tests are skipped: `tests/` directories, files named `tests.rs`, and every item
+//! after a `#[cfg(test)]` line; so are benchmarks (`benches/`). The end-to-end suite
+//! (`tests/e2e`) is checked like any crate: its scenarios are read as steps by whoever debugs a
+//! failed run.
 
 use std::path::{Path, PathBuf};
 
@@ -16,9 +17,9 @@ const MAX_LINES: usize = 80;
 /// while it is over the limit (the test fails once it is not, so the list only shrinks).
 const BEING_SPLIT: &[(&str, &str)] = &[];
 
-/// What is checked (paths from the workspace root): every crate under `crates/` and `testing/`,
-/// found by listing them, so a new crate is checked without being named here; its `src/` and
-/// `build.rs`.
+/// What is checked (paths from the workspace root): every crate of the workspace (under
+/// `crates/` and `testing/`, and `tests/e2e`), found by listing them, so a new crate is checked
+/// without being named here; its `src/` and `build.rs`.
 fn checked(root: &Path) -> Vec<PathBuf> {
     let mut checked = Vec::new();
     for krate in tessera_checks::crate_dirs(root) {
@@ -140,7 +141,7 @@ fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
 
 #[test]
 fn no_function_outside_tests_is_longer_than_the_limit() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = tessera_checks::workspace_root();
     let checked = checked(&root);
     for krate in [
         "crates/api",
@@ -150,6 +151,7 @@ fn no_function_outside_tests_is_longer_than_the_limit() {
         "crates/cli",
         "testing/parity",
         "testing/fake-driver",
+        "tests/e2e",
     ] {
         assert!(
             checked.contains(&root.join(krate).join("src")),

@@ -8,7 +8,7 @@ use crate::error::ApiError;
 use crate::managed_fields::field_set;
 use crate::resources::StatusOnCreate;
 use crate::store::{ObjectKey, Store, metadata_mut};
-use crate::write::{SERVER_OWNED, Target, check_resource_version, check_type};
+use crate::target::{SERVER_OWNED, Target, check_resource_version, check_type};
 
 /// The server-side apply approximation described in the module docs.
 pub(crate) fn apply(

@@ -15,10 +15,11 @@ use crate::error::ApiError;
 use crate::hooks::{FaultOutcome, RecordedRequest, Verb};
 use crate::resources::{self, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::server::Inner;
+use crate::shared::Inner;
 use crate::store::ObjectKey;
+use crate::target::Target;
 use crate::watch::{self, WatchRequest};
-use crate::write::{self, PatchBody, Target};
+use crate::write::{self, PatchBody};
 
 /// Where a request points.
 #[derive(Debug, Clone)]

@@ -43,7 +43,9 @@ mod managed_fields;
 pub mod resources;
 mod selectors;
 mod server;
+mod shared;
 mod store;
+mod target;
 mod watch;
 mod write;
 

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::store::{metadata_mut, now};
-use crate::write::{SERVER_OWNED, Target};
+use crate::target::{SERVER_OWNED, Target};
 
 /// The `fieldsV1` form of the fields a body sets: `{"f:spec": {"f:driver": {}}}`. Lists count
 /// as single fields (the fake does not track list items).

@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use crate::error::ApiError;
 use crate::hooks::{Fault, FieldDrop, Hooks, RecordedRequest, Verb};
 use crate::resources::{self, ResourceType};
+use crate::shared::Inner;
 use crate::store::{ObjectKey, Store, metadata_mut};
 use crate::write::set_type;
 
@@ -28,30 +29,6 @@ pub const DEFAULT_VERSION: &str = "v1.35.0";
 
 /// How often watches that asked for bookmarks get one, by default.
 pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
-
-/// State shared by every handle, request and watch.
-pub(crate) struct Inner {
-    pub store: Mutex<Store>,
-    /// Carries the newest resourceVersion after every change; watches wait on it.
-    pub changes: watch::Sender<u64>,
-    pub hooks: Mutex<Hooks>,
-    pub version: Mutex<String>,
-    pub bookmark_interval: Mutex<Duration>,
-}
-
-impl Inner {
-    /// Runs a change under the store lock (then the hooks lock) and wakes the watches.
-    pub fn mutate<R>(&self, change: impl FnOnce(&mut Store, &Hooks) -> R) -> R {
-        let (result, resource_version) = {
-            let mut store = self.store.lock().expect("store lock");
-            let hooks = self.hooks.lock().expect("hooks lock");
-            let result = change(&mut store, &hooks);
-            (result, store.resource_version())
-        };
-        self.changes.send_replace(resource_version);
-        result
-    }
-}
 
 /// An in-memory Kubernetes API server for tests. Cheap to clone: clones share one server.
 ///

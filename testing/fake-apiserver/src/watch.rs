@@ -24,7 +24,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::error::ApiError;
 use crate::resources::ResourceType;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::server::Inner;
+use crate::shared::Inner;
 use crate::store::{EventType, StoredEvent};
 
 /// How long a watch without `timeoutSeconds` lasts.

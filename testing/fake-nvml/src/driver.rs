@@ -59,8 +59,8 @@ pub struct Driver {
     samples: Samples,
 }
 
-/// A device handle resolved against the state.
-pub enum DeviceRef<'a> {
+/// The device an NVML handle stands for, resolved against the state: a GPU or a MIG device.
+pub enum NvmlDevice<'a> {
     Gpu(&'a Gpu),
     Mig {
         gpu: &'a Gpu,
@@ -211,10 +211,10 @@ impl Driver {
     }
 
     /// A GPU or MIG device handle; `NVML_ERROR_GPU_IS_LOST` for (MIG devices of) lost GPUs.
-    pub fn device(&self, handle: Option<Handle>) -> Result<DeviceRef<'_>, Status> {
+    pub fn device(&self, handle: Option<Handle>) -> Result<NvmlDevice<'_>, Status> {
         let device = self.device_identity(handle)?;
         let gpu = match &device {
-            DeviceRef::Gpu(gpu) | DeviceRef::Mig { gpu, .. } => gpu.index,
+            NvmlDevice::Gpu(gpu) | NvmlDevice::Mig { gpu, .. } => gpu.index,
         };
         if self.lost.contains(&gpu) {
             return Err(GPU_IS_LOST);
@@ -223,9 +223,9 @@ impl Driver {
     }
 
     /// A GPU or MIG device handle, also when the GPU is lost (its identity is still known).
-    pub fn device_identity(&self, handle: Option<Handle>) -> Result<DeviceRef<'_>, Status> {
+    pub fn device_identity(&self, handle: Option<Handle>) -> Result<NvmlDevice<'_>, Status> {
         match handle.ok_or(INVALID_ARGUMENT)? {
-            Handle::Gpu { gpu } => self.gpu_by_index(gpu).map(DeviceRef::Gpu),
+            Handle::Gpu { gpu } => self.gpu_by_index(gpu).map(NvmlDevice::Gpu),
             Handle::MigDevice {
                 gpu,
                 gpu_instance,
@@ -237,7 +237,7 @@ impl Driver {
                     .get(&compute_instance)
                     .ok_or(INVALID_ARGUMENT)?;
                 let profile = &mig_profiles(gpu)?[state.profile];
-                Ok(DeviceRef::Mig {
+                Ok(NvmlDevice::Mig {
                     gpu,
                     gpu_instance: state,
                     compute_instance: compute,
@@ -251,8 +251,8 @@ impl Driver {
     /// A whole-GPU handle; MIG device handles answer `NOT_SUPPORTED` (the query is a GPU one).
     pub fn gpu(&self, handle: Option<Handle>) -> Result<&Gpu, Status> {
         match self.device(handle)? {
-            DeviceRef::Gpu(gpu) => Ok(gpu),
-            DeviceRef::Mig { .. } => Err(NOT_SUPPORTED),
+            NvmlDevice::Gpu(gpu) => Ok(gpu),
+            NvmlDevice::Mig { .. } => Err(NOT_SUPPORTED),
         }
     }
 

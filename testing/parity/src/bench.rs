@@ -25,7 +25,7 @@ use tessera_test_support::scheduler_perf::{
 };
 
 use crate::cel::CelDevice;
-use crate::instance::{Instance, Kind, apply_defaults};
+use crate::instance::{Instance, VerdictKind, apply_defaults};
 use crate::oracle::Oracle;
 use crate::ours;
 
@@ -385,7 +385,7 @@ pub fn time_to_fail(
     Ok((up, up_kind, mine, our_kind))
 }
 
-fn kind(k: Kind, class: Option<&str>) -> String {
+fn kind(k: VerdictKind, class: Option<&str>) -> String {
     match class {
         Some(c) => format!("{k} ({c})"),
         None => k.to_string(),

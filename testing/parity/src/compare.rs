@@ -8,7 +8,7 @@ use k8s_openapi::api::resource::v1::AllocationResult;
 use serde_json::Value;
 use tessera_allocator::quantity::Amount;
 
-use crate::instance::{Kind, NodeVerdict, Verdict};
+use crate::instance::{NodeVerdict, Verdict, VerdictKind};
 
 /// One way two verdicts differ.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,7 +69,7 @@ pub fn compare(ours: &Verdict, upstream: &Verdict) -> Vec<Difference> {
 }
 
 type Side<'a> = (
-    Kind,
+    VerdictKind,
     Option<&'a str>,
     &'a [AllocationResult],
     Option<&'a str>,
@@ -94,7 +94,7 @@ fn compare_one(what: &str, ours: Side<'_>, upstream: Side<'_>, out: &mut Vec<Dif
         return;
     }
     match ok {
-        Kind::Allocated => {
+        VerdictKind::Allocated => {
             if on != un {
                 diff("node", on.unwrap_or("-").into(), un.unwrap_or("-").into());
             }
@@ -103,7 +103,7 @@ fn compare_one(what: &str, ours: Side<'_>, upstream: Side<'_>, out: &mut Vec<Dif
                 diff("allocation", o.to_string(), u.to_string());
             }
         }
-        Kind::Error => {
+        VerdictKind::Error => {
             if oe != ue {
                 diff(
                     "error class",
@@ -112,7 +112,7 @@ fn compare_one(what: &str, ours: Side<'_>, upstream: Side<'_>, out: &mut Vec<Dif
                 );
             }
         }
-        Kind::Unsatisfiable => {}
+        VerdictKind::Unsatisfiable => {}
     }
 }
 
@@ -189,16 +189,16 @@ pub fn without_upstream_timeouts(ours: &Verdict, upstream: &Verdict) -> Option<V
             *n = mine.clone();
         }
     }
-    v.outcome = Kind::Unsatisfiable;
+    v.outcome = VerdictKind::Unsatisfiable;
     v.node = None;
     v.allocations = Vec::new();
     v.error_class = None;
-    if let Some(e) = v.nodes.iter().find(|n| n.outcome == Kind::Error) {
-        v.outcome = Kind::Error;
+    if let Some(e) = v.nodes.iter().find(|n| n.outcome == VerdictKind::Error) {
+        v.outcome = VerdictKind::Error;
         v.node = Some(e.node.clone());
         v.error_class = e.error_class.clone();
-    } else if let Some(a) = v.nodes.iter().find(|n| n.outcome == Kind::Allocated) {
-        v.outcome = Kind::Allocated;
+    } else if let Some(a) = v.nodes.iter().find(|n| n.outcome == VerdictKind::Allocated) {
+        v.outcome = VerdictKind::Allocated;
         v.node = Some(a.node.clone());
         v.allocations = a.allocations.clone();
     }

@@ -69,18 +69,18 @@ pub struct Instance {
 /// The kind of a verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Kind {
+pub enum VerdictKind {
     Allocated,
     Unsatisfiable,
     Error,
 }
 
-impl std::fmt::Display for Kind {
+impl std::fmt::Display for VerdictKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Kind::Allocated => "allocated",
-            Kind::Unsatisfiable => "unsatisfiable",
-            Kind::Error => "error",
+            VerdictKind::Allocated => "allocated",
+            VerdictKind::Unsatisfiable => "unsatisfiable",
+            VerdictKind::Error => "error",
         })
     }
 }
@@ -90,7 +90,7 @@ impl std::fmt::Display for Kind {
 #[serde(rename_all = "camelCase")]
 pub struct NodeVerdict {
     pub node: String,
-    pub outcome: Kind,
+    pub outcome: VerdictKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_class: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,7 +107,7 @@ pub struct NodeVerdict {
 pub struct Verdict {
     #[serde(default)]
     pub name: String,
-    pub outcome: Kind,
+    pub outcome: VerdictKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

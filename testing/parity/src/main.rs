@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tessera_parity::compare::{Difference, compare, without_upstream_timeouts};
 use tessera_parity::generate::{DEVIATIONS, Generator, Switches};
-use tessera_parity::instance::{Instance, Kind, Verdict};
+use tessera_parity::instance::{Instance, Verdict, VerdictKind};
 use tessera_parity::oracle::Oracle;
 use tessera_parity::ours;
 
@@ -200,9 +200,9 @@ fn print_counts(
 
 fn coverage_key(v: &Verdict) -> String {
     match (v.outcome, &v.error_class, &v.stage) {
-        (Kind::Error, Some(c), _) => format!("error: {c}"),
-        (Kind::Unsatisfiable, Some(c), _) => format!("unsatisfiable: {c}"),
-        (Kind::Unsatisfiable, None, _)
+        (VerdictKind::Error, Some(c), _) => format!("error: {c}"),
+        (VerdictKind::Unsatisfiable, Some(c), _) => format!("unsatisfiable: {c}"),
+        (VerdictKind::Unsatisfiable, None, _)
             if v.nodes
                 .iter()
                 .any(|n| n.error_class.as_deref() == Some("invalid-pools")) =>

@@ -9,7 +9,7 @@ use tessera_allocator::{
     quantity::Amount,
 };
 
-use crate::instance::{Instance, Kind, NodeVerdict, Verdict};
+use crate::instance::{Instance, NodeVerdict, Verdict, VerdictKind};
 
 /// The error class (the same names the Go oracle uses) of an allocator error.
 pub fn error_class(e: &AllocateError) -> &'static str {
@@ -43,7 +43,7 @@ pub fn allocated_state(instance: &Instance) -> anyhow::Result<AllocatedState> {
                 .capacity
                 .iter()
                 .map(|(name, q)| Ok((name.clone(), Amount::from_quantity(q)?)))
-                .collect::<Result<Vec<_>, tessera_allocator::quantity::QuantityError>>()?;
+                .collect::<Result<Vec<_>, tessera_allocator::quantity::InvalidQuantity>>()?;
             state.insert_consumed(id(&c.device), consumed);
         }
     }
@@ -90,7 +90,7 @@ pub fn run(instance: &Instance) -> anyhow::Result<Verdict> {
         let micros = i64::try_from(start.elapsed().as_micros()).unwrap_or(i64::MAX);
         let mut v = NodeVerdict {
             node: node.name.clone(),
-            outcome: Kind::Unsatisfiable,
+            outcome: VerdictKind::Unsatisfiable,
             error_class: None,
             message: None,
             allocations: Vec::new(),
@@ -98,14 +98,14 @@ pub fn run(instance: &Instance) -> anyhow::Result<Verdict> {
         };
         match result {
             Ok(Outcome::Allocated(a)) => {
-                v.outcome = Kind::Allocated;
+                v.outcome = VerdictKind::Allocated;
                 v.allocations = a.claims.into_iter().map(|c| c.result).collect();
             }
             Ok(Outcome::Unsatisfiable(u)) => {
                 v.message = Some(u.to_string());
             }
             Err(e) => {
-                v.outcome = Kind::Error;
+                v.outcome = VerdictKind::Error;
                 v.error_class = Some(error_class(&e).into());
                 v.message = Some(e.to_string());
             }
@@ -114,7 +114,7 @@ pub fn run(instance: &Instance) -> anyhow::Result<Verdict> {
     }
     let mut verdict = Verdict {
         name: instance.name.clone(),
-        outcome: Kind::Unsatisfiable,
+        outcome: VerdictKind::Unsatisfiable,
         node: None,
         allocations: Vec::new(),
         error_class: None,
@@ -124,13 +124,13 @@ pub fn run(instance: &Instance) -> anyhow::Result<Verdict> {
     };
     match overall {
         Ok(Outcome::Allocated(a)) => {
-            verdict.outcome = Kind::Allocated;
+            verdict.outcome = VerdictKind::Allocated;
             verdict.node = Some(a.node);
             verdict.allocations = a.claims.into_iter().map(|c| c.result).collect();
         }
         Ok(Outcome::Unsatisfiable(u)) => verdict.message = Some(u.to_string()),
         Err(e) => {
-            verdict.outcome = Kind::Error;
+            verdict.outcome = VerdictKind::Error;
             verdict.error_class = Some(error_class(&e).into());
             verdict.message = Some(e.to_string());
         }

@@ -17,11 +17,11 @@ pub const CONTROL_NODES: [&str; 3] = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Report {
+pub struct CheckerReport {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     #[serde(default)]
-    pub device_nodes: Vec<DeviceNode>,
+    pub device_nodes: Vec<CheckerDeviceNode>,
     #[serde(default)]
     pub driver_files: Vec<DriverFile>,
     pub cuda: Cuda,
@@ -31,7 +31,7 @@ pub struct Report {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct DeviceNode {
+pub struct CheckerDeviceNode {
     pub path: String,
 }
 
@@ -47,14 +47,14 @@ pub struct Cuda {
     #[serde(default)]
     pub init: Option<String>,
     #[serde(default)]
-    pub devices: Vec<CudaDevice>,
+    pub devices: Vec<CheckerCudaDevice>,
     #[serde(default)]
     pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CudaDevice {
+pub struct CheckerCudaDevice {
     pub uuid: String,
     #[serde(default)]
     pub mps_enabled: Option<bool>,
@@ -87,7 +87,7 @@ pub struct Mps {
 }
 
 /// The checker's report in a container's log: `None` when the log has no checker line yet.
-pub fn find_report(log: &str) -> Option<anyhow::Result<Report>> {
+pub fn find_report(log: &str) -> Option<anyhow::Result<CheckerReport>> {
     let line = log
         .lines()
         .map(str::trim)
@@ -99,7 +99,7 @@ pub fn find_report(log: &str) -> Option<anyhow::Result<Report>> {
 
 /// How many checker reports a container's log holds, and the last one (a container that runs
 /// the checker again and again, objects::CHECK_EVERY_2S); `None` when there is none yet.
-pub fn last_report(log: &str) -> Option<(usize, anyhow::Result<Report>)> {
+pub fn last_report(log: &str) -> Option<(usize, anyhow::Result<CheckerReport>)> {
     let lines: Vec<&str> = log
         .lines()
         .map(str::trim)
@@ -143,7 +143,25 @@ fn basename(path: &str) -> &str {
 }
 
 /// Checks the report of a container that uses a claim.
-pub fn check_claim_container(report: &Report, expected: &Expected) -> anyhow::Result<()> {
+pub fn check_claim_container(report: &CheckerReport, expected: &Expected) -> anyhow::Result<()> {
+    check_device_nodes(report, expected)?;
+    check_driver_files(report)?;
+    check_cuda(report, expected)?;
+    ensure!(
+        report.nvidia_smi.exit_code == Some(0),
+        "nvidia-smi -L in the container: exit code {:?}, error {:?}",
+        report.nvidia_smi.exit_code,
+        report.nvidia_smi.error
+    );
+    if let Some(want) = &expected.mps {
+        check_mps(report, want)?;
+    }
+    Ok(())
+}
+
+/// The claim's GPU device nodes exactly, the control nodes, and two `/dev/nvidia-caps/` nodes
+/// per MIG device.
+fn check_device_nodes(report: &CheckerReport, expected: &Expected) -> anyhow::Result<()> {
     let paths: BTreeSet<&str> = report
         .device_nodes
         .iter()
@@ -179,6 +197,11 @@ pub fn check_claim_container(report: &Report, expected: &Expected) -> anyhow::Re
         2 * expected.mig_devices,
         expected.mig_devices
     );
+    Ok(())
+}
+
+/// The driver root's libcuda, libnvidia-ml and nvidia-smi mounted in the container.
+fn check_driver_files(report: &CheckerReport) -> anyhow::Result<()> {
     let files: Vec<&str> = report
         .driver_files
         .iter()
@@ -205,6 +228,11 @@ pub fn check_claim_container(report: &Report, expected: &Expected) -> anyhow::Re
             "the driver root's {what} is not mounted in the container (driver files: {files:?})"
         );
     }
+    Ok(())
+}
+
+/// libcuda loaded and initialised, listing exactly the claim's devices.
+fn check_cuda(report: &CheckerReport, expected: &Expected) -> anyhow::Result<()> {
     ensure!(
         report.cuda.loaded && report.cuda.init.as_deref() == Some("CUDA_SUCCESS"),
         "libcuda.so.1 did not load and initialise: loaded {}, cuInit {:?}, error {:?}",
@@ -223,19 +251,10 @@ pub fn check_claim_container(report: &Report, expected: &Expected) -> anyhow::Re
         cuda == want_uuids,
         "CUDA lists devices {cuda:?}, expected the claim's {want_uuids:?}"
     );
-    ensure!(
-        report.nvidia_smi.exit_code == Some(0),
-        "nvidia-smi -L in the container: exit code {:?}, error {:?}",
-        report.nvidia_smi.exit_code,
-        report.nvidia_smi.error
-    );
-    if let Some(want) = &expected.mps {
-        check_mps(report, want)?;
-    }
     Ok(())
 }
 
-fn check_mps(report: &Report, want: &ExpectedMps) -> anyhow::Result<()> {
+fn check_mps(report: &CheckerReport, want: &ExpectedMps) -> anyhow::Result<()> {
     let mps = report
         .mps
         .as_ref()
@@ -294,7 +313,7 @@ pub fn parse_mps_size(text: &str) -> Option<u128> {
 }
 
 /// Checks the report of a container without a claim: it sees nothing of the driver.
-pub fn check_unclaimed_container(report: &Report) -> anyhow::Result<()> {
+pub fn check_unclaimed_container(report: &CheckerReport) -> anyhow::Result<()> {
     let nodes: Vec<&str> = report
         .device_nodes
         .iter()
@@ -352,7 +371,7 @@ mod tests {
         }
     }
 
-    fn report(text: &str) -> Report {
+    fn report(text: &str) -> CheckerReport {
         find_report(&format!("NVIDIA_VISIBLE_DEVICES=GPU-a\n{text}\n"))
             .expect("a checker line")
             .expect("a valid report")

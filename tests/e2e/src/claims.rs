@@ -34,14 +34,14 @@ pub struct AllocatedConfig {
 
 /// A claim's allocation.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Allocation {
+pub struct AllocationStatus {
     pub devices: Vec<AllocatedDevice>,
     pub config: Vec<AllocatedConfig>,
     /// The node the allocation's node selector names, when it names exactly one.
     pub node: Option<String>,
 }
 
-impl Allocation {
+impl AllocationStatus {
     /// The allocation of `claim`, if it is allocated.
     pub fn of(claim: &ResourceClaim) -> Option<Self> {
         let allocation = claim.status.as_ref()?.allocation.as_ref()?;
@@ -129,7 +129,7 @@ pub fn single_node(selector: &NodeSelector) -> Option<String> {
 /// A pod's claim entry and the ResourceClaim it resolved to (none yet for a template whose
 /// claim has not been generated).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodClaim {
+pub struct PodClaimEntry {
     /// `spec.resourceClaims[].name`.
     pub entry: String,
     pub claim_name: Option<String>,
@@ -162,12 +162,12 @@ fn asks_for_extended_resources(pod: &Pod) -> bool {
 /// The claims of `pod`: direct references, generated claims from `status.resourceClaimStatuses`,
 /// and the claim for its extended resources ([`EXTENDED_RESOURCES_ENTRY`], named in
 /// `status.extendedResourceClaimStatus` once the scheduler made it).
-pub fn pod_claims(pod: &Pod) -> Vec<PodClaim> {
+pub fn pod_claims(pod: &Pod) -> Vec<PodClaimEntry> {
     let statuses = pod
         .status
         .as_ref()
         .and_then(|s| s.resource_claim_statuses.as_ref());
-    let extended = asks_for_extended_resources(pod).then(|| PodClaim {
+    let extended = asks_for_extended_resources(pod).then(|| PodClaimEntry {
         entry: EXTENDED_RESOURCES_ENTRY.to_owned(),
         claim_name: pod
             .status
@@ -184,7 +184,7 @@ pub fn pod_claims(pod: &Pod) -> Vec<PodClaim> {
                 .flatten()
                 .find(|s| s.name == entry.name)
                 .and_then(|s| s.resource_claim_name.clone());
-            PodClaim {
+            PodClaimEntry {
                 entry: entry.name.clone(),
                 claim_name: entry.resource_claim_name.clone().or(generated),
             }
@@ -280,7 +280,7 @@ mod tests {
                 "reservedFor": [{"resource": "pods", "name": "b", "uid": "2"}, {"resource": "pods", "name": "a", "uid": "1"}]
             }
         }));
-        let allocation = Allocation::of(&claim).unwrap();
+        let allocation = AllocationStatus::of(&claim).unwrap();
         assert_eq!(allocation.node.as_deref(), Some("n1"));
         assert_eq!(allocation.device_names(), ["gpu-2", "gpu-10"]);
         assert!(allocation.devices[1].admin_access);
@@ -294,7 +294,7 @@ mod tests {
         let claim = claim(serde_json::json!({
             "metadata": {"name": "c"}, "spec": {"devices": {"requests": []}}
         }));
-        assert_eq!(Allocation::of(&claim), None);
+        assert_eq!(AllocationStatus::of(&claim), None);
     }
 
     #[test]
@@ -315,15 +315,15 @@ mod tests {
         assert_eq!(
             pod_claims(&pod),
             [
-                PodClaim {
+                PodClaimEntry {
                     entry: "direct".into(),
                     claim_name: Some("shared".into())
                 },
-                PodClaim {
+                PodClaimEntry {
                     entry: "templated".into(),
                     claim_name: Some("p-templated-x1".into())
                 },
-                PodClaim {
+                PodClaimEntry {
                     entry: "pending".into(),
                     claim_name: None
                 },
@@ -351,7 +351,7 @@ mod tests {
         // Before the scheduler made the claim: the entry is there, unresolved.
         assert_eq!(
             pod_claims(&pod),
-            [PodClaim {
+            [PodClaimEntry {
                 entry: EXTENDED_RESOURCES_ENTRY.into(),
                 claim_name: None
             }]
@@ -369,7 +369,7 @@ mod tests {
         );
         assert_eq!(
             pod_claims(&pod),
-            [PodClaim {
+            [PodClaimEntry {
                 entry: EXTENDED_RESOURCES_ENTRY.into(),
                 claim_name: Some("p-extended-resources-x1".into())
             }]

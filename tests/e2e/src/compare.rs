@@ -81,7 +81,7 @@ mod tests {
     use tessera_api::names::attr;
 
     use super::*;
-    use crate::devices::AttributeValue;
+    use crate::devices::PublishedAttribute;
 
     fn gpu(name: &str, numa: i64, island: &str) -> PublishedDevice {
         PublishedDevice {
@@ -89,10 +89,10 @@ mod tests {
             pool: "n".to_owned(),
             name: name.to_owned(),
             attributes: BTreeMap::from([
-                (attr::NUMA_NODE.to_owned(), AttributeValue::Int(numa)),
+                (attr::NUMA_NODE.to_owned(), PublishedAttribute::Int(numa)),
                 (
                     attr::NVLINK_ISLAND.to_owned(),
-                    AttributeValue::String(island.to_owned()),
+                    PublishedAttribute::String(island.to_owned()),
                 ),
             ]),
             capacity: BTreeMap::new(),

@@ -14,7 +14,7 @@ use tessera_api::names::TOPOLOGY_MANAGED_LABEL;
 use crate::devices::Published;
 use crate::observer::RuntimeObserver;
 use crate::plugins::PluginControl;
-use crate::wait::{Probe, until};
+use crate::wait::{Progress, until};
 
 /// How long the suite waits for each kind of thing. Generous (CI machines are slow and busy),
 /// but bounded; `--timeout-scale` stretches them all.
@@ -137,8 +137,8 @@ impl Ctx {
             self.timeouts.namespace,
             || async {
                 Ok(match api.get_opt(namespace).await? {
-                    None => Probe::Done(()),
-                    Some(ns) => Probe::Waiting(format!(
+                    None => Progress::Done(()),
+                    Some(ns) => Progress::Waiting(format!(
                         "phase {}",
                         ns.status.and_then(|s| s.phase).unwrap_or_default()
                     )),

@@ -12,34 +12,34 @@ use tessera_api::names::{DRIVER_NAME, attr, device_type};
 
 /// An attribute value, as the API carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AttributeValue {
+pub enum PublishedAttribute {
     Bool(bool),
     Int(i64),
     String(String),
     Version(String),
 }
 
-impl fmt::Display for AttributeValue {
+impl fmt::Display for PublishedAttribute {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AttributeValue::Bool(v) => write!(f, "{v}"),
-            AttributeValue::Int(v) => write!(f, "{v}"),
-            AttributeValue::String(v) | AttributeValue::Version(v) => f.write_str(v),
+            PublishedAttribute::Bool(v) => write!(f, "{v}"),
+            PublishedAttribute::Int(v) => write!(f, "{v}"),
+            PublishedAttribute::String(v) | PublishedAttribute::Version(v) => f.write_str(v),
         }
     }
 }
 
-fn attribute_value(attribute: &DeviceAttribute) -> Option<AttributeValue> {
+fn attribute_value(attribute: &DeviceAttribute) -> Option<PublishedAttribute> {
     if let Some(v) = attribute.bool {
-        return Some(AttributeValue::Bool(v));
+        return Some(PublishedAttribute::Bool(v));
     }
     if let Some(v) = attribute.int {
-        return Some(AttributeValue::Int(v));
+        return Some(PublishedAttribute::Int(v));
     }
     if let Some(v) = &attribute.string {
-        return Some(AttributeValue::String(v.clone()));
+        return Some(PublishedAttribute::String(v.clone()));
     }
-    attribute.version.clone().map(AttributeValue::Version)
+    attribute.version.clone().map(PublishedAttribute::Version)
 }
 
 /// A device taint (key, effect).
@@ -57,7 +57,7 @@ pub struct PublishedDevice {
     pub pool: String,
     pub name: String,
     /// Attributes by their name as published (unqualified names are in the driver's domain).
-    pub attributes: BTreeMap<String, AttributeValue>,
+    pub attributes: BTreeMap<String, PublishedAttribute>,
     /// Capacities by name, as quantity strings.
     pub capacity: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
@@ -65,7 +65,7 @@ pub struct PublishedDevice {
 
 impl PublishedDevice {
     /// An attribute by its unqualified (driver-domain) or fully qualified name.
-    pub fn attribute(&self, name: &str) -> Option<&AttributeValue> {
+    pub fn attribute(&self, name: &str) -> Option<&PublishedAttribute> {
         self.attributes.get(name).or_else(|| {
             name.strip_prefix(&format!("{DRIVER_NAME}/"))
                 .and_then(|short| self.attributes.get(short))
@@ -74,14 +74,14 @@ impl PublishedDevice {
 
     fn string(&self, name: &str) -> Option<&str> {
         match self.attribute(name)? {
-            AttributeValue::String(s) | AttributeValue::Version(s) => Some(s),
+            PublishedAttribute::String(s) | PublishedAttribute::Version(s) => Some(s),
             _ => None,
         }
     }
 
     fn int(&self, name: &str) -> Option<i64> {
         match self.attribute(name)? {
-            AttributeValue::Int(v) => Some(*v),
+            PublishedAttribute::Int(v) => Some(*v),
             _ => None,
         }
     }
@@ -384,7 +384,7 @@ mod tests {
         assert!(gpu.has_taint("k"));
         assert_eq!(
             gpu.attribute("gpu.tessera.dev/numaNode"),
-            Some(&AttributeValue::Int(1))
+            Some(&PublishedAttribute::Int(1))
         );
         assert_eq!(published.whole_gpus("n2").len(), 1);
     }

@@ -9,7 +9,7 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, ListParams};
 use tessera_api::names::DRIVER_NAME;
 
-use crate::claims::{Allocation, reserved_for};
+use crate::claims::{AllocationStatus, reserved_for};
 use crate::context::Ctx;
 use crate::steps::pod_summary;
 
@@ -89,7 +89,7 @@ async fn dump_namespace(ctx: &Ctx, namespace: &str) {
         Ok(list) => {
             for claim in list.items {
                 let name = claim.metadata.name.clone().unwrap_or_default();
-                let allocation = match Allocation::of(&claim) {
+                let allocation = match AllocationStatus::of(&claim) {
                     Some(a) => format!(
                         "allocated on {}: {}",
                         a.node.as_deref().unwrap_or("<no node>"),

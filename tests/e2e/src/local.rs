@@ -124,21 +124,7 @@ impl LocalCluster {
 
     /// Builds the description from the cluster's env file and local-up's install.env.
     pub fn from_env(env: &EnvFile, processes: Option<&EnvFile>) -> anyhow::Result<Self> {
-        let install = match processes.and_then(|p| p.optional("TESSERA_E2E_INSTALL")) {
-            Some("helm") => Install::Helm {
-                namespace: processes
-                    .and_then(|p| p.optional("TESSERA_E2E_NAMESPACE"))
-                    .unwrap_or("tessera-system")
-                    .to_owned(),
-            },
-            Some("processes") | None => Install::Processes,
-            Some(other) => bail!(
-                "{}: TESSERA_E2E_INSTALL={other} is neither helm nor processes",
-                processes
-                    .map(|p| p.source().display().to_string())
-                    .unwrap_or_default()
-            ),
-        };
+        let install = install_of(processes)?;
         let count: usize = env.get("TESSERA_NODE_COUNT")?.parse().with_context(|| {
             format!(
                 "{}: TESSERA_NODE_COUNT is not a number",
@@ -149,36 +135,8 @@ impl LocalCluster {
         let marker = state_dir.display().to_string();
         let mut nodes = BTreeMap::new();
         for i in 1..=count {
-            let key = |what: &str| format!("TESSERA_NODE_{i}_{what}");
-            let name = env.get(&key("NAME"))?.to_owned();
-            let plugin = match processes {
-                Some(p) => process(p, &format!("TESSERA_E2E_PLUGIN_{i}"), &marker)?,
-                None => None,
-            };
-            let plugin_state_dir = processes
-                .and_then(|p| p.optional(&format!("TESSERA_E2E_PLUGIN_{i}_STATE_DIR")))
-                .map(PathBuf::from);
-            let driver_root = processes
-                .and_then(|p| p.optional(&format!("TESSERA_E2E_NODE_{i}_DRIVER_ROOT")))
-                .map(PathBuf::from);
-            let dev_root = processes
-                .and_then(|p| p.optional(&format!("TESSERA_E2E_NODE_{i}_DEV_ROOT")))
-                .map(PathBuf::from);
-            nodes.insert(
-                name.clone(),
-                LocalNode {
-                    name,
-                    cdi_spec_dir: env.path(&key("CDI_SPEC_DIR"))?,
-                    cdi_record_dir: env.optional(&key("CDI_RECORD_DIR")).map(PathBuf::from),
-                    kubelet_log: env.path(&key("KUBELET_LOG"))?,
-                    plugin,
-                    plugin_state_dir,
-                    driver_root,
-                    dev_root,
-                    registrar_dir: env.optional(&key("REGISTRAR_DIR")).map(PathBuf::from),
-                    plugins_dir: env.optional(&key("PLUGINS_DIR")).map(PathBuf::from),
-                },
-            );
+            let node = local_node(env, processes, i, &marker)?;
+            nodes.insert(node.name.clone(), node);
         }
         let controller = match processes {
             Some(p) => process(p, "TESSERA_E2E_CONTROLLER", &marker)?,
@@ -191,25 +149,7 @@ impl LocalCluster {
         .iter()
         .filter_map(|k| env.optional(k).map(PathBuf::from))
         .collect();
-        let helm = match (&install, processes) {
-            (Install::Helm { namespace }, Some(p)) => {
-                let path = |k: &str| p.optional(k).map(PathBuf::from);
-                match (
-                    path("TESSERA_E2E_HELM"),
-                    path("TESSERA_E2E_CHART"),
-                    path("TESSERA_E2E_VALUES"),
-                ) {
-                    (Some(helm), Some(chart), Some(values)) => Some(HelmRelease {
-                        helm,
-                        chart,
-                        values,
-                        namespace: namespace.clone(),
-                    }),
-                    _ => None,
-                }
-            }
-            _ => None,
-        };
+        let helm = helm_release(&install, processes);
         Ok(Self {
             state_dir,
             kubeconfig: env.path("KUBECONFIG")?,
@@ -276,6 +216,88 @@ impl LocalCluster {
                 (name.to_owned(), log.clone())
             })
             .collect()
+    }
+}
+
+/// How Tessera was installed, from local-up's install.env (processes when there is none).
+fn install_of(processes: Option<&EnvFile>) -> anyhow::Result<Install> {
+    Ok(
+        match processes.and_then(|p| p.optional("TESSERA_E2E_INSTALL")) {
+            Some("helm") => Install::Helm {
+                namespace: processes
+                    .and_then(|p| p.optional("TESSERA_E2E_NAMESPACE"))
+                    .unwrap_or("tessera-system")
+                    .to_owned(),
+            },
+            Some("processes") | None => Install::Processes,
+            Some(other) => bail!(
+                "{}: TESSERA_E2E_INSTALL={other} is neither helm nor processes",
+                processes
+                    .map(|p| p.source().display().to_string())
+                    .unwrap_or_default()
+            ),
+        },
+    )
+}
+
+/// Node `i` (1-based) of the cluster's env file, with its plugin process and fake driver from
+/// install.env; `marker` is what the processes' command lines name.
+fn local_node(
+    env: &EnvFile,
+    processes: Option<&EnvFile>,
+    i: usize,
+    marker: &str,
+) -> anyhow::Result<LocalNode> {
+    let key = |what: &str| format!("TESSERA_NODE_{i}_{what}");
+    let name = env.get(&key("NAME"))?.to_owned();
+    let plugin = match processes {
+        Some(p) => process(p, &format!("TESSERA_E2E_PLUGIN_{i}"), marker)?,
+        None => None,
+    };
+    let plugin_state_dir = processes
+        .and_then(|p| p.optional(&format!("TESSERA_E2E_PLUGIN_{i}_STATE_DIR")))
+        .map(PathBuf::from);
+    let driver_root = processes
+        .and_then(|p| p.optional(&format!("TESSERA_E2E_NODE_{i}_DRIVER_ROOT")))
+        .map(PathBuf::from);
+    let dev_root = processes
+        .and_then(|p| p.optional(&format!("TESSERA_E2E_NODE_{i}_DEV_ROOT")))
+        .map(PathBuf::from);
+    Ok(LocalNode {
+        name,
+        cdi_spec_dir: env.path(&key("CDI_SPEC_DIR"))?,
+        cdi_record_dir: env.optional(&key("CDI_RECORD_DIR")).map(PathBuf::from),
+        kubelet_log: env.path(&key("KUBELET_LOG"))?,
+        plugin,
+        plugin_state_dir,
+        driver_root,
+        dev_root,
+        registrar_dir: env.optional(&key("REGISTRAR_DIR")).map(PathBuf::from),
+        plugins_dir: env.optional(&key("PLUGINS_DIR")).map(PathBuf::from),
+    })
+}
+
+/// The helm release to upgrade, when Tessera was installed by helm and install.env names the
+/// helm binary, the chart and the values.
+fn helm_release(install: &Install, processes: Option<&EnvFile>) -> Option<HelmRelease> {
+    match (install, processes) {
+        (Install::Helm { namespace }, Some(p)) => {
+            let path = |k: &str| p.optional(k).map(PathBuf::from);
+            match (
+                path("TESSERA_E2E_HELM"),
+                path("TESSERA_E2E_CHART"),
+                path("TESSERA_E2E_VALUES"),
+            ) {
+                (Some(helm), Some(chart), Some(values)) => Some(HelmRelease {
+                    helm,
+                    chart,
+                    values,
+                    namespace: namespace.clone(),
+                }),
+                _ => None,
+            }
+        }
+        _ => None,
     }
 }
 

@@ -32,7 +32,7 @@ use crate::context::{Ctx, Timeouts};
 use crate::local::{Install, LocalCluster};
 use crate::observer::RuntimeObserver;
 use crate::plugins::PluginControl;
-use crate::scenarios::Outcome;
+use crate::scenarios::ScenarioOutcome;
 
 /// Tessera's end-to-end scenarios, against the local cluster (tests/cluster + tests/e2e/local-up)
 /// or a kind cluster (deploy/kind).
@@ -260,11 +260,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         };
         let seconds = start.elapsed().as_secs_f64();
         let verdict = match outcome {
-            Ok(Outcome::Passed) => {
+            Ok(ScenarioOutcome::Passed) => {
                 println!("--- PASS {} ({seconds:.1} s)", scenario.name);
                 Verdict::Pass
             }
-            Ok(Outcome::Skipped(why)) => {
+            Ok(ScenarioOutcome::Skipped(why)) => {
                 println!("--- SKIP {}: {why}", scenario.name);
                 Verdict::Skip(why)
             }

@@ -14,7 +14,7 @@ use k8s_openapi::api::resource::v1::{
 use kube::api::{Api, Patch, PatchParams};
 use serde::de::DeserializeOwned;
 
-use crate::wait::{Probe, until};
+use crate::wait::{Progress, until};
 
 /// The field manager of everything the suite writes.
 pub const FIELD_MANAGER: &str = "tessera-e2e";
@@ -217,9 +217,9 @@ async fn wait_quota_enforced(client: &kube::Client, quota: &ResourceQuota) -> an
             let hard = current.status.and_then(|s| s.hard).unwrap_or_default();
             let missing: Vec<&String> = wanted.iter().filter(|k| !hard.contains_key(*k)).collect();
             Ok(if missing.is_empty() {
-                Probe::Done(())
+                Progress::Done(())
             } else {
-                Probe::Waiting(format!("status.hard lacks {missing:?}"))
+                Progress::Waiting(format!("status.hard lacks {missing:?}"))
             })
         },
     )

@@ -67,7 +67,7 @@ pub fn mps_claim(
 
 /// Where a pod goes.
 #[derive(Debug, Clone, Copy)]
-pub enum Placement<'a> {
+pub enum PlacedBy<'a> {
     /// Gated with `gpu.tessera.dev/topology-aware`: the Tessera controller allocates.
     TopologyAware,
     /// The default scheduler, restricted to one node.
@@ -86,7 +86,7 @@ pub fn gpu_pod(
     namespace: &str,
     name: &str,
     claim: &str,
-    placement: Placement<'_>,
+    placement: PlacedBy<'_>,
 ) -> anyhow::Result<Pod> {
     gpu_pod_running(namespace, name, claim, placement, PRINT_GPU_ENV)
 }
@@ -96,7 +96,7 @@ pub fn gpu_pod_running(
     namespace: &str,
     name: &str,
     claim: &str,
-    placement: Placement<'_>,
+    placement: PlacedBy<'_>,
     script: &str,
 ) -> anyhow::Result<Pod> {
     let mut spec = serde_json::json!({
@@ -110,10 +110,10 @@ pub fn gpu_pod_running(
         }],
     });
     match placement {
-        Placement::TopologyAware => {
+        PlacedBy::TopologyAware => {
             spec["schedulingGates"] = serde_json::json!([{"name": TOPOLOGY_AWARE_GATE}]);
         }
-        Placement::SchedulerOn(node) => {
+        PlacedBy::SchedulerOn(node) => {
             spec["nodeSelector"] = serde_json::json!({"kubernetes.io/hostname": node});
         }
     }
@@ -223,16 +223,16 @@ mod tests {
         assert_eq!(sharing["mps"]["defaultActiveThreadPercentage"], 40);
         assert_eq!(sharing["mps"]["defaultPinnedDeviceMemoryLimit"], "4Gi");
         let looping =
-            gpu_pod_running("ns", "p", "m", Placement::SchedulerOn("n1"), CHECK_EVERY_2S).unwrap();
+            gpu_pod_running("ns", "p", "m", PlacedBy::SchedulerOn("n1"), CHECK_EVERY_2S).unwrap();
         let command = looping.spec.unwrap().containers[0].command.clone().unwrap();
         assert_eq!(command[2], CHECK_EVERY_2S);
 
-        let gated = gpu_pod("ns", "p", "c", Placement::TopologyAware).unwrap();
+        let gated = gpu_pod("ns", "p", "c", PlacedBy::TopologyAware).unwrap();
         let spec = gated.spec.unwrap();
         assert_eq!(spec.scheduling_gates.unwrap()[0].name, TOPOLOGY_AWARE_GATE);
         assert!(spec.node_selector.is_none());
 
-        let pinned = gpu_pod("ns", "p", "c", Placement::SchedulerOn("n2")).unwrap();
+        let pinned = gpu_pod("ns", "p", "c", PlacedBy::SchedulerOn("n2")).unwrap();
         let spec = pinned.spec.unwrap();
         assert!(spec.scheduling_gates.is_none());
         assert_eq!(spec.node_selector.unwrap()["kubernetes.io/hostname"], "n2");

@@ -31,7 +31,7 @@ pub struct ContainerView {
     /// The GPU environment the container ends up with.
     pub env: BTreeMap<String, String>,
     /// The in-container checker's report, when the container ran it (real runtime only).
-    pub check: Option<checker::Report>,
+    pub check: Option<checker::CheckerReport>,
     /// Where this was seen, for messages.
     pub source: String,
 }

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
 use crate::local::LocalCluster;
-use crate::wait::{Probe, until};
+use crate::wait::{Progress, until};
 
 /// Label of the chart's plugin pods (deploy/helm/tessera).
 const PLUGIN_POD_SELECTOR: &str = "app.kubernetes.io/component=kubelet-plugin";
@@ -65,8 +65,8 @@ impl PluginControl {
                 plugin.start()?;
                 until(&format!("{} to start", plugin.name), timeout, || async {
                     Ok(match plugin.running_pid() {
-                        Some(pid) => Probe::Done(pid),
-                        None => Probe::Waiting(format!(
+                        Some(pid) => Progress::Done(pid),
+                        None => Progress::Waiting(format!(
                             "no live pid in {} yet",
                             plugin.pid_file.display()
                         )),
@@ -85,13 +85,13 @@ impl PluginControl {
                             Some(pod)
                                 if is_ready(&pod) && pod.metadata.deletion_timestamp.is_none() =>
                             {
-                                Probe::Done(())
+                                Progress::Done(())
                             }
-                            Some(pod) => Probe::Waiting(format!(
+                            Some(pod) => Progress::Waiting(format!(
                                 "pod {} not ready",
                                 pod.metadata.name.unwrap_or_default()
                             )),
-                            None => Probe::Waiting("no pod yet".to_owned()),
+                            None => Progress::Waiting("no pod yet".to_owned()),
                         })
                     },
                 )
@@ -144,14 +144,14 @@ impl PluginControl {
                         if pod.metadata.uid.as_deref() != Some(old_uid.as_str())
                             && is_ready(&pod) =>
                     {
-                        Probe::Done(pod.metadata.name.unwrap_or_default())
+                        Progress::Done(pod.metadata.name.unwrap_or_default())
                     }
-                    Some(pod) => Probe::Waiting(format!(
+                    Some(pod) => Progress::Waiting(format!(
                         "pod {} ({}ready)",
                         pod.metadata.name.as_deref().unwrap_or_default(),
                         if is_ready(&pod) { "" } else { "not " }
                     )),
-                    None => Probe::Waiting("no live plugin pod on the node".to_owned()),
+                    None => Progress::Waiting("no live plugin pod on the node".to_owned()),
                 })
             },
         )

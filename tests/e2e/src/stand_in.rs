@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::local::LocalCluster;
-use crate::wait::{Probe, until};
+use crate::wait::{Progress, until};
 
 /// How long calls in flight may run once a stand-in plugin is told to stop.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -158,12 +158,12 @@ impl StandInPlugins {
                 let current = state.borrow_and_update().clone();
                 async move {
                     Ok(match current {
-                        RegistrationState::Registered => Probe::Done(()),
+                        RegistrationState::Registered => Progress::Done(()),
                         RegistrationState::Rejected { error } => {
                             bail!("the kubelet of {node} rejected the stand-in plugin: {error}")
                         }
                         RegistrationState::Pending => {
-                            Probe::Waiting("no registration verdict yet".to_owned())
+                            Progress::Waiting("no registration verdict yet".to_owned())
                         }
                     })
                 }

@@ -11,12 +11,12 @@ use kube::api::{Api, DeleteParams, ListParams};
 
 use crate::cdi_view::split_list;
 use crate::checker;
-use crate::claims::{AllocatedDevice, Allocation, container_claims, get_claim, pod_claims};
+use crate::claims::{AllocatedDevice, AllocationStatus, container_claims, get_claim, pod_claims};
 use crate::context::Ctx;
 use crate::devices::{Published, PublishedDevice, parse_quantity};
 use crate::objects;
-use crate::observer::ClaimOnNode;
-use crate::wait::{Probe, until};
+use crate::observer::{ClaimOnNode, ContainerView};
+use crate::wait::{Progress, until};
 
 /// A pod claim and its allocation.
 #[derive(Debug, Clone)]
@@ -24,7 +24,7 @@ pub struct AllocatedClaim {
     /// The pod's entry name (`spec.resourceClaims[].name`).
     pub entry: String,
     pub claim: ResourceClaim,
-    pub allocation: Allocation,
+    pub allocation: AllocationStatus,
 }
 
 impl AllocatedClaim {
@@ -108,15 +108,15 @@ pub async fn wait_allocated(
             let mut allocated = Vec::new();
             for entry in pod_claims(&current) {
                 let Some(name) = entry.claim_name else {
-                    return Ok(Probe::Waiting(format!(
+                    return Ok(Progress::Waiting(format!(
                         "claim `{}` not generated yet; pod: {}",
                         entry.entry,
                         pod_summary(&current)
                     )));
                 };
                 let claim = get_claim(&ctx.client, namespace, &name).await?;
-                let Some(allocation) = Allocation::of(&claim) else {
-                    return Ok(Probe::Waiting(format!(
+                let Some(allocation) = AllocationStatus::of(&claim) else {
+                    return Ok(Progress::Waiting(format!(
                         "claim {name} not allocated; pod: {}",
                         pod_summary(&current)
                     )));
@@ -127,7 +127,7 @@ pub async fn wait_allocated(
                     allocation,
                 });
             }
-            Ok(Probe::Done(allocated))
+            Ok(Progress::Done(allocated))
         },
     )
     .await
@@ -147,11 +147,11 @@ pub async fn wait_running(ctx: &Ctx, namespace: &str, pod: &str) -> anyhow::Resu
                 .and_then(|s| s.phase.as_deref())
                 .unwrap_or_default();
             Ok(match phase {
-                "Running" => Probe::Done(current),
+                "Running" => Progress::Done(current),
                 "Failed" | "Succeeded" => {
                     bail!("pod {namespace}/{pod} ended: {}", pod_summary(&current))
                 }
-                _ => Probe::Waiting(pod_summary(&current)),
+                _ => Progress::Waiting(pod_summary(&current)),
             })
         },
     )
@@ -336,8 +336,8 @@ pub async fn check_unclaimed_pod(ctx: &Ctx, node: &str) -> anyhow::Result<()> {
         ctx.timeouts.run,
         || async {
             Ok(match ctx.observer.container_view(&running, "ctr").await? {
-                Some(view) if view.check.is_some() => Probe::Done(view),
-                _ => Probe::Waiting("no checker report in the log yet".to_owned()),
+                Some(view) if view.check.is_some() => Progress::Done(view),
+                _ => Progress::Waiting("no checker report in the log yet".to_owned()),
             })
         },
     )
@@ -365,7 +365,6 @@ pub async fn check_containers(
     claims: &[AllocatedClaim],
     published: &Published,
 ) -> anyhow::Result<()> {
-    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     let containers: Vec<String> = pod
         .spec
         .iter()
@@ -373,81 +372,116 @@ pub async fn check_containers(
         .map(|c| c.name.clone())
         .collect();
     for container in containers {
-        let uses = container_claims(pod, &container);
-        if uses.is_empty() {
-            continue;
-        }
-        let expected = expected_uuids(pod, &uses, claims, published)?;
-        let view = until(
-            &format!("the runtime to receive container {pod_name}/{container}"),
-            ctx.timeouts.run,
-            || async {
-                Ok(match ctx.observer.container_view(pod, &container).await? {
-                    // The container prints the checker's report, then its GPU environment (a
-                    // claim container always has some): until that is there, it is still
-                    // printing.
-                    Some(view) if !view.env.is_empty() => Probe::Done(view),
-                    Some(_) => Probe::Waiting(
-                        "the container is still printing (no GPU environment yet)".to_owned(),
-                    ),
-                    None => Probe::Waiting("no container record or output yet".to_owned()),
-                })
-            },
-        )
-        .await?;
-        for variable in ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"] {
-            let seen: BTreeSet<String> = view
-                .env
-                .get(variable)
-                .map(|v| split_list(v).into_iter().collect())
-                .unwrap_or_default();
+        check_container(ctx, pod, &container, claims, published).await?;
+    }
+    Ok(())
+}
+
+/// [`check_containers`] for one container (nothing when it uses no claim).
+async fn check_container(
+    ctx: &Ctx,
+    pod: &Pod,
+    container: &str,
+    claims: &[AllocatedClaim],
+    published: &Published,
+) -> anyhow::Result<()> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let uses = container_claims(pod, container);
+    if uses.is_empty() {
+        return Ok(());
+    }
+    let expected = expected_uuids(pod, &uses, claims, published)?;
+    let view = received_container(ctx, pod, container).await?;
+    for variable in ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"] {
+        let seen: BTreeSet<String> = view
+            .env
+            .get(variable)
+            .map(|v| split_list(v).into_iter().collect())
+            .unwrap_or_default();
+        ensure!(
+            seen == expected,
+            "container {pod_name}/{container}: {variable} lists {seen:?}, expected the allocated devices' UUIDs {expected:?} (seen in {})",
+            view.source
+        );
+    }
+    if ctx.observer.expects_checker() {
+        let expected = expected_check(pod, &uses, claims, published)?;
+        check_report(ctx, &view, &expected, &format!("{pod_name}/{container}"))?;
+    }
+    let ids = match &view.cdi_ids {
+        Some(ids) => {
             ensure!(
-                seen == expected,
-                "container {pod_name}/{container}: {variable} lists {seen:?}, expected the allocated devices' UUIDs {expected:?} (seen in {})",
+                !ids.is_empty(),
+                "container {pod_name}/{container} got no CDI devices ({})",
                 view.source
             );
+            format!("; CDI: {}", ids.join(" "))
         }
-        if ctx.observer.expects_checker() {
-            let report = view.check.as_ref().with_context(|| {
-                format!(
-                    "container {pod_name}/{container} printed no tessera-gpu-check report ({}); the workload image must carry the checker",
-                    view.source
-                )
-            })?;
-            let expected = expected_check(pod, &uses, claims, published)?;
-            checker::check_claim_container(report, &expected).with_context(|| {
-                format!(
-                    "container {pod_name}/{container}: the checker's report ({})",
-                    view.source
-                )
-            })?;
-            ctx.say(format!(
-                "{pod_name}/{container}: checker sees {} GPU node(s), {} driver file(s), CUDA devices {:?}{}",
-                expected.gpu_minors.len(),
-                report.driver_files.len(),
-                expected.uuids,
-                if expected.mps.is_some() { ", MPS daemon and limits" } else { "" }
-            ));
+        None => String::new(),
+    };
+    ctx.say(format!(
+        "{pod_name}/{container}: NVIDIA_VISIBLE_DEVICES={}{ids}",
+        view.env
+            .get("NVIDIA_VISIBLE_DEVICES")
+            .map(String::as_str)
+            .unwrap_or("")
+    ));
+    Ok(())
+}
+
+/// Waits until the runtime saw `container` of `pod` and it printed its GPU environment.
+async fn received_container(
+    ctx: &Ctx,
+    pod: &Pod,
+    container: &str,
+) -> anyhow::Result<ContainerView> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    until(
+        &format!("the runtime to receive container {pod_name}/{container}"),
+        ctx.timeouts.run,
+        || async {
+            Ok(match ctx.observer.container_view(pod, container).await? {
+                // The container prints the checker's report, then its GPU environment (a
+                // claim container always has some): until that is there, it is still
+                // printing.
+                Some(view) if !view.env.is_empty() => Progress::Done(view),
+                Some(_) => Progress::Waiting(
+                    "the container is still printing (no GPU environment yet)".to_owned(),
+                ),
+                None => Progress::Waiting("no container record or output yet".to_owned()),
+            })
+        },
+    )
+    .await
+}
+
+/// The checker's report in `view` says what a container using the claim must see; `what` names
+/// the container (`pod/container`).
+fn check_report(
+    ctx: &Ctx,
+    view: &ContainerView,
+    expected: &checker::Expected,
+    what: &str,
+) -> anyhow::Result<()> {
+    let report = view.check.as_ref().with_context(|| {
+        format!(
+            "container {what} printed no tessera-gpu-check report ({}); the workload image must carry the checker",
+            view.source
+        )
+    })?;
+    checker::check_claim_container(report, expected)
+        .with_context(|| format!("container {what}: the checker's report ({})", view.source))?;
+    ctx.say(format!(
+        "{what}: checker sees {} GPU node(s), {} driver file(s), CUDA devices {:?}{}",
+        expected.gpu_minors.len(),
+        report.driver_files.len(),
+        expected.uuids,
+        if expected.mps.is_some() {
+            ", MPS daemon and limits"
+        } else {
+            ""
         }
-        let ids = match &view.cdi_ids {
-            Some(ids) => {
-                ensure!(
-                    !ids.is_empty(),
-                    "container {pod_name}/{container} got no CDI devices ({})",
-                    view.source
-                );
-                format!("; CDI: {}", ids.join(" "))
-            }
-            None => String::new(),
-        };
-        ctx.say(format!(
-            "{pod_name}/{container}: NVIDIA_VISIBLE_DEVICES={}{ids}",
-            view.env
-                .get("NVIDIA_VISIBLE_DEVICES")
-                .map(String::as_str)
-                .unwrap_or("")
-        ));
-    }
+    ));
     Ok(())
 }
 
@@ -495,8 +529,8 @@ pub async fn delete_pods_and_check_unprepared(
             ctx.timeouts.delete,
             || async {
                 Ok(match api.get_opt(pod).await? {
-                    None => Probe::Done(()),
-                    Some(current) => Probe::Waiting(pod_summary(&current)),
+                    None => Progress::Done(()),
+                    Some(current) => Progress::Waiting(pod_summary(&current)),
                 })
             },
         )
@@ -519,9 +553,9 @@ pub async fn check_unprepared(ctx: &Ctx, claims: &[AllocatedClaim]) -> anyhow::R
             || async {
                 let state = ctx.observer.claim_on_node(node, claim.uid())?;
                 Ok(if state.is_gone() {
-                    Probe::Done(state)
+                    Progress::Done(state)
                 } else {
-                    Probe::Waiting(state.describe())
+                    Progress::Waiting(state.describe())
                 })
             },
         )

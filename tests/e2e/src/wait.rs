@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use anyhow::bail;
 
 /// What a probe saw.
-pub enum Probe<T> {
+pub enum Progress<T> {
     Done(T),
     Waiting(String),
 }
@@ -23,13 +23,13 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 pub async fn until<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<Probe<T>>>,
+    Fut: Future<Output = anyhow::Result<Progress<T>>>,
 {
     let start = Instant::now();
     loop {
         let seen = match probe().await? {
-            Probe::Done(value) => return Ok(value),
-            Probe::Waiting(seen) => seen,
+            Progress::Done(value) => return Ok(value),
+            Progress::Waiting(seen) => seen,
         };
         if start.elapsed() >= timeout {
             bail!(
@@ -76,9 +76,9 @@ mod tests {
             let n = calls.get();
             async move {
                 Ok(if n == 3 {
-                    Probe::Done(n)
+                    Progress::Done(n)
                 } else {
-                    Probe::Waiting(format!("call {n}"))
+                    Progress::Waiting(format!("call {n}"))
                 })
             }
         })
@@ -90,7 +90,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn until_times_out_with_the_last_observation() {
         let error = until("a pod", Duration::from_secs(2), || async {
-            Ok(Probe::<()>::Waiting("Pending".to_owned()))
+            Ok(Progress::<()>::Waiting("Pending".to_owned()))
         })
         .await
         .unwrap_err()
@@ -101,7 +101,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn probe_errors_fail_at_once() {
         let error = until("x", Duration::from_secs(60), || async {
-            Err::<Probe<()>, _>(anyhow::anyhow!("wrong devices"))
+            Err::<Progress<()>, _>(anyhow::anyhow!("wrong devices"))
         })
         .await
         .unwrap_err()

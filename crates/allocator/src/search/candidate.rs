@@ -10,7 +10,7 @@ use crate::selection::Verdict;
 use crate::taints::untolerated_taint;
 use crate::topology::pair_cost;
 
-use super::{NodeSearch, Pick, Selectable, Stop, Undo};
+use super::state::{NodeSearch, Pick, Selectable, Stop, Undo};
 
 impl<'a> NodeSearch<'a> {
     /// In exclusive use: allocated before (exclusively, or — a deliberate difference from

@@ -26,152 +26,25 @@
 //! finds the first-fit solution first, so it is never worse than first fit. At the bound it keeps
 //! the best so far.
 
+mod state;
+
 mod candidate;
 mod prune;
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::capacity::Consumption;
+use crate::cluster::Cluster;
 use crate::constraints::ConstraintState;
 use crate::device::DeviceEntry;
 use crate::error::AllocateError;
-use crate::inventory::DeviceIndex;
 use crate::pools::{NodePools, PoolStatus};
 use crate::quantity::Amount;
 use crate::request::{MAX_RESULTS_PER_CLAIM, Plan, Wanted};
 use crate::state::AllocatedState;
 use crate::topology::{NumaPolicy, TopologyScore};
 
-/// How the search ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SearchMode {
-    /// Stop at the first solution.
-    FirstFit,
-    /// Enumerate, keep the best; prune branches whose communication cost exceeds `bound`.
-    Best { bound: Option<u64> },
-}
-
-/// One device chosen for one slot.
-#[derive(Clone, Debug)]
-pub(crate) struct Pick {
-    /// Candidate position on the node.
-    pub pos: usize,
-    pub slot: usize,
-    /// For multi-allocatable devices: what this allocation consumes (and it gets a share id).
-    pub shared: Option<Consumption>,
-}
-
-/// A complete allocation of all claims on one node.
-#[derive(Clone, Debug)]
-pub(crate) struct Solution {
-    /// Per claim, the picks in allocation order.
-    pub picks: Vec<Vec<Pick>>,
-    /// Per claim, per request: the chosen subrequest (0 for plain requests).
-    pub selected: Vec<Vec<usize>>,
-    pub score: TopologyScore,
-}
-
-/// What the search on one node found.
-#[derive(Debug)]
-pub(crate) struct NodeVerdict {
-    pub solution: Option<Solution>,
-    pub steps: u64,
-    /// Best-of search stopped at the bound with a solution in hand.
-    pub truncated: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Flow {
-    Found,
-    NotFound,
-    /// `errAllocationResultMaxSizeExceeded` upstream: more than 32 results for a claim.
-    MaxSize,
-}
-
-enum Stop {
-    Error(AllocateError),
-    /// Bound reached.
-    Budget,
-}
-
-impl From<AllocateError> for Stop {
-    fn from(e: AllocateError) -> Stop {
-        Stop::Error(e)
-    }
-}
-
-/// Where the search is: which device of which request (or subrequest) of which claim.
-#[derive(Clone, Copy, Debug)]
-struct Position {
-    claim: usize,
-    request: usize,
-    slot: usize,
-    /// Set while allocating one particular subrequest.
-    in_slot: Option<usize>,
-    device: usize,
-}
-
-/// Undo record of one tentative allocation.
-struct Undo {
-    claim: usize,
-    slot: usize,
-    pos: usize,
-    charged: bool,
-    exclusive: bool,
-    shared: bool,
-    comm_added: u64,
-}
-
-/// A (slot, candidate) pair's selector verdict, cached for the search.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Selectable {
-    Unknown,
-    Yes,
-    No,
-    /// Evaluating it fails; the error is in `NodeSearch::failures` and is raised when the search
-    /// reaches the pair.
-    Fails,
-}
-
-pub(crate) struct NodeSearch<'a> {
-    pub inv: &'a DeviceIndex,
-    pub np: &'a NodePools,
-    pub state: &'a AllocatedState,
-    pub plan: &'a Plan<'a>,
-    mode: SearchMode,
-    /// How the score weighs NUMA alignment.
-    numa: NumaPolicy,
-    budget: u64,
-    steps: u64,
-    /// Per slot: devices needed here.
-    need: Vec<usize>,
-    /// Per `All` slot: the candidate positions it must take.
-    all_devices: Vec<Vec<usize>>,
-    selectable_cache: Vec<Vec<Selectable>>,
-    failures: HashMap<(usize, usize), AllocateError>,
-    /// Per candidate: free before this allocation (not in use at all).
-    free_before: Vec<bool>,
-    /// Per candidate: claims that take it exclusively in this run.
-    taken_by: Vec<Vec<usize>>,
-    /// Per candidate: shared allocations in this run and the capacity they consume.
-    run_shares: Vec<u32>,
-    run_capacity: Vec<BTreeMap<String, Amount>>,
-    /// Per pool: counters left after allocated devices (may be negative); counters consumed in
-    /// this run.
-    counters_left: Vec<Vec<Amount>>,
-    counters_used: Vec<Vec<Amount>>,
-    constraints: Vec<Vec<ConstraintState>>,
-    picks: Vec<Vec<Pick>>,
-    selected: Vec<Vec<usize>>,
-    chosen: Vec<usize>,
-    comm_cost: u64,
-    best: Option<Solution>,
-    solutions: u64,
-    pruned: u64,
-    /// Best-of search: class of interchangeable candidates (see [`crate::symmetry`]).
-    classes: Option<Vec<u8>>,
-    prune: prune::Pruning,
-}
+use state::{Check, Flow, Position, Pruning, Selectable, Stop};
+pub(crate) use state::{NodeSearch, NodeVerdict, Pick, SearchMode, Solution};
 
 impl<'a> NodeSearch<'a> {
     /// The search, scoring NUMA alignment by `numa` (default [`NumaPolicy::Align`]).
@@ -181,7 +54,7 @@ impl<'a> NodeSearch<'a> {
     }
 
     pub fn new(
-        inv: &'a DeviceIndex,
+        inv: &'a Cluster,
         np: &'a NodePools,
         state: &'a AllocatedState,
         plan: &'a Plan<'a>,
@@ -243,7 +116,7 @@ impl<'a> NodeSearch<'a> {
             solutions: 0,
             pruned: 0,
             classes: None,
-            prune: prune::Pruning::default(),
+            prune: Pruning::default(),
         };
         search.count_needs()?;
         Ok(search)
@@ -409,8 +282,8 @@ impl<'a> NodeSearch<'a> {
             device,
         };
         let memo = match self.pruned_before(at, start)? {
-            prune::Check::Skip(flow) => return Ok(flow),
-            prune::Check::Search(memo) => memo,
+            Check::Skip(flow) => return Ok(flow),
+            Check::Search(memo) => memo,
         };
         let flow = if is_all {
             self.take_next_of_all(at)?
@@ -568,11 +441,7 @@ impl<'a> NodeSearch<'a> {
 
 /// A pool's counters minus what its allocated devices (on any node) consume; negative when the
 /// allocated devices overdraw it (then no device consuming the pool's counters fits).
-fn counters_left(
-    inv: &DeviceIndex,
-    state: &AllocatedState,
-    pool: &crate::pools::Pool,
-) -> Vec<Amount> {
+fn counters_left(inv: &Cluster, state: &AllocatedState, pool: &crate::pools::Pool) -> Vec<Amount> {
     let mut left = pool.counter_totals.clone();
     for (device, consumption) in &pool.consumers {
         if state.is_in_use(&inv.devices[*device].id) {

@@ -27,38 +27,16 @@
 //! verdicts cached, before the first pruning decision) and no `All` request has a constraint
 //! (whose violation is an error). Elsewhere the search runs unpruned, as upstream does.
 
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
 use crate::constraints::AttrSet;
 use crate::request::{ConstraintKind, Wanted};
 use crate::taints::untolerated_taint;
 
-use super::{Flow, NodeSearch, Position, SearchMode, Selectable, Stop};
+use super::state::{Check, Flow, NodeSearch, Position, SearchMode, Selectable, Stop};
 
 /// Most situations remembered per node search (each key is a few hundred bytes).
 const MEMO_LIMIT: usize = 200_000;
-
-/// The pruning state of one node search.
-#[derive(Default)]
-pub(super) struct Pruning {
-    /// The search has undone a tentative allocation: from now on, check before descending.
-    pub backtracked: bool,
-    /// Whether pruning may skip subtrees on this node (decided on first need).
-    allowed: Option<bool>,
-    /// Situations that failed, with how (`NotFound` or `MaxSize`).
-    memo: HashMap<Vec<u64>, Flow>,
-    /// Subtrees skipped because they were infeasible or seen before.
-    pub skipped: u64,
-}
-
-/// What to do at a call.
-pub(super) enum Check {
-    /// The subtree is known to fail like this.
-    Skip(Flow),
-    /// Search it; remember the outcome under this key if it fails.
-    Search(Option<Vec<u64>>),
-}
 
 /// What remains to be allocated for one request: `need` devices out of `allowed`.
 struct Demand {

@@ -9,9 +9,9 @@ use cel::common::types::{
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 
-use super::{Return, boolean, fail, int_arg, list};
+use super::overload::{Return, boolean, fail, int_arg, list};
 use crate::meter::{charge, string_traversal};
-use crate::quantity::Quantity;
+use crate::quantity::QuantityValue;
 use crate::version::Version;
 
 /// `@cost(value, units)`: charges `units`, evaluates to `value`.
@@ -69,7 +69,7 @@ pub(crate) fn strict_equals(a: &dyn Val, b: &dyn Val) -> Result<bool, ExecutionE
     if ka == Kind::NullType || kb == Kind::NullType {
         return Ok(ka == kb);
     }
-    if a.downcast_ref::<Version>().is_some() || a.downcast_ref::<Quantity>().is_some() {
+    if a.downcast_ref::<Version>().is_some() || a.downcast_ref::<QuantityValue>().is_some() {
         if a.get_type().name() != b.get_type().name() {
             return Err(ExecutionError::function_error(
                 "_==_",

@@ -8,7 +8,7 @@ use cel::common::types::{DYN_TYPE, LIST_TYPE};
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 
-use super::{Return, boolean, fail, int, list_arg, take};
+use super::overload::{Return, boolean, fail, int, list_arg, take};
 use crate::meter::charge;
 
 /// Upstream refuses `includes` on longer lists (`ResourceSliceMaxAttributeValuesPerDevice`).

@@ -5,9 +5,11 @@ use cel::common::types::{INT_TYPE, STRING_TYPE};
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 
-use super::{Return, arg, boolean, double, fail, int, int_arg, ordering_int, string_arg, take};
+use super::overload::{
+    Return, arg, boolean, double, fail, int, int_arg, ordering_int, string_arg, take,
+};
 use crate::meter::{charge, string_traversal};
-use crate::quantity::Quantity;
+use crate::quantity::QuantityValue;
 use crate::values::QUANTITY_TYPE;
 
 pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
@@ -62,15 +64,15 @@ pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
     Ok(())
 }
 
-fn quantity(val: &dyn Val) -> Result<Quantity, ExecutionError> {
-    arg::<Quantity>(val).copied()
+fn quantity(val: &dyn Val) -> Result<QuantityValue, ExecutionError> {
+    arg::<QuantityValue>(val).copied()
 }
 
 fn to_quantity<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Return<'b, 'v> {
     let [text] = take(args)?;
     let text = string_arg(&*text)?;
     charge(string_traversal(text.len()))?;
-    match Quantity::parse(text) {
+    match QuantityValue::parse(text) {
         Ok(q) => Ok(CowVal::owned(q)),
         Err(e) => fail("quantity", e),
     }
@@ -80,7 +82,7 @@ fn is_quantity<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Return<'b, 'v> {
     let [text] = take(args)?;
     let text = string_arg(&*text)?;
     charge(string_traversal(text.len()))?;
-    boolean(Quantity::parse(text).is_ok())
+    boolean(QuantityValue::parse(text).is_ok())
 }
 
 fn sign<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Return<'b, 'v> {
@@ -106,7 +108,7 @@ fn as_float<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Return<'b, 'v> {
     double(quantity(&*q)?.as_approximate_float())
 }
 
-fn sum<'b, 'v>(function: &str, result: Option<Quantity>) -> Return<'b, 'v> {
+fn sum<'b, 'v>(function: &str, result: Option<QuantityValue>) -> Return<'b, 'v> {
     match result {
         Some(q) => Ok(CowVal::owned(q)),
         None => fail(function, "quantity out of range"),
@@ -120,7 +122,7 @@ fn add<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Return<'b, 'v> {
 
 fn add_int<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Return<'b, 'v> {
     let [a, b] = take(args)?;
-    let b = Quantity::from_integer(int_arg(&*b)?);
+    let b = QuantityValue::from_integer(int_arg(&*b)?);
     sum("add", quantity(&*a)?.checked_add(b))
 }
 
@@ -131,7 +133,7 @@ fn sub<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Return<'b, 'v> {
 
 fn sub_int<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Return<'b, 'v> {
     let [a, b] = take(args)?;
-    let b = Quantity::from_integer(int_arg(&*b)?);
+    let b = QuantityValue::from_integer(int_arg(&*b)?);
     sum("sub", quantity(&*a)?.checked_sub(b))
 }
 

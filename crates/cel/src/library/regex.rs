@@ -11,7 +11,7 @@ use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 use regex::{Regex, RegexBuilder};
 
-use super::{Return, boolean, int_arg, list, string, string_arg};
+use super::overload::{Return, boolean, int_arg, list, string, string_arg};
 use crate::meter::{charge, string_traversal};
 
 /// Compiled programs may not grow beyond this (the `regex` default is 10 MiB).

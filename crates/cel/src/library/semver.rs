@@ -5,7 +5,7 @@ use cel::common::types::{BOOL_TYPE, STRING_TYPE};
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 
-use super::{Return, arg, bool_arg, boolean, fail, int, ordering_int, string_arg, take};
+use super::overload::{Return, arg, bool_arg, boolean, fail, int, ordering_int, string_arg, take};
 use crate::meter::{charge, string_traversal};
 use crate::values::SEMVER_TYPE;
 use crate::version::{Version, VersionError};

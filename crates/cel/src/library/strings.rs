@@ -9,8 +9,8 @@ use cel::common::types::{CelString, INT_TYPE, LIST_TYPE, STRING_TYPE};
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 
+use super::overload::{Return, fail, int, int_arg, list, list_arg, string, string_arg, take};
 use super::strings_format::format;
-use super::{Return, fail, int, int_arg, list, list_arg, string, string_arg, take};
 use crate::meter::{charge, string_traversal};
 
 pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {

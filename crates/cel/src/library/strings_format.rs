@@ -7,7 +7,7 @@ use cel::common::types::{
 };
 use cel::common::value::{CowVal, Val};
 
-use super::{Return, list_arg, string, string_arg};
+use super::overload::{Return, list_arg, string, string_arg};
 use crate::meter::{charge, string_traversal};
 
 /// The largest precision Rust's formatting machinery takes.

@@ -8,7 +8,7 @@ use serde::Serialize;
 use tessera_placement::group::{GroupOutcome, PodAccount};
 use tessera_placement::{Action, GroupVerdict, PodReason};
 
-use super::OutputFormat;
+use crate::output::OutputFormat;
 
 /// What `-o json` prints for a pod of a group.
 #[derive(Debug, Default, Serialize)]

@@ -11,7 +11,9 @@ use serde::Serialize;
 use tessera_placement::protocol::object_key;
 use tessera_placement::{Action, Placement, PodPlan, PodReason, PodVerdict, Ruling, Settings};
 
-use super::{Objects, OutputFormat, result_line};
+use super::claim::result_line;
+use crate::objects::Objects;
+use crate::output::OutputFormat;
 
 /// What `-o json` prints for a pod.
 #[derive(Debug, Default, Serialize)]

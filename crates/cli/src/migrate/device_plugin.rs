@@ -13,7 +13,7 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::Notes;
+use super::notes::Notes;
 
 /// Most equal shares the chart accepts per device.
 pub const MAX_SHARES: i64 = 48;

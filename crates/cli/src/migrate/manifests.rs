@@ -11,7 +11,7 @@ use tessera_api::nvidia::{NVIDIA_CONFIG_API_VERSION, NVIDIA_DRIVER_NAME, NVIDIA_
 use tessera_api::{DRIVER_NAME, schema};
 use tessera_cel::{DeviceMap, NameFate};
 
-use super::Notes;
+use super::notes::Notes;
 
 const V1: &str = "resource.k8s.io/v1";
 /// Structured-parameters versions whose requests carry the device fields directly (no `exactly`).
@@ -406,7 +406,7 @@ fn opaque_config(opaque: &mut Value, path: &str, notes: &mut Notes) -> bool {
             return false;
         }
     };
-    let accepted = match tessera_api::config::decode_accepting_nvidia(&json) {
+    let accepted = match tessera_api::nvidia::decode_accepting_nvidia(&json) {
         Ok(accepted) => accepted,
         Err(e) => {
             notes.not_carried(

@@ -41,7 +41,8 @@ use tessera_placement::resolve::PodClaim;
 use tessera_placement::synthetic::{self, gpu_node};
 use tessera_placement::view::{ClusterSnapshot, PodContext, Settings};
 
-use super::{Lifetime, Rng, claim};
+use super::stats::round2;
+use super::trace::{Lifetime, Rng, claim};
 
 /// The default gang scenario: 64 dgx-h100 nodes in 8 racks of 8, and 36 GB200 trays (4 GPUs) in
 /// 2 fabric cliques of 18 (one rack each); 400 gangs of 2/4/8/16 pods × 4 GPUs (weights
@@ -356,7 +357,7 @@ impl<'c> Run<'c> {
             if b == 0 {
                 0.0
             } else {
-                super::round2(100.0 * a as f64 / b as f64)
+                round2(100.0 * a as f64 / b as f64)
             }
         };
         let waits: u64 = self.started.iter().map(|(_, w)| *w).sum();
@@ -376,7 +377,7 @@ impl<'c> Run<'c> {
             mean_wait: if self.started.is_empty() {
                 0.0
             } else {
-                super::round2(waits as f64 / self.started.len() as f64)
+                round2(waits as f64 / self.started.len() as f64)
             },
             gpus_held_by_incomplete: held,
         }

@@ -5,61 +5,25 @@
 //! shares in `memory` mode (each claim asks for its memory; claims share a GPU while their memory
 //! fits). The report compares the GPUs in use.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::Write;
 
-use anyhow::bail;
 use k8s_openapi::api::resource::v1::{
     AllocationResult, CapacityRequirements, DeviceClaim, DeviceRequest, ExactDeviceRequest,
     ResourceClaim, ResourceClaimSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tessera_allocator::{AllocateOptions, Outcome, PlacementMode};
 use tessera_api::names::{GPU_DEVICE_CLASS, capacity};
 use tessera_api::shares::ConsumableShares;
 
-use super::{Lifetime, LiveClaims, Scenario, cluster_with, draw_trace};
-
-/// The sharing trace: single-GPU claims of a memory size each.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SharingSpec {
-    pub claims: usize,
-    /// GiB of device memory per claim → relative weight.
-    pub memory_gib: BTreeMap<u32, u32>,
-    pub lifetime: Lifetime,
-}
-
-impl SharingSpec {
-    /// 3000 claims of 5, 10, 20 or 40 GiB (weights 40/30/20/10) living 1-480 arrivals: small
-    /// inference replicas mostly, which is what sharing is for.
-    pub fn default_spec() -> Self {
-        SharingSpec {
-            claims: 3000,
-            memory_gib: [(5, 40), (10, 30), (20, 20), (40, 10)].into(),
-            lifetime: Lifetime { min: 1, max: 480 },
-        }
-    }
-
-    pub(super) fn check(&self) -> anyhow::Result<()> {
-        if self.memory_gib.is_empty() || self.memory_gib.values().all(|w| *w == 0) {
-            bail!("sharing.memoryGiB: give at least one size with a positive weight");
-        }
-        if let Some(size) = self.memory_gib.keys().find(|s| **s == 0 || **s > 1024) {
-            bail!("sharing.memoryGiB: {size} GiB per claim is outside 1..=1024");
-        }
-        if self.lifetime.min > self.lifetime.max {
-            bail!(
-                "sharing.lifetime: min {} is above max {}",
-                self.lifetime.min,
-                self.lifetime.max
-            );
-        }
-        Ok(())
-    }
-}
+use super::cluster::cluster_with;
+use super::live::LiveClaims;
+use super::scenario::{SharingSpec, SimulationScenario};
+use super::stats::round2;
+use super::trace::draw_trace;
 
 #[derive(Debug, Clone, Copy)]
 struct SharingClaim {
@@ -175,7 +139,7 @@ impl Usage {
             if self.samples == 0 {
                 0.0
             } else {
-                super::round2(sum / self.samples as f64)
+                round2(sum / self.samples as f64)
             }
         };
         SharingMetrics {
@@ -208,7 +172,7 @@ fn first_device(allocation: tessera_allocator::Allocation) -> (AllocationResult,
 }
 
 fn run_one(
-    scenario: &Scenario,
+    scenario: &SimulationScenario,
     trace: &[SharingClaim],
     mode: ConsumableShares,
 ) -> anyhow::Result<(usize, SharingMetrics)> {
@@ -244,7 +208,7 @@ fn run_one(
 /// Runs the sharing trace of `scenario` (its `sharing` section, or the default) and writes the
 /// report.
 pub(super) fn run(
-    scenario: &Scenario,
+    scenario: &SimulationScenario,
     seed: u64,
     json: bool,
     out: &mut impl Write,
@@ -258,7 +222,7 @@ pub(super) fn run(
     let (_, shared) = run_one(scenario, &trace, ConsumableShares::Memory)?;
     let report = SharingReport {
         gpus,
-        mean_gpus_saved: super::round2(whole_gpu.mean_gpus_in_use - shared.mean_gpus_in_use),
+        mean_gpus_saved: round2(whole_gpu.mean_gpus_in_use - shared.mean_gpus_in_use),
         peak_gpus_saved: whole_gpu.peak_gpus_in_use as i64 - shared.peak_gpus_in_use as i64,
         whole_gpu,
         shared,
@@ -313,16 +277,17 @@ pub(super) fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simulate::NodeGroup;
+    use crate::simulate::scenario::NodeGroup;
+    use crate::simulate::trace::Lifetime;
 
-    fn small(claims: usize) -> Scenario {
-        Scenario {
+    fn small(claims: usize) -> SimulationScenario {
+        SimulationScenario {
             nodes: vec![NodeGroup {
                 topology: "dgx-h100".into(),
                 count: 1,
                 name_prefix: None,
             }],
-            trace: Scenario::default_scenario().trace,
+            trace: SimulationScenario::default_scenario().trace,
             sharing: Some(SharingSpec {
                 claims,
                 memory_gib: [(20, 1)].into(),

@@ -35,7 +35,7 @@ fn flatten(object: Value, objects: &mut Vec<Value>) {
 
 /// The kinds the linter checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum CheckedKind {
     DeviceClass,
     ResourceClaim,
     ResourceClaimTemplate,
@@ -45,7 +45,7 @@ pub enum Kind {
 #[derive(Debug, Clone)]
 pub struct ObjectRef {
     kind: String,
-    checked: Option<Kind>,
+    checked: Option<CheckedKind>,
     namespace: Option<String>,
     name: String,
 }
@@ -58,9 +58,11 @@ impl ObjectRef {
             .and_then(|v| v.split_once('/'))
             .map(|(group, _)| group);
         let checked = match (group, kind.as_str()) {
-            (Some("resource.k8s.io"), "DeviceClass") => Some(Kind::DeviceClass),
-            (Some("resource.k8s.io"), "ResourceClaim") => Some(Kind::ResourceClaim),
-            (Some("resource.k8s.io"), "ResourceClaimTemplate") => Some(Kind::ResourceClaimTemplate),
+            (Some("resource.k8s.io"), "DeviceClass") => Some(CheckedKind::DeviceClass),
+            (Some("resource.k8s.io"), "ResourceClaim") => Some(CheckedKind::ResourceClaim),
+            (Some("resource.k8s.io"), "ResourceClaimTemplate") => {
+                Some(CheckedKind::ResourceClaimTemplate)
+            }
             _ => None,
         };
         let metadata = &object["metadata"];
@@ -82,7 +84,7 @@ impl ObjectRef {
     }
 
     pub fn is_device_class(&self) -> bool {
-        self.checked == Some(Kind::DeviceClass)
+        self.checked == Some(CheckedKind::DeviceClass)
     }
 }
 
@@ -116,15 +118,15 @@ pub struct Fields {
 pub fn selector_fields(object_ref: &ObjectRef, object: &Value) -> Fields {
     let mut fields = Fields::default();
     match object_ref.checked {
-        Some(Kind::DeviceClass) => {
+        Some(CheckedKind::DeviceClass) => {
             let spec = &object["spec"];
             selectors(&spec["selectors"], "spec.selectors", &mut fields);
             configs(&spec["config"], "spec.config", &mut fields);
         }
-        Some(Kind::ResourceClaim) => {
+        Some(CheckedKind::ResourceClaim) => {
             devices(&object["spec"]["devices"], "spec.devices", &mut fields)
         }
-        Some(Kind::ResourceClaimTemplate) => {
+        Some(CheckedKind::ResourceClaimTemplate) => {
             devices(
                 &object["spec"]["spec"]["devices"],
                 "spec.spec.devices",

@@ -7,7 +7,8 @@ use super::check::{
     MAX_SHARED_COUNTERS_PER_SLICE_1_34,
 };
 use super::devices::DeviceGroup;
-use super::{RenderError, ServerVersion};
+use super::error::RenderError;
+use super::options::ServerVersion;
 use tessera_api::validation::{
     MAX_DEVICES_PER_SLICE, MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS, is_dns_subdomain,
 };

@@ -11,69 +11,18 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use tessera_cdi::{Spec, SpecDirError};
+use tessera_cdi::Spec;
 use tessera_gpu_inventory::ResolvedDevice;
 use tessera_kubelet_grpc::ClaimUid;
 
-use super::Core;
+use super::core::Core;
+use super::error::EffectError;
 use super::placements::HeldPlacements;
-use crate::cdi_spec::{self, CdiSpecError};
-use crate::checkpoint::CheckpointStoreError;
+use crate::cdi_spec;
 use crate::checkpoint::{ClaimRecord, DeviceTarget, MigLifecycle};
-use crate::mig::{self, MigError};
+use crate::mig;
 use crate::sharing::{self, SharingError};
-
-/// A side effect failed.
-#[derive(Debug, thiserror::Error)]
-pub enum EffectError {
-    #[error(transparent)]
-    Mig(#[from] MigError),
-    #[error(transparent)]
-    Sharing(#[from] SharingError),
-    #[error(transparent)]
-    Spec(#[from] CdiSpecError),
-    #[error("cannot write or remove the claim's CDI spec: {0}")]
-    SpecDir(#[from] SpecDirError),
-    #[error("{0}; the claim's side effects were undone or will be at the next start")]
-    Checkpoint(Arc<CheckpointStoreError>),
-    /// Dynamic MIG: another claim still holds the placement (it is being unprepared).
-    #[error(
-        "MIG device `{device}` is still held by claim {holder}, which the kubelet has not \
-         unprepared yet; retrying"
-    )]
-    PlacementBusy { device: String, holder: String },
-    /// Static MIG: the recorded instance is gone.
-    #[error("MIG device `{device}` no longer exists on GPU {gpu}")]
-    StaticInstanceGone { device: String, gpu: String },
-    /// A record names MPS directories other than the claim's own.
-    #[error(
-        "the claim's record names the MPS directory {}, not one under {}; refusing to use it",
-        path.display(),
-        expected.display()
-    )]
-    ForeignMpsDirectory { path: PathBuf, expected: PathBuf },
-    /// A claim UID that cannot name a file (from a damaged or foreign checkpoint).
-    #[error(transparent)]
-    UnsafeName(#[from] crate::paths::UnsafeName),
-    /// The claim's MPS directory could not be created or removed.
-    #[error("cannot create or remove the MPS directory {}: {source}", path.display())]
-    MpsDirectory { path: PathBuf, source: io::Error },
-}
-
-impl From<CheckpointStoreError> for EffectError {
-    fn from(error: CheckpointStoreError) -> Self {
-        Self::Checkpoint(Arc::new(error))
-    }
-}
-
-impl EffectError {
-    /// A failed checkpoint write, for each claim of the batch it failed.
-    pub(super) fn checkpoint(error: &Arc<CheckpointStoreError>) -> Self {
-        Self::Checkpoint(Arc::clone(error))
-    }
-}
 
 /// Whether a claim changes anything on the node besides its CDI spec: a dynamic MIG device,
 /// a time slice or an MPS daemon. Only such claims need their intent recorded before acting.

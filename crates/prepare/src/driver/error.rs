@@ -2,13 +2,20 @@
 //! gRPC layer (which sends its text to the kubelet, bounded in length).
 
 use std::fmt;
+use std::io;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use tessera_kubelet_grpc::ClaimRef;
 
-use super::effects::EffectError;
+use tessera_cdi::SpecDirError;
+
+use crate::cdi_spec::CdiSpecError;
+use crate::checkpoint::CheckpointStoreError;
 use crate::claims::ClaimSourceError;
+use crate::mig::MigError;
 use crate::plan::PlanError;
+use crate::sharing::SharingError;
 
 /// One claim failed: which claim, and why.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -63,4 +70,54 @@ pub(crate) const LOGGED_BYTES: usize = 1024;
 /// An error's text for a log line, bounded like the kubelet's copy.
 pub(crate) fn logged(error: &impl fmt::Display) -> String {
     tessera_kubelet_grpc::bounded(&error.to_string(), LOGGED_BYTES)
+}
+
+/// A side effect failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EffectError {
+    #[error(transparent)]
+    Mig(#[from] MigError),
+    #[error(transparent)]
+    Sharing(#[from] SharingError),
+    #[error(transparent)]
+    Spec(#[from] CdiSpecError),
+    #[error("cannot write or remove the claim's CDI spec: {0}")]
+    SpecDir(#[from] SpecDirError),
+    #[error("{0}; the claim's side effects were undone or will be at the next start")]
+    Checkpoint(Arc<CheckpointStoreError>),
+    /// Dynamic MIG: another claim still holds the placement (it is being unprepared).
+    #[error(
+        "MIG device `{device}` is still held by claim {holder}, which the kubelet has not \
+         unprepared yet; retrying"
+    )]
+    PlacementBusy { device: String, holder: String },
+    /// Static MIG: the recorded instance is gone.
+    #[error("MIG device `{device}` no longer exists on GPU {gpu}")]
+    StaticInstanceGone { device: String, gpu: String },
+    /// A record names MPS directories other than the claim's own.
+    #[error(
+        "the claim's record names the MPS directory {}, not one under {}; refusing to use it",
+        path.display(),
+        expected.display()
+    )]
+    ForeignMpsDirectory { path: PathBuf, expected: PathBuf },
+    /// A claim UID that cannot name a file (from a damaged or foreign checkpoint).
+    #[error(transparent)]
+    UnsafeName(#[from] crate::paths::UnsafeName),
+    /// The claim's MPS directory could not be created or removed.
+    #[error("cannot create or remove the MPS directory {}: {source}", path.display())]
+    MpsDirectory { path: PathBuf, source: io::Error },
+}
+
+impl From<CheckpointStoreError> for EffectError {
+    fn from(error: CheckpointStoreError) -> Self {
+        Self::Checkpoint(Arc::new(error))
+    }
+}
+
+impl EffectError {
+    /// A failed checkpoint write, for each claim of the batch it failed.
+    pub(super) fn checkpoint(error: &Arc<CheckpointStoreError>) -> Self {
+        Self::Checkpoint(Arc::clone(error))
+    }
 }

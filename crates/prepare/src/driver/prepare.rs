@@ -7,8 +7,9 @@ use std::sync::Arc;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tessera_kubelet_grpc::{ClaimRef, ClaimUid, PrepareResult, PreparedDevice, UnprepareResult};
 
-use super::Core;
-use super::effects::{EffectError, has_node_local_effects};
+use super::core::Core;
+use super::effects::has_node_local_effects;
+use super::error::EffectError;
 use super::error::{ClaimError, ClaimFailure, logged};
 use super::placements::HeldPlacements;
 use crate::checkpoint::CheckpointStoreError;

@@ -3,24 +3,21 @@
 //! owns (see the crash-point table in [`crate::driver`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use tessera_cdi::{SpecDir, SpecDirError};
+use tessera_cdi::SpecDir;
 use tessera_kubelet_grpc::{ClaimRef, ClaimUid};
-use tokio::sync::watch;
 
+use super::core::{Core, DriverParts, NodeDriverConfig, StartError};
 use super::error::logged;
+use super::gate::{RecoveryError, RecoveryState};
 use super::placements::HeldPlacements;
-use super::{Core, DriverParts, NodeDriver, NodeDriverConfig, StartError};
 use crate::cdi_spec;
-use crate::checkpoint::{
-    CheckpointOwner, CheckpointStore, CheckpointStoreError, LoadOutcome, read_boot_id,
-};
+use crate::checkpoint::{CheckpointOwner, CheckpointStore, LoadOutcome, read_boot_id};
 use crate::checkpoint::{ClaimRecord, ClaimState, DeviceTarget};
-use crate::claims::ClaimSourceError;
 use crate::mig::MigCapMinors;
 use crate::plan::{MigMode, PlanContext, plan_claim};
 use crate::sharing::MpsDirectories;
@@ -79,69 +76,10 @@ fn describe(uid: &ClaimUid, record: &ClaimRecord) -> String {
     format!("{} ({uid})", record.display_name())
 }
 
-/// Where start-up recovery stands. Until it has finished, the driver serves what it can
-/// (prepared claims from the checkpoint, unprepare) and refuses new prepares; a task retries
-/// it with backoff, and `/readyz` says why the node is not ready.
-pub(super) struct RecoveryState {
-    /// Calls hold it shared; a recovery attempt holds it exclusively.
-    pub(super) gate: tokio::sync::RwLock<()>,
-    /// `None` once recovered, else why not yet.
-    pending: watch::Sender<Option<String>>,
-    /// The checkpoint was lost and CDI specs of unknown claims exist: they are rebuilt from
-    /// the API server's claims.
-    needs_rebuild: AtomicBool,
-    /// The checkpoint file does not hold this boot's records yet (missing, quarantined, written
-    /// during another boot): the first successful attempt writes it. Otherwise an unchanged
-    /// checkpoint is not rewritten (a full state directory must not stop the plugin).
-    write_needed: AtomicBool,
-}
-
-impl RecoveryState {
-    fn new(needs_rebuild: bool, write_needed: bool) -> Self {
-        Self {
-            gate: tokio::sync::RwLock::new(()),
-            pending: watch::channel(Some("recovery has not run yet".to_owned())).0,
-            needs_rebuild: AtomicBool::new(needs_rebuild),
-            write_needed: AtomicBool::new(write_needed),
-        }
-    }
-
-    /// Why recovery has not finished, if it has not.
-    pub(super) fn pending(&self) -> Option<String> {
-        self.pending.borrow().clone()
-    }
-
-    /// Whether the lost checkpoint still has to be rebuilt.
-    pub(super) fn rebuild_pending(&self) -> bool {
-        self.needs_rebuild.load(Ordering::Relaxed)
-    }
-
-    /// Follows [`RecoveryState::pending`].
-    pub(super) fn subscribe(&self) -> watch::Receiver<Option<String>> {
-        self.pending.subscribe()
-    }
-}
-
-/// Why a recovery attempt did not finish.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum RecoveryError {
-    #[error(
-        "the checkpoint was lost and CDI specs of prepared claims exist, but the API server \
-         cannot tell which claims are still allocated here: {0}"
-    )]
-    Rebuild(ClaimSourceError),
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointStoreError),
-    #[error("cannot list this driver's CDI specs: {0}")]
-    Specs(#[from] SpecDirError),
-    #[error("recovery stopped unexpectedly: {0}")]
-    Panicked(String),
-}
-
 pub(super) async fn start(
     config: NodeDriverConfig,
     parts: DriverParts,
-) -> Result<(NodeDriver, StartupReport), StartError> {
+) -> Result<(Arc<Core>, StartupReport), StartError> {
     let boot_id = read_boot_id(&config.boot_id_path)?;
     let owner = checkpoint_owner(&config, &parts);
     let (store, loaded, outcome) = CheckpointStore::open(&config.state_dir, &boot_id, &owner)?;
@@ -189,7 +127,7 @@ pub(super) async fn start(
         recovery_errors: AtomicU64::new(0),
     });
     let report = recover_or_retry_later(&core, report).await;
-    Ok((NodeDriver { core, status: None }, report))
+    Ok((core, report))
 }
 
 /// Who the checkpoint belongs to: this node, its pool (named after the node) and its GPUs.
@@ -236,7 +174,7 @@ async fn recover_or_retry_later(core: &Arc<Core>, mut report: StartupReport) -> 
                 "recovery could not finish ({error}); serving prepared claims and unprepare, \
                  refusing new prepares, and retrying"
             ));
-            core.recovery.pending.send_replace(Some(error.to_string()));
+            core.recovery.set_pending(Some(error.to_string()));
             tokio::spawn(retry_recovery(Arc::downgrade(core), report.clone()));
         }
     }
@@ -257,13 +195,13 @@ async fn retry_recovery(core: Weak<Core>, report: StartupReport) {
         };
         match attempt(&core, report.clone()).await {
             Ok(report) => {
-                core.recovery.pending.send_replace(None);
+                core.recovery.set_pending(None);
                 tracing::info!(?report, "node driver recovered after retrying");
                 return;
             }
             Err(error) => {
                 tracing::warn!(error = %logged(&error), retry_in = ?delay, "recovery could not finish yet");
-                core.recovery.pending.send_replace(Some(error.to_string()));
+                core.recovery.set_pending(Some(error.to_string()));
                 delay = (delay * 2).min(RETRY_MAX_DELAY);
             }
         }
@@ -277,7 +215,7 @@ async fn attempt(
     mut report: StartupReport,
 ) -> Result<StartupReport, RecoveryError> {
     let _exclusive = core.recovery.gate.write().await;
-    let rebuild_from = if core.recovery.needs_rebuild.load(Ordering::Relaxed) {
+    let rebuild_from = if core.recovery.rebuild_pending() {
         Some(core.claims.list().await.map_err(RecoveryError::Rebuild)?)
     } else {
         None
@@ -293,7 +231,7 @@ async fn attempt(
     })
     .await
     .map_err(|e| RecoveryError::Panicked(e.to_string()))??;
-    core.recovery.pending.send_replace(None);
+    core.recovery.set_pending(None);
     Ok(report)
 }
 
@@ -311,11 +249,11 @@ impl Core {
         crate::crash::point("recovery:converged");
         // Record the outcome (and this boot's id) before removing anything unowned; an
         // unchanged checkpoint of this boot is left as it is.
-        if kept != loaded || self.recovery.write_needed.load(Ordering::Relaxed) {
+        if kept != loaded || self.recovery.write_needed() {
             self.store.update(|records| *records = kept.clone())?;
-            self.recovery.write_needed.store(false, Ordering::Relaxed);
+            self.recovery.written();
         }
-        self.recovery.needs_rebuild.store(false, Ordering::Relaxed);
+        self.recovery.rebuilt();
         crate::crash::point("recovery:recorded");
         self.collect_garbage(&kept, report)?;
         Ok(())

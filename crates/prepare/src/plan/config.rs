@@ -16,34 +16,18 @@
 //! the devices the config applies to, are resolved here once those devices are known.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 use tessera_api::DRIVER_NAME;
-use tessera_api::config::{self, GPU_CONFIG_KIND, MIG_DEVICE_CONFIG_KIND, OpaqueConfig};
+use tessera_api::config::{GPU_CONFIG_KIND, MIG_DEVICE_CONFIG_KIND, OpaqueConfig};
 use tessera_api::names::device_type;
-use tessera_api::nvidia::{ConfiguredDevice, NVIDIA_DRIVER_NAME, resolve_per_device_key};
+use tessera_api::nvidia::{
+    AcceptedConfig, ConfiguredDevice, NVIDIA_DRIVER_NAME, decode_accepting_nvidia,
+    resolve_per_device_key,
+};
 
-use super::{PlanError, device_type as type_of};
+use super::error::{ConfigSource, PlanError, device_type as type_of};
 use crate::checkpoint::{DeviceRecord, DeviceTarget};
-
-/// Where an allocation config came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ConfigSource {
-    /// A DeviceClass's `spec.config`.
-    FromClass,
-    /// The claim's `spec.devices.config`.
-    FromClaim,
-}
-
-impl fmt::Display for ConfigSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ConfigSource::FromClass => "DeviceClass",
-            ConfigSource::FromClaim => "claim",
-        })
-    }
-}
 
 /// One of our configs, decoded.
 #[derive(Debug, Clone)]
@@ -99,7 +83,7 @@ pub(super) fn decode_configs(
             }
         };
         let requests = entry.requests.clone().unwrap_or_default();
-        let accepted = config::decode_accepting_nvidia(&opaque.parameters.0).map_err(|error| {
+        let accepted = decode_accepting_nvidia(&opaque.parameters.0).map_err(|error| {
             PlanError::InvalidConfig {
                 index: position,
                 source_kind: source,
@@ -150,10 +134,10 @@ pub fn translation_notes(claim: &k8s_openapi::api::resource::v1::ResourceClaim) 
         else {
             continue;
         };
-        let Ok(config::AcceptedConfig {
+        let Ok(AcceptedConfig {
             translation: Some(translation),
             ..
-        }) = config::decode_accepting_nvidia(&opaque.parameters.0)
+        }) = decode_accepting_nvidia(&opaque.parameters.0)
         else {
             continue;
         };

@@ -16,7 +16,7 @@ use nvml_wrapper_sys::bindings::{
 use tessera_nvml::cuda_cores_per_multiprocessor;
 
 use super::{fill, put, put_str, session, struct_version, versioned};
-use crate::driver::{DeviceRef, Driver};
+use crate::driver::{Driver, NvmlDevice};
 use crate::handles::Handle;
 use crate::samples::Sample;
 use crate::status::{
@@ -35,8 +35,8 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
 ) -> nvmlReturn_t {
     session(|driver, _| {
         let text = match driver.device_identity(Handle::from_ptr(device))? {
-            DeviceRef::Gpu(gpu) => &gpu.uuid,
-            DeviceRef::Mig {
+            NvmlDevice::Gpu(gpu) => &gpu.uuid,
+            NvmlDevice::Mig {
                 compute_instance, ..
             } => &compute_instance.uuid,
         };
@@ -54,8 +54,8 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
 ) -> nvmlReturn_t {
     session(|driver, _| {
         let text = match driver.device(Handle::from_ptr(device))? {
-            DeviceRef::Gpu(gpu) => gpu.product_name.clone(),
-            DeviceRef::Mig { gpu, profile, .. } => {
+            NvmlDevice::Gpu(gpu) => gpu.product_name.clone(),
+            NvmlDevice::Mig { gpu, profile, .. } => {
                 format!("{} MIG {}", gpu.product_name, profile.name)
             }
         };
@@ -137,8 +137,8 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
 /// ([`crate::samples`]), a MIG device's is 0.
 fn memory_in_use(driver: &mut Driver, device: nvmlDevice_t) -> Result<(u64, u64), Status> {
     let (total, gpu) = match driver.device(Handle::from_ptr(device))? {
-        DeviceRef::Gpu(gpu) => (gpu.memory_bytes, Some(gpu.uuid.clone())),
-        DeviceRef::Mig {
+        NvmlDevice::Gpu(gpu) => (gpu.memory_bytes, Some(gpu.uuid.clone())),
+        NvmlDevice::Mig {
             compute_instance, ..
         } => (compute_instance.memory_bytes, None),
     };
@@ -280,7 +280,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
     attributes: *mut nvmlDeviceAttributes_t,
 ) -> nvmlReturn_t {
     session(|driver, _| {
-        let DeviceRef::Mig {
+        let NvmlDevice::Mig {
             compute_instance,
             profile,
             ..
@@ -391,7 +391,7 @@ pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(
     session(|driver, _| {
         let is_mig = matches!(
             driver.device(Handle::from_ptr(device))?,
-            DeviceRef::Mig { .. }
+            NvmlDevice::Mig { .. }
         );
         // SAFETY: `is_mig_device` is null or valid for writes (nvml.h).
         unsafe { put(is_mig_device, c_uint::from(is_mig)) }
@@ -404,7 +404,7 @@ pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
     session(|driver, _| {
-        let DeviceRef::Mig { gpu, .. } = driver.device(Handle::from_ptr(mig_device))? else {
+        let NvmlDevice::Mig { gpu, .. } = driver.device(Handle::from_ptr(mig_device))? else {
             return Err(INVALID_ARGUMENT);
         };
         let handle = Handle::Gpu { gpu: gpu.index };

@@ -6,7 +6,7 @@ use std::ffi::c_uint;
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t};
 
 use super::{put, session};
-use crate::driver::DeviceRef;
+use crate::driver::NvmlDevice;
 use crate::handles::Handle;
 use crate::status::NOT_SUPPORTED;
 
@@ -17,8 +17,8 @@ fn whole_gpu(
     device: nvmlDevice_t,
 ) -> Result<u32, crate::status::Status> {
     match driver.device(Handle::from_ptr(device))? {
-        DeviceRef::Gpu(gpu) => Ok(gpu.index),
-        DeviceRef::Mig { .. } => Err(NOT_SUPPORTED),
+        NvmlDevice::Gpu(gpu) => Ok(gpu.index),
+        NvmlDevice::Mig { .. } => Err(NOT_SUPPORTED),
     }
 }
 

@@ -15,16 +15,16 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams};
 use tessera_api::names::{DRIVER_NAME, attr};
 
-use super::Outcome;
+use super::outcome::ScenarioOutcome;
 use crate::context::Ctx;
-use crate::devices::AttributeValue;
+use crate::devices::PublishedAttribute;
 use crate::manifest::{Manifest, Object};
 use crate::stand_in::StandInPlugins;
 use crate::steps::{
     AllocatedClaim, check_containers, check_prepared, delete_pods_and_check_unprepared,
     wait_allocated, wait_running,
 };
-use crate::wait::{Probe, until};
+use crate::wait::{Progress, until};
 
 const EXAMPLE: &str = "gpu-nic-aligned";
 const NIC_DRIVER: &str = "nic.example.com";
@@ -36,7 +36,7 @@ const ALIGNED_ON: [(&str, &str); 2] = [
 ];
 
 /// An attribute of the stand-in NIC `device`, from the example's own slice.
-fn nic_attribute(slices: &[ResourceSlice], device: &str, name: &str) -> Option<AttributeValue> {
+fn nic_attribute(slices: &[ResourceSlice], device: &str, name: &str) -> Option<PublishedAttribute> {
     let found = slices
         .iter()
         .flat_map(|s| s.spec.devices.iter().flatten())
@@ -44,11 +44,11 @@ fn nic_attribute(slices: &[ResourceSlice], device: &str, name: &str) -> Option<A
     let value = found.attributes.as_ref()?.get(name)?;
     value
         .int
-        .map(AttributeValue::Int)
-        .or_else(|| value.string.clone().map(AttributeValue::String))
+        .map(PublishedAttribute::Int)
+        .or_else(|| value.string.clone().map(PublishedAttribute::String))
 }
 
-pub async fn gpu_nic_aligned(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn gpu_nic_aligned(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let dir = ctx.examples_dir.join(EXAMPLE);
     let manifest = Manifest::read_dir(&dir)?;
     let nic_slices: Vec<ResourceSlice> = manifest
@@ -60,7 +60,7 @@ pub async fn gpu_nic_aligned(ctx: &Ctx) -> anyhow::Result<Outcome> {
         })
         .collect();
     let published = ctx.published().await?;
-    let roots: Vec<AttributeValue> = nic_slices
+    let roots: Vec<PublishedAttribute> = nic_slices
         .iter()
         .flat_map(|s| s.spec.devices.iter().flatten())
         .filter_map(|d| nic_attribute(&nic_slices, &d.name, attr::PCIE_ROOT))
@@ -73,7 +73,7 @@ pub async fn gpu_nic_aligned(ctx: &Ctx) -> anyhow::Result<Outcome> {
         })
     });
     if !unmanaged_match {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "no unmanaged node has a GPU on the stand-in NICs' PCIe roots (the dgx-h100 mock topology)"
                 .into(),
         ));
@@ -123,7 +123,7 @@ pub async fn gpu_nic_aligned(ctx: &Ctx) -> anyhow::Result<Outcome> {
     let cleaned = cleanup.await;
     result?;
     cleaned?;
-    Ok(Outcome::Passed)
+    Ok(ScenarioOutcome::Passed)
 }
 
 async fn check(
@@ -230,9 +230,9 @@ async fn runs_with_both_drivers(
             let uids = &uids;
             async move {
                 Ok(if unprepared.is_superset(uids) {
-                    Probe::Done(())
+                    Progress::Done(())
                 } else {
-                    Probe::Waiting(format!("unprepared {unprepared:?} of {uids:?}"))
+                    Progress::Waiting(format!("unprepared {unprepared:?} of {uids:?}"))
                 })
             }
         },
@@ -254,14 +254,14 @@ async fn names_the_missing_driver(ctx: &Ctx, namespace: &str, node: &str) -> any
             let pod = pods.get("pod").await.context("cannot read the pod")?;
             let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
             if bound.as_deref() != Some(node) {
-                return Ok(Probe::Waiting(format!(
+                return Ok(Progress::Waiting(format!(
                     "pod bound to {bound:?}, allocations on {node}"
                 )));
             }
             let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
             if running {
                 // A cluster with a real nic.example.com plugin runs the pod: also fine.
-                return Ok(Probe::Done(()));
+                return Ok(Progress::Done(()));
             }
             let named = events
                 .list(&ListParams::default().fields("involvedObject.name=pod"))
@@ -275,9 +275,9 @@ async fn names_the_missing_driver(ctx: &Ctx, namespace: &str, node: &str) -> any
             Ok(match named {
                 Some(message) => {
                     ctx.say(format!("kubelet: {message}"));
-                    Probe::Done(())
+                    Progress::Done(())
                 }
-                None => Probe::Waiting(
+                None => Progress::Waiting(
                     "no FailedPrepareDynamicResources event naming nic.example.com yet".into(),
                 ),
             })

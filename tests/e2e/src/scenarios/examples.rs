@@ -5,123 +5,19 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Context, ensure};
-use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
 use tessera_api::names::TOPOLOGY_MANAGED_TAINT;
 
-use super::Outcome;
+use super::example::{ExampleRun, run_example, run_example_with};
+use super::outcome::ScenarioOutcome;
 use crate::claims::EXTENDED_RESOURCES_ENTRY;
 use crate::context::Ctx;
-use crate::devices::Published;
-use crate::manifest::Manifest;
 use crate::steps::{
     AllocatedClaim, check_containers, check_prepared, check_unclaimed_pod,
-    delete_pods_and_check_unprepared, names, wait_allocated, wait_running,
+    delete_pods_and_check_unprepared, wait_allocated, wait_running,
 };
-use crate::wait::{Probe, until};
-
-/// An applied example whose claims are allocated.
-pub struct ExampleRun {
-    pub namespace: String,
-    pub published: Published,
-    /// Each pod with the claims it uses.
-    pub pods: Vec<(Pod, Vec<AllocatedClaim>)>,
-}
-
-impl ExampleRun {
-    /// Every distinct claim of the example.
-    pub fn claims(&self) -> Vec<AllocatedClaim> {
-        let mut seen = BTreeSet::new();
-        self.pods
-            .iter()
-            .flat_map(|(_, claims)| claims.iter())
-            .filter(|c| seen.insert(c.uid().to_owned()))
-            .cloned()
-            .collect()
-    }
-
-    /// The only claim of the example.
-    pub fn single_claim(&self) -> anyhow::Result<AllocatedClaim> {
-        let claims = self.claims();
-        ensure!(
-            claims.len() == 1,
-            "expected one claim in {}, found {}",
-            self.namespace,
-            claims.len()
-        );
-        Ok(claims.into_iter().next().unwrap_or_else(|| unreachable!()))
-    }
-}
-
-/// A check that runs once the example's pods are Running and checked, before cleanup.
-pub type AfterRunning = for<'a> fn(&'a Ctx, &'a ExampleRun) -> BoxFuture<'a, anyhow::Result<()>>;
-
-/// Applies example `name`, waits for its claims, checks them with `expect`, then runs the
-/// common checks and cleans up.
-pub async fn run_example(
-    ctx: &Ctx,
-    name: &str,
-    expect: impl Fn(&ExampleRun) -> anyhow::Result<()>,
-) -> anyhow::Result<Outcome> {
-    run_example_with(ctx, name, expect, None).await
-}
-
-/// [`run_example`], with `after_running` checked while the pods run.
-pub async fn run_example_with(
-    ctx: &Ctx,
-    name: &str,
-    expect: impl Fn(&ExampleRun) -> anyhow::Result<()>,
-    after_running: Option<AfterRunning>,
-) -> anyhow::Result<Outcome> {
-    let dir = ctx.examples_dir.join(name);
-    let manifest = Manifest::read_dir(&dir)?;
-    let namespace = manifest
-        .namespaces()
-        .into_iter()
-        .next()
-        .with_context(|| format!("{} creates no namespace", dir.display()))?;
-    ctx.fresh_namespace(&namespace).await?;
-    manifest.apply(&ctx.client).await?;
-    ctx.say(format!(
-        "applied {} ({} objects)",
-        dir.display(),
-        manifest.objects.len()
-    ));
-
-    let mut pods = Vec::new();
-    for pod in manifest.pods() {
-        let pod_name = pod.metadata.name.clone().unwrap_or_default();
-        let claims = wait_allocated(ctx, &namespace, &pod_name).await?;
-        pods.push((pod.clone(), claims));
-    }
-    let run = ExampleRun {
-        namespace: namespace.clone(),
-        published: ctx.published().await?,
-        pods,
-    };
-    for claim in run.claims() {
-        ctx.say(claim.describe(&run.published));
-    }
-    expect(&run)?;
-
-    let mut running = Vec::new();
-    for (pod, claims) in &run.pods {
-        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-        let current = wait_running(ctx, &namespace, pod_name).await?;
-        check_containers(ctx, &current, claims, &run.published).await?;
-        running.push(current);
-    }
-    ctx.say(format!("pods Running: {}", names(&running).join(", ")));
-    if let Some(check) = after_running {
-        check(ctx, &run).await?;
-    }
-    let claims = run.claims();
-    check_prepared(ctx, &claims).await?;
-    delete_pods_and_check_unprepared(ctx, &namespace, &names(&running), &claims).await?;
-    ctx.delete_namespace(&namespace).await?;
-    Ok(Outcome::Passed)
-}
+use crate::wait::{Progress, until};
 
 /// Devices the default scheduler allocated must not carry the managed-node taint.
 fn untainted(run: &ExampleRun, claim: &AllocatedClaim) -> anyhow::Result<()> {
@@ -148,7 +44,7 @@ fn count(claim: &AllocatedClaim, expected: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn single_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn single_gpu(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let expect = |run: &ExampleRun| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -179,7 +75,7 @@ pub async fn single_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
     Ok(outcome)
 }
 
-pub async fn nvlink_pair(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn nvlink_pair(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "nvlink-pair", |run| {
         let claim = run.single_claim()?;
         count(&claim, 2)?;
@@ -196,14 +92,14 @@ pub async fn nvlink_pair(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn mig_slice(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn mig_slice(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let published = ctx.published().await?;
     let has_mig = published
         .nodes()
         .iter()
         .any(|n| published.on_node(n).any(|d| d.is_mig()));
     if !has_mig {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "no node publishes MIG devices (the local cluster runs hgx-a100-mig on one node)"
                 .to_owned(),
         ));
@@ -225,7 +121,7 @@ pub async fn mig_slice(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn cel_selectors(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn cel_selectors(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "cel-selectors", |run| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -258,7 +154,7 @@ pub async fn cel_selectors(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn shared_claim(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn shared_claim(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "shared-claim", |run| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -305,7 +201,7 @@ fn sharing_config(claim: &AllocatedClaim, strategy: &str) -> anyhow::Result<serd
     Ok(entry.parameters.clone())
 }
 
-pub async fn time_slicing(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn time_slicing(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "time-slicing", |run| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -321,7 +217,7 @@ pub async fn time_slicing(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn mps(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn mps(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "mps", |run| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -341,7 +237,7 @@ pub async fn mps(ctx: &Ctx) -> anyhow::Result<Outcome> {
 /// `mpsConfig`) on a Tessera GPU: the containers' checker must see the MPS daemon with NVIDIA's
 /// limits (`steps::expected_check` reads `mpsConfig` as the plugin does), and the claim must carry
 /// the plugin's `NvidiaConfigTranslated` Event.
-pub async fn nvidia_mps(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn nvidia_mps(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example_with(
         ctx,
         "nvidia-mps",
@@ -391,8 +287,8 @@ async fn translation_event(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot list events of claim {name}"))?
                 .items;
             Ok(match found.first().and_then(|e| e.message.clone()) {
-                Some(message) => Probe::Done(message),
-                None => Probe::Waiting("no such event".to_owned()),
+                Some(message) => Progress::Done(message),
+                None => Progress::Waiting("no such event".to_owned()),
             })
         },
     )
@@ -409,7 +305,7 @@ async fn translation_event(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
 
 /// deploy/examples/nvidia-quickstart: an NVIDIA quickstart manifest after `tessera migrate` (a
 /// crates/cli test keeps the example equal to the command's output).
-pub async fn nvidia_quickstart(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn nvidia_quickstart(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "nvidia-quickstart", |run| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -421,7 +317,7 @@ pub async fn nvidia_quickstart(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn prioritized_list(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn prioritized_list(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "prioritized-list", |run| {
         let claim = run.single_claim()?;
         count(&claim, 1)?;
@@ -448,7 +344,7 @@ pub async fn prioritized_list(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn admin_access(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn admin_access(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "admin-access", |run| {
         let claim = run.single_claim()?;
         let node = claim.node()?;
@@ -540,7 +436,7 @@ fn scheduler_made(
     Ok(())
 }
 
-pub async fn extended_resource_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn extended_resource_gpu(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "extended-resource-gpu", |run| {
         let claim = run.single_claim()?;
         scheduler_made(run, &claim, "gpu.tessera.dev", 2)?;
@@ -558,7 +454,7 @@ pub async fn extended_resource_gpu(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn extended_resource_mig(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn extended_resource_mig(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let published = ctx.published().await?;
     let has_profile = published.nodes().iter().any(|n| {
         published
@@ -566,7 +462,7 @@ pub async fn extended_resource_mig(ctx: &Ctx) -> anyhow::Result<Outcome> {
             .any(|d| d.is_mig() && d.profile() == Some("1g.10gb"))
     });
     if !has_profile {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "no node publishes 1g.10gb MIG devices (the local cluster runs hgx-a100-mig on one node)"
                 .to_owned(),
         ));
@@ -593,10 +489,10 @@ pub async fn extended_resource_mig(ctx: &Ctx) -> anyhow::Result<Outcome> {
 /// (docs/user-guide.md, "Topology-aware placement needs a claim"), so it removes the gate with a
 /// `LeftToScheduler` event naming the resource, and the scheduler gives the pod four GPUs of an
 /// unmanaged node through its own claim.
-pub async fn extended_resource_gated(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn extended_resource_gated(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     const NAMESPACE: &str = "tessera-e2e-extended-gated";
     if ctx.managed_nodes().await?.is_empty() {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "no node is labelled gpu.tessera.dev/topology-managed=true (no controller to ask)"
                 .to_owned(),
         ));
@@ -655,5 +551,5 @@ pub async fn extended_resource_gated(ctx: &Ctx) -> anyhow::Result<Outcome> {
     check_prepared(ctx, &claims).await?;
     delete_pods_and_check_unprepared(ctx, NAMESPACE, &["pod".to_owned()], &claims).await?;
     ctx.delete_namespace(NAMESPACE).await?;
-    Ok(Outcome::Passed)
+    Ok(ScenarioOutcome::Passed)
 }

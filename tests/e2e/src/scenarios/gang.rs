@@ -32,12 +32,12 @@ use tessera_api::names::{
     TOPOLOGY_MANAGED_TAINT,
 };
 
-use super::Outcome;
+use super::outcome::ScenarioOutcome;
 use super::slices::is_dgx_h100;
 use crate::context::Ctx;
-use crate::objects::{Placement, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
+use crate::objects::{PlacedBy, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
 use crate::steps::{pod_events, pod_summary, wait_allocated, wait_running};
-use crate::wait::{Probe, holds_for, until};
+use crate::wait::{Progress, holds_for, until};
 
 const NAMESPACE: &str = "tessera-e2e-gang";
 const CONDITION: &str = "gpu.tessera.dev/TopologyAwarePlacement";
@@ -86,10 +86,10 @@ fn pick(ctx_published: &crate::devices::Published) -> Option<Layout> {
     })
 }
 
-pub async fn gang(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn gang(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let published = ctx.published().await?;
     let Some(layout) = pick(&published) else {
-        return Ok(Outcome::Skipped(format!(
+        return Ok(ScenarioOutcome::Skipped(format!(
             "needs two dgx-h100 nodes and a third node with 4 to 7 whole GPUs; publishing: {:?}",
             published.nodes()
         )));
@@ -140,9 +140,9 @@ async fn wait_tainted(ctx: &Ctx, nodes: &[String], tainted: bool) -> anyhow::Res
                 .map(|d| format!("{}/{}", d.node, d.name))
                 .collect();
             Ok(if wrong.is_empty() {
-                Probe::Done(())
+                Progress::Done(())
             } else {
-                Probe::Waiting(format!("not yet: {wrong:?}"))
+                Progress::Waiting(format!("not yet: {wrong:?}"))
             })
         },
     )
@@ -170,7 +170,7 @@ fn member(
 ) -> anyhow::Result<(ResourceClaim, Pod)> {
     let name = format!("{group}-{index}");
     let claim = gpu_claim(NAMESPACE, &name, gpus, None)?;
-    let mut pod = gpu_pod(NAMESPACE, &name, &name, Placement::TopologyAware)?;
+    let mut pod = gpu_pod(NAMESPACE, &name, &name, PlacedBy::TopologyAware)?;
     match naming {
         Naming::PodGroup => {
             let spec = pod.spec.get_or_insert_default();
@@ -273,8 +273,8 @@ async fn wait_reason(ctx: &Ctx, pod: &str, expected: &str) -> anyhow::Result<Str
         || async {
             let current = pods.get(pod).await?;
             Ok(match reason(&current) {
-                Some((r, message)) if r == expected => Probe::Done(message),
-                _ => Probe::Waiting(pod_summary(&current)),
+                Some((r, message)) if r == expected => Progress::Done(message),
+                _ => Progress::Waiting(pod_summary(&current)),
             })
         },
     )
@@ -294,8 +294,8 @@ async fn wait_event(ctx: &Ctx, pod: &str, reason: &str) -> anyhow::Result<String
                     .rev()
                     .find(|e| e.reason.as_deref() == Some(reason))
                 {
-                    Some(event) => Probe::Done(event.message.clone().unwrap_or_default()),
-                    None => Probe::Waiting(format!(
+                    Some(event) => Progress::Done(event.message.clone().unwrap_or_default()),
+                    None => Progress::Waiting(format!(
                         "events so far: {:?}",
                         events.iter().map(|e| e.reason.clone()).collect::<Vec<_>>()
                     )),
@@ -366,8 +366,37 @@ fn ensure_on_pair(what: &str, nodes: &[String], layout: &Layout) -> anyhow::Resu
     Ok(())
 }
 
-async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Outcome> {
-    // 1. Managed, with racks.
+async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<ScenarioOutcome> {
+    label_racks(ctx, layout, nodes).await?;
+    hold_half_of_each_node(ctx, layout).await?;
+    // Gangs are named by a PodGroup where the cluster serves them, else by the label.
+    let served = serves_pod_groups(ctx).await?;
+    let upstream = if served {
+        Naming::PodGroup
+    } else {
+        ctx.say(
+            "the cluster does not serve scheduling.k8s.io/v1beta1 PodGroups (GenericWorkload off): \
+             every gang is named by the label",
+        );
+        Naming::Label
+    };
+    let first = first_gang(ctx, layout, upstream).await?;
+    let (second, huge) = waiting_gangs(ctx, upstream).await?;
+    second_after_first(ctx, layout, &first, &second, &huge).await?;
+    Ok(if served {
+        ScenarioOutcome::Passed
+    } else {
+        ScenarioOutcome::Skipped(
+            "passed with every gang named by the label; the PodGroup API part needs \
+             scheduling.k8s.io/v1beta1 served (feature gate GenericWorkload, runtime config)"
+                .to_owned(),
+        )
+    })
+}
+
+/// 1. Every node managed, with racks: the one named first by itself in rack e2e-r0, the others
+///    in e2e-r1; then a fresh namespace.
+async fn label_racks(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<()> {
     for node in nodes {
         let rack = if *node == layout.elsewhere {
             "e2e-r0"
@@ -384,12 +413,15 @@ async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Out
     wait_tainted(ctx, nodes, true).await?;
     ctx.fresh_namespace(NAMESPACE).await?;
     create_namespace(&ctx.client, NAMESPACE).await?;
+    Ok(())
+}
 
-    // 2. Half of each dgx-h100 node held, so that each node has room for one 4-GPU pod.
+/// 2. Half of each dgx-h100 node held, so that each node has room for one 4-GPU pod.
+async fn hold_half_of_each_node(ctx: &Ctx, layout: &Layout) -> anyhow::Result<()> {
     for node in &layout.dgx {
         let name = format!("hold-{node}");
         let claim = gpu_claim(NAMESPACE, &name, 4, None)?;
-        let mut pod = gpu_pod(NAMESPACE, &name, &name, Placement::TopologyAware)?;
+        let mut pod = gpu_pod(NAMESPACE, &name, &name, PlacedBy::TopologyAware)?;
         pod.spec.get_or_insert_default().node_selector =
             Some([("kubernetes.io/hostname".to_owned(), node.clone())].into());
         create_claim_and_pod(&ctx.client, &claim, &pod).await?;
@@ -400,18 +432,12 @@ async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Out
             "holder {name} was placed on {on}, expected {node}"
         );
     }
+    Ok(())
+}
 
-    // 3. The first gang (a PodGroup where served): one rack.
-    let served = serves_pod_groups(ctx).await?;
-    let upstream = if served {
-        Naming::PodGroup
-    } else {
-        ctx.say(
-            "the cluster does not serve scheduling.k8s.io/v1beta1 PodGroups (GenericWorkload off): \
-             every gang is named by the label",
-        );
-        Naming::Label
-    };
+/// 3. The first gang (named `upstream`'s way): placed together on rack e2e-r1 and Running;
+///    returns its pods.
+async fn first_gang(ctx: &Ctx, layout: &Layout, upstream: Naming) -> anyhow::Result<Vec<String>> {
     let first = create_group(ctx, "first", (2, 2), 4, upstream).await?;
     let first_nodes = nodes_of(ctx, &first).await?;
     ctx.say(format!(
@@ -431,9 +457,12 @@ async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Out
     for pod in &first {
         wait_running(ctx, NAMESPACE, pod).await?;
     }
+    Ok(first)
+}
 
-    // 4. A second gang (the label) does not fit while the first runs; a gang that can never fit
-    //    (a PodGroup where served) waits too. Neither gets a claim allocated.
+/// 4. A second gang (the label) does not fit while the first runs; a gang that can never fit
+///    (named `upstream`'s way) waits too. Neither gets a claim allocated. Returns their pods.
+async fn waiting_gangs(ctx: &Ctx, upstream: Naming) -> anyhow::Result<(Vec<String>, Vec<String>)> {
     let second = create_group(ctx, "second", (2, 2), 4, Naming::Label).await?;
     let huge = create_group(ctx, "huge", (3, 3), 8, upstream).await?;
     for pod in second.iter().chain(&huge) {
@@ -454,30 +483,31 @@ async fn run(ctx: &Ctx, layout: &Layout, nodes: &[String]) -> anyhow::Result<Out
     ctx.say(format!(
         "gangs `second` (label) and `huge` ({upstream:?}) wait with no claim allocated; event: {event}"
     ));
+    Ok((second, huge))
+}
 
-    // 5. The first gang finishes: the second runs, on the same rack.
+/// 5. The first gang finishes: the second runs, on the same rack; the huge one still waits.
+async fn second_after_first(
+    ctx: &Ctx,
+    layout: &Layout,
+    first: &[String],
+    second: &[String],
+    huge: &[String],
+) -> anyhow::Result<()> {
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), NAMESPACE);
     let claims = Api::<ResourceClaim>::namespaced(ctx.client.clone(), NAMESPACE);
-    for pod in &first {
+    for pod in first {
         pods.delete(pod, &DeleteParams::default()).await?;
         claims.delete(pod, &DeleteParams::default()).await?;
     }
-    let second_nodes = nodes_of(ctx, &second).await?;
+    let second_nodes = nodes_of(ctx, second).await?;
     ctx.say(format!(
         "gang `second` placed on {second_nodes:?} once `first` was deleted"
     ));
     ensure_on_pair("gang `second`", &second_nodes, layout)?;
-    for pod in &second {
+    for pod in second {
         wait_running(ctx, NAMESPACE, pod).await?;
     }
-    nothing_allocated(ctx, &huge, Duration::from_secs(3)).await?;
-    Ok(if served {
-        Outcome::Passed
-    } else {
-        Outcome::Skipped(
-            "passed with every gang named by the label; the PodGroup API part needs \
-             scheduling.k8s.io/v1beta1 served (feature gate GenericWorkload, runtime config)"
-                .to_owned(),
-        )
-    })
+    nothing_allocated(ctx, huge, Duration::from_secs(3)).await?;
+    Ok(())
 }

@@ -19,9 +19,11 @@ use kube::api::ListParams;
 use serde_json::Value;
 use tessera_api::names::DRIVER_NAME;
 
-use super::examples::ExampleRun;
+use super::example::ExampleRun;
 use crate::context::Ctx;
-use crate::wait::{Probe, until};
+use crate::devices::PublishedDevice;
+use crate::steps::AllocatedClaim;
+use crate::wait::{Progress, until};
 
 /// Every device of every claim of `run` gets a `status.devices` entry of this driver whose
 /// `data.uuid` is the published device's UUID.
@@ -57,8 +59,8 @@ pub fn device_status_holds_uuid<'a>(
                                     == Some(&Value::String(uuid.clone()))
                         });
                         Ok(match found {
-                            Some(_) => Probe::Done(()),
-                            None => Probe::Waiting(serde_json::to_string(&entries)?),
+                            Some(_) => Progress::Done(()),
+                            None => Progress::Waiting(serde_json::to_string(&entries)?),
                         })
                     }
                 })
@@ -111,6 +113,16 @@ impl Drop for RestoreSamples {
     }
 }
 
+/// The claim's GPU whose telemetry the scenario scripts, and who holds it.
+struct WatchedGpu<'a> {
+    namespace: &'a str,
+    pod: String,
+    claim: &'a AllocatedClaim,
+    node: String,
+    device: PublishedDevice,
+    uuid: String,
+}
+
 /// The scripted utilization of the claim's GPU in the plugin's `/metrics`, labelled with the pod;
 /// then scripted idle, a `GPUIdle` Event on the pod. Local clusters with fake drivers only (the
 /// fake NVML serves the script).
@@ -135,9 +147,39 @@ async fn gpu_metrics(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
     let previous = std::fs::read_to_string(&path).ok();
     let base = previous.clone().unwrap_or_default();
     let samples = RestoreSamples { path, previous };
-    samples.script(&format!("{base}{uuid} utilization=80\n"))?;
+    let gpu = WatchedGpu {
+        namespace: &run.namespace,
+        pod: pod_name,
+        claim,
+        node,
+        device,
+        uuid,
+    };
+    samples.script(&format!("{base}{} utilization=80\n", gpu.uuid))?;
+    utilization_series(ctx, &gpu).await?;
+    top_shows_utilization(ctx, &gpu).await?;
+
+    // Scripted idle: the pod gets its GPUIdle Event within local-up's idle window (3 s), plus a
+    // sample (1 s) and the Event's round trip.
+    samples.script(&format!("{base}{} utilization=0\n", gpu.uuid))?;
+    let scripted = std::time::Instant::now();
+    idle_event_and_series(ctx, &gpu, scripted).await?;
+    drop(samples);
+    Ok(())
+}
+
+/// The plugin exports the scripted utilization (80) in the series labelled with the pod.
+async fn utilization_series(ctx: &Ctx, gpu: &WatchedGpu<'_>) -> anyhow::Result<()> {
+    let WatchedGpu {
+        namespace,
+        pod: pod_name,
+        claim,
+        node,
+        device,
+        uuid,
+    } = gpu;
     let wanted = [
-        ("namespace", run.namespace.as_str()),
+        ("namespace", *namespace),
         ("pod", pod_name.as_str()),
         ("claim", claim.name()),
         ("device", device.name.as_str()),
@@ -145,10 +187,10 @@ async fn gpu_metrics(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
     ];
     let what = format!(
         "tessera_node_gpu_utilization_percent 80 for {}/{pod_name} on {node}/{}",
-        run.namespace, device.name
+        namespace, device.name
     );
     until(&what, ctx.timeouts.event, || async {
-        let text = ctx.plugins.metrics(&node).await?;
+        let text = ctx.plugins.metrics(node).await?;
         let found = crate::scrape::samples(&text, "tessera_node_gpu_utilization_percent")
             .into_iter()
             .find(|(labels, _)| {
@@ -157,14 +199,19 @@ async fn gpu_metrics(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
                     .all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))
             });
         Ok(match found {
-            Some((_, 80.0)) => Probe::Done(()),
-            other => Probe::Waiting(format!("the pod's series: {other:?}")),
+            Some((_, 80.0)) => Progress::Done(()),
+            other => Progress::Waiting(format!("the pod's series: {other:?}")),
         })
     })
     .await?;
     ctx.say(format!("GPU metrics: {what}"));
+    Ok(())
+}
 
-    // kubectl tessera top shows it (the plugins' metrics through the API server's pod proxy).
+/// `kubectl tessera top` shows the utilization (the plugins' metrics through the API server's pod
+/// proxy).
+async fn top_shows_utilization(ctx: &Ctx, gpu: &WatchedGpu<'_>) -> anyhow::Result<()> {
+    let WatchedGpu { node, device, .. } = gpu;
     let dir = tempfile_dir()?;
     let plugin = kubectl_tessera_binary(&dir)?;
     let top = cli_json(ctx, &plugin, &["top", "-o", "json"])?;
@@ -187,14 +234,26 @@ async fn gpu_metrics(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
         "kubectl tessera top: {node}/{} at 80%",
         device.name
     ));
+    Ok(())
+}
 
-    // Scripted idle: the pod gets its GPUIdle Event within local-up's idle window (3 s), plus a
-    // sample (1 s) and the Event's round trip.
-    samples.script(&format!("{base}{uuid} utilization=0\n"))?;
-    let scripted = std::time::Instant::now();
+/// Once the GPU is scripted idle (at `scripted`): the pod's `GPUIdle` Event within the bound, and
+/// the idle claim's series.
+async fn idle_event_and_series(
+    ctx: &Ctx,
+    gpu: &WatchedGpu<'_>,
+    scripted: std::time::Instant,
+) -> anyhow::Result<()> {
+    let WatchedGpu {
+        namespace,
+        pod: pod_name,
+        claim,
+        node,
+        ..
+    } = gpu;
     let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(ctx.client.clone(), &run.namespace);
-    let what = format!("a GPUIdle Event on pod {}/{pod_name}", run.namespace);
+        Api::namespaced(ctx.client.clone(), namespace);
+    let what = format!("a GPUIdle Event on pod {}/{pod_name}", namespace);
     let note = until(&what, ctx.timeouts.event, || async {
         let list = events.list(&ListParams::default()).await?;
         let found = list.items.into_iter().find(|e| {
@@ -202,8 +261,8 @@ async fn gpu_metrics(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
                 && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod_name.as_str())
         });
         Ok(match found {
-            Some(event) => Probe::Done(event.note.unwrap_or_default()),
-            None => Probe::Waiting("no GPUIdle Event yet".to_owned()),
+            Some(event) => Progress::Done(event.note.unwrap_or_default()),
+            None => Progress::Waiting("no GPUIdle Event yet".to_owned()),
         })
     })
     .await?;
@@ -219,25 +278,24 @@ async fn gpu_metrics(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
     // family without series is not declared in /metrics).
     let what = format!(
         "tessera_node_idle_claim 1 for claim {}/{} on {node}",
-        run.namespace,
+        namespace,
         claim.name()
     );
     until(&what, ctx.timeouts.event, || async {
-        let text = ctx.plugins.metrics(&node).await?;
+        let text = ctx.plugins.metrics(node).await?;
         let found = crate::scrape::samples(&text, "tessera_node_idle_claim")
             .into_iter()
             .find(|(labels, _)| {
-                labels.get("namespace").map(String::as_str) == Some(run.namespace.as_str())
+                labels.get("namespace").map(String::as_str) == Some(*namespace)
                     && labels.get("claim").map(String::as_str) == Some(claim.name())
             });
         Ok(match found {
-            Some((_, 1.0)) => Probe::Done(()),
-            other => Probe::Waiting(format!("the claim's idle series: {other:?}")),
+            Some((_, 1.0)) => Progress::Done(()),
+            other => Progress::Waiting(format!("the claim's idle series: {other:?}")),
         })
     })
     .await?;
     ctx.say(format!("GPU metrics: {what}"));
-    drop(samples);
     Ok(())
 }
 
@@ -329,14 +387,26 @@ async fn kubectl_tessera(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
     let claim = claims.first().context("the pod has a claim")?;
     let node = claim.node()?.to_owned();
     let device = claim.devices(&run.published)?[0].clone();
+    top_lists_the_pod(ctx, &plugin, &pod_key, &node, &device)?;
+    explain_live_equals_files(ctx, &plugin, &dir, &run.namespace, &pod_name, &pod_key).await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
 
-    // top: the pod on its GPU, with the UUID the plugin reported.
-    let top = cli_json(ctx, &plugin, &["top", "-o", "json"])?;
+/// `kubectl tessera top`: the pod on its GPU, with the UUID the plugin reported.
+fn top_lists_the_pod(
+    ctx: &Ctx,
+    plugin: &Path,
+    pod_key: &str,
+    node: &str,
+    device: &PublishedDevice,
+) -> anyhow::Result<()> {
+    let top = cli_json(ctx, plugin, &["top", "-o", "json"])?;
     let row = top["nodes"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|n| n["node"] == node.as_str())
+        .filter(|n| n["node"] == node)
         .flat_map(|n| n["devices"].as_array().cloned().unwrap_or_default())
         .find(|d| d["device"] == device.name.as_str())
         .with_context(|| {
@@ -352,7 +422,7 @@ async fn kubectl_tessera(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
         .find(|h| {
             h["pods"]
                 .as_array()
-                .is_some_and(|p| p.contains(&Value::String(pod_key.clone())))
+                .is_some_and(|p| p.contains(&Value::String(pod_key.to_owned())))
         })
         .with_context(|| {
             format!(
@@ -371,26 +441,38 @@ async fn kubectl_tessera(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
         "kubectl tessera top: {pod_key} on {node}/{}",
         device.name
     ));
+    Ok(())
+}
 
+/// `kubectl tessera explain pod/NAME` on the live cluster answers as `explain --objects` on the
+/// same objects (written to `dir`).
+async fn explain_live_equals_files(
+    ctx: &Ctx,
+    plugin: &Path,
+    dir: &Path,
+    namespace: &str,
+    pod_name: &str,
+    pod_key: &str,
+) -> anyhow::Result<()> {
     // explain pod/NAME on the live cluster = explain --objects on the same objects.
     let objects = dir.join("objects.yaml");
     write_objects(ctx, &objects).await?;
     let target = format!("pod/{pod_name}");
     let mut live = cli_json(
         ctx,
-        &plugin,
-        &["explain", &target, "-n", &run.namespace, "-o", "json"],
+        plugin,
+        &["explain", &target, "-n", namespace, "-o", "json"],
     )?;
     let objects_arg = objects.display().to_string();
     let mut from_files = cli_json(
         ctx,
-        &plugin,
+        plugin,
         &[
             "explain",
             "--objects",
             &objects_arg,
             "--pod",
-            &pod_key,
+            pod_key,
             "-o",
             "json",
         ],
@@ -408,7 +490,6 @@ async fn kubectl_tessera(ctx: &Ctx, run: &ExampleRun) -> anyhow::Result<()> {
             .or(live["verdict"].as_str())
             .unwrap_or("see JSON")
     ));
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 

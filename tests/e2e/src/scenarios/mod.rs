@@ -1,6 +1,9 @@
 //! The scenarios, in the order they run. Each one cleans up after itself (its namespaces are
 //! deleted and its claims unprepared), so any subset can run in any order.
 
+mod example;
+mod outcome;
+
 mod cross_driver;
 mod examples;
 mod gang;
@@ -19,15 +22,9 @@ use futures::future::BoxFuture;
 
 use crate::context::Ctx;
 
-/// How a scenario ended, when it did not fail.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Passed,
-    /// The cluster lacks what the scenario needs (said why).
-    Skipped(String),
-}
+pub use outcome::ScenarioOutcome;
 
-pub type ScenarioFn = for<'a> fn(&'a Ctx) -> BoxFuture<'a, anyhow::Result<Outcome>>;
+pub type ScenarioFn = for<'a> fn(&'a Ctx) -> BoxFuture<'a, anyhow::Result<ScenarioOutcome>>;
 
 pub struct Scenario {
     pub name: &'static str,
@@ -47,6 +44,19 @@ macro_rules! scenario {
 
 /// Every scenario, in run order.
 pub fn all() -> Vec<Scenario> {
+    [
+        published_and_basic(),
+        configs_and_resources(),
+        controller_and_restarts(),
+        consumable_shares(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// The published slices, the monitoring rules and the basic examples.
+fn published_and_basic() -> Vec<Scenario> {
     vec![
         scenario!(
             "slices",
@@ -88,6 +98,12 @@ pub fn all() -> Vec<Scenario> {
             "deploy/examples/shared-claim: one GPU for two containers and two pods",
             examples::shared_claim
         ),
+    ]
+}
+
+/// Sharing configs, NVIDIA's manifests, prioritized lists, admin access, extended resources and a refused config.
+fn configs_and_resources() -> Vec<Scenario> {
+    vec![
         scenario!(
             "time-slicing",
             "deploy/examples/time-slicing: FromClaim TimeSlicing config",
@@ -143,6 +159,12 @@ pub fn all() -> Vec<Scenario> {
             "deploy/examples/invalid-config: prepare refused, the pod event names the field",
             invalid_config::invalid_config
         ),
+    ]
+}
+
+/// The topology-aware controller (gangs included), then plugin restarts.
+fn controller_and_restarts() -> Vec<Scenario> {
+    vec![
         scenario!(
             "gpu-quota",
             "deploy/examples/gpu-quota: a namespace's ResourceQuota of 4 GPUs; a fifth (claim, device-plugin pod, template claim) is refused naming the quota",
@@ -173,6 +195,12 @@ pub fn all() -> Vec<Scenario> {
             "MPS claim: its daemon pod outlives a plugin rollout and pod deletion; unprepare stops it",
             mps_restart::mps_restart
         ),
+    ]
+}
+
+/// Consumable shares.
+fn consumable_shares() -> Vec<Scenario> {
+    vec![
         scenario!(
             "shares-memory",
             "consumable shares `memory`: 3 Deployment replicas asking 20Gi share one H100, a whole-GPU claim gets another",

@@ -10,7 +10,7 @@ use std::process::Command;
 use anyhow::{Context, bail, ensure};
 use serde::Deserialize;
 
-use super::Outcome;
+use super::outcome::ScenarioOutcome;
 use crate::context::Ctx;
 use crate::observer::RuntimeObserver;
 use crate::scrape::{declared, exists, names_in_query};
@@ -31,14 +31,14 @@ const ALERTS: [&str; 6] = [
 /// 1 for its claim).
 const WHILE_IDLE: &[&str] = &["tessera_node_idle_claim"];
 
-pub async fn monitoring(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn monitoring(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let RuntimeObserver::Local { local, .. } = &ctx.observer else {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "renders the chart with helm: the local cluster only".to_owned(),
         ));
     };
     let Some(release) = &local.helm else {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "Tessera was not installed by helm (local-up --install processes)".to_owned(),
         ));
     };
@@ -106,7 +106,7 @@ pub async fn monitoring(ctx: &Ctx) -> anyhow::Result<Outcome> {
         names.len(),
         controllers.len()
     ));
-    Ok(Outcome::Passed)
+    Ok(ScenarioOutcome::Passed)
 }
 
 #[derive(Deserialize)]

@@ -23,19 +23,19 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams};
 
-use super::Outcome;
+use super::outcome::ScenarioOutcome;
 use crate::checker;
 use crate::claims::container_claims;
 use crate::context::Ctx;
 use crate::objects::{
-    CHECK_EVERY_2S, Placement, create_claim_and_pod, create_namespace, gpu_pod_running, mps_claim,
+    CHECK_EVERY_2S, PlacedBy, create_claim_and_pod, create_namespace, gpu_pod_running, mps_claim,
 };
 use crate::observer::RuntimeObserver;
 use crate::steps::{
     AllocatedClaim, check_containers, check_prepared, check_unprepared, expected_check,
     wait_allocated, wait_running,
 };
-use crate::wait::{Probe, until};
+use crate::wait::{Progress, until};
 
 const NAMESPACE: &str = "tessera-e2e-mps-restart";
 /// The fake `nvidia-cuda-mps-control` writes its pid here in the pipe directory.
@@ -67,19 +67,56 @@ impl Daemon {
     }
 }
 
-pub async fn mps_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn mps_restart(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
+    let Setting {
+        node,
+        state_dir,
+        plugin_namespace,
+    } = match setting(ctx).await? {
+        Ok(setting) => setting,
+        Err(why) => return Ok(ScenarioOutcome::Skipped(why)),
+    };
+    let daemon_pods = Api::<Pod>::namespaced(ctx.client.clone(), plugin_namespace);
+    ctx.fresh_namespace(NAMESPACE).await?;
+    create_namespace(&ctx.client, NAMESPACE).await?;
+    let (claim_a, pod_a, daemon_a) = first_claim(ctx, &daemon_pods, &state_dir, &node).await?;
+    let reached = (&claim_a, &pod_a, &daemon_a);
+    restarts_keep_the_daemon(ctx, &daemon_pods, &state_dir, &node, reached).await?;
+    let (claim_b, daemon_b) =
+        second_claim(ctx, &daemon_pods, &state_dir, &node, (&claim_a, &daemon_a)).await?;
+    let claims = [claim_a, claim_b];
+    check_prepared(ctx, &claims).await?;
+
+    // 4. Unprepare: nothing left.
+    ctx.delete_namespace(NAMESPACE).await?;
+    check_unprepared(ctx, &claims).await?;
+    let daemons = [&daemon_a, &daemon_b];
+    nothing_left(ctx, &daemon_pods, &state_dir, &claims, daemons).await?;
+    Ok(ScenarioOutcome::Passed)
+}
+
+/// Where the scenario runs: an unmanaged node with 2 whole GPUs, its plugin's state dir, and
+/// the plugins' namespace.
+struct Setting<'a> {
+    node: String,
+    state_dir: PathBuf,
+    plugin_namespace: &'a str,
+}
+
+/// The [`Setting`], or why this cluster cannot run the scenario.
+async fn setting(ctx: &Ctx) -> anyhow::Result<Result<Setting<'_>, String>> {
     let RuntimeObserver::Local { local, .. } = &ctx.observer else {
-        return Ok(Outcome::Skipped(
+        return Ok(Err(
             "needs the local cluster (the daemons' processes and pipe directories are on this machine)".into(),
         ));
     };
     let Some(plugin_namespace) = ctx.plugins.namespace() else {
-        return Ok(Outcome::Skipped(
+        return Ok(Err(
             "needs Tessera installed by helm (MPS daemons in pods of their own)".into(),
         ));
     };
     if !ctx.observer.expects_checker() {
-        return Ok(Outcome::Skipped(
+        return Ok(Err(
             "needs containerd and a fake NVIDIA driver on every node (MPS through the driver's tools)".into(),
         ));
     }
@@ -90,24 +127,31 @@ pub async fn mps_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
         .into_iter()
         .find(|n| !managed.contains(n) && published.whole_gpus(n).len() >= 2)
     else {
-        return Ok(Outcome::Skipped(
-            "needs an unmanaged node with 2 whole GPUs".into(),
-        ));
+        return Ok(Err("needs an unmanaged node with 2 whole GPUs".into()));
     };
     let state_dir = local
         .node(&node)?
         .plugin_state_dir
         .clone()
         .with_context(|| format!("the local cluster names no plugin state dir for {node}"))?;
-    let daemon_pods = Api::<Pod>::namespaced(ctx.client.clone(), plugin_namespace);
-    ctx.fresh_namespace(NAMESPACE).await?;
-    create_namespace(&ctx.client, NAMESPACE).await?;
+    Ok(Ok(Setting {
+        node,
+        state_dir,
+        plugin_namespace,
+    }))
+}
 
-    // 1. Pod A and its daemon.
-    create(ctx, "mps-a", &node).await?;
+/// 1. Pod A and its daemon, the one process using the claim's pipe directory.
+async fn first_claim(
+    ctx: &Ctx,
+    daemon_pods: &Api<Pod>,
+    state_dir: &Path,
+    node: &str,
+) -> anyhow::Result<(AllocatedClaim, Pod, Daemon)> {
+    create(ctx, "mps-a", node).await?;
     let (claim_a, pod_a) = running(ctx, "mps-a").await?;
-    let daemon_a = daemon(&daemon_pods, &state_dir, claim_a.uid()).await?;
-    let pipe_a = pipe_directory(&state_dir, claim_a.uid());
+    let daemon_a = daemon(daemon_pods, state_dir, claim_a.uid()).await?;
+    let pipe_a = pipe_directory(state_dir, claim_a.uid());
     let users = processes_using(&pipe_a)?;
     ensure!(
         users.contains(&daemon_a.pid),
@@ -120,23 +164,41 @@ pub async fn mps_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
         claim_a.name(),
         daemon_a.describe()
     ));
+    Ok((claim_a, pod_a, daemon_a))
+}
 
-    // 2. A rollout, then a deleted plugin pod: the same daemon, still reached by pod A.
+/// 2. A rollout, then a deleted plugin pod: the same daemon, still reached by pod A.
+async fn restarts_keep_the_daemon(
+    ctx: &Ctx,
+    daemon_pods: &Api<Pod>,
+    state_dir: &Path,
+    node: &str,
+    (claim_a, pod_a, daemon_a): (&AllocatedClaim, &Pod, &Daemon),
+) -> anyhow::Result<()> {
     let rolled = ctx
         .plugins
-        .rollout_restart(&node, ctx.timeouts.restart)
+        .rollout_restart(node, ctx.timeouts.restart)
         .await?;
     ctx.say(rolled);
-    same_daemon_reached(ctx, &daemon_pods, &state_dir, &claim_a, &pod_a, &daemon_a).await?;
-    let killed = ctx.plugins.kill(&node).await?;
-    ctx.plugins.start(&node, ctx.timeouts.restart).await?;
+    same_daemon_reached(ctx, daemon_pods, state_dir, claim_a, pod_a, daemon_a).await?;
+    let killed = ctx.plugins.kill(node).await?;
+    ctx.plugins.start(node, ctx.timeouts.restart).await?;
     ctx.say(format!("{killed}; the DaemonSet's new plugin pod is ready"));
-    same_daemon_reached(ctx, &daemon_pods, &state_dir, &claim_a, &pod_a, &daemon_a).await?;
+    same_daemon_reached(ctx, daemon_pods, state_dir, claim_a, pod_a, daemon_a).await?;
+    Ok(())
+}
 
-    // 3. A second MPS claim, prepared by the restarted plugin.
-    create(ctx, "mps-b", &node).await?;
+/// 3. A second MPS claim, prepared by the restarted plugin, with a daemon of its own.
+async fn second_claim(
+    ctx: &Ctx,
+    daemon_pods: &Api<Pod>,
+    state_dir: &Path,
+    node: &str,
+    (claim_a, daemon_a): (&AllocatedClaim, &Daemon),
+) -> anyhow::Result<(AllocatedClaim, Daemon)> {
+    create(ctx, "mps-b", node).await?;
     let (claim_b, _) = running(ctx, "mps-b").await?;
-    let daemon_b = daemon(&daemon_pods, &state_dir, claim_b.uid()).await?;
+    let daemon_b = daemon(daemon_pods, state_dir, claim_b.uid()).await?;
     ensure!(
         daemon_b.pod_uid != daemon_a.pod_uid && daemon_b.pid != daemon_a.pid,
         "claims {} and {} share an MPS daemon: {} / {}",
@@ -150,20 +212,26 @@ pub async fn mps_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
         claim_b.name(),
         daemon_b.describe()
     ));
-    let claims = [claim_a, claim_b];
-    check_prepared(ctx, &claims).await?;
+    Ok((claim_b, daemon_b))
+}
 
-    // 4. Unprepare: nothing left.
-    ctx.delete_namespace(NAMESPACE).await?;
-    check_unprepared(ctx, &claims).await?;
-    for (claim, daemon) in claims.iter().zip([&daemon_a, &daemon_b]) {
+/// After unprepare: each daemon's pod gone, its process ended, no process using its pipe
+/// directory, its MPS directory removed.
+async fn nothing_left(
+    ctx: &Ctx,
+    daemon_pods: &Api<Pod>,
+    state_dir: &Path,
+    claims: &[AllocatedClaim],
+    daemons: [&Daemon; 2],
+) -> anyhow::Result<()> {
+    for (claim, daemon) in claims.iter().zip(daemons) {
         until(
             &format!("MPS daemon pod {} to be gone", daemon.pod),
             ctx.timeouts.delete,
             || async {
                 Ok(match daemon_pods.get_opt(&daemon.pod).await? {
-                    None => Probe::Done(()),
-                    Some(pod) => Probe::Waiting(format!(
+                    None => Progress::Done(()),
+                    Some(pod) => Progress::Waiting(format!(
                         "still there (deletion {})",
                         if pod.metadata.deletion_timestamp.is_some() {
                             "requested"
@@ -181,7 +249,7 @@ pub async fn mps_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
             claim.name(),
             daemon.pid
         );
-        let pipe = pipe_directory(&state_dir, claim.uid());
+        let pipe = pipe_directory(state_dir, claim.uid());
         let users = processes_using(&pipe)?;
         ensure!(
             users.is_empty(),
@@ -201,7 +269,7 @@ pub async fn mps_restart(ctx: &Ctx) -> anyhow::Result<Outcome> {
         "unprepared: both daemon pods gone, their processes ended, no process uses their pipe \
          directories, their MPS directories removed",
     );
-    Ok(Outcome::Passed)
+    Ok(())
 }
 
 async fn create(ctx: &Ctx, name: &str, node: &str) -> anyhow::Result<()> {
@@ -212,7 +280,7 @@ async fn create(ctx: &Ctx, name: &str, node: &str) -> anyhow::Result<()> {
             NAMESPACE,
             name,
             name,
-            Placement::SchedulerOn(node),
+            PlacedBy::SchedulerOn(node),
             CHECK_EVERY_2S,
         )?,
     )
@@ -264,9 +332,9 @@ async fn same_daemon_reached(
         || async {
             let log = pods.logs(pod_name, &log_params).await?;
             Ok(match checker::last_report(&log) {
-                Some((count, report)) if count >= reports_now + 2 => Probe::Done(report?),
-                Some((count, _)) => Probe::Waiting(format!("{count} report(s) so far")),
-                None => Probe::Waiting("no report".to_owned()),
+                Some((count, report)) if count >= reports_now + 2 => Progress::Done(report?),
+                Some((count, _)) => Progress::Waiting(format!("{count} report(s) so far")),
+                None => Progress::Waiting("no report".to_owned()),
             })
         },
     )

@@ -11,12 +11,12 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 
-use super::Outcome;
-use super::examples::{ExampleRun, run_example_with};
+use super::example::{ExampleRun, run_example_with};
+use super::outcome::ScenarioOutcome;
 use crate::context::Ctx;
 use crate::manifest::{Manifest, Object, apply_object};
 use crate::steps::pod_events;
-use crate::wait::{Probe, until};
+use crate::wait::{Progress, until};
 
 /// The example's quota, which every refusal must name.
 const QUOTA: &str = "gpus";
@@ -25,7 +25,7 @@ const EXCEEDED: &str = "exceeded quota: gpus";
 /// The pod whose claim comes from a template (created; its claim is not).
 const TEMPLATE_POD: &str = "fifth-gpu-from-template";
 
-pub async fn gpu_quota(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn gpu_quota(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example_with(
         ctx,
         "gpu-quota",
@@ -129,8 +129,8 @@ async fn wait_refused_claim_event(ctx: &Ctx, namespace: &str) -> anyhow::Result<
                     && e.message.as_deref().is_some_and(|m| m.contains(EXCEEDED))
             });
             Ok(match found {
-                Some(event) => Probe::Done(event.message.clone().unwrap_or_default()),
-                None => Probe::Waiting(format!(
+                Some(event) => Progress::Done(event.message.clone().unwrap_or_default()),
+                None => Progress::Waiting(format!(
                     "events: {:?}",
                     events
                         .iter()

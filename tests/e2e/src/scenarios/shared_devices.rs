@@ -22,23 +22,23 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use tessera_api::shares::{ENV_MEMORY_LIMIT, ENV_SHARES, ENV_SHARES_TOTAL};
 
-use super::Outcome;
-use super::examples::{ExampleRun, run_example};
+use super::example::{ExampleRun, run_example};
+use super::outcome::ScenarioOutcome;
 use super::sharing::{
     GIB, Share, SharedNode, check_running, consumed_bytes, create, ensure_env, pod, pods_of,
     share_of, template, with_sharing, with_sharing_on,
 };
 use crate::claims::EXTENDED_RESOURCES_ENTRY;
 use crate::context::Ctx;
-use crate::devices::{AttributeValue, PublishedDevice};
+use crate::devices::{PublishedAttribute, PublishedDevice};
 use crate::manifest::Manifest;
 use crate::objects::{PRINT_GPU_ENV, create_namespace};
 use crate::steps::{AllocatedClaim, check_prepared, check_unprepared};
-use crate::wait::{Probe, until};
+use crate::wait::{Progress, until};
 
 fn text_attribute<'a>(device: &'a PublishedDevice, name: &str) -> Option<&'a str> {
     match device.attribute(name)? {
-        AttributeValue::String(s) | AttributeValue::Version(s) => Some(s),
+        PublishedAttribute::String(s) | PublishedAttribute::Version(s) => Some(s),
         _ => None,
     }
 }
@@ -58,7 +58,7 @@ fn claims_of<'a>(run: &'a ExampleRun, name: &str) -> anyhow::Result<&'a [Allocat
         .with_context(|| format!("the example has no pod {name}"))
 }
 
-pub async fn nvidia_selectors(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn nvidia_selectors(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     run_example(ctx, "nvidia-selectors", |run| {
         let [inference] = claims_of(run, "inference")? else {
             anyhow::bail!("pod inference must have one claim");
@@ -110,7 +110,7 @@ pub async fn nvidia_selectors(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn nvidia_shares_integer(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn nvidia_shares_integer(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     with_sharing(ctx, "4", |node| {
         shared_example(
             ctx,
@@ -132,7 +132,7 @@ pub async fn nvidia_shares_integer(ctx: &Ctx) -> anyhow::Result<Outcome> {
     .await
 }
 
-pub async fn nvidia_shares_memory(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn nvidia_shares_memory(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     with_sharing(ctx, "memory", |node| {
         shared_example(
             ctx,
@@ -185,9 +185,9 @@ async fn shared_example(
         || async {
             let pods = pods_of(ctx, &namespace, app).await?;
             Ok(if pods.len() == replicas {
-                Probe::Done(pods)
+                Progress::Done(pods)
             } else {
-                Probe::Waiting(format!("pods: {pods:?}"))
+                Progress::Waiting(format!("pods: {pods:?}"))
             })
         },
     )
@@ -235,7 +235,7 @@ const EXTENDED_NAMESPACE: &str = "tessera-e2e-extended-shared";
 
 /// Two pods asking `nvidia.com/gpu.shared: 1` (no claims): kube-scheduler makes a claim for each
 /// from class `shared.gpu.tessera.dev`, and both get one of the 4 shares of one GPU.
-pub async fn extended_resource_shared(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn extended_resource_shared(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     with_sharing(ctx, "4", |node| extended_shared_body(ctx, node)).await
 }
 
@@ -309,7 +309,7 @@ const UNLIMITED_NAMESPACE: &str = "tessera-e2e-shares-unlimited";
 const UNLIMITED_PODS: usize = 6;
 
 /// `unlimited`: six claims that ask for no memory and one asking 20Gi all get gpu-0.
-pub async fn shares_unlimited(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn shares_unlimited(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     with_sharing(ctx, "unlimited", |node| unlimited_body(ctx, node)).await
 }
 
@@ -391,14 +391,14 @@ const MIG_CLASS: &str = "mig-1g.10gb.gpu.tessera.dev";
 
 /// The MIG node in `2`-shares mode: two claims of a 1g.10gb MIG device share one, the third gets
 /// another (the first has no share left).
-pub async fn shares_mig(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn shares_mig(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let published = ctx.published().await?;
     if !published
         .nodes()
         .iter()
         .any(|n| published.on_node(n).any(|d| d.profile() == Some("1g.10gb")))
     {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "no node publishes 1g.10gb MIG devices (the local cluster runs hgx-a100-mig on one node)"
                 .to_owned(),
         ));

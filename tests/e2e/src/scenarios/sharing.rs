@@ -30,7 +30,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use tessera_api::names::{DRIVER_NAME, GPU_DEVICE_CLASS};
 use tessera_api::shares::{ENV_MEMORY_LIMIT, ENV_SHARES, ENV_SHARES_TOTAL};
 
-use super::Outcome;
+use super::outcome::ScenarioOutcome;
 use super::slices::is_dgx_h100;
 use crate::context::Ctx;
 use crate::devices::parse_quantity;
@@ -41,7 +41,7 @@ use crate::steps::{
     AllocatedClaim, check_containers, check_prepared, check_unprepared, pod_summary,
     wait_allocated, wait_running,
 };
-use crate::wait::{Probe, holds_for, until};
+use crate::wait::{Progress, holds_for, until};
 
 const MEMORY_NAMESPACE: &str = "tessera-e2e-shares-memory";
 const REPLICAS_NAMESPACE: &str = "tessera-e2e-shares-replicas";
@@ -49,14 +49,14 @@ const REPLICAS_NAMESPACE: &str = "tessera-e2e-shares-replicas";
 const TEST_NODE_LABEL: &str = "tessera.dev/test-node";
 pub(super) const GIB: u128 = 1 << 30;
 
-pub async fn shares_memory(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn shares_memory(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     with_sharing(ctx, "memory", |node| {
         memory_body(ctx, node, MEMORY_NAMESPACE)
     })
     .await
 }
 
-pub async fn shares_replicas(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn shares_replicas(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     with_sharing(ctx, "4", |node| {
         replicas_body(ctx, node, REPLICAS_NAMESPACE, 4)
     })
@@ -74,7 +74,11 @@ pub enum SharedNode {
 
 /// Switches the unmanaged dgx-h100 node to `mode`, runs `body` on it, and switches it back
 /// (also when `body` failed; a failure to switch back is reported after `body`'s own).
-pub async fn with_sharing<'a, F, Fut>(ctx: &'a Ctx, mode: &str, body: F) -> anyhow::Result<Outcome>
+pub async fn with_sharing<'a, F, Fut>(
+    ctx: &'a Ctx,
+    mode: &str,
+    body: F,
+) -> anyhow::Result<ScenarioOutcome>
 where
     F: FnOnce(String) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>> + 'a,
@@ -88,18 +92,18 @@ pub async fn with_sharing_on<'a, F, Fut>(
     which: SharedNode,
     mode: &str,
     body: F,
-) -> anyhow::Result<Outcome>
+) -> anyhow::Result<ScenarioOutcome>
 where
     F: FnOnce(String) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>> + 'a,
 {
     let RuntimeObserver::Local { local, .. } = &ctx.observer else {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "switching a node's consumable shares needs the local cluster's helm release".into(),
         ));
     };
     let Some(release) = local.helm.clone() else {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "Tessera is not installed by helm here (or by a local-up that does not record it)"
                 .into(),
         ));
@@ -115,7 +119,7 @@ where
         .into_iter()
         .find(|n| !managed.contains(n) && fits(n))
     else {
-        return Ok(Outcome::Skipped(format!(
+        return Ok(ScenarioOutcome::Skipped(format!(
             "needs an unmanaged {} node; publishing: {:?}",
             match which {
                 SharedNode::DgxH100 => "dgx-h100",
@@ -142,7 +146,7 @@ where
     std::fs::remove_file(&shared_values).ok();
     result?;
     restored?;
-    Ok(Outcome::Passed)
+    Ok(ScenarioOutcome::Passed)
 }
 
 /// `values` with the node group of `node` set to consumable shares `mode`, written to `out`.
@@ -239,9 +243,9 @@ async fn wait_shared(ctx: &Ctx, node: &str, shared: bool) -> anyhow::Result<()> 
                 .map(|d| d.allow_multiple_allocations == Some(true))
                 .collect();
             Ok(if !flags.is_empty() && flags.iter().all(|&f| f == shared) {
-                Probe::Done(())
+                Progress::Done(())
             } else {
-                Probe::Waiting(format!("allowMultipleAllocations per device: {flags:?}"))
+                Progress::Waiting(format!("allowMultipleAllocations per device: {flags:?}"))
             })
         },
     )
@@ -408,6 +412,30 @@ pub(super) async fn pods_of(ctx: &Ctx, namespace: &str, app: &str) -> anyhow::Re
 async fn memory_body(ctx: &Ctx, node: String, namespace: &str) -> anyhow::Result<()> {
     ctx.fresh_namespace(namespace).await?;
     create_namespace(&ctx.client, namespace).await?;
+    let shares = three_replicas_share_a_gpu(ctx, &node, namespace).await?;
+    let whole = whole_gpu_apart(ctx, &node, namespace, &shares[0].device).await?;
+    for share in shares.iter().chain([&whole]) {
+        let env = check_running(ctx, namespace, share).await?;
+        let memory = consumed_bytes(share, "memory")?.to_string();
+        ensure_env(&env, &share.pod, ENV_MEMORY_LIMIT, &memory)?;
+    }
+    let claims: Vec<AllocatedClaim> = shares
+        .iter()
+        .chain([&whole])
+        .map(|s| s.claim.clone())
+        .collect();
+    check_prepared(ctx, &claims).await?;
+    ctx.delete_namespace(namespace).await?;
+    check_unprepared(ctx, &claims).await
+}
+
+/// A Deployment of three replicas asking 20Gi each: one GPU of `node` shared, each with its own
+/// share id. Returns their shares.
+async fn three_replicas_share_a_gpu(
+    ctx: &Ctx,
+    node: &str,
+    namespace: &str,
+) -> anyhow::Result<Vec<Share>> {
     create(
         ctx,
         namespace,
@@ -423,7 +451,7 @@ async fn memory_body(ctx: &Ctx, node: String, namespace: &str) -> anyhow::Result
             "selector": {"matchLabels": {"app": "inference"}},
             "template": {
                 "metadata": {"labels": {"app": "inference", "app.kubernetes.io/part-of": "tessera-e2e"}},
-                "spec": pod_spec(&node, "gpu-20gi"),
+                "spec": pod_spec(node, "gpu-20gi"),
             },
         },
     }))?;
@@ -434,9 +462,9 @@ async fn memory_body(ctx: &Ctx, node: String, namespace: &str) -> anyhow::Result
         || async {
             let pods = pods_of(ctx, namespace, "inference").await?;
             Ok(if pods.len() == 3 {
-                Probe::Done(pods)
+                Progress::Done(pods)
             } else {
-                Probe::Waiting(format!("pods: {pods:?}"))
+                Progress::Waiting(format!("pods: {pods:?}"))
             })
         },
     )
@@ -470,20 +498,24 @@ async fn memory_body(ctx: &Ctx, node: String, namespace: &str) -> anyhow::Result
     ctx.say(format!(
         "three replicas share {node}/{shared_device}, 20Gi each (share ids {ids:?})"
     ));
+    Ok(shares)
+}
 
-    // The fourth asks for no memory, which in `memory` mode is all of it: not next to the three.
+/// The fourth claim asks for no memory, which in `memory` mode is all of it: a GPU other than
+/// `shared_device`, all its memory consumed. Returns its share.
+async fn whole_gpu_apart(
+    ctx: &Ctx,
+    node: &str,
+    namespace: &str,
+    shared_device: &str,
+) -> anyhow::Result<Share> {
     create(
         ctx,
         namespace,
         &template(namespace, "gpu-whole", None, None)?,
     )
     .await?;
-    create(
-        ctx,
-        namespace,
-        &pod(namespace, "whole", &node, "gpu-whole")?,
-    )
-    .await?;
+    create(ctx, namespace, &pod(namespace, "whole", node, "gpu-whole")?).await?;
     let whole = share_of(ctx, namespace, "whole").await?;
     ensure!(
         whole.device != shared_device,
@@ -492,7 +524,7 @@ async fn memory_body(ctx: &Ctx, node: String, namespace: &str) -> anyhow::Result
     );
     let published = ctx.published().await?;
     let capacity = published
-        .get(&node, &whole.device)
+        .get(node, &whole.device)
         .and_then(|d| d.capacity_bytes("memory"))
         .context("the whole-GPU claim's device publishes no memory")?;
     ensure!(
@@ -504,25 +536,36 @@ async fn memory_body(ctx: &Ctx, node: String, namespace: &str) -> anyhow::Result
         "the fourth claim (no memory asked: the whole GPU) got {node}/{}",
         whole.device
     ));
-
-    for share in shares.iter().chain([&whole]) {
-        let env = check_running(ctx, namespace, share).await?;
-        let memory = consumed_bytes(share, "memory")?.to_string();
-        ensure_env(&env, &share.pod, ENV_MEMORY_LIMIT, &memory)?;
-    }
-    let claims: Vec<AllocatedClaim> = shares
-        .iter()
-        .chain([&whole])
-        .map(|s| s.claim.clone())
-        .collect();
-    check_prepared(ctx, &claims).await?;
-    ctx.delete_namespace(namespace).await?;
-    check_unprepared(ctx, &claims).await
+    Ok(whole)
 }
 
 async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> anyhow::Result<()> {
     ctx.fresh_namespace(namespace).await?;
     create_namespace(&ctx.client, namespace).await?;
+    let shares = n_pods_share_gpu_0(ctx, &node, namespace, n).await?;
+    let extra = format!("replica-{n}");
+    extra_pod_waits(ctx, &node, namespace, &extra).await?;
+    let last = freeing_a_share_runs(ctx, &node, namespace, &shares[0], &extra).await?;
+    let claims: Vec<AllocatedClaim> = shares
+        .iter()
+        .skip(1)
+        .chain([&last])
+        .map(|s| s.claim.clone())
+        .collect();
+    check_prepared(ctx, &claims).await?;
+    ctx.delete_namespace(namespace).await?;
+    let mut all = claims;
+    all.push(shares[0].claim.clone());
+    check_unprepared(ctx, &all).await
+}
+
+/// `n` one-share pods on gpu-0 of `node`, each Running with its share. Returns their shares.
+async fn n_pods_share_gpu_0(
+    ctx: &Ctx,
+    node: &str,
+    namespace: &str,
+    n: usize,
+) -> anyhow::Result<Vec<Share>> {
     let on_gpu_0 = format!("device.attributes[\"{DRIVER_NAME}\"].minor == 0");
     create(
         ctx,
@@ -533,7 +576,7 @@ async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> an
     let mut shares = Vec::new();
     for i in 0..n {
         let name = format!("replica-{i}");
-        create(ctx, namespace, &pod(namespace, &name, &node, "one-share")?).await?;
+        create(ctx, namespace, &pod(namespace, &name, node, "one-share")?).await?;
         shares.push(share_of(ctx, namespace, &name).await?);
     }
     for share in &shares {
@@ -557,16 +600,23 @@ async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> an
     let ids: BTreeSet<&str> = shares.iter().map(|s| s.share_id.as_str()).collect();
     ensure!(ids.len() == n, "share ids must differ: {ids:?}");
     ctx.say(format!("{n} pods run on {node}/gpu-0, one share each"));
+    Ok(shares)
+}
 
-    // The N+1th waits: Pending, unschedulable because its claim cannot be allocated.
-    let extra = format!("replica-{n}");
-    create(ctx, namespace, &pod(namespace, &extra, &node, "one-share")?).await?;
+/// The N+1th pod `extra` waits: Pending, unschedulable because its claim cannot be allocated.
+async fn extra_pod_waits(
+    ctx: &Ctx,
+    node: &str,
+    namespace: &str,
+    extra: &str,
+) -> anyhow::Result<()> {
+    create(ctx, namespace, &pod(namespace, extra, node, "one-share")?).await?;
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
     let message = until(
         &format!("pod {extra} to be reported unschedulable"),
         ctx.timeouts.allocate,
         || async {
-            let current = pods.get(&extra).await?;
+            let current = pods.get(extra).await?;
             let scheduled = current
                 .status
                 .as_ref()
@@ -575,12 +625,12 @@ async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> an
                 .cloned();
             Ok(match scheduled {
                 Some(c) if c.status == "False" && c.reason.as_deref() == Some("Unschedulable") => {
-                    Probe::Done(c.message.unwrap_or_default())
+                    Progress::Done(c.message.unwrap_or_default())
                 }
                 Some(c) if c.status == "True" => {
                     bail!("pod {extra} was scheduled: {}", pod_summary(&current))
                 }
-                _ => Probe::Waiting(pod_summary(&current)),
+                _ => Progress::Waiting(pod_summary(&current)),
             })
         },
     )
@@ -593,7 +643,7 @@ async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> an
         &format!("pod {extra} to stay Pending"),
         Duration::from_secs(5),
         || async {
-            let current = pods.get(&extra).await?;
+            let current = pods.get(extra).await?;
             let phase = current.status.as_ref().and_then(|s| s.phase.clone());
             let node_name = current.spec.as_ref().and_then(|s| s.node_name.clone());
             Ok(
@@ -609,12 +659,22 @@ async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> an
     ctx.say(format!(
         "pod {extra} waits (PodScheduled=False, Unschedulable): {message}"
     ));
+    Ok(())
+}
 
-    // Freeing one share lets it run.
-    pods.delete(&shares[0].pod, &DeleteParams::default())
+/// Deleting the pod of `freed` lets `extra` run, on gpu-0. Returns its share.
+async fn freeing_a_share_runs(
+    ctx: &Ctx,
+    node: &str,
+    namespace: &str,
+    freed: &Share,
+    extra: &str,
+) -> anyhow::Result<Share> {
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
+    pods.delete(&freed.pod, &DeleteParams::default())
         .await
-        .with_context(|| format!("cannot delete pod {}", shares[0].pod))?;
-    let last = share_of(ctx, namespace, &extra).await?;
+        .with_context(|| format!("cannot delete pod {}", freed.pod))?;
+    let last = share_of(ctx, namespace, extra).await?;
     ensure!(
         last.device == "gpu-0",
         "pod {extra} got {} once a share was free, expected gpu-0",
@@ -622,18 +682,7 @@ async fn replicas_body(ctx: &Ctx, node: String, namespace: &str, n: usize) -> an
     );
     check_running(ctx, namespace, &last).await?;
     ctx.say(format!("one pod deleted: {extra} runs on {node}/gpu-0"));
-
-    let claims: Vec<AllocatedClaim> = shares
-        .iter()
-        .skip(1)
-        .chain([&last])
-        .map(|s| s.claim.clone())
-        .collect();
-    check_prepared(ctx, &claims).await?;
-    ctx.delete_namespace(namespace).await?;
-    let mut all = claims;
-    all.push(shares[0].claim.clone());
-    check_unprepared(ctx, &all).await
+    Ok(last)
 }
 
 #[cfg(test)]

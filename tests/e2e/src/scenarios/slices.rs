@@ -9,12 +9,12 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{Api, ListParams};
 use tessera_api::names::{DRIVER_NAME, TOPOLOGY_MANAGED_TAINT, attr};
 
-use super::Outcome;
+use super::outcome::ScenarioOutcome;
 use crate::context::Ctx;
 use crate::devices::{Published, PublishedDevice, natural_order};
 use crate::observer::RuntimeObserver;
 
-pub async fn slices(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn slices(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let slices = Api::<ResourceSlice>::all(ctx.client.clone())
         .list(&ListParams::default().fields(&format!("spec.driver={DRIVER_NAME}")))
         .await?
@@ -80,7 +80,7 @@ pub async fn slices(ctx: &Ctx) -> anyhow::Result<Outcome> {
         "{} nodes: no GPU/MIG UUID or NVLink island id is published by two nodes",
         nodes.len()
     ));
-    Ok(Outcome::Passed)
+    Ok(ScenarioOutcome::Passed)
 }
 
 /// Real GPUs never share UUIDs across nodes, and islands are per node; the mock backend derives
@@ -270,7 +270,7 @@ fn check_mig_parents(node: &str, devices: &[&PublishedDevice]) -> anyhow::Result
             device.name
         );
         let parent = match device.attribute(attr::PARENT_UUID) {
-            Some(crate::devices::AttributeValue::String(p)) => p.as_str(),
+            Some(crate::devices::PublishedAttribute::String(p)) => p.as_str(),
             _ => anyhow::bail!("{node}/{}: MIG device without parentUUID", device.name),
         };
         ensure!(

@@ -13,13 +13,13 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use tessera_api::names::TOPOLOGY_MANAGED_TAINT;
 
-use super::Outcome;
-use super::examples::run_example;
+use super::example::run_example;
+use super::outcome::ScenarioOutcome;
 use super::slices::is_dgx_h100;
 use crate::compare::{Side, side_by_side};
 use crate::context::Ctx;
 use crate::devices::{Published, PublishedDevice};
-use crate::objects::{Placement, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
+use crate::objects::{PlacedBy, create_claim_and_pod, create_namespace, gpu_claim, gpu_pod};
 use crate::steps::{
     AllocatedClaim, check_containers, check_prepared, check_unprepared, wait_allocated,
     wait_running,
@@ -27,10 +27,10 @@ use crate::steps::{
 
 const NAMESPACE: &str = "tessera-e2e-topology";
 
-pub async fn topology_aware(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn topology_aware(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let managed = ctx.managed_nodes().await?;
     if managed.is_empty() {
-        return Ok(Outcome::Skipped(
+        return Ok(ScenarioOutcome::Skipped(
             "no node is labelled gpu.tessera.dev/topology-managed=true".to_owned(),
         ));
     }
@@ -99,11 +99,11 @@ fn minor_is(minor: u32) -> String {
     format!("device.attributes[\"gpu.tessera.dev\"].minor == {minor}")
 }
 
-pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<Outcome> {
+pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let published = ctx.published().await?;
     let managed = ctx.managed_nodes().await?;
     let Some((managed_node, unmanaged_node)) = pick_nodes(&published, &managed) else {
-        return Ok(Outcome::Skipped(format!(
+        return Ok(ScenarioOutcome::Skipped(format!(
             "needs a topology-managed and an unmanaged dgx-h100 node (8 H100s each); managed: {managed:?}, publishing: {:?}",
             published.nodes()
         )));
@@ -115,11 +115,47 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<Outcome> {
     ));
 
     // 1. Fragment both nodes the same way: gpu-0 and gpu-1 held by other pods.
+    let mut all_claims = fragment(ctx, &managed_node, &unmanaged_node).await?;
+
+    // 2. The same 4-GPU claim, once through the controller and once through the scheduler.
+    let (tessera, first_fit) = (TESSERA_POD, FIRST_FIT_POD);
+    let (placed, fitted) = four_gpus_both_ways(ctx, &unmanaged_node).await?;
+    let published = ctx.published().await?;
+    let nodes = (managed_node.as_str(), unmanaged_node.as_str());
+    compare_placements(ctx, &published, nodes, &placed, &fitted)?;
+
+    // 3. Both pods run with what they were allocated.
+    for (pod_name, claims) in [(tessera, &placed), (first_fit, &fitted)] {
+        let pod = wait_running(ctx, NAMESPACE, pod_name).await?;
+        ensure_ungated(&pod)?;
+        check_containers(ctx, &pod, claims, &published).await?;
+    }
+    all_claims.extend(placed);
+    all_claims.extend(fitted);
+    check_prepared(ctx, &all_claims).await?;
+
+    // 4. Clean up: everything unprepared.
+    ctx.delete_namespace(NAMESPACE).await?;
+    check_unprepared(ctx, &all_claims).await?;
+    Ok(ScenarioOutcome::Passed)
+}
+
+/// The pods of the same 4-GPU claim through the controller and through the default scheduler.
+const TESSERA_POD: &str = "four-gpus-tessera";
+const FIRST_FIT_POD: &str = "four-gpus-first-fit";
+
+/// gpu-0 and gpu-1 of both nodes held by other pods (the managed node's through the controller).
+/// Returns the holders' claims.
+async fn fragment(
+    ctx: &Ctx,
+    managed_node: &str,
+    unmanaged_node: &str,
+) -> anyhow::Result<Vec<AllocatedClaim>> {
     let mut holders = Vec::new();
     for minor in [0, 1] {
         for (side, placement) in [
-            ("managed", Placement::TopologyAware),
-            ("unmanaged", Placement::SchedulerOn(&unmanaged_node)),
+            ("managed", PlacedBy::TopologyAware),
+            ("unmanaged", PlacedBy::SchedulerOn(unmanaged_node)),
         ] {
             let name = format!("hold-{side}-gpu-{minor}");
             let claim = gpu_claim(NAMESPACE, &name, 1, Some(&minor_is(minor)))?;
@@ -133,26 +169,32 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<Outcome> {
         let claims = wait_allocated(ctx, NAMESPACE, name).await?;
         let claim = claims.first().context("holder pod without a claim")?;
         let expected_node = if name.contains("unmanaged") {
-            &unmanaged_node
+            unmanaged_node
         } else {
-            &managed_node
+            managed_node
         };
         ensure!(
-            claim.node()? == expected_node.as_str(),
+            claim.node()? == expected_node,
             "holder {name} was allocated on {}, expected {expected_node}",
             claim.node()?
         );
         all_claims.extend(claims);
     }
     ctx.say("fragmented: gpu-0 and gpu-1 held on both nodes");
+    Ok(all_claims)
+}
 
-    // 2. The same 4-GPU claim, once through the controller and once through the scheduler.
-    let tessera = "four-gpus-tessera";
-    let first_fit = "four-gpus-first-fit";
+/// The same 4-GPU claim twice: gated for the controller, and pinned to the unmanaged node for the
+/// default scheduler. Returns each pod's claims once allocated.
+async fn four_gpus_both_ways(
+    ctx: &Ctx,
+    unmanaged_node: &str,
+) -> anyhow::Result<(Vec<AllocatedClaim>, Vec<AllocatedClaim>)> {
+    let (tessera, first_fit) = (TESSERA_POD, FIRST_FIT_POD);
     create_claim_and_pod(
         &ctx.client,
         &gpu_claim(NAMESPACE, tessera, 4, None)?,
-        &gpu_pod(NAMESPACE, tessera, tessera, Placement::TopologyAware)?,
+        &gpu_pod(NAMESPACE, tessera, tessera, PlacedBy::TopologyAware)?,
     )
     .await?;
     create_claim_and_pod(
@@ -162,17 +204,28 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<Outcome> {
             NAMESPACE,
             first_fit,
             first_fit,
-            Placement::SchedulerOn(&unmanaged_node),
+            PlacedBy::SchedulerOn(unmanaged_node),
         )?,
     )
     .await?;
     let placed = wait_allocated(ctx, NAMESPACE, tessera).await?;
     let fitted = wait_allocated(ctx, NAMESPACE, first_fit).await?;
-    let published = ctx.published().await?;
+    Ok((placed, fitted))
+}
+
+/// Shows both allocations side by side; the controller's must be gpu-4..7 of the managed node
+/// (the best-connected free set), the scheduler's four GPUs of the unmanaged node.
+fn compare_placements(
+    ctx: &Ctx,
+    published: &Published,
+    (managed_node, unmanaged_node): (&str, &str),
+    placed: &[AllocatedClaim],
+    fitted: &[AllocatedClaim],
+) -> anyhow::Result<()> {
     let placed_claim = placed.first().context("no claim")?;
     let fitted_claim = fitted.first().context("no claim")?;
-    let placed_devices = placed_claim.devices(&published)?;
-    let fitted_devices = fitted_claim.devices(&published)?;
+    let placed_devices = placed_claim.devices(published)?;
+    let fitted_devices = fitted_claim.devices(published)?;
     ctx.say(format!(
         "the same 4-GPU claim, gpu-0 and gpu-1 held on both nodes:\n{}",
         side_by_side(
@@ -194,7 +247,7 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<Outcome> {
     ));
 
     ensure!(
-        placed_claim.node()? == managed_node.as_str(),
+        placed_claim.node()? == managed_node,
         "the gated pod's claim was allocated on {}, expected the managed node {managed_node}",
         placed_claim.node()?
     );
@@ -205,26 +258,12 @@ pub async fn topology_fragmented(ctx: &Ctx) -> anyhow::Result<Outcome> {
         "the controller chose {names:?}; with gpu-0 and gpu-1 held, the best-connected free set is gpu-4..7 (one socket)"
     );
     ensure!(
-        fitted_claim.node()? == unmanaged_node.as_str() && fitted_devices.len() == 4,
+        fitted_claim.node()? == unmanaged_node && fitted_devices.len() == 4,
         "the scheduler's claim: {} devices on {}, expected 4 on {unmanaged_node}",
         fitted_devices.len(),
         fitted_claim.node()?
     );
-
-    // 3. Both pods run with what they were allocated.
-    for (pod_name, claims) in [(tessera, &placed), (first_fit, &fitted)] {
-        let pod = wait_running(ctx, NAMESPACE, pod_name).await?;
-        ensure_ungated(&pod)?;
-        check_containers(ctx, &pod, claims, &published).await?;
-    }
-    all_claims.extend(placed);
-    all_claims.extend(fitted);
-    check_prepared(ctx, &all_claims).await?;
-
-    // 4. Clean up: everything unprepared.
-    ctx.delete_namespace(NAMESPACE).await?;
-    check_unprepared(ctx, &all_claims).await?;
-    Ok(Outcome::Passed)
+    Ok(())
 }
 
 fn ensure_ungated(pod: &Pod) -> anyhow::Result<()> {

@@ -1,22 +1,18 @@
 //! The cluster as the allocator indexes it once: slices, their devices, DeviceClasses and nodes.
-//! An [`DeviceIndex`] is immutable after construction and shared between allocations (it is `Send +
-//! Sync`); per-node pool views and class-selector results are computed on first use and cached.
+//! A [`Cluster`] is immutable after construction (class-selector results are computed on first
+//! use and cached); [`crate::DeviceIndex`] holds it with what allocations keep between them.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, NodeSelector};
+use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
 
 use crate::device::{DeviceEntry, DeviceId};
-use crate::error::AllocateError;
 use crate::node::NodeInfo;
-use crate::pools::NodePools;
 use crate::quantity::Amount;
-use crate::selection::{ClassEntry, SelectorCache, Verdict};
-use crate::verdicts::VerdictCache;
+use crate::selection::{ClassEntry, SelectorCache};
 
 /// A counter set published in a slice.
 #[derive(Debug)]
@@ -26,7 +22,7 @@ pub(crate) struct CounterSetEntry {
     pub counters: Result<Vec<(String, Amount)>, String>,
 }
 
-/// A slice, with the devices moved out into the inventory's device table.
+/// A slice, with the devices moved out into the cluster's device table.
 #[derive(Debug)]
 pub(crate) struct SliceEntry {
     pub name: String,
@@ -55,28 +51,22 @@ impl SliceEntry {
 
 /// Everything the allocator knows about the cluster, indexed for allocation.
 #[derive(Debug)]
-pub struct DeviceIndex {
-    pub(crate) slices: Vec<SliceEntry>,
-    pub(crate) devices: Vec<DeviceEntry>,
-    pub(crate) classes: HashMap<String, ClassEntry>,
-    pub(crate) nodes: Vec<NodeInfo>,
+pub(crate) struct Cluster {
+    pub slices: Vec<SliceEntry>,
+    pub devices: Vec<DeviceEntry>,
+    pub classes: HashMap<String, ClassEntry>,
+    pub nodes: Vec<NodeInfo>,
     node_index: HashMap<String, usize>,
     /// Slices with `nodeName`, by node.
-    pub(crate) slices_by_node: HashMap<String, Vec<usize>>,
+    pub slices_by_node: HashMap<String, Vec<usize>>,
     /// Slices without `nodeName`.
-    pub(crate) shared_slices: Vec<usize>,
+    pub shared_slices: Vec<usize>,
     /// All slices of a pool, by (driver, pool).
-    pub(crate) slices_by_pool: HashMap<(Arc<str>, Arc<str>), Vec<usize>>,
-    /// Per node (same index as `nodes`): its pools, gathered on first use.
-    node_pools: Vec<OnceLock<NodePools>>,
-    pub(crate) selectors: SelectorCache,
-    /// Per-node search results of recent claim shapes (topology-aware choice among nodes).
-    pub(crate) verdicts: Mutex<VerdictCache>,
-    /// Whether [`DeviceIndex::set_reuse_results`] left the stored results on.
-    pub(crate) reuse_results: AtomicBool,
+    pub slices_by_pool: HashMap<(Arc<str>, Arc<str>), Vec<usize>>,
+    pub selectors: SelectorCache,
 }
 
-impl DeviceIndex {
+impl Cluster {
     /// Indexes slices, classes and nodes. With no nodes, the node set is derived from the
     /// `nodeName` of slices and devices (without labels, so label selectors match none of them).
     /// A class name given twice keeps the last definition.
@@ -84,8 +74,8 @@ impl DeviceIndex {
         slices: Vec<ResourceSlice>,
         classes: Vec<DeviceClass>,
         nodes: Vec<NodeInfo>,
-    ) -> DeviceIndex {
-        let mut inv = DeviceIndex {
+    ) -> Cluster {
+        let mut inv = Cluster {
             slices: Vec::with_capacity(slices.len()),
             devices: Vec::new(),
             classes: HashMap::new(),
@@ -94,10 +84,7 @@ impl DeviceIndex {
             slices_by_node: HashMap::new(),
             shared_slices: Vec::new(),
             slices_by_pool: HashMap::new(),
-            node_pools: Vec::new(),
             selectors: SelectorCache::default(),
-            verdicts: Mutex::default(),
-            reuse_results: AtomicBool::new(true),
         };
         let mut derived_nodes = BTreeSet::new();
         for slice in slices {
@@ -121,18 +108,8 @@ impl DeviceIndex {
             .enumerate()
             .map(|(i, n)| (n.name.clone(), i))
             .collect();
-        inv.node_pools = nodes.iter().map(|_| OnceLock::new()).collect();
         inv.nodes = nodes;
         inv
-    }
-
-    /// Like [`DeviceIndex::new`] with `core/v1` Node objects.
-    pub fn from_nodes(
-        slices: Vec<ResourceSlice>,
-        classes: Vec<DeviceClass>,
-        nodes: &[Node],
-    ) -> DeviceIndex {
-        DeviceIndex::new(slices, classes, nodes.iter().map(NodeInfo::from).collect())
     }
 
     fn add_slice(&mut self, slice: ResourceSlice, derived_nodes: &mut BTreeSet<String>) {
@@ -204,87 +181,8 @@ impl DeviceIndex {
         });
     }
 
-    /// The nodes, sorted by name (the order first fit tries them in).
-    pub fn nodes(&self) -> &[NodeInfo] {
-        &self.nodes
-    }
-
-    /// A node by name.
-    pub fn node(&self, name: &str) -> Option<&NodeInfo> {
-        self.node_index.get(name).map(|&i| &self.nodes[i])
-    }
-
-    /// The devices of the slices published for `node` by name (counter slices have none), as
-    /// the slices list them. Devices of slices shared between nodes are not included. Used to
-    /// read node-wide facts a driver publishes on every device (a fabric clique).
-    pub fn node_devices<'a>(
-        &'a self,
-        node: &str,
-    ) -> impl Iterator<Item = (&'a DeviceId, &'a k8s_openapi::api::resource::v1::Device)> + 'a {
-        self.slices_by_node
-            .get(node)
-            .into_iter()
-            .flatten()
-            .flat_map(move |&s| self.devices[self.slices[s].devices.clone()].iter())
-            .map(|d| (&d.id, &d.device))
-    }
-
-    /// Number of devices in all slices.
-    pub fn device_count(&self) -> usize {
-        self.devices.len()
-    }
-
-    /// How many devices of the inventory (any node, in use or not) a DeviceClass's own selectors
-    /// select; `None` when there is no class of that name. A selector that does not compile or
-    /// fails on a device it is evaluated on is an error, as it would be in allocation. Verdicts are cached, so a
-    /// later allocation on this inventory does not evaluate them again.
-    pub fn devices_selected_by_class(&self, class: &str) -> Option<Result<usize, AllocateError>> {
-        let entry = self.classes.get(class)?;
-        let owner = || format!("class {class}");
-        let mut selected = 0;
-        for index in 0..self.devices.len() {
-            match entry.verdict(&self.selectors, &self.devices, index) {
-                Verdict::Match => selected += 1,
-                Verdict::NoMatch(_) => {}
-                Verdict::Failed {
-                    selector,
-                    message,
-                    compile,
-                } => {
-                    return Some(Err(AllocateError::selector(
-                        owner(),
-                        selector,
-                        &self.devices[index].id,
-                        message,
-                        compile,
-                    )));
-                }
-            }
-        }
-        Some(Ok(selected))
-    }
-
-    /// Whether a topology-aware choice among nodes may answer a node from the result stored for
-    /// an earlier claim of the same shape when the node's devices in use did not change (on by
-    /// default). The choice is the same either way; off, every node is searched again, which
-    /// the tests and benchmarks use to compare.
-    pub fn set_reuse_results(&self, reuse: bool) {
-        self.reuse_results.store(reuse, Ordering::Relaxed);
-        if !reuse {
-            *self
-                .verdicts
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = VerdictCache::default();
-        }
-    }
-
     /// Index of a node by name.
-    pub(crate) fn node_position(&self, name: &str) -> Option<usize> {
+    pub fn node_position(&self, name: &str) -> Option<usize> {
         self.node_index.get(name).copied()
-    }
-
-    /// The pools the node at `position` can allocate from, gathered on first use.
-    pub(crate) fn pools_for(&self, position: usize) -> &NodePools {
-        self.node_pools[position].get_or_init(|| NodePools::gather(self, &self.nodes[position]))
     }
 }
