@@ -19,7 +19,7 @@ pub struct LogArgs {
     #[arg(long, env = "TESSERA_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// What to log, in `RUST_LOG` syntax: `info`, `debug`, `tessera_node=debug,info`
+    /// What to log, in `RUST_LOG` syntax: `info`, `debug`, `tessera_node=debug,tessera_prepare=debug,info`
     /// [default: $RUST_LOG, else info].
     #[arg(long, env = "TESSERA_LOG_LEVEL")]
     pub log_level: Option<String>,

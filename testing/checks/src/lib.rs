@@ -4,7 +4,8 @@
 //!   docs cite only files in the tree, every workspace dependency is used;
 //! - `tests/function_length.rs`: no function over the length limit;
 //! - `tests/import_circles.rs`: no import circle between the files of one crate;
-//! - `tests/public_names.rs`: no two public types of the workspace share a name.
+//! - `tests/public_names.rs`: no two public types of the workspace share a name;
+//! - `tests/code_map.rs`: docs/ARCHITECTURE.md has a true section for every crate.
 //!
 //! This library holds what the checks share: where the workspace is, which crates it has
 //! ([`crate_dirs`]) and a crate's modules read from its files ([`module_tree`]).
