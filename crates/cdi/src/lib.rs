@@ -34,6 +34,9 @@
 //! devices), so a per-claim spec puts the claim UID into each device name.
 //!
 //! This crate does file IO only: no network, no async runtime.
+//!
+//! Modules: `names` (CDI's naming rules and qualified device ids), `spec` (the spec model and its
+//! minimum version), `dir` (`SpecDir`: atomic writes, batches, reads, removal, listing).
 
 mod dir;
 mod names;

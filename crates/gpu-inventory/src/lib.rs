@@ -11,6 +11,10 @@
 //! - [`render`]: inventory → the node's ResourceSlices, and [`check_slice`], the API limits.
 //!
 //! Everything except the mock backend's file reading is pure: no IO, no kube, no tokio, no FFI.
+//!
+//! Modules: `units` (majors.minors and semver forms), `pci` (bus ids and PCIe roots),
+//! `model`, `validate` (what an inventory must satisfy), `source` and `mock`, `node_identity`,
+//! `islands`, `device_name`, `render`.
 
 pub mod device_name;
 pub mod islands;

@@ -1,5 +1,7 @@
 //! `tessera-kubelet-plugin`: flags, logging, the async runtime, and [`NodePlugin`] until SIGTERM
 //! or SIGINT (its parts, and the order they stop in: `tessera_node::plugin`).
+//!
+//! Modules: `args` (the flags, each with its `TESSERA_<FLAG>` variable, into a `NodePluginConfig`).
 
 mod args;
 

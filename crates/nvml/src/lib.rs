@@ -15,6 +15,11 @@
 //!
 //! Safety: this module tree is the crate's FFI edge. `unsafe` is allowed here only; every block
 //! says why it is sound.
+//!
+//! Modules: `error` (what NVML answered, per call), `ffi` (calling the C ABI through
+//! nvml-wrapper-sys), `library` (which libnvidia-ml is loaded), `sysfs`, `mig_sys` (the raw MIG
+//! calls nvml-wrapper lacks), `read` (the inventory), `mig` (create/destroy), `events` (XID/ECC),
+//! `telemetry`.
 #![allow(unsafe_code)]
 
 mod error;

@@ -166,3 +166,62 @@ fn the_reader_finds_sections_dependencies_and_types() {
         BTreeSet::from(["a".into(), "c".into()])
     );
 }
+
+/// The modules declared at the top of a crate root (`mod x;` / `pub mod x;` lines), each with
+/// whether the root's `//!` docs name it.
+fn root_modules(root_file: &str) -> Vec<(String, bool)> {
+    let declared = Regex::new(r"(?m)^(?:pub(?:\([a-z]+\))? )?mod ([a-z_0-9]+);").unwrap();
+    let docs: String = root_file
+        .lines()
+        .filter(|l| l.starts_with("//!"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    declared
+        .captures_iter(root_file)
+        .map(|c| {
+            let name = c[1].to_owned();
+            let named = Regex::new(&format!(r"\b{}\b", regex::escape(&name)))
+                .unwrap()
+                .is_match(&docs);
+            (name, named)
+        })
+        .collect()
+}
+
+/// Each crate's `lib.rs` and `main.rs` list its modules: a newcomer reads the crate's map there.
+#[test]
+fn every_crate_root_names_its_modules() {
+    let root = workspace_root();
+    let mut unnamed = Vec::new();
+    for krate in crate_dirs(&root) {
+        for file in ["src/lib.rs", "src/main.rs"] {
+            let Ok(text) = std::fs::read_to_string(krate.join(file)) else {
+                continue;
+            };
+            for (module, named) in root_modules(&text) {
+                if !named {
+                    unnamed.push(format!("{}/{file}: `{module}`", krate.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        unnamed.is_empty(),
+        "crate roots whose docs (`//!`) do not name these modules; say in a line what each is:\n{}",
+        unnamed.join("\n")
+    );
+}
+
+#[test]
+fn root_modules_are_read_with_whether_the_docs_name_them() {
+    let text =
+        "//! Modules: `alpha` (the first).\n\nmod alpha;\npub mod beta;\npub(crate) mod gamma;\n";
+    assert_eq!(
+        root_modules(text),
+        [
+            ("alpha".to_owned(), true),
+            ("beta".to_owned(), false),
+            ("gamma".to_owned(), false)
+        ]
+    );
+}

@@ -33,6 +33,12 @@
 //! (objects are stored as sent, unknown fields included), garbage collection of owned objects,
 //! graceful pod deletion (pods go at once unless they have finalizers), namespace existence,
 //! dry runs (refused), protobuf and CBOR (JSON only), aggregated discovery.
+//!
+//! Modules: `error` (failures as `meta/v1` Status objects), `resources` (the resource
+//! types served), `selectors`, `store`, `managed_fields`, `hooks` (faults, dropped fields, the
+//! request log), `shared` (the state every handle shares), `target` (a write's target and its
+//! checks), `apply` (server-side apply, approximated), `write`, `watch`, `discovery`, `http` (the
+//! loopback server), `server` (`FakeApiServer`).
 
 mod apply;
 mod discovery;

@@ -1,6 +1,6 @@
 //! Test-only NVML: a cdylib exporting the subset of the NVML C ABI Tessera calls, answering from a
 //! topology file. Loading `libtessera_fake_nvml.so` in place of `libnvidia-ml.so.1` runs the real
-//! NVML code path of `tessera_gpu_inventory::nvml` (nvml-wrapper included) without a GPU.
+//! NVML code path of `tessera_nvml` (nvml-wrapper included) without a GPU.
 //!
 //! - `TESSERA_FAKE_NVML_TOPOLOGY` ([`TOPOLOGY_ENV`]): the topology the GPUs come from — a YAML
 //!   topology file (docs/topology-format.md, parsed by `tessera_gpu_inventory`'s own parser) or the
@@ -21,6 +21,10 @@
 //! State (including MIG instances created and destroyed through the API) lives for the process,
 //! like the hardware's; `nvmlShutdown` ends a session but does not reset it. See README.md for
 //! the exported symbols.
+//!
+//! Modules: `status` (NVML's return codes), `sysfs` (the sysfs tree a fake node needs), `handles`
+//! (opaque device handles), `embedded`, `events`, `samples`, `driver` (the process-wide fake GPUs
+//! and their state), `exports` (the C functions, grouped as NVML's headers group them).
 
 mod driver;
 pub mod embedded;

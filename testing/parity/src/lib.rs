@@ -9,6 +9,10 @@
 //! ```
 //!
 //! See tests/parity/README.md.
+//!
+//! Modules: `instance` (one generated allocation problem), `generate`, `cel` (the selectors the
+//! generator writes), `ours` (Tessera's verdict), `oracle` (upstream's, through the Go tool),
+//! `compare` (the judge), `bench`.
 
 pub mod bench;
 pub mod cel;

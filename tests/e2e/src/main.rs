@@ -1,6 +1,14 @@
 //! `tessera-e2e`: Tessera's end-to-end scenarios against a running cluster — the local one of
 //! tests/cluster (with the processes of tests/e2e/local-up) or kind (deploy/kind). Run it through
 //! `tests/e2e/run`, which builds it. See tests/e2e/README.md.
+//!
+//! Modules: `wait` (polling with a deadline), `envfile`, `local` (the local cluster's layout),
+//! `context` (what every scenario works with), `manifest` (examples read and applied), `objects`
+//! (claims and pods the scenarios build), `claims` and `devices` (what was allocated, what was
+//! published), `cdi_view` and `observer` (what reached the container runtime), `checker` (the
+//! in-container checker's report), `compare` (two allocations side by side), `plugins` (killing and
+//! restarting plugins), `scrape` (`/metrics`), `stand_in` (another driver's kubelet plugin), `steps`
+//! (the steps scenarios are made of), `dump` (what a failure prints), `scenarios`.
 
 mod cdi_view;
 mod checker;
