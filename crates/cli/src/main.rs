@@ -53,8 +53,8 @@ enum Command {
     /// Compare first-fit and topology-aware placement on a synthetic cluster and claim trace.
     #[command(long_about = simulate::LONG_ABOUT)]
     Simulate(simulate::SimulateArgs),
-    /// Lint DeviceClasses, ResourceClaims and ResourceClaimTemplates: CEL selectors, attribute
-    /// names, opaque configs. Exit status 0 when clean, 1 with findings, 2 on unreadable input.
+    /// Lint DeviceClasses, ResourceClaims, ResourceClaimTemplates and ResourceQuotas: CEL
+    /// selectors, attribute names, opaque configs, GPU quota keys that are never enforced. Exit status 0 when clean, 1 with findings, 2 on unreadable input.
     ///
     /// With `-o json`: `{"findings": [{"file", "object", "path", "problem"}], "checked", "files",
     /// "unreadable": [{"file", "error"}]}` on stdout.

@@ -1,5 +1,5 @@
-//! `tessera validate FILE...`: lints DeviceClasses, ResourceClaims and ResourceClaimTemplates
-//! (multi-document YAML, `List` objects included) before they reach a cluster.
+//! `tessera validate FILE...`: lints DeviceClasses, ResourceClaims, ResourceClaimTemplates and
+//! ResourceQuotas (multi-document YAML, `List` objects included) before they reach a cluster.
 //!
 //! Findings: a CEL selector that does not compile, that cannot return a bool, or whose estimated
 //! cost the API server would refuse; an attribute or capacity name under `gpu.tessera.dev` (or a
@@ -9,11 +9,13 @@
 //! `resource.nvidia.com/v1beta1`, which the node plugin reads as Tessera's, also under NVIDIA's
 //! driver name `gpu.nvidia.com`, through the decoder prepare uses); a DeviceClass's
 //! `extendedResourceName` the API server refuses, or one another class (in any file) carries
-//! already. Each finding names the file, the
-//! object, the field path and the problem. Exit status: 0 clean, 1 with findings, 2 when an input
+//! already; a ResourceQuota key for an extended resource without the `requests.` prefix, which the
+//! API server stores and never enforces (`quota`). Each finding names the file, the object, the
+//! field path and the problem. Exit status: 0 clean, 1 with findings, 2 when an input
 //! cannot be read or parsed.
 
 mod objects;
+mod quota;
 mod schema_check;
 
 use std::io::Write;
@@ -28,8 +30,9 @@ use objects::{ObjectRef, documents, selector_fields};
 
 #[derive(Debug, clap::Args)]
 pub struct ValidateArgs {
-    /// YAML files holding DeviceClasses, ResourceClaims and ResourceClaimTemplates (several
-    /// documents per file and `kind: List` are fine; other kinds are skipped with a note).
+    /// YAML files holding DeviceClasses, ResourceClaims, ResourceClaimTemplates and
+    /// ResourceQuotas (several documents per file and `kind: List` are fine; other kinds are
+    /// skipped with a note).
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
 
@@ -92,7 +95,7 @@ pub fn run(
             if !object_ref.is_checked_kind() {
                 writeln!(
                     err,
-                    "note: {file}: {object_ref} skipped: only DeviceClasses, ResourceClaims and ResourceClaimTemplates are checked"
+                    "note: {file}: {object_ref} skipped: only DeviceClasses, ResourceClaims, ResourceClaimTemplates and ResourceQuotas are checked"
                 )?;
                 continue;
             }
@@ -267,6 +270,12 @@ impl Linter {
             path,
             problem,
         };
+        if object_ref.is_resource_quota() {
+            return quota::unenforced_keys(object)
+                .into_iter()
+                .map(|(path, problem)| finding(path, problem))
+                .collect();
+        }
         let fields = selector_fields(object_ref, object);
         let mut findings: Vec<Finding> = fields
             .malformed

@@ -213,3 +213,33 @@ fn json_output_carries_the_same_findings_and_the_unreadable_files() {
     );
     assert_eq!(report["findings"].as_array().unwrap().len(), 3);
 }
+
+#[test]
+fn a_gpu_quota_key_that_is_never_enforced_is_a_finding_and_the_example_quota_is_clean() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let quota = write(
+        &dir,
+        "quota.yaml",
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {namespace: team-a, name: gpus}\n\
+         spec:\n  hard:\n    nvidia.com/gpu: \"4\"\n    requests.cpu: \"8\"\n",
+    );
+    let out = tessera_validate(&[&quota]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("ResourceQuota/team-a/gpus: spec.hard[\"nvidia.com/gpu\"]")
+            && text.contains("write `requests.nvidia.com/gpu`"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 1, "only the GPU key: {text}");
+
+    let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/examples/gpu-quota/gpu-quota.yaml");
+    let out = tessera_validate(&[&example]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr)
+            .contains("ResourceQuota/tessera-example-gpu-quota/gpus skipped"),
+        "the example's quota is checked, not skipped"
+    );
+}

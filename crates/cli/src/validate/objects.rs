@@ -39,6 +39,8 @@ pub enum CheckedKind {
     DeviceClass,
     ResourceClaim,
     ResourceClaimTemplate,
+    /// A core/v1 ResourceQuota: its GPU keys are checked (see `quota`).
+    ResourceQuota,
 }
 
 /// Kind, namespace and name of an object, as findings name it (`ResourceClaim/ns/name`).
@@ -63,6 +65,9 @@ impl ObjectRef {
             (Some("resource.k8s.io"), "ResourceClaimTemplate") => {
                 Some(CheckedKind::ResourceClaimTemplate)
             }
+            (None, "ResourceQuota") if object["apiVersion"] == "v1" => {
+                Some(CheckedKind::ResourceQuota)
+            }
             _ => None,
         };
         let metadata = &object["metadata"];
@@ -85,6 +90,10 @@ impl ObjectRef {
 
     pub fn is_device_class(&self) -> bool {
         self.checked == Some(CheckedKind::DeviceClass)
+    }
+
+    pub fn is_resource_quota(&self) -> bool {
+        self.checked == Some(CheckedKind::ResourceQuota)
     }
 }
 
@@ -133,7 +142,7 @@ pub fn selector_fields(object_ref: &ObjectRef, object: &Value) -> Fields {
                 &mut fields,
             );
         }
-        None => {}
+        Some(CheckedKind::ResourceQuota) | None => {}
     }
     fields
 }
