@@ -17,21 +17,6 @@ const MAX_LINES: usize = 80;
 /// Functions over the limit that are being split, as (file, function): each stays listed only
 /// while it is over the limit (the test fails once it is not, so the list only shrinks).
 const BEING_SPLIT: &[(&str, &str)] = &[
-    ("crates/allocator/tests/upstream/all_and_admin.rs", "cases"),
-    ("crates/allocator/tests/upstream/basic.rs", "cases"),
-    (
-        "crates/allocator/tests/upstream/constraints_and_config.rs",
-        "cases",
-    ),
-    ("crates/allocator/tests/upstream/partitionable.rs", "cases"),
-    (
-        "crates/allocator/tests/upstream/prioritized_list.rs",
-        "cases",
-    ),
-    (
-        "crates/allocator/tests/upstream/taints_and_capacity.rs",
-        "cases",
-    ),
     (
         "crates/api/src/config.rs",
         "refusals_name_the_field_and_the_fix",
