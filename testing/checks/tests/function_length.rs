@@ -39,10 +39,6 @@ const BEING_SPLIT: &[(&str, &str)] = &[
         "a_host_install_at_the_root",
     ),
     (
-        "crates/gpu-inventory/tests/check.rs",
-        "each_violation_is_reported_at_its_field",
-    ),
-    (
         "crates/node/tests/crash_cycles.rs",
         "random_kills_during_200_cycles_leave_every_claim_prepared_once_or_not_at_all",
     ),
