@@ -85,18 +85,6 @@ const BEING_SPLIT: &[(&str, &str)] = &[
         "check_node_state",
     ),
     (
-        "crates/prepare/src/plan/tests.rs",
-        "bad_input_is_refused_with_a_message_naming_the_problem",
-    ),
-    (
-        "crates/prepare/tests/driver_prepare.rs",
-        "a_spec_that_cannot_be_written_or_removed_fails_only_its_claim",
-    ),
-    (
-        "crates/prepare/tests/driver_prepare.rs",
-        "claims_sharing_one_gpu_are_prepared_and_unprepared_independently",
-    ),
-    (
         "testing/fake-apiserver/tests/kube_client.rs",
         "crud_with_conflicts_and_selectors",
     ),
