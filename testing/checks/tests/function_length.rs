@@ -21,14 +21,6 @@ const BEING_SPLIT: &[(&str, &str)] = &[
         "crates/api/src/config.rs",
         "refusals_name_the_field_and_the_fix",
     ),
-    (
-        "crates/cel/src/device.rs",
-        "a_view_evaluates_like_the_context",
-    ),
-    (
-        "crates/cel/tests/derived_cases.rs",
-        "from_upstream_compile_test",
-    ),
     ("crates/controller/benches/placement.rs", "run"),
     (
         "crates/controller/src/trim.rs",
