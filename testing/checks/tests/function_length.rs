@@ -18,10 +18,6 @@ const MAX_LINES: usize = 80;
 /// while it is over the limit (the test fails once it is not, so the list only shrinks).
 const BEING_SPLIT: &[(&str, &str)] = &[
     (
-        "crates/driver-root/tests/layouts.rs",
-        "a_host_install_at_the_root",
-    ),
-    (
         "crates/node/tests/crash_cycles.rs",
         "random_kills_during_200_cycles_leave_every_claim_prepared_once_or_not_at_all",
     ),
