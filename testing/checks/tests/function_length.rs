@@ -18,52 +18,6 @@ const MAX_LINES: usize = 80;
 /// while it is over the limit (the test fails once it is not, so the list only shrinks).
 const BEING_SPLIT: &[(&str, &str)] = &[
     (
-        "crates/node/tests/crash_cycles.rs",
-        "random_kills_during_200_cycles_leave_every_claim_prepared_once_or_not_at_all",
-    ),
-    ("crates/node/tests/crash_points.rs", "scenario"),
-    (
-        "crates/node/tests/driver_root.rs",
-        "the_spec_injects_the_drivers_files_and_device_nodes",
-    ),
-    (
-        "crates/node/tests/driver_root.rs",
-        "an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare",
-    ),
-    (
-        "crates/node/tests/driver_root.rs",
-        "an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim",
-    ),
-    ("crates/node/tests/fake_nvml_mig.rs", "child"),
-    (
-        "crates/node/tests/kubelet_simulator.rs",
-        "kubelet_prepares_and_unprepares_claims_served_by_the_api_server",
-    ),
-    (
-        "crates/node/tests/plugin_process.rs",
-        "registers_publishes_turns_ready_and_restarts_without_going_back",
-    ),
-    (
-        "crates/node/tests/plugin_process.rs",
-        "an_injected_xid_taints_the_device_and_reaches_the_kubelet",
-    ),
-    (
-        "crates/node/tests/plugin_process.rs",
-        "gpu_metrics_label_the_pod_and_an_idle_claim_gets_an_event",
-    ),
-    (
-        "crates/node/tests/plugin_process.rs",
-        "a_corrupt_checkpoint_is_quarantined_and_state_rebuilt_without_a_crash_loop",
-    ),
-    (
-        "crates/node/tests/publish.rs",
-        "the_loop_follows_the_node_the_inventory_health_and_a_wiped_pool",
-    ),
-    (
-        "crates/node/tests/support/node_state.rs",
-        "check_node_state",
-    ),
-    (
         "testing/fake-apiserver/tests/kube_client.rs",
         "crud_with_conflicts_and_selectors",
     ),
