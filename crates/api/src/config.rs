@@ -382,9 +382,9 @@ mod tests {
         assert_eq!(decode(&encoded).unwrap(), config);
     }
 
-    #[test]
-    fn refusals_name_the_field_and_the_fix() {
-        let cases: Vec<(Value, &str, &str)> = vec![
+    /// Refusals of the envelope: not an object, a missing or wrong `apiVersion` or `kind`.
+    fn envelope_refusals() -> Vec<(Value, &'static str, &'static str)> {
+        vec![
             (json!([1]), "(parameters)", "must be a JSON object"),
             (json!({"kind": "GpuConfig"}), "apiVersion", "is required"),
             (
@@ -407,6 +407,13 @@ mod tests {
                 "kind",
                 "must be a string",
             ),
+        ]
+    }
+
+    /// Refusals of the sharing settings: unknown fields and strategies, settings of the other
+    /// strategy, values out of range.
+    fn sharing_refusals() -> Vec<(Value, &'static str, &'static str)> {
+        vec![
             (
                 json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "GpuConfig", "sharin": {}}),
                 "sharin",
@@ -462,7 +469,12 @@ mod tests {
                 "sharing.mps.perDevicePinnedMemoryLimit.GPU_0",
                 "must be a device name",
             ),
-        ];
+        ]
+    }
+
+    #[test]
+    fn refusals_name_the_field_and_the_fix() {
+        let cases: Vec<(Value, &str, &str)> = [envelope_refusals(), sharing_refusals()].concat();
         for (value, field, problem) in cases {
             let e = err(value.clone());
             assert_eq!(e.field, field, "{value}: {e}");

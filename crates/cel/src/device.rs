@@ -544,11 +544,8 @@ mod tests {
             "{error}"
         );
     }
-    /// A view answers every selector exactly as the device's context does: values, missing keys
-    /// and domains, a name published both qualified and not, invalid devices, and selectors that
-    /// need the whole maps (evaluated on a context built for them).
-    #[test]
-    fn a_view_evaluates_like_the_context() {
+    /// The test device with `type` published both qualified and not, and a list of versions.
+    fn published_twice() -> Device {
         let mut twice = api_device();
         if let Some(attributes) = twice.attributes.as_mut() {
             attributes.insert(
@@ -566,6 +563,11 @@ mod tests {
                 },
             );
         }
+        twice
+    }
+
+    /// The test device with a version that is not semver and an attribute with no value set.
+    fn with_a_bad_version() -> Device {
         let mut bad_version = api_device();
         if let Some(attributes) = bad_version.attributes.as_mut() {
             attributes.insert(
@@ -577,6 +579,11 @@ mod tests {
             );
             attributes.insert("zzz".to_owned(), DeviceAttribute::default());
         }
+        bad_version
+    }
+
+    /// The test device with a capacity that is not a quantity.
+    fn with_a_bad_quantity() -> Device {
         let mut bad_quantity = api_device();
         if let Some(capacity) = bad_quantity.capacity.as_mut() {
             capacity.insert(
@@ -587,12 +594,22 @@ mod tests {
                 },
             );
         }
+        bad_quantity
+    }
+
+    /// The test device with an attribute with no value set, first in order.
+    fn with_an_empty_attribute() -> Device {
         let mut no_value = api_device();
         if let Some(attributes) = no_value.attributes.as_mut() {
             attributes.insert("aaa".to_owned(), DeviceAttribute::default());
         }
-        let compiler = SelectorCompiler::new();
-        let expressions = [
+        no_value
+    }
+
+    /// The selectors a view is held to, each with whether it reads only attribute and capacity
+    /// paths (and so is evaluated on the view alone).
+    fn view_selectors() -> Vec<(&'static str, bool)> {
+        vec![
             (r#"device.driver == "gpu.tessera.dev""#, true),
             (
                 r#"device.attributes["gpu.tessera.dev"].type == "gpu""#,
@@ -645,12 +662,28 @@ mod tests {
                 true,
             ),
             (r#"device == device"#, false),
+        ]
+    }
+
+    /// A view answers every selector exactly as the device's context does: values, missing keys
+    /// and domains, a name published both qualified and not, invalid devices, and selectors that
+    /// need the whole maps (evaluated on a context built for them).
+    #[test]
+    fn a_view_evaluates_like_the_context() {
+        let compiler = SelectorCompiler::new();
+        let expressions = view_selectors();
+        let devices = [
+            api_device(),
+            published_twice(),
+            with_a_bad_version(),
+            with_a_bad_quantity(),
+            with_an_empty_attribute(),
         ];
-        for device in [api_device(), twice, bad_version, bad_quantity, no_value] {
+        for device in devices {
             let context = DeviceContext::new("gpu.tessera.dev", &device);
             let view = DeviceView::new("gpu.tessera.dev", &device);
             assert_eq!(view.invalid(), context.invalid());
-            for (expression, paths_only) in expressions {
+            for &(expression, paths_only) in &expressions {
                 let selector = compiler.compile(expression).unwrap();
                 assert_eq!(selector.reads_paths_only(), paths_only, "{expression}");
                 assert_eq!(

@@ -15,11 +15,10 @@ fn on(expression: &str) -> String {
     expression.replace("$D", D).replace("$C", C)
 }
 
-#[test]
-fn from_upstream_compile_test() {
-    let long_list: Vec<String> = (0..49).map(|i| format!("value-{i}")).collect();
-    let long_list: Vec<&str> = long_list.iter().map(String::as_str).collect();
-    run(&[
+/// Looking attributes up: missing domains and keys, `in`, the driver, qualified and short names,
+/// comparisons.
+fn lookup_cases() -> Vec<Case> {
+    vec![
         Case::new(
             on(r#"device.attributes["no-such-domain"].noSuchAttr.isGreaterThan(quantity("0"))"#),
             EvalError("no such key: noSuchAttr"),
@@ -39,6 +38,12 @@ fn from_upstream_compile_test() {
         .bool_attr("other.example.com/name", true),
         Case::new(on("$D.name > 0"), Match(true)).int_attr("name", 1),
         Case::new(on(r#"$D.name == "fish""#), Match(true)).string_attr("name", "fish"),
+    ]
+}
+
+/// `exists` on a scalar attribute is an error; `includes` on a list of strings matches.
+fn scalar_as_list_cases() -> Vec<Case> {
+    vec![
         Case::new(
             on("$D.name.exists(x, x == true)"),
             EvalError("expected iterable type"),
@@ -56,6 +61,15 @@ fn from_upstream_compile_test() {
         .version_attr("name", "1.0.0"),
         Case::new(on(r#"$D.name.includes("fish")"#), Match(true))
             .strings_attr("name", &["fish", "bird"]),
+    ]
+}
+
+/// Lists of every kind: size, `exists`, `all`, `includes` (a scalar read as a one-value list), the
+/// 48-value limit, `in`.
+fn list_cases() -> Vec<Case> {
+    let long_list: Vec<String> = (0..49).map(|i| format!("value-{i}")).collect();
+    let long_list: Vec<&str> = long_list.iter().map(String::as_str).collect();
+    vec![
         Case::new(on("$D.names.size() == 2"), Match(true))
             .attr("names", AttributeValue::Bools(vec![true, false])),
         Case::new(on("$D.names.size() == 2"), Match(true))
@@ -93,6 +107,12 @@ fn from_upstream_compile_test() {
             .strings_attr("name", &long_list[..48]),
         Case::new(on("1 in $D.names"), Match(true))
             .attr("names", AttributeValue::Ints(vec![1, 2, 3])),
+    ]
+}
+
+/// Capacities, many lookups combined, `exists_one`, multiple allocations and macros.
+fn capacity_and_combination_cases() -> Vec<Case> {
+    vec![
         Case::new(
             on(r#""name" in $C && $C.name.isGreaterThan(quantity("1Ki"))"#),
             Match(true),
@@ -137,7 +157,21 @@ fn from_upstream_compile_test() {
         )
         .int_attr("attr1", 1)
         .int_attr("attr3", 3),
-    ]);
+    ]
+}
+
+#[test]
+fn from_upstream_compile_test() {
+    let cases: Vec<Case> = [
+        lookup_cases(),
+        scalar_as_list_cases(),
+        list_cases(),
+        capacity_and_combination_cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    run(&cases);
 }
 
 #[test]

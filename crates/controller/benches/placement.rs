@@ -332,6 +332,27 @@ async fn create_pods(
     created
 }
 
+/// Starts the controller against the fake API server, waits until it leads and its first sync has
+/// settled, and reads its memory then: the controller, the seconds it took to lead, the memory.
+async fn start_controller(
+    kubeconfig: &std::path::Path,
+    log: &std::path::Path,
+) -> (ControllerProcess, f64, Memory) {
+    // Another build of the controller (to compare two versions under the same load) may be named.
+    let binary = std::env::var("TESSERA_BENCH_CONTROLLER")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tessera-controller").to_owned());
+    let controller = ControllerProcess::spawn(&binary, kubeconfig, log);
+    let sync_seconds = controller.wait_leading(PATIENCE).await;
+    // Let the allocator of the first sync settle before reading memory.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after_sync = Memory::of(controller.pid());
+    println!(
+        "controller ready and leading after {sync_seconds:.1}s; VmRSS {:.1} MiB, VmHWM {:.1} MiB",
+        after_sync.rss_mib, after_sync.hwm_mib
+    );
+    (controller, sync_seconds, after_sync)
+}
+
 async fn run() -> Report {
     let nodes = env_usize("TESSERA_BENCH_NODES", 1000);
     let paced_pods = env_usize("TESSERA_BENCH_PACED_PODS", 300);
@@ -351,18 +372,8 @@ async fn run() -> Report {
 
     let http = api.serve_http().await.expect("serve the fake over HTTP");
     let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("controller-placement.log");
-    // Another build of the controller (to compare two versions under the same load) may be named.
-    let binary = std::env::var("TESSERA_BENCH_CONTROLLER")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tessera-controller").to_owned());
-    let controller = ControllerProcess::spawn(&binary, http.kubeconfig_path(), &log);
-    let sync_seconds = controller.wait_leading(PATIENCE).await;
-    // Let the allocator of the first sync settle before reading memory.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let after_sync = Memory::of(controller.pid());
-    println!(
-        "controller ready and leading after {sync_seconds:.1}s; VmRSS {:.1} MiB, VmHWM {:.1} MiB",
-        after_sync.rss_mib, after_sync.hwm_mib
-    );
+    let (controller, sync_seconds, after_sync) =
+        start_controller(http.kubeconfig_path(), &log).await;
 
     let (seen, watch) = watch_allocations(&api);
     let mut sizes = SizeStream::new(0x7e55_e7a5);

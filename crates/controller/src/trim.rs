@@ -166,9 +166,10 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn a_pod_keeps_what_placement_reads() {
-        let mut p = Pod {
+    /// A pending pod with what placement reads (placement and group annotations, the group label,
+    /// scheduling gates, node affinity, requests, conditions) and what it does not.
+    fn full_pod() -> Pod {
+        Pod {
             metadata: ObjectMeta {
                 name: Some("p".into()),
                 namespace: Some("ns".into()),
@@ -228,7 +229,12 @@ mod tests {
                 ]),
                 ..Default::default()
             }),
-        };
+        }
+    }
+
+    #[test]
+    fn a_pod_keeps_what_placement_reads() {
+        let mut p = full_pod();
         pod(&mut p);
         let meta = &p.metadata;
         assert_eq!(meta.resource_version.as_deref(), Some("9"));

@@ -176,14 +176,10 @@ fn the_surveyed_h100_root() {
     assert_eq!(files.library_dirs(), vec![PathBuf::from("/lib64")]);
 }
 
-/// A Debian/Ubuntu host with the driver from packages: merged /usr (`/lib -> usr/lib`), the
-/// driver in the multiarch directory among the system's own libraries, VDPAU in `vdpau/`
-/// (not in the cache), development links only for some libraries, and an older driver's
-/// libcuda left behind.
-#[test]
-fn a_host_install_at_the_root() {
+/// The tree of a Debian/Ubuntu host with the driver from packages in the multiarch directory
+/// `dir` (see [`a_host_install_at_the_root`]).
+fn debian_host_install(dir: &str) -> MemoryTree {
     let mut tree = MemoryTree::new();
-    let dir = "/usr/lib/x86_64-linux-gnu";
     let (vdpau, others): (Vec<_>, Vec<_>) = DRIVER_580
         .iter()
         .partition(|(stem, _)| *stem == "libvdpau_nvidia");
@@ -220,6 +216,17 @@ fn a_host_install_at_the_root() {
         b"",
     )
     .file("/usr/lib/firmware/nvidia/535.104.05/gsp_ga10x.bin", b"");
+    tree
+}
+
+/// A Debian/Ubuntu host with the driver from packages: merged /usr (`/lib -> usr/lib`), the
+/// driver in the multiarch directory among the system's own libraries, VDPAU in `vdpau/`
+/// (not in the cache), development links only for some libraries, and an older driver's
+/// libcuda left behind.
+#[test]
+fn a_host_install_at_the_root() {
+    let dir = "/usr/lib/x86_64-linux-gnu";
+    let tree = debian_host_install(dir);
 
     let files = discover(&tree, "/").unwrap();
     assert_eq!(files.version, V580);

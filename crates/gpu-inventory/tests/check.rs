@@ -99,9 +99,14 @@ fn the_valid_slice_passes_on_every_server() {
     }
 }
 
-#[test]
-fn each_violation_is_reported_at_its_field() {
-    let rows: Vec<(&str, ServerVersion, Mutation, &str)> = vec![
+/// A row of [`each_violation_is_reported_at_its_field`]: what is wrong, the server checked
+/// against, the mutation of the valid slice that makes it wrong, and the field expected in the
+/// violation.
+type Violation = (&'static str, ServerVersion, Mutation, &'static str);
+
+/// The slice's own fields: name, driver, pool, node selection.
+fn slice_violations() -> Vec<Violation> {
+    vec![
         (
             "bad slice name",
             V1_34,
@@ -162,6 +167,12 @@ fn each_violation_is_reported_at_its_field() {
             |s| s.spec.node_selector = Some(NodeSelector::default()),
             "spec",
         ),
+    ]
+}
+
+/// The device list and device names, and how many attributes and capacities one has.
+fn device_violations() -> Vec<Violation> {
+    vec![
         ("129 devices", V1_34, |s| copies(s, 129), "spec.devices"),
         (
             "65 tainted devices",
@@ -197,6 +208,12 @@ fn each_violation_is_reported_at_its_field() {
             },
             "spec.devices[0]",
         ),
+    ]
+}
+
+/// Attribute names and values.
+fn attribute_violations() -> Vec<Violation> {
+    vec![
         (
             "unqualified name with a dash",
             V1_34,
@@ -237,6 +254,12 @@ fn each_violation_is_reported_at_its_field() {
             },
             "spec.devices[0].attributes[index]",
         ),
+    ]
+}
+
+/// Capacities and taints.
+fn capacity_and_taint_violations() -> Vec<Violation> {
+    vec![
         (
             "capacity not a quantity",
             V1_34,
@@ -281,6 +304,12 @@ fn each_violation_is_reported_at_its_field() {
             |s| device(s).taints = Some(vec![taint("bad key", "NoSchedule")]),
             "spec.devices[0].taints[0].key",
         ),
+    ]
+}
+
+/// Shared counter sets: how many, their names, their counters.
+fn counter_set_violations() -> Vec<Violation> {
+    vec![
         (
             "devices and counters together in 1.35",
             V1_35,
@@ -327,6 +356,12 @@ fn each_violation_is_reported_at_its_field() {
             },
             "spec.sharedCounters[0].counters[memory_slice]",
         ),
+    ]
+}
+
+/// What devices consume from counter sets, per-device node names and binding conditions.
+fn consumption_violations() -> Vec<Violation> {
+    vec![
         (
             "consumption of a set defined elsewhere in 1.34",
             V1_34,
@@ -379,7 +414,22 @@ fn each_violation_is_reported_at_its_field() {
             |s| device(s).binding_conditions = Some(vec!["x".into(); 5]),
             "spec.devices[0].bindingConditions",
         ),
-    ];
+    ]
+}
+
+#[test]
+fn each_violation_is_reported_at_its_field() {
+    let rows: Vec<Violation> = [
+        slice_violations(),
+        device_violations(),
+        attribute_violations(),
+        capacity_and_taint_violations(),
+        counter_set_violations(),
+        consumption_violations(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     for (what, server, mutate, field) in rows {
         let mut slice = valid();
         mutate(&mut slice);

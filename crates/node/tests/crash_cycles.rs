@@ -17,7 +17,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -323,18 +323,9 @@ fn seed() -> u64 {
         })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn random_kills_during_200_cycles_leave_every_claim_prepared_once_or_not_at_all() {
-    let seed = seed();
-    println!("crash test seed {seed} (replay: TESSERA_CRASH_SEED={seed})");
-    let (server, http, _) = api_server_with_node().await;
-    let refs: Vec<ClaimRef> = claims()
-        .into_iter()
-        .map(|(name, results, configs)| {
-            server.seed(&allocated_claim(name, &results, configs));
-            ClaimRef::new("ml", name, uid_of(name))
-        })
-        .collect();
+/// Starts the plugin (its directories on tmpfs where there is one) and registers it with a
+/// kubelet: a run with nothing prepared yet.
+async fn start_run(seed: u64, kubeconfig: PathBuf) -> Run {
     // A SIGKILL loses no page cache, so fsync plays no part in what this test checks: on tmpfs
     // (as /var/run/cdi is on nodes) the run takes half the time it takes on ext4.
     let shm = Path::new("/dev/shm");
@@ -343,10 +334,9 @@ async fn random_kills_during_200_cycles_leave_every_claim_prepared_once_or_not_a
     } else {
         PluginDirs::new()
     };
-    let kubeconfig = http.kubeconfig_path().to_owned();
     let plugin = PluginProcess::start(&kubeconfig, &dirs, BACKEND, &[]);
     let kubelet = register(&dirs).await;
-    let mut run = Run {
+    Run {
         seed,
         rng: SplitMix64::new(seed),
         kubeconfig,
@@ -362,7 +352,22 @@ async fn random_kills_during_200_cycles_leave_every_claim_prepared_once_or_not_a
         kills_in_calls: 0,
         kills_in_recovery: 0,
         interrupted_calls: 0,
-    };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_kills_during_200_cycles_leave_every_claim_prepared_once_or_not_at_all() {
+    let seed = seed();
+    println!("crash test seed {seed} (replay: TESSERA_CRASH_SEED={seed})");
+    let (server, http, _) = api_server_with_node().await;
+    let refs: Vec<ClaimRef> = claims()
+        .into_iter()
+        .map(|(name, results, configs)| {
+            server.seed(&allocated_claim(name, &results, configs));
+            ClaimRef::new("ml", name, uid_of(name))
+        })
+        .collect();
+    let mut run = start_run(seed, http.kubeconfig_path().to_owned()).await;
     run.check(&BTreeSet::new());
 
     let started = Instant::now();

@@ -221,6 +221,27 @@ fn all_ok<T, E: std::fmt::Debug>(
     }
 }
 
+/// Restarts the plugin with a crash at `point`: whether it crashed there while recovering (any
+/// other exit fails the test); a plugin that did not would stop in a call, so it goes.
+async fn crashes_while_recovering(node: &Node, point: &str, what: &str) -> bool {
+    match node.start(Some(point)).await {
+        Started::Exited(status) => {
+            assert_eq!(
+                status.code(),
+                Some(CRASH_EXIT_CODE),
+                "{what}: the restarted plugin exited: {status}\n{}",
+                plugin_logs(&node.dirs)
+            );
+            true
+        }
+        // Not reached while recovering.
+        Started::Registered(plugin, _) => {
+            drop(plugin);
+            false
+        }
+    }
+}
+
 /// The calls of one scenario: prepare the batch, then unprepare it, in a plugin started with
 /// `crash_at`; `after_crash` is set on the first restart. Returns where the crash happened
 /// (`None`: the point was not reached).
@@ -265,22 +286,10 @@ async fn scenario(
     );
     drop(plugin);
 
-    let mut recovery_crashed = false;
-    if let Some(point) = after_crash {
-        match node.start(Some(point)).await {
-            Started::Exited(status) => {
-                assert_eq!(
-                    status.code(),
-                    Some(CRASH_EXIT_CODE),
-                    "{what}: the restarted plugin exited: {status}\n{}",
-                    plugin_logs(&node.dirs)
-                );
-                recovery_crashed = true;
-            }
-            // Not reached while recovering; this plugin would stop in a call, so it goes.
-            Started::Registered(plugin, _) => drop(plugin),
-        }
-    }
+    let recovery_crashed = match after_crash {
+        Some(point) => crashes_while_recovering(&node, point, &what).await,
+        None => false,
+    };
     let Started::Registered(plugin, kubelet) = node.start(None).await else {
         panic!(
             "{what}: the restarted plugin exited\n{}",

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde_json::{Value, json};
 use support::process::*;
@@ -249,6 +250,55 @@ fn mount_to<'a>(spec: &'a Value, container_path: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no mount to {container_path} in {spec:#}"))
 }
 
+/// The spec mounts the driver's libraries under every name, its binaries and firmware, read-only,
+/// and runs the loader-cache hook with them (`lib`: the multiarch library directory).
+fn assert_driver_files_and_hook(spec: &Value, fake: &FakeDriver, lib: &str) {
+    let cuda = mount_to(spec, &format!("{lib}/libcuda.so.1"));
+    assert_eq!(
+        cuda["hostPath"],
+        fake.root
+            .join(&lib[1..])
+            .join("libcuda.so.550.54.15")
+            .display()
+            .to_string()
+            .as_str()
+    );
+    assert_eq!(
+        cuda["options"],
+        json!(["ro", "nosuid", "nodev", "rbind", "rprivate"])
+    );
+    mount_to(spec, &format!("{lib}/libcuda.so.550.54.15"));
+    mount_to(spec, &format!("{lib}/libcuda.so"));
+    mount_to(spec, &format!("{lib}/libnvidia-ml.so.1"));
+    mount_to(spec, &format!("{lib}/vdpau/libvdpau_nvidia.so.1"));
+    let smi = mount_to(spec, "/usr/bin/nvidia-smi");
+    assert_eq!(
+        smi["hostPath"],
+        fake.root
+            .join("usr/bin/nvidia-smi")
+            .display()
+            .to_string()
+            .as_str()
+    );
+    mount_to(spec, "/usr/bin/nvidia-cuda-mps-control");
+    mount_to(spec, "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin");
+
+    let hook = &spec["containerEdits"]["hooks"][0];
+    assert_eq!(hook["hookName"], "createContainer");
+    assert_eq!(hook["path"], fake.hook.display().to_string().as_str());
+    let args: Vec<&str> = hook["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(&args[..2], ["tessera-cdi-hook", "update-ldcache"]);
+    assert!(
+        args.contains(&format!("libcuda.so.1={lib}/libcuda.so.1").as_str()),
+        "{args:?}"
+    );
+}
+
 async fn the_spec_injects_the_drivers_files_and_device_nodes() {
     let fake = FakeDriver::new();
     let (server, http, _) = api_server_with_node().await;
@@ -274,50 +324,7 @@ async fn the_spec_injects_the_drivers_files_and_device_nodes() {
     let parsed: tessera_cdi::Spec = serde_json::from_value(spec.clone()).unwrap();
     parsed.validate().unwrap();
     let lib = format!("/usr/lib/{}", layout::multiarch_triplet());
-    let cuda = mount_to(&spec, &format!("{lib}/libcuda.so.1"));
-    assert_eq!(
-        cuda["hostPath"],
-        fake.root
-            .join(&lib[1..])
-            .join("libcuda.so.550.54.15")
-            .display()
-            .to_string()
-            .as_str()
-    );
-    assert_eq!(
-        cuda["options"],
-        json!(["ro", "nosuid", "nodev", "rbind", "rprivate"])
-    );
-    mount_to(&spec, &format!("{lib}/libcuda.so.550.54.15"));
-    mount_to(&spec, &format!("{lib}/libcuda.so"));
-    mount_to(&spec, &format!("{lib}/libnvidia-ml.so.1"));
-    mount_to(&spec, &format!("{lib}/vdpau/libvdpau_nvidia.so.1"));
-    let smi = mount_to(&spec, "/usr/bin/nvidia-smi");
-    assert_eq!(
-        smi["hostPath"],
-        fake.root
-            .join("usr/bin/nvidia-smi")
-            .display()
-            .to_string()
-            .as_str()
-    );
-    mount_to(&spec, "/usr/bin/nvidia-cuda-mps-control");
-    mount_to(&spec, "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin");
-
-    let hook = &spec["containerEdits"]["hooks"][0];
-    assert_eq!(hook["hookName"], "createContainer");
-    assert_eq!(hook["path"], fake.hook.display().to_string().as_str());
-    let args: Vec<&str> = hook["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
-    assert_eq!(&args[..2], ["tessera-cdi-hook", "update-ldcache"]);
-    assert!(
-        args.contains(&format!("libcuda.so.1={lib}/libcuda.so.1").as_str()),
-        "{args:?}"
-    );
+    assert_driver_files_and_hook(&spec, &fake, &lib);
 
     let control: Vec<(&str, &str)> = spec["containerEdits"]["deviceNodes"]
         .as_array()
@@ -400,6 +407,32 @@ async fn time_slicing_runs_the_drivers_nvidia_smi() {
     assert!(listed().ends_with("timeslice 0\n"), "{}", listed());
 }
 
+/// Whether process `pid` runs (a zombie waiting for a reaper counts as stopped).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, s)| s.starts_with('Z'))
+    })
+}
+
+/// The MPS daemon behind `pipe` serves the claim's GPU `gpu`, and the spec points the containers
+/// at its pipe.
+fn assert_daemon_serves_the_claim(fake: &FakeDriver, dirs: &PluginDirs, pipe: &Path, gpu: &str) {
+    let log = std::fs::read_to_string(tessera_fake_driver::mps::control_log(
+        &pipe.with_file_name("log"),
+    ))
+    .unwrap();
+    assert!(log.contains(&fake.gpu(gpu).uuid), "{log}");
+    assert!(
+        spec_of(dirs)
+            .to_string()
+            .contains(&pipe.display().to_string()),
+        "{:#}",
+        spec_of(dirs)
+    );
+}
+
 async fn an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare() {
     let fake = FakeDriver::new();
     let (server, http, _) = api_server_with_node().await;
@@ -434,31 +467,11 @@ async fn an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare() {
     let _cleanup = QuitOnDrop(&fake, pipe.clone());
     let pid = tessera_fake_driver::mps::daemon_pid(&pipe)
         .unwrap_or_else(|| panic!("no daemon in {}\n{}", pipe.display(), plugin_logs(&dirs)));
-    // Running (a zombie waiting for a reaper counts as stopped).
-    let alive = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-            !stat
-                .rsplit_once(") ")
-                .is_some_and(|(_, s)| s.starts_with('Z'))
-        })
-    };
     assert_eq!(
         mps_ask(&fake, &pipe, "get_default_active_thread_percentage").as_deref(),
         Some("25.0\n")
     );
-    // The daemon serves the claim's GPU, and the spec points the containers at its pipe.
-    let log = std::fs::read_to_string(tessera_fake_driver::mps::control_log(
-        &pipe.with_file_name("log"),
-    ))
-    .unwrap();
-    assert!(log.contains(&fake.gpu("gpu-2").uuid), "{log}");
-    assert!(
-        spec_of(&dirs)
-            .to_string()
-            .contains(&pipe.display().to_string()),
-        "{:#}",
-        spec_of(&dirs)
-    );
+    assert_daemon_serves_the_claim(&fake, &dirs, &pipe, "gpu-2");
 
     plugin.kill();
     drop(kubelet);
@@ -491,15 +504,20 @@ async fn an_mps_daemon_outlives_a_plugin_kill_and_stops_on_unprepare() {
     drop(plugin);
 }
 
-async fn an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim() {
-    use k8s_openapi::api::core::v1::Pod;
-    let fake = FakeDriver::new();
-    let (server, http, _) = api_server_with_node().await;
-    server.seed_json(json!({
-        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MPS_NAMESPACE}
-    }));
-    let _kubelet_pods = PodRunner::start(server.clone(), fake.root.clone());
-    let dirs = PluginDirs::new();
+/// The daemon behind `pipe` runs with the claim's settings: 40% of the threads, 1Gi pinned.
+fn assert_claims_mps_settings(fake: &FakeDriver, pipe: &Path) {
+    assert_eq!(
+        mps_ask(fake, pipe, "get_default_active_thread_percentage").as_deref(),
+        Some("40.0\n")
+    );
+    assert_eq!(
+        mps_ask(fake, pipe, "get_default_device_pinned_mem_limit 0").as_deref(),
+        Some("1G\n")
+    );
+}
+
+/// The plugin's flags for the fake driver, with MPS daemons run in pods.
+fn pod_daemon_flags(fake: &FakeDriver) -> Vec<String> {
     let mut flags = fake.flags();
     flags.extend(
         [
@@ -512,6 +530,76 @@ async fn an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim() {
         ]
         .map(String::from),
     );
+    flags
+}
+
+/// A copy of the daemon pod `pod` for a claim no record knows ("orphan"), with its pipe and log
+/// directories made under the plugin's state: the pod, and the orphan's MPS directory.
+fn orphan_daemon_pod(pod: &Pod, dirs: &PluginDirs) -> (Pod, PathBuf) {
+    let mut orphan = pod.clone();
+    orphan.metadata = kube::api::ObjectMeta {
+        name: Some("tessera-mps-orphan".into()),
+        namespace: Some(MPS_NAMESPACE.into()),
+        labels: pod.metadata.labels.clone().map(|mut labels| {
+            labels.insert("gpu.tessera.dev/mps-claim".into(), "orphan".into());
+            labels
+        }),
+        ..Default::default()
+    };
+    let orphan_dir = dirs.path("state").join("mps").join("orphan");
+    for sub in ["pipe", "log"] {
+        std::fs::create_dir_all(orphan_dir.join(sub)).unwrap();
+    }
+    let orphan_env = orphan.spec.as_mut().unwrap().containers[0]
+        .env
+        .as_mut()
+        .unwrap();
+    orphan_env[1].value = Some(orphan_dir.join("pipe").display().to_string());
+    orphan_env[2].value = Some(orphan_dir.join("log").display().to_string());
+    (orphan, orphan_dir)
+}
+
+/// Waits until the orphan daemon pod is deleted and its daemon has stopped.
+async fn wait_for_the_orphan_to_go(
+    server: &FakeApiServer,
+    dirs: &PluginDirs,
+    fake: &FakeDriver,
+    orphan_dir: &Path,
+) {
+    eventually(
+        dirs,
+        "the orphan pod to go",
+        Duration::from_secs(20),
+        async || {
+            server
+                .get::<Pod>(Some(MPS_NAMESPACE), "tessera-mps-orphan")
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    eventually(
+        dirs,
+        "the orphan's daemon to stop",
+        Duration::from_secs(20),
+        async || {
+            mps_ask(fake, &orphan_dir.join("pipe"), "get_server_list")
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+async fn an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim() {
+    let fake = FakeDriver::new();
+    let (server, http, _) = api_server_with_node().await;
+    server.seed_json(json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MPS_NAMESPACE}
+    }));
+    let _kubelet_pods = PodRunner::start(server.clone(), fake.root.clone());
+    let dirs = PluginDirs::new();
+    let flags = pod_daemon_flags(&fake);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &flags, &[]);
     let kubelet = register(&dirs).await;
@@ -543,37 +631,11 @@ async fn an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim() {
     let pipe = dirs.path("state").join("mps").join(&uid).join("pipe");
     let _cleanup = QuitOnDrop(&fake, pipe.clone());
     let pid = tessera_fake_driver::mps::daemon_pid(&pipe).expect("the pod's daemon answers");
-    assert_eq!(
-        mps_ask(&fake, &pipe, "get_default_active_thread_percentage").as_deref(),
-        Some("40.0\n")
-    );
-    assert_eq!(
-        mps_ask(&fake, &pipe, "get_default_device_pinned_mem_limit 0").as_deref(),
-        Some("1G\n")
-    );
+    assert_claims_mps_settings(&fake, &pipe);
 
     // A daemon pod of a claim no record knows (its claim was unprepared while the plugin was
     // down) is deleted when the plugin starts again.
-    let mut orphan = pod.clone();
-    orphan.metadata = kube::api::ObjectMeta {
-        name: Some("tessera-mps-orphan".into()),
-        namespace: Some(MPS_NAMESPACE.into()),
-        labels: pod.metadata.labels.clone().map(|mut labels| {
-            labels.insert("gpu.tessera.dev/mps-claim".into(), "orphan".into());
-            labels
-        }),
-        ..Default::default()
-    };
-    let orphan_dir = dirs.path("state").join("mps").join("orphan");
-    for sub in ["pipe", "log"] {
-        std::fs::create_dir_all(orphan_dir.join(sub)).unwrap();
-    }
-    let orphan_env = orphan.spec.as_mut().unwrap().containers[0]
-        .env
-        .as_mut()
-        .unwrap();
-    orphan_env[1].value = Some(orphan_dir.join("pipe").display().to_string());
-    orphan_env[2].value = Some(orphan_dir.join("log").display().to_string());
+    let (orphan, orphan_dir) = orphan_daemon_pod(&pod, &dirs);
     plugin.kill();
     drop(kubelet);
     server.seed(&orphan);
@@ -591,29 +653,7 @@ async fn an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim() {
     let again = kubelet.prepare(claims).await.unwrap();
     assert_eq!(again, prepared, "{}", plugin_logs(&dirs));
     assert_eq!(tessera_fake_driver::mps::daemon_pid(&pipe), Some(pid));
-    eventually(
-        &dirs,
-        "the orphan pod to go",
-        Duration::from_secs(20),
-        async || {
-            server
-                .get::<Pod>(Some(MPS_NAMESPACE), "tessera-mps-orphan")
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
-    eventually(
-        &dirs,
-        "the orphan's daemon to stop",
-        Duration::from_secs(20),
-        async || {
-            mps_ask(&fake, &orphan_dir.join("pipe"), "get_server_list")
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
+    wait_for_the_orphan_to_go(&server, &dirs, &fake, &orphan_dir).await;
     assert!(mps_ask(&fake, &pipe, "get_server_list").is_some());
 
     let unprepared = kubelet.unprepare(claims).await.unwrap();

@@ -12,6 +12,7 @@ use serde_json::json;
 use tessera_api::DRIVER_NAME;
 use tessera_fake_apiserver::FakeApiServer;
 use tessera_fake_nvml::{LIBRARY_FILE_NAME, TOPOLOGY_ENV};
+use tessera_gpu_inventory::model::MigInstance;
 use tessera_kubelet_grpc::simulator::KubeletSimulator;
 use tessera_kubelet_grpc::{ClaimRef, PluginConfig};
 use tessera_node::backend::NvmlMig;
@@ -68,19 +69,9 @@ fn dynamic_mig_devices_are_created_and_destroyed_through_nvml() {
         .block_on(child());
 }
 
-async fn child() {
-    let h = Harness::new("hgx-a100-mig", MigMode::Dynamic);
-    let minors = h.dir.path().join("mig-minors");
-    std::fs::write(&minors, MigCapMinors::standard_file_text(8)).unwrap();
-    let config = h.config.clone().mig_minors_path(&minors);
-    let nvml = Arc::new(NvmlSource::open(Some(&fake_library())).unwrap());
-    let gpu = h.gpu_uuid(1);
-    let existing = nvml.mig_devices(&gpu).unwrap();
-    assert!(
-        !existing.is_empty(),
-        "the topology has MIG devices on minor 1"
-    );
-
+/// An API server holding claim "dynamic": a 1g.10gb and an MPS-shared 3g.40gb MIG device of GPU 1,
+/// neither of which exists yet.
+fn api_with_a_dynamic_claim() -> FakeApiServer {
     let api = FakeApiServer::new();
     api.seed(&allocated_claim(
         "dynamic",
@@ -94,6 +85,52 @@ async fn child() {
             json!({"strategy": "MPS"}),
         )],
     ));
+    api
+}
+
+/// The claim's spec makes the small instance visible to CUDA and the big one to the NVIDIA
+/// runtime, with the big one's GPU and capability device nodes.
+fn assert_the_spec_names_the_instances(
+    h: &Harness,
+    claim: &ClaimRef,
+    small: &MigInstance,
+    big: &MigInstance,
+) {
+    let spec = h.spec(claim.uid.as_str());
+    assert!(env_of(&spec, 0).contains(&format!("CUDA_VISIBLE_DEVICES={}", small.uuid)));
+    assert!(env_of(&spec, 1).contains(&format!("NVIDIA_VISIBLE_DEVICES={}", big.uuid)));
+    let caps = MigCapMinors::standard();
+    assert_eq!(
+        nodes_of(&spec, 1),
+        vec![
+            "/dev/nvidia1".to_owned(),
+            format!(
+                "/dev/nvidia-caps/nvidia-cap{}",
+                caps.gpu_instance(1, big.gpu_instance_id).unwrap()
+            ),
+            format!(
+                "/dev/nvidia-caps/nvidia-cap{}",
+                caps.compute_instance(1, big.gpu_instance_id, big.compute_instance_id)
+                    .unwrap()
+            ),
+        ]
+    );
+}
+
+async fn child() {
+    let h = Harness::new("hgx-a100-mig", MigMode::Dynamic);
+    let minors = h.dir.path().join("mig-minors");
+    std::fs::write(&minors, MigCapMinors::standard_file_text(8)).unwrap();
+    let config = h.config.clone().mig_minors_path(&minors);
+    let nvml = Arc::new(NvmlSource::open(Some(&fake_library())).unwrap());
+    let gpu = h.gpu_uuid(1);
+    let existing = nvml.mig_devices(&gpu).unwrap();
+    assert!(
+        !existing.is_empty(),
+        "the topology has MIG devices on minor 1"
+    );
+
+    let api = api_with_a_dynamic_claim();
     let claim = ClaimRef::new("ml", "dynamic", uid_of("dynamic"));
     let parts = DriverParts {
         inventory: Arc::new(tessera_prepare::inventory::NodeInventory::read(nvml.clone()).unwrap()),
@@ -135,25 +172,7 @@ async fn child() {
         (small.profile.as_str(), big.profile.as_str()),
         ("1g.10gb", "3g.40gb")
     );
-    let spec = h.spec(claim.uid.as_str());
-    assert!(env_of(&spec, 0).contains(&format!("CUDA_VISIBLE_DEVICES={}", small.uuid)));
-    assert!(env_of(&spec, 1).contains(&format!("NVIDIA_VISIBLE_DEVICES={}", big.uuid)));
-    let caps = MigCapMinors::standard();
-    assert_eq!(
-        nodes_of(&spec, 1),
-        vec![
-            "/dev/nvidia1".to_owned(),
-            format!(
-                "/dev/nvidia-caps/nvidia-cap{}",
-                caps.gpu_instance(1, big.gpu_instance_id).unwrap()
-            ),
-            format!(
-                "/dev/nvidia-caps/nvidia-cap{}",
-                caps.compute_instance(1, big.gpu_instance_id, big.compute_instance_id)
-                    .unwrap()
-            ),
-        ]
-    );
+    assert_the_spec_names_the_instances(&h, &claim, small, big);
     let daemons = h.gpu.running_daemons();
     assert_eq!(daemons.len(), 1);
     assert_eq!(

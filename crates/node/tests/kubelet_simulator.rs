@@ -60,10 +60,10 @@ fn class_config(requests: &[&str], kind: &str, sharing: Value) -> Value {
     config
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubelet_prepares_and_unprepares_claims_served_by_the_api_server() {
-    let h = Harness::new("hgx-a100-mig", MigMode::Static);
-    let api = FakeApiServer::new();
+/// Seeds the claims of [`kubelet_prepares_and_unprepares_claims_served_by_the_api_server`]: three
+/// good ones (time-sliced, MPS, static MIG), then one bad for each reason (not allocated,
+/// re-created under another UID, an unknown device, an invalid config).
+fn seed_claims(api: &FakeApiServer) -> [ClaimRef; 7] {
     let seed = |name: &str, results: &[(&str, &str)], configs: Vec<Value>| {
         api.seed(&allocated_claim(name, results, configs));
         ClaimRef::new("ml", name, uid_of(name))
@@ -114,6 +114,59 @@ async fn kubelet_prepares_and_unprepares_claims_served_by_the_api_server() {
             json!({"strategy": "MPS", "mps": {"pinned": "1Gi"}}),
         )],
     );
+    [sliced, mps, mig, unallocated, recreated, unknown, invalid]
+}
+
+/// The MPS claim's spec: both GPUs visible to every device, the daemon's pipe mounted; one daemon
+/// per claim runs (this one's and the MIG claim's).
+fn assert_mps_claim_spec(h: &Harness, mps: &ClaimRef) {
+    let spec = h.spec(mps.uid.as_str());
+    let both = format!("{},{}", h.gpu_uuid(4), h.gpu_uuid(5));
+    for device in 0..2 {
+        let env = env_of(&spec, device);
+        assert!(
+            env.contains(&format!("NVIDIA_VISIBLE_DEVICES={both}")),
+            "{env:?}"
+        );
+        assert!(
+            env.contains(&format!("CUDA_VISIBLE_DEVICES={both}")),
+            "{env:?}"
+        );
+        assert!(env.contains(&"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps".to_owned()));
+    }
+    assert_eq!(nodes_of(&spec, 0), vec!["/dev/nvidia4"]);
+    assert_eq!(
+        spec["devices"][1]["containerEdits"]["mounts"][0]["containerPath"],
+        "/tmp/nvidia-mps"
+    );
+    let daemons = h.gpu.running_daemons();
+    assert_eq!(daemons.len(), 2, "one MPS daemon per claim: {daemons:?}");
+}
+
+/// The static MIG claim's spec: the MIG device's UUID, its GPU and capability device nodes.
+fn assert_static_mig_claim_spec(h: &Harness, mig: &ClaimRef) {
+    let spec = h.spec(mig.uid.as_str());
+    let env = env_of(&spec, 0);
+    assert!(
+        env.contains(&"NVIDIA_VISIBLE_DEVICES=MIG-389f749c-615a-52bd-a919-5f5c1dc31183".to_owned()),
+        "{env:?}"
+    );
+    // Standard nvidia-caps layout: GPU minor 3, GPU instance 9, compute instance 0.
+    assert_eq!(
+        nodes_of(&spec, 0),
+        vec![
+            "/dev/nvidia3",
+            "/dev/nvidia-caps/nvidia-cap489",
+            "/dev/nvidia-caps/nvidia-cap490"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_prepares_and_unprepares_claims_served_by_the_api_server() {
+    let h = Harness::new("hgx-a100-mig", MigMode::Static);
+    let api = FakeApiServer::new();
+    let [sliced, mps, mig, unallocated, recreated, unknown, invalid] = seed_claims(&api);
 
     let claims = Arc::new(KubeClaimSource::new(api.client()));
     let (driver, _) = NodeDriver::start(h.config.clone(), h.parts_with(claims))
@@ -146,43 +199,8 @@ async fn kubelet_prepares_and_unprepares_claims_served_by_the_api_server() {
     );
     assert_eq!(h.gpu.time_slice(&h.gpu_uuid(6)), TimeSliceInterval::Long);
 
-    let spec = h.spec(mps.uid.as_str());
-    let both = format!("{},{}", h.gpu_uuid(4), h.gpu_uuid(5));
-    for device in 0..2 {
-        let env = env_of(&spec, device);
-        assert!(
-            env.contains(&format!("NVIDIA_VISIBLE_DEVICES={both}")),
-            "{env:?}"
-        );
-        assert!(
-            env.contains(&format!("CUDA_VISIBLE_DEVICES={both}")),
-            "{env:?}"
-        );
-        assert!(env.contains(&"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps".to_owned()));
-    }
-    assert_eq!(nodes_of(&spec, 0), vec!["/dev/nvidia4"]);
-    assert_eq!(
-        spec["devices"][1]["containerEdits"]["mounts"][0]["containerPath"],
-        "/tmp/nvidia-mps"
-    );
-    let daemons = h.gpu.running_daemons();
-    assert_eq!(daemons.len(), 2, "one MPS daemon per claim: {daemons:?}");
-
-    let spec = h.spec(mig.uid.as_str());
-    let env = env_of(&spec, 0);
-    assert!(
-        env.contains(&"NVIDIA_VISIBLE_DEVICES=MIG-389f749c-615a-52bd-a919-5f5c1dc31183".to_owned()),
-        "{env:?}"
-    );
-    // Standard nvidia-caps layout: GPU minor 3, GPU instance 9, compute instance 0.
-    assert_eq!(
-        nodes_of(&spec, 0),
-        vec![
-            "/dev/nvidia3",
-            "/dev/nvidia-caps/nvidia-cap489",
-            "/dev/nvidia-caps/nvidia-cap490"
-        ]
-    );
+    assert_mps_claim_spec(&h, &mps);
+    assert_static_mig_claim_spec(&h, &mig);
 
     // The bad ones: an error each, naming the claim and the problem.
     for (claim, want) in [

@@ -41,27 +41,20 @@ fn stale_slice(name: &str) -> ResourceSlice {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn registers_publishes_turns_ready_and_restarts_without_going_back() {
-    let (server, http, node) = api_server_with_node().await;
-    let dirs = PluginDirs::new();
-    let plugin = PluginProcess::start(
-        http.kubeconfig_path(),
-        &dirs,
-        &["--topology", "dgx-h100"],
-        &[],
-    );
-
-    let kubelet = register(&dirs).await;
-    assert_eq!(kubelet.info().name, "gpu.tessera.dev");
-
-    // The real claim-preparation driver is wired: a claim allocated gpu-0 gets its CDI spec.
-    let (reference, devices_of_claim) = prepare_train(&server, &kubelet).await;
+/// A claim allocated gpu-0 gets its CDI spec and is counted in the metrics; unprepare removes
+/// the spec.
+async fn prepare_and_unprepare_a_claim(
+    server: &FakeApiServer,
+    kubelet: &KubeletSimulator,
+    dirs: &PluginDirs,
+    plugin: &PluginProcess,
+) {
+    let (reference, devices_of_claim) = prepare_train(server, kubelet).await;
     assert_eq!(devices_of_claim[0].device_name, "gpu-0");
     assert!(!devices_of_claim[0].cdi_device_ids.is_empty());
     let specs = || std::fs::read_dir(dirs.path("cdi")).map_or(0, |d| d.count());
     assert_eq!(specs(), 1, "one CDI spec for the claim");
-    let (_, metrics) = eventually(&dirs, "the metrics endpoint", WAIT, async || {
+    let (_, metrics) = eventually(dirs, "the metrics endpoint", WAIT, async || {
         plugin.http_get("/metrics").await
     })
     .await;
@@ -73,22 +66,18 @@ async fn registers_publishes_turns_ready_and_restarts_without_going_back() {
         metrics.contains("tessera_node_prepared_devices 1"),
         "{metrics}"
     );
-    unprepare_ok(&kubelet, &reference).await;
+    unprepare_ok(kubelet, &reference).await;
     assert_eq!(specs(), 0, "unprepare removes the spec");
+}
 
-    let slices = eventually(&dirs, "8 devices in one slice", WAIT, async || {
-        let slices = own_slices(&server);
-        (slices.len() == 1 && devices(&slices).len() == 8).then_some(slices)
-    })
-    .await;
-    let owner = &slices[0].owner_references()[0];
-    assert_eq!(
-        (owner.kind.as_str(), owner.name.as_str()),
-        ("Node", support::process::NODE)
-    );
-    assert_eq!(Some(owner.uid.clone()), node.uid());
-
-    eventually(&dirs, "/readyz to turn ready", WAIT, async || {
+/// `/readyz` turns ready, the metrics count the published devices, `/healthz` answers, and the
+/// kubelet's health stream lists every device healthy.
+async fn assert_ready_and_healthy(
+    plugin: &PluginProcess,
+    kubelet: &KubeletSimulator,
+    dirs: &PluginDirs,
+) {
+    eventually(dirs, "/readyz to turn ready", WAIT, async || {
         plugin
             .http_get("/readyz")
             .await
@@ -111,16 +100,20 @@ async fn registers_publishes_turns_ready_and_restarts_without_going_back() {
         .unwrap();
     assert_eq!(listed.len(), 8);
     assert!(listed.iter().all(|d| d.status == HealthStatus::Healthy));
+}
 
+/// Labels the node topology-managed and waits until every published device carries the
+/// managed taint: the slices then.
+async fn turn_managed(server: &FakeApiServer, dirs: &PluginDirs) -> Vec<ResourceSlice> {
     server.edit::<Node>(None, support::process::NODE, |n| {
         n.labels_mut().insert(MANAGED_LABEL.into(), "true".into());
     });
-    let slices = eventually(
-        &dirs,
+    eventually(
+        dirs,
         "the topology-managed taint on every device",
         WAIT,
         async || {
-            let slices = own_slices(&server);
+            let slices = own_slices(server);
             let tainted = devices(&slices).iter().all(|d| {
                 d.taints
                     .iter()
@@ -130,7 +123,74 @@ async fn registers_publishes_turns_ready_and_restarts_without_going_back() {
             (tainted && !slices.is_empty()).then_some(slices)
         },
     )
+    .await
+}
+
+/// A plugin started again with a stale slice of its pool published removes that slice, keeps
+/// the pool generation from going back below `generation`, and turns ready.
+async fn restart_over_a_stale_slice(
+    server: &FakeApiServer,
+    kubeconfig: &std::path::Path,
+    dirs: &PluginDirs,
+    generation: i64,
+) {
+    server.seed(&stale_slice("node-a-gpu.tessera.dev-9"));
+    let restarted = PluginProcess::start(kubeconfig, dirs, &["--topology", "dgx-h100"], &[]);
+    register(dirs).await;
+    let slices = eventually(dirs, "the stale slice to go", WAIT, async || {
+        let slices = own_slices(server);
+        (slices.len() == 1).then_some(slices)
+    })
     .await;
+    assert_eq!(slices[0].name_any(), "node-a-gpu.tessera.dev-0");
+    assert!(
+        slices[0].spec.pool.generation >= generation,
+        "the generation went back from {generation} to {}",
+        slices[0].spec.pool.generation
+    );
+    assert_eq!(devices(&slices).len(), 8);
+    eventually(dirs, "/readyz after the restart", WAIT, async || {
+        restarted
+            .http_get("/readyz")
+            .await
+            .filter(|(code, _)| *code == 200)
+    })
+    .await;
+    assert!(restarted.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_publishes_turns_ready_and_restarts_without_going_back() {
+    let (server, http, node) = api_server_with_node().await;
+    let dirs = PluginDirs::new();
+    let plugin = PluginProcess::start(
+        http.kubeconfig_path(),
+        &dirs,
+        &["--topology", "dgx-h100"],
+        &[],
+    );
+
+    let kubelet = register(&dirs).await;
+    assert_eq!(kubelet.info().name, "gpu.tessera.dev");
+
+    // The real claim-preparation driver is wired: a claim allocated gpu-0 gets its CDI spec.
+    prepare_and_unprepare_a_claim(&server, &kubelet, &dirs, &plugin).await;
+
+    let slices = eventually(&dirs, "8 devices in one slice", WAIT, async || {
+        let slices = own_slices(&server);
+        (slices.len() == 1 && devices(&slices).len() == 8).then_some(slices)
+    })
+    .await;
+    let owner = &slices[0].owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Node", support::process::NODE)
+    );
+    assert_eq!(Some(owner.uid.clone()), node.uid());
+
+    assert_ready_and_healthy(&plugin, &kubelet, &dirs).await;
+
+    let slices = turn_managed(&server, &dirs).await;
     let generation = slices[0].spec.pool.generation;
 
     let status = plugin.terminate();
@@ -149,34 +209,7 @@ async fn registers_publishes_turns_ready_and_restarts_without_going_back() {
         "stopping does not delete the slices"
     );
 
-    server.seed(&stale_slice("node-a-gpu.tessera.dev-9"));
-    let restarted = PluginProcess::start(
-        http.kubeconfig_path(),
-        &dirs,
-        &["--topology", "dgx-h100"],
-        &[],
-    );
-    register(&dirs).await;
-    let slices = eventually(&dirs, "the stale slice to go", WAIT, async || {
-        let slices = own_slices(&server);
-        (slices.len() == 1).then_some(slices)
-    })
-    .await;
-    assert_eq!(slices[0].name_any(), "node-a-gpu.tessera.dev-0");
-    assert!(
-        slices[0].spec.pool.generation >= generation,
-        "the generation went back from {generation} to {}",
-        slices[0].spec.pool.generation
-    );
-    assert_eq!(devices(&slices).len(), 8);
-    eventually(&dirs, "/readyz after the restart", WAIT, async || {
-        restarted
-            .http_get("/readyz")
-            .await
-            .filter(|(code, _)| *code == 200)
-    })
-    .await;
-    assert!(restarted.terminate().success());
+    restart_over_a_stale_slice(&server, http.kubeconfig_path(), &dirs, generation).await;
 }
 
 /// A dgx-h100 behind the fake NVML: its inventory, and the plugin flags and environment that
@@ -240,19 +273,11 @@ fn fake_nvml_library() -> std::path::PathBuf {
     .expect("libtessera_fake_nvml.so next to the test executable")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_injected_xid_taints_the_device_and_reaches_the_kubelet() {
-    let (server, http, _) = api_server_with_node().await;
-    let dirs = PluginDirs::new();
-    let (inventory, flags, mut env) = fake_nvml_node(&dirs);
-    let events = dirs.path("nvml-events");
-    std::fs::write(&events, "").unwrap();
-    env.push((tessera_fake_nvml::EVENTS_ENV, events.display().to_string()));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &flags, &env);
-    let kubelet = register(&dirs).await;
-    let slices = eventually(&dirs, "the NVML inventory published", WAIT, async || {
-        let slices = own_slices(&server);
+/// Waits until the 8 GPUs the fake NVML shows are published, each with its PCIe root read from
+/// the fake sysfs tree.
+async fn assert_the_nvml_inventory_published(server: &FakeApiServer, dirs: &PluginDirs) {
+    let slices = eventually(dirs, "the NVML inventory published", WAIT, async || {
+        let slices = own_slices(server);
         (devices(&slices).len() == 8).then_some(slices)
     })
     .await;
@@ -265,6 +290,20 @@ async fn an_injected_xid_taints_the_device_and_reaches_the_kubelet() {
         })
         .count();
     assert_eq!(pcie_roots, 8, "PCI facts come from --sysfs-root");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_injected_xid_taints_the_device_and_reaches_the_kubelet() {
+    let (server, http, _) = api_server_with_node().await;
+    let dirs = PluginDirs::new();
+    let (inventory, flags, mut env) = fake_nvml_node(&dirs);
+    let events = dirs.path("nvml-events");
+    std::fs::write(&events, "").unwrap();
+    env.push((tessera_fake_nvml::EVENTS_ENV, events.display().to_string()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &flags, &env);
+    let kubelet = register(&dirs).await;
+    assert_the_nvml_inventory_published(&server, &dirs).await;
 
     let mut health = kubelet.watch_health().await.unwrap();
     let first = tokio::time::timeout(WAIT, health.next())
@@ -342,10 +381,41 @@ fn script_samples(path: &std::path::Path, text: &str) {
     std::fs::rename(&next, path).unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gpu_metrics_label_the_pod_and_an_idle_claim_gets_an_event() {
+/// Waits for the GPUIdle Event, a warning on the claim's pod, and the claim's idle series.
+async fn assert_an_idle_event_on_the_pod(
+    server: &FakeApiServer,
+    dirs: &PluginDirs,
+    plugin: &PluginProcess,
+) {
     use k8s_openapi::api::events::v1::Event as K8sEvent;
 
+    let event = eventually(
+        dirs,
+        "a GPUIdle Event on the claim's pod",
+        WAIT,
+        async || {
+            server
+                .list::<K8sEvent>(Some("ml"))
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("GPUIdle"))
+        },
+    )
+    .await;
+    let regarding = event.regarding.expect("the Event names its pod");
+    assert_eq!(
+        (regarding.kind.as_deref(), regarding.name.as_deref()),
+        (Some("Pod"), Some("train-pod"))
+    );
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let (_, metrics) = plugin.http_get("/metrics").await.unwrap();
+    assert!(
+        metrics.contains(r#"tessera_node_idle_claim{namespace="ml",claim="train"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_metrics_label_the_pod_and_an_idle_claim_gets_an_event() {
     let (server, http, _) = api_server_with_node().await;
     let dirs = PluginDirs::new();
     let (inventory, mut flags, mut env) = fake_nvml_node(&dirs);
@@ -399,29 +469,7 @@ async fn gpu_metrics_label_the_pod_and_an_idle_claim_gets_an_event() {
 
     // Scripted 0%: within the 1 s window (plus a sample), a GPUIdle Event on the pod.
     script_samples(&samples, "* utilization=0\n");
-    let event = eventually(
-        &dirs,
-        "a GPUIdle Event on the claim's pod",
-        WAIT,
-        async || {
-            server
-                .list::<K8sEvent>(Some("ml"))
-                .into_iter()
-                .find(|e| e.reason.as_deref() == Some("GPUIdle"))
-        },
-    )
-    .await;
-    let regarding = event.regarding.expect("the Event names its pod");
-    assert_eq!(
-        (regarding.kind.as_deref(), regarding.name.as_deref()),
-        (Some("Pod"), Some("train-pod"))
-    );
-    assert_eq!(event.type_.as_deref(), Some("Warning"));
-    let (_, metrics) = plugin.http_get("/metrics").await.unwrap();
-    assert!(
-        metrics.contains(r#"tessera_node_idle_claim{namespace="ml",claim="train"} 1"#),
-        "{metrics}"
-    );
+    assert_an_idle_event_on_the_pod(&server, &dirs, &plugin).await;
 
     // Unprepared: the claim's series go (bounded cardinality); gpu-0 is free again.
     unprepare_ok(&kubelet, &reference).await;
@@ -465,16 +513,12 @@ fn damaged_checkpoints(good: &[u8]) -> Vec<(&'static str, Vec<u8>, &'static str)
     ]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt_without_a_crash_loop() {
-    use tessera_prepare::checkpoint::quarantined_files;
+/// Seeds claims "whole" (gpu-0), "shared" (gpu-1, MPS) and "later" (gpu-2).
+fn seed_three_claims(server: &FakeApiServer) -> Vec<ClaimRef> {
     use tessera_prepare_harness::{allocated_claim, claim_config, uid_of};
 
-    let (server, http, _) = api_server_with_node().await;
-    let dirs = PluginDirs::new();
-    let backend = ["--topology", "dgx-h100"];
     let mps = claim_config(&[], "GpuConfig", serde_json::json!({"strategy": "MPS"}));
-    let claims: Vec<ClaimRef> = [("whole", vec![]), ("shared", vec![mps]), ("later", vec![])]
+    [("whole", vec![]), ("shared", vec![mps]), ("later", vec![])]
         .into_iter()
         .enumerate()
         .map(|(i, (name, configs))| {
@@ -482,7 +526,54 @@ async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt_without_a_crash_l
             server.seed(&allocated_claim(name, &[("gpu", &device)], configs));
             ClaimRef::new("ml", name, uid_of(name))
         })
-        .collect();
+        .collect()
+}
+
+/// The damaged checkpoint of `round` is kept, renamed, never deleted: one more quarantined file
+/// per round, byte for byte; one clear log line says which file, what was wrong (`complaint`)
+/// and where it went.
+fn assert_quarantined_and_logged(
+    dirs: &PluginDirs,
+    plugin: &PluginProcess,
+    damaged: &[u8],
+    complaint: &str,
+    round: usize,
+    context: &dyn Fn() -> String,
+) {
+    use tessera_prepare::checkpoint::quarantined_files;
+
+    let state = dirs.path("state");
+    let checkpoint = state.join("checkpoint.json");
+    let quarantined = quarantined_files(&state);
+    assert_eq!(quarantined.len(), round + 1, "{}", context());
+    let moved_to = quarantined
+        .iter()
+        .find(|p| std::fs::read(p).unwrap() == damaged)
+        .unwrap_or_else(|| panic!("the damaged file is kept: {}", context()));
+    // One clear log line: which file, what was wrong, where it went.
+    let log =
+        std::fs::read_to_string(dirs.path(&format!("plugin-{}.log", plugin.metrics_port))).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("could not be trusted"))
+        .unwrap_or_else(|| panic!("no quarantine log line: {}", context()));
+    for part in [
+        checkpoint.display().to_string(),
+        complaint.to_owned(),
+        moved_to.display().to_string(),
+    ] {
+        assert!(line.contains(&part), "{part:?} not in {line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt_without_a_crash_loop() {
+    use tessera_prepare::checkpoint::quarantined_files;
+
+    let (server, http, _) = api_server_with_node().await;
+    let dirs = PluginDirs::new();
+    let backend = ["--topology", "dgx-h100"];
+    let claims = seed_three_claims(&server);
     let (held, later) = (&claims[..2], &claims[2]);
 
     let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &backend, &[]);
@@ -510,28 +601,7 @@ async fn a_corrupt_checkpoint_is_quarantined_and_state_rebuilt_without_a_crash_l
         let kubelet = register(&dirs).await;
         let context = || format!("{what}\n{}", plugin_logs(&dirs));
 
-        // Kept, renamed, never deleted: one more quarantined file per round, byte for byte.
-        let quarantined = quarantined_files(&state);
-        assert_eq!(quarantined.len(), round + 1, "{}", context());
-        let moved_to = quarantined
-            .iter()
-            .find(|p| std::fs::read(p).unwrap() == damaged)
-            .unwrap_or_else(|| panic!("the damaged file is kept: {}", context()));
-        // One clear log line: which file, what was wrong, where it went.
-        let log =
-            std::fs::read_to_string(dirs.path(&format!("plugin-{}.log", plugin.metrics_port)))
-                .unwrap();
-        let line = log
-            .lines()
-            .find(|l| l.contains("could not be trusted"))
-            .unwrap_or_else(|| panic!("no quarantine log line: {}", context()));
-        for part in [
-            checkpoint.display().to_string(),
-            complaint.to_owned(),
-            moved_to.display().to_string(),
-        ] {
-            assert!(line.contains(&part), "{part:?} not in {line}");
-        }
+        assert_quarantined_and_logged(&dirs, &plugin, &damaged, complaint, round, &context);
 
         // Rebuilt from the CDI specs and the API server: the same claims, the same answers.
         let rebuilt = tessera_prepare::checkpoint::decode(&std::fs::read(&checkpoint).unwrap())

@@ -414,6 +414,45 @@ async fn wait_for_slices(
     }
 }
 
+/// A double-bit ECC error recorded for GPU `sick` turns its device unhealthy for the kubelet and
+/// taints it in the slice.
+async fn a_double_bit_ecc_reaches_the_kubelet_and_the_slice(
+    server: &FakeApiServer,
+    running: &mut RunningLoop,
+    sick: String,
+) {
+    running.findings.record(
+        &HealthEvent {
+            gpu_uuid: sick,
+            kind: HealthEventKind::DoubleBitEcc,
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        },
+        SystemTime::now(),
+    );
+    running
+        .kubelet_health
+        .wait_for(|h| {
+            h.iter()
+                .filter(|d| d.status == HealthStatus::Unhealthy)
+                .count()
+                == 1
+        })
+        .await
+        .unwrap();
+    wait_for_slices(server, |s| {
+        s.iter()
+            .flat_map(|s| s.spec.devices.iter().flatten())
+            .any(|d| {
+                d.taints
+                    .iter()
+                    .flatten()
+                    .any(|t| t.key == "gpu.tessera.dev/ecc")
+            })
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn the_loop_follows_the_node_the_inventory_health_and_a_wiped_pool() {
     let server = FakeApiServer::new();
@@ -461,36 +500,7 @@ async fn the_loop_follows_the_node_the_inventory_health_and_a_wiped_pool() {
         .unwrap();
 
     let sick = smaller.gpus[1].uuid.clone();
-    running.findings.record(
-        &HealthEvent {
-            gpu_uuid: sick,
-            kind: HealthEventKind::DoubleBitEcc,
-            gpu_instance_id: None,
-            compute_instance_id: None,
-        },
-        SystemTime::now(),
-    );
-    running
-        .kubelet_health
-        .wait_for(|h| {
-            h.iter()
-                .filter(|d| d.status == HealthStatus::Unhealthy)
-                .count()
-                == 1
-        })
-        .await
-        .unwrap();
-    wait_for_slices(&server, |s| {
-        s.iter()
-            .flat_map(|s| s.spec.devices.iter().flatten())
-            .any(|d| {
-                d.taints
-                    .iter()
-                    .flatten()
-                    .any(|t| t.key == "gpu.tessera.dev/ecc")
-            })
-    })
-    .await;
+    a_double_bit_ecc_reaches_the_kubelet_and_the_slice(&server, &mut running, sick).await;
 
     // The kubelet wipes the pool when it restarts; the plugin re-registers and republishes.
     for slice in own_slices(&server) {

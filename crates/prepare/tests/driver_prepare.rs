@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 use tessera_api::config::TimeSliceInterval;
 use tessera_kubelet_grpc::{ClaimRef, DraDriver};
+use tessera_prepare::NodeDriver;
 use tessera_prepare::checkpoint::ClaimState;
 use tessera_prepare::plan::MigMode;
 use tessera_prepare::sharing::{GpuCall, GpuOperation};
@@ -512,6 +513,53 @@ async fn a_plain_claim_whose_unprepare_is_not_recorded_keeps_its_spec() {
     assert!(h.read_checkpoint().claims.is_empty());
 }
 
+/// The last part of [`a_spec_that_cannot_be_written_or_removed_fails_only_its_claim`], once the
+/// batch `[plain, sliced, mps]` is prepared: the MPS claim's spec cannot be removed, which fails
+/// that claim's unprepare alone until the spec can go.
+async fn unprepare_with_an_unremovable_spec(
+    h: &Harness,
+    driver: &NodeDriver,
+    batch: Vec<ClaimRef>,
+) {
+    let [plain, sliced, mps] = [&batch[0], &batch[1], &batch[2]].map(Clone::clone);
+    // The MPS claim's spec cannot be unlinked: the batch remove fails, and the claim-by-claim
+    // fallback fails only that claim's unprepare; it stays recorded for the retry.
+    let mps_spec = driver.cdi_spec_path(&mps.uid).unwrap();
+    std::fs::remove_file(&mps_spec).unwrap();
+    std::fs::create_dir(&mps_spec).unwrap();
+    let results = driver.unprepare(batch.clone()).await;
+    assert_eq!(
+        results[&plain.uid].clone().map_err(|e| e.to_string()),
+        Ok(())
+    );
+    assert_eq!(
+        results[&sliced.uid].clone().map_err(|e| e.to_string()),
+        Ok(())
+    );
+    let err = results[&mps.uid].clone().unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("cannot remove CDI spec {}", mps_spec.display())),
+        "{err}"
+    );
+    let recorded: Vec<String> = h
+        .read_checkpoint()
+        .claims
+        .into_keys()
+        .map(|uid| uid.to_string())
+        .collect();
+    assert_eq!(recorded, vec![mps.uid.to_string()]);
+    std::fs::remove_dir(&mps_spec).unwrap();
+    assert_eq!(
+        driver.unprepare(batch).await[&mps.uid]
+            .clone()
+            .map_err(|e| e.to_string()),
+        Ok(())
+    );
+    assert!(h.spec_uids().is_empty());
+    assert!(h.read_checkpoint().claims.is_empty());
+    assert!(h.gpu.running_daemons().is_empty());
+}
+
 #[tokio::test]
 async fn a_spec_that_cannot_be_written_or_removed_fails_only_its_claim() {
     let h = Harness::new("dgx-h100", MigMode::Static);
@@ -578,42 +626,7 @@ async fn a_spec_that_cannot_be_written_or_removed_fails_only_its_claim() {
     assert!(retried.values().all(Result::is_ok), "{retried:?}");
     assert_eq!(h.spec_uids().len(), 3);
 
-    // The MPS claim's spec cannot be unlinked: the batch remove fails, and the claim-by-claim
-    // fallback fails only that claim's unprepare; it stays recorded for the retry.
-    let mps_spec = driver.cdi_spec_path(&mps.uid).unwrap();
-    std::fs::remove_file(&mps_spec).unwrap();
-    std::fs::create_dir(&mps_spec).unwrap();
-    let results = driver.unprepare(batch.clone()).await;
-    assert_eq!(
-        results[&plain.uid].clone().map_err(|e| e.to_string()),
-        Ok(())
-    );
-    assert_eq!(
-        results[&sliced.uid].clone().map_err(|e| e.to_string()),
-        Ok(())
-    );
-    let err = results[&mps.uid].clone().unwrap_err().to_string();
-    assert!(
-        err.contains(&format!("cannot remove CDI spec {}", mps_spec.display())),
-        "{err}"
-    );
-    let recorded: Vec<String> = h
-        .read_checkpoint()
-        .claims
-        .into_keys()
-        .map(|uid| uid.to_string())
-        .collect();
-    assert_eq!(recorded, vec![mps.uid.to_string()]);
-    std::fs::remove_dir(&mps_spec).unwrap();
-    assert_eq!(
-        driver.unprepare(batch).await[&mps.uid]
-            .clone()
-            .map_err(|e| e.to_string()),
-        Ok(())
-    );
-    assert!(h.spec_uids().is_empty());
-    assert!(h.read_checkpoint().claims.is_empty());
-    assert!(h.gpu.running_daemons().is_empty());
+    unprepare_with_an_unremovable_spec(&h, &driver, batch).await;
 }
 
 #[tokio::test]
@@ -649,6 +662,33 @@ async fn a_claim_uid_never_names_a_path_outside_the_state_directory() {
     assert!(h.read_checkpoint().claims.is_empty());
 }
 
+/// A claim `name` of the harness allocated gpu-3 as a share of it, consuming `memory`, with
+/// `config`; put where the driver reads claims.
+fn shared_claim(h: &Harness, name: &str, memory: &str, config: Value) -> ClaimRef {
+    let mut claim = allocated_claim(name, &[("gpu", "gpu-3")], vec![config]);
+    let result = &mut claim
+        .status
+        .as_mut()
+        .unwrap()
+        .allocation
+        .as_mut()
+        .unwrap()
+        .devices
+        .as_mut()
+        .unwrap()
+        .results
+        .as_mut()
+        .unwrap()[0];
+    result.share_id = Some(format!("share-{name}"));
+    result.consumed_capacity = Some(
+        [("memory".to_owned(), Quantity(memory.to_owned()))]
+            .into_iter()
+            .collect(),
+    );
+    h.claims.put(claim);
+    ClaimRef::new("ml", name, uid_of(name))
+}
+
 /// Two claims allocated one multi-allocatable GPU (consumable shares), each with its share id and
 /// the memory it consumed: each gets its own record, spec, MPS daemon and limits; unpreparing
 /// one leaves everything of the other in place, including the GPU's time slice it still runs
@@ -657,31 +697,8 @@ async fn a_claim_uid_never_names_a_path_outside_the_state_directory() {
 async fn claims_sharing_one_gpu_are_prepared_and_unprepared_independently() {
     let h = Harness::new("dgx-h100", MigMode::Static);
     let (driver, _) = h.start().await;
-    let shared = |name: &str, memory: &str, config: Value| {
-        let mut claim = allocated_claim(name, &[("gpu", "gpu-3")], vec![config]);
-        let result = &mut claim
-            .status
-            .as_mut()
-            .unwrap()
-            .allocation
-            .as_mut()
-            .unwrap()
-            .devices
-            .as_mut()
-            .unwrap()
-            .results
-            .as_mut()
-            .unwrap()[0];
-        result.share_id = Some(format!("share-{name}"));
-        result.consumed_capacity = Some(
-            [("memory".to_owned(), Quantity(memory.to_owned()))]
-                .into_iter()
-                .collect(),
-        );
-        h.claims.put(claim);
-        ClaimRef::new("ml", name, uid_of(name))
-    };
-    let sliced = shared(
+    let sliced = shared_claim(
+        &h,
         "sliced",
         "20Gi",
         claim_config(
@@ -690,7 +707,8 @@ async fn claims_sharing_one_gpu_are_prepared_and_unprepared_independently() {
             json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}),
         ),
     );
-    let mps = shared(
+    let mps = shared_claim(
+        &h,
         "mps",
         "30Gi",
         claim_config(&[], "GpuConfig", json!({"strategy": "MPS"})),

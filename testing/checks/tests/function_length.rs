@@ -1,12 +1,13 @@
-//! No function outside tests is longer than [`MAX_LINES`] lines in any crate of the workspace: a
-//! longer one is split into parts whose names say what each does.
+//! No function is longer than [`MAX_LINES`] lines in any crate of the workspace, tests and
+//! benchmarks included: a longer one is split into parts whose names say what each does. A test
+//! is read by whoever debugs its failure, so it is held to the same limit as the code it tests.
 //!
 //! A line scanner, not a parser: it relies on rustfmt's layout (`cargo fmt --check` runs in CI),
-//! where a function's body closes with a `}` at the indentation its `fn` line starts at. Unit and
-//! integration tests are skipped: `tests/` directories, files named `tests.rs`, and every item
-//! after a `#[cfg(test)]` line; so are benchmarks (`benches/`). The end-to-end suite
-//! (`tests/e2e`) is checked like any crate: its scenarios are read as steps by whoever debugs a
-//! failed run.
+//! where a function's body closes with a `}` at the indentation its `fn` line starts at. Every
+//! `.rs` file under a crate's directory is read: `src/` with its unit tests (`tests.rs` files and
+//! `#[cfg(test)]` modules), `tests/`, `benches/`, `build.rs`, fixtures and fuzz targets. The
+//! end-to-end suite (`tests/e2e`) is checked like any crate: its scenarios are read as steps by
+//! whoever debugs a failed run.
 
 use std::path::{Path, PathBuf};
 
@@ -17,19 +18,18 @@ const MAX_LINES: usize = 80;
 /// while it is over the limit (the test fails once it is not, so the list only shrinks).
 const BEING_SPLIT: &[(&str, &str)] = &[];
 
-/// What is checked (paths from the workspace root): every crate of the workspace (under
-/// `crates/` and `testing/`, and `tests/e2e`), found by listing them, so a new crate is checked
-/// without being named here; its `src/` and `build.rs`.
+/// What is checked (paths from the workspace root): the directory of every crate of the
+/// workspace (under `crates/` and `testing/`, and `tests/e2e`), found by listing them, so a new
+/// crate is checked without being named here.
 fn checked(root: &Path) -> Vec<PathBuf> {
     let mut checked = Vec::new();
     for krate in tessera_checks::crate_dirs(root) {
-        let src = krate.join("src");
-        assert!(src.is_dir(), "{} has no src/", krate.display());
-        checked.push(src);
-        let build = krate.join("build.rs");
-        if build.is_file() {
-            checked.push(build);
-        }
+        assert!(
+            krate.join("src").is_dir(),
+            "{} has no src/",
+            krate.display()
+        );
+        checked.push(krate);
     }
     checked
 }
@@ -91,26 +91,12 @@ fn item_end(lines: &[&str], start: usize) -> usize {
     lines.len()
 }
 
-/// The functions of one file's source outside test code.
+/// The functions of one file's source, test code included; a function nested in another is
+/// measured on its own as well as within the one around it.
 fn functions(source: &str) -> Vec<Function> {
     let lines: Vec<&str> = source.lines().collect();
     let mut found = Vec::new();
-    let mut i = 0;
-    while i < lines.len() {
-        let line = lines[i];
-        if line.trim() == "#[cfg(test)]" {
-            // Skip the attributes after it, then the item they belong to.
-            let mut item = i + 1;
-            while item < lines.len() && lines[item].trim_start().starts_with("#[") {
-                item += 1;
-            }
-            i = if item < lines.len() {
-                item_end(&lines, item)
-            } else {
-                item
-            };
-            continue;
-        }
+    for (i, line) in lines.iter().enumerate() {
         if let Some(name) = function_name(line) {
             let end = item_end(&lines, i);
             found.push(Function {
@@ -119,28 +105,26 @@ fn functions(source: &str) -> Vec<Function> {
                 lines: end - i,
             });
         }
-        i += 1;
     }
     found
 }
 
+/// The `.rs` files under `dir`, leaving out build outputs (`target/`) a fuzz crate may hold.
 fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("source directories are readable") {
+    for entry in std::fs::read_dir(dir).expect("crate directories are readable") {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            if path.file_name().is_none_or(|n| n != "tests") {
+            if path.file_name().is_none_or(|n| n != "target") {
                 rust_files(&path, files);
             }
-        } else if path.extension().is_some_and(|e| e == "rs")
-            && path.file_name().is_none_or(|n| n != "tests.rs")
-        {
+        } else if path.extension().is_some_and(|e| e == "rs") {
             files.push(path);
         }
     }
 }
 
 #[test]
-fn no_function_outside_tests_is_longer_than_the_limit() {
+fn no_function_is_longer_than_the_limit() {
     let root = tessera_checks::workspace_root();
     let checked = checked(&root);
     for krate in [
@@ -154,20 +138,16 @@ fn no_function_outside_tests_is_longer_than_the_limit() {
         "tests/e2e",
     ] {
         assert!(
-            checked.contains(&root.join(krate).join("src")),
-            "{krate}/src is not among the checked directories"
+            checked.contains(&root.join(krate)),
+            "{krate} is not among the checked directories"
         );
     }
     let mut long = Vec::new();
     let mut still_long = Vec::new();
     for path in checked {
         let mut files = Vec::new();
-        if path.is_dir() {
-            rust_files(&path, &mut files);
-            assert!(!files.is_empty(), "{} holds no Rust file", path.display());
-        } else {
-            files.push(path);
-        }
+        rust_files(&path, &mut files);
+        assert!(!files.is_empty(), "{} holds no Rust file", path.display());
         files.sort();
         for file in files {
             let shown = file
@@ -205,9 +185,9 @@ fn no_function_outside_tests_is_longer_than_the_limit() {
     }
 }
 
-/// The scanner itself: function lengths, bodiless items, and test code skipped.
+/// The scanner itself: function lengths, bodiless items, and test code measured like the rest.
 #[test]
-fn the_scanner_measures_functions_and_skips_tests() {
+fn the_scanner_measures_functions_test_code_included() {
     let source = "\
 pub(crate) async fn first(
     a: u32,
@@ -233,12 +213,13 @@ trait T {
 #[cfg(test)]
 #[allow(unused)]
 mod tests {
-    fn hidden() {
+    fn in_a_test_module() {
     }
 }
 
 #[cfg(test)]
-fn also_hidden() {
+fn under_cfg_test() {
+    let x = 1;
 }
 ";
     let found = functions(source);
@@ -253,6 +234,8 @@ fn also_hidden() {
             ("short", 8, 1),
             ("method", 10, 4),
             ("declared", 17, 3),
+            ("in_a_test_module", 25, 2),
+            ("under_cfg_test", 30, 3),
         ]
     );
 }

@@ -82,11 +82,8 @@ fn api_code(error: kube::Error) -> u16 {
     }
 }
 
-#[tokio::test]
-async fn crud_with_conflicts_and_selectors() {
-    let server = FakeApiServer::new();
-    let client = server.client();
-    let nodes: Api<Node> = Api::all(client.clone());
+/// Creating node-a twice conflicts; replacing it from a stale copy conflicts.
+async fn create_and_replace_with_conflicts(nodes: &Api<Node>) {
     let created = nodes
         .create(&PostParams::default(), &node("node-a"))
         .await
@@ -124,7 +121,11 @@ async fn crud_with_conflicts_and_selectors() {
         ),
         409
     );
+}
 
+/// With node-b created: lists by label and field selectors (an unsupported field refused), and in
+/// pages.
+async fn list_by_selectors_and_in_pages(nodes: &Api<Node>) {
     nodes
         .create(&PostParams::default(), &node("node-b"))
         .await
@@ -166,7 +167,10 @@ async fn crud_with_conflicts_and_selectors() {
         .unwrap();
     assert_eq!(rest.items[0].name_any(), "node-b");
     assert!(rest.metadata.continue_.is_none());
+}
 
+/// A merge patch adds a label to node-b, a JSON patch removes it.
+async fn patch_by_merge_and_json_patch(nodes: &Api<Node>) {
     let patched = nodes
         .patch(
             "node-b",
@@ -188,7 +192,16 @@ async fn crud_with_conflicts_and_selectors() {
         .await
         .unwrap();
     assert!(!patched.labels().contains_key("a"));
+}
 
+#[tokio::test]
+async fn crud_with_conflicts_and_selectors() {
+    let server = FakeApiServer::new();
+    let client = server.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    create_and_replace_with_conflicts(&nodes).await;
+    list_by_selectors_and_in_pages(&nodes).await;
+    patch_by_merge_and_json_patch(&nodes).await;
     nodes
         .delete("node-b", &DeleteParams::default())
         .await

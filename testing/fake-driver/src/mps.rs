@@ -501,9 +501,8 @@ pub fn control_log(log_dir: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
-    #[test]
-    fn settings_are_validated_and_kept() {
-        let mut daemon = DaemonState::new(vec!["GPU-a".into(), "MIG-b".into()]);
+    /// The default active thread percentage: 100 at first, set within 1..=100 and read back.
+    fn thread_percentage_is_validated_and_kept(daemon: &mut DaemonState) {
         let (answer, effect) = daemon.execute("get_default_active_thread_percentage");
         assert_eq!((answer.text.as_str(), effect), ("100.0\n", Effect::None));
         assert!(
@@ -531,7 +530,11 @@ mod tests {
                 .0
                 .ok
         );
+    }
 
+    /// Per-device pinned memory limits: set, read back in the largest whole unit, refused for a
+    /// device the daemon does not serve or a value that is not a size.
+    fn pinned_memory_limits_are_validated_and_kept(daemon: &mut DaemonState) {
         assert!(
             daemon
                 .execute("set_default_device_pinned_mem_limit 1 1025M")
@@ -590,6 +593,13 @@ mod tests {
                 .0
                 .ok
         );
+    }
+
+    #[test]
+    fn settings_are_validated_and_kept() {
+        let mut daemon = DaemonState::new(vec!["GPU-a".into(), "MIG-b".into()]);
+        thread_percentage_is_validated_and_kept(&mut daemon);
+        pinned_memory_limits_are_validated_and_kept(&mut daemon);
         assert!(!daemon.execute("frobnicate").0.ok);
         assert_eq!(daemon.execute("quit").1, Effect::Quit);
     }

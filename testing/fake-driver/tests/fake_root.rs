@@ -98,18 +98,9 @@ fn text(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-#[test]
-fn a_host_layout_is_what_ldconfig_makes_of_a_driver_install() {
-    let node = FakeNode::new("dgx-h100", Layout::Host);
-    let version = &node.inventory.driver_version;
-    let libs = node.library_dir();
-    assert_eq!(
-        libs,
-        node.root.join("usr/lib").join(layout::multiarch_triplet())
-    );
-
-    // Every library's ELF soname is the one its links name: ldconfig, reading the files, makes
-    // exactly the soname links the layout has.
+/// Every library's ELF soname is the one its links name: ldconfig, reading copies of the files,
+/// makes exactly the soname links the host layout has; each development link names the soname.
+fn assert_ldconfig_makes_the_layouts_links(node: &FakeNode, version: &str) {
     let copies = tempfile::tempdir().unwrap();
     for library in LIBRARIES {
         let file = library.dir(Layout::Host).join(library.file_name(version));
@@ -144,9 +135,11 @@ fn a_host_layout_is_what_ldconfig_makes_of_a_driver_install() {
         .unwrap();
         assert_eq!(dev, PathBuf::from(&soname));
     }
+}
 
-    // The loader cache lists each soname (and .so link) at its path in the root, except VDPAU's,
-    // which ldconfig does not index either.
+/// The loader cache lists each soname (and .so link) at its path in the root, except VDPAU's,
+/// which ldconfig does not index either.
+fn assert_the_loader_cache_lists_each_soname(node: &FakeNode) {
     let cache_path = node.root.join("etc/ld.so.cache");
     let cache = LdCache::parse(&std::fs::read(&cache_path).unwrap()).unwrap();
     let names: BTreeSet<&str> = cache.libraries().map(|e| e.name.as_str()).collect();
@@ -170,6 +163,20 @@ fn a_host_layout_is_what_ldconfig_makes_of_a_driver_install() {
         "{}",
         text(&listing)
     );
+}
+
+#[test]
+fn a_host_layout_is_what_ldconfig_makes_of_a_driver_install() {
+    let node = FakeNode::new("dgx-h100", Layout::Host);
+    let version = &node.inventory.driver_version;
+    let libs = node.library_dir();
+    assert_eq!(
+        libs,
+        node.root.join("usr/lib").join(layout::multiarch_triplet())
+    );
+
+    assert_ldconfig_makes_the_layouts_links(&node, version);
+    assert_the_loader_cache_lists_each_soname(&node);
 
     // One stand-in binary under every name; firmware of the driver version.
     let inodes: BTreeSet<u64> = BINARIES

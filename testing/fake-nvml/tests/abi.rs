@@ -22,27 +22,13 @@ use tessera_fake_nvml::TOPOLOGY_ENV;
 
 use support::{fake_library, is_child, run_in_child};
 
-#[test]
-fn status_codes_follow_nvml() {
-    const TEST: &str = "status_codes_follow_nvml";
-    if !is_child(TEST) {
-        // pcie-l40s: no NVLink, no fabric, no MIG.
-        return run_in_child(TEST, &[(TOPOLOGY_ENV, "pcie-l40s".to_owned())]).unwrap();
-    }
-    // SAFETY: loading the fake runs no initialiser with preconditions; it is this crate's library.
-    let lib = unsafe { NvmlLib::new(fake_library()) }.unwrap();
-    let mut count = 0u32;
+/// Handles: by index (one past the last refused), by UUID (a buffer too small refused, an
+/// unknown UUID not found); a bogus or null handle refused. Returns the first GPU's handle.
+fn handles_are_checked(lib: &NvmlLib) -> nvmlDevice_t {
     // SAFETY: for every call below the arguments follow nvml.h — out-pointers point to live
     // locals of the right type, buffers are as long as the lengths passed, handles come from the
     // fake (or are deliberately bogus, which the fake must refuse without dereferencing them).
     unsafe {
-        assert_eq!(lib.nvmlDeviceGetCount_v2(&mut count), UNINITIALIZED);
-        assert_eq!(lib.nvmlShutdown(), UNINITIALIZED);
-        assert_eq!(lib.nvmlInit_v2(), SUCCESS);
-        assert_eq!(lib.nvmlDeviceGetCount_v2(&mut count), SUCCESS);
-        assert_eq!(count, 4);
-        assert_eq!(lib.nvmlDeviceGetCount_v2(ptr::null_mut()), INVALID_ARGUMENT);
-
         let mut device: nvmlDevice_t = ptr::null_mut();
         assert_eq!(
             lib.nvmlDeviceGetHandleByIndex_v2(4, &mut device),
@@ -81,7 +67,17 @@ fn status_codes_follow_nvml() {
             lib.nvmlDeviceGetHandleByUUID(c"GPU-nope".as_ptr(), &mut by_uuid),
             NOT_FOUND
         );
+        device
+    }
+}
 
+/// What pcie-l40s's first GPU does not support (NVLink, fabric, MIG mode, MIG attributes) is
+/// refused as such; a struct of the wrong version is refused, the right one answered.
+fn unsupported_queries_and_versions_are_refused(lib: &NvmlLib, device: nvmlDevice_t) {
+    // SAFETY: for every call below the arguments follow nvml.h — out-pointers point to live
+    // locals of the right type, buffers are as long as the lengths passed, handles come from the
+    // fake (or are deliberately bogus, which the fake must refuse without dereferencing them).
+    unsafe {
         let mut state = 0u32;
         assert_eq!(
             lib.nvmlDeviceGetNvLinkState(device, 0, &mut state),
@@ -119,7 +115,34 @@ fn status_codes_follow_nvml() {
             CStr::from_ptr(lib.nvmlErrorString(NOT_SUPPORTED)).to_str(),
             Ok("Not Supported")
         );
+    }
+}
 
+#[test]
+fn status_codes_follow_nvml() {
+    const TEST: &str = "status_codes_follow_nvml";
+    if !is_child(TEST) {
+        // pcie-l40s: no NVLink, no fabric, no MIG.
+        return run_in_child(TEST, &[(TOPOLOGY_ENV, "pcie-l40s".to_owned())]).unwrap();
+    }
+    // SAFETY: loading the fake runs no initialiser with preconditions; it is this crate's library.
+    let lib = unsafe { NvmlLib::new(fake_library()) }.unwrap();
+    let mut count = 0u32;
+    // SAFETY: for every call below the arguments follow nvml.h — out-pointers point to live
+    // locals of the right type, buffers are as long as the lengths passed, handles come from the
+    // fake (or are deliberately bogus, which the fake must refuse without dereferencing them).
+    unsafe {
+        assert_eq!(lib.nvmlDeviceGetCount_v2(&mut count), UNINITIALIZED);
+        assert_eq!(lib.nvmlShutdown(), UNINITIALIZED);
+        assert_eq!(lib.nvmlInit_v2(), SUCCESS);
+        assert_eq!(lib.nvmlDeviceGetCount_v2(&mut count), SUCCESS);
+        assert_eq!(count, 4);
+        assert_eq!(lib.nvmlDeviceGetCount_v2(ptr::null_mut()), INVALID_ARGUMENT);
+    }
+    let device = handles_are_checked(&lib);
+    unsupported_queries_and_versions_are_refused(&lib, device);
+    // SAFETY: the out-pointer points to a live local of the right type.
+    unsafe {
         assert_eq!(lib.nvmlShutdown(), SUCCESS);
         assert_eq!(lib.nvmlDeviceGetCount_v2(&mut count), UNINITIALIZED);
     }

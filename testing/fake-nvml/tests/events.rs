@@ -14,6 +14,16 @@ use support::{fake_library, is_child, run_in_child};
 
 const WAIT: Duration = Duration::from_secs(5);
 
+/// The file the fake reads injected events from (named by `EVENTS_ENV`), opened for appending.
+fn injection_file() -> std::fs::File {
+    let path = std::env::var(EVENTS_ENV).unwrap();
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap()
+}
+
 #[test]
 fn injected_xid_and_ecc_events_are_delivered() {
     const TEST: &str = "injected_xid_and_ecc_events_are_delivered";
@@ -51,12 +61,7 @@ fn injected_xid_and_ecc_events_are_delivered() {
         "nothing yet"
     );
 
-    let path = std::env::var(EVENTS_ENV).unwrap();
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
+    let mut file = injection_file();
     writeln!(file, "xid {gpu1} 79").unwrap();
     writeln!(file, "xid {} 31", mig.uuid).unwrap();
     writeln!(file, "ecc-double {gpu6}").unwrap();

@@ -6,7 +6,7 @@
 mod support;
 
 use tessera_fake_nvml::{LOST_GPUS_ENV, SAMPLES_ENV, TOPOLOGY_ENV};
-use tessera_gpu_inventory::{DeviceSource, MockSource};
+use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_nvml::{GpuTelemetry, NvmlSource};
 
 use support::{fake_library, is_child, run_in_child};
@@ -24,6 +24,44 @@ fn script(path: &str, text: &str) {
     let next = format!("{path}.new");
     std::fs::write(&next, text).unwrap();
     std::fs::rename(&next, path).unwrap();
+}
+
+/// The samples scripted by [`scripted_samples_are_read_through_nvml_wrapper`] as read: GPU 4's
+/// own line, GPU 5 the `*` line and zeros, GPU 0 (MIG mode) no utilization and no failure, the
+/// lost GPU failures only.
+fn assert_the_scripted_samples(gpus: &[GpuTelemetry], inventory: &GpuInventory, lost: &str) {
+    let (mig_gpu, plain, other) = (&inventory.gpus[0], &inventory.gpus[4], &inventory.gpus[5]);
+    let busy = by_uuid(gpus, &plain.uuid);
+    assert_eq!(busy.utilization_percent, Some(80));
+    assert_eq!(busy.memory_utilization_percent, Some(35));
+    assert_eq!(busy.memory_used_bytes, Some(1024 * MIB));
+    assert_eq!(busy.power_milliwatts, Some(90_000));
+    assert_eq!(busy.temperature_celsius, Some(61));
+    assert_eq!(
+        (busy.ecc_corrected, busy.ecc_uncorrected),
+        (Some(2), Some(1))
+    );
+    let quiet = by_uuid(gpus, &other.uuid);
+    assert_eq!(quiet.utilization_percent, Some(3), "the `*` line");
+    assert_eq!(
+        quiet.temperature_celsius,
+        Some(0),
+        "unscripted fields read 0"
+    );
+    let mig = by_uuid(gpus, &mig_gpu.uuid);
+    assert_eq!(
+        mig.utilization_percent, None,
+        "a GPU in MIG mode reports no utilization, as NVML does"
+    );
+    assert!(
+        mig.failures.is_empty(),
+        "not supported is not a failure: {:?}",
+        mig.failures
+    );
+    assert_eq!(mig.power_milliwatts, Some(90_000));
+    let gone = by_uuid(gpus, lost);
+    assert_eq!(gone.utilization_percent, None);
+    assert_eq!(gone.failures.len(), 6, "{:?}", gone.failures);
 }
 
 #[test]
@@ -75,38 +113,7 @@ fn scripted_samples_are_read_through_nvml_wrapper() {
             plain.uuid
         ),
     );
-    let gpus = nvml.telemetry().unwrap();
-    let busy = by_uuid(&gpus, &plain.uuid);
-    assert_eq!(busy.utilization_percent, Some(80));
-    assert_eq!(busy.memory_utilization_percent, Some(35));
-    assert_eq!(busy.memory_used_bytes, Some(1024 * MIB));
-    assert_eq!(busy.power_milliwatts, Some(90_000));
-    assert_eq!(busy.temperature_celsius, Some(61));
-    assert_eq!(
-        (busy.ecc_corrected, busy.ecc_uncorrected),
-        (Some(2), Some(1))
-    );
-    let quiet = by_uuid(&gpus, &other.uuid);
-    assert_eq!(quiet.utilization_percent, Some(3), "the `*` line");
-    assert_eq!(
-        quiet.temperature_celsius,
-        Some(0),
-        "unscripted fields read 0"
-    );
-    let mig = by_uuid(&gpus, &mig_gpu.uuid);
-    assert_eq!(
-        mig.utilization_percent, None,
-        "a GPU in MIG mode reports no utilization, as NVML does"
-    );
-    assert!(
-        mig.failures.is_empty(),
-        "not supported is not a failure: {:?}",
-        mig.failures
-    );
-    assert_eq!(mig.power_milliwatts, Some(90_000));
-    let gone = by_uuid(&gpus, lost);
-    assert_eq!(gone.utilization_percent, None);
-    assert_eq!(gone.failures.len(), 6, "{:?}", gone.failures);
+    assert_the_scripted_samples(&nvml.telemetry().unwrap(), &inventory, lost);
 
     // A rewrite is seen at the next sample.
     script(&samples, &format!("{} utilization=0\n", plain.uuid));

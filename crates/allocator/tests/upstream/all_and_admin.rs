@@ -21,6 +21,20 @@ fn two_devices() -> Vec<k8s_openapi::api::resource::v1::ResourceSlice> {
 }
 
 pub fn cases() -> Vec<Case> {
+    [
+        all_devices_cases(),
+        all_devices_edge_cases(),
+        allocated_and_admin_access_cases(),
+        admin_access_sharing_cases(),
+        multi_host_all_devices_cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// `allocationMode: All`: one device, many, an incomplete pool, plus another request.
+fn all_devices_cases() -> Vec<Case> {
     vec![
         Case {
             name: "all-devices-single",
@@ -85,6 +99,12 @@ pub fn cases() -> Vec<Case> {
             ]),
             ..Default::default()
         },
+    ]
+}
+
+/// `allocationMode: All` in the other order, with no solution, and over a slice without devices.
+fn all_devices_edge_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "all-devices-many-plus-another-reversed",
             claims: vec![
@@ -147,6 +167,12 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::UnsatisfiableBecause("wants all matching devices (0)"),
             ..Default::default()
         },
+    ]
+}
+
+/// Devices already allocated or being allocated, with and without admin access.
+fn allocated_and_admin_access_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "all-devices-some-allocated",
             claims: vec![claim(CLAIM0, vec![all_request(REQ0, CLASS_A)])],
@@ -209,6 +235,12 @@ pub fn cases() -> Vec<Case> {
             )]),
             ..Default::default()
         },
+    ]
+}
+
+/// Admin access shares a device with other claims, and is allowed when the feature is on.
+fn admin_access_sharing_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "separate-claims-share-device-admin-access",
             claims: vec![
@@ -261,31 +293,35 @@ pub fn cases() -> Vec<Case> {
             )]),
             ..Default::default()
         },
-        Case {
-            name: "allocation-mode-all-with-multi-host-resource-pool",
-            claims: vec![claim(CLAIM0, vec![all_request(REQ0, CLASS_A)])],
-            classes: vec![class(CLASS_A, DRIVER_A)],
-            slices: vec![
-                slice(
-                    SLICE1,
-                    On::Node(NODE1),
-                    pool(POOL1, 2),
-                    DRIVER_A,
-                    vec![device(DEVICE1)],
-                ),
-                slice(
-                    SLICE2,
-                    On::Node(NODE2),
-                    pool(POOL1, 2),
-                    DRIVER_A,
-                    vec![device(DEVICE2)],
-                ),
-            ],
-            expect: Expect::Results(vec![allocation(
-                Some(local(NODE1)),
-                vec![result(REQ0, DRIVER_A, POOL1, DEVICE1)],
-            )]),
-            ..Default::default()
-        },
     ]
+}
+
+/// `allocationMode: All` over a pool whose slices target different nodes.
+fn multi_host_all_devices_cases() -> Vec<Case> {
+    vec![Case {
+        name: "allocation-mode-all-with-multi-host-resource-pool",
+        claims: vec![claim(CLAIM0, vec![all_request(REQ0, CLASS_A)])],
+        classes: vec![class(CLASS_A, DRIVER_A)],
+        slices: vec![
+            slice(
+                SLICE1,
+                On::Node(NODE1),
+                pool(POOL1, 2),
+                DRIVER_A,
+                vec![device(DEVICE1)],
+            ),
+            slice(
+                SLICE2,
+                On::Node(NODE2),
+                pool(POOL1, 2),
+                DRIVER_A,
+                vec![device(DEVICE2)],
+            ),
+        ],
+        expect: Expect::Results(vec![allocation(
+            Some(local(NODE1)),
+            vec![result(REQ0, DRIVER_A, POOL1, DEVICE1)],
+        )]),
+        ..Default::default()
+    }]
 }

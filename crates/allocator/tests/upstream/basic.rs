@@ -4,6 +4,27 @@
 use crate::support::*;
 
 pub fn cases() -> Vec<Case> {
+    [
+        simple_cases(),
+        backtracking_cases(),
+        slice_cases(),
+        missing_input_cases(),
+        network_attached_cases(),
+        many_network_attached_cases(),
+        mixed_source_cases(),
+        invalid_request_cases(),
+        device_limit_cases(),
+        multi_host_pool_cases(),
+        invalid_pool_cases(),
+        incomplete_pool_and_combination_cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// One claim on one node: the plain path, another node, devices chosen by size.
+fn simple_cases() -> Vec<Case> {
     vec![
         Case {
             name: "simple",
@@ -64,6 +85,12 @@ pub fn cases() -> Vec<Case> {
             )]),
             ..Default::default()
         },
+    ]
+}
+
+/// Requests and claims that fit only once the allocator goes back on an earlier choice.
+fn backtracking_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "small-and-large-backtrack-requests",
             claims: vec![claim(
@@ -136,6 +163,12 @@ pub fn cases() -> Vec<Case> {
             ]),
             ..Default::default()
         },
+    ]
+}
+
+/// Devices spread over slices, and slices left over from an older generation or published twice.
+fn slice_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "devices-split-across-different-slices",
             claims: vec![claim(CLAIM0, vec![request(REQ0, CLASS_A, 2)])],
@@ -206,6 +239,12 @@ pub fn cases() -> Vec<Case> {
             ),
             ..Default::default()
         },
+    ]
+}
+
+/// Nothing to allocate from or for: no slices, too few devices, missing or empty classes, no claims.
+fn missing_input_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "no-slices",
             claims: vec![simple_claim(CLAIM0, REQ0, CLASS_A)],
@@ -258,6 +297,12 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::Results(vec![]),
             ..Default::default()
         },
+    ]
+}
+
+/// A network-attached device (a slice for a set of nodes), reachable or not.
+fn network_attached_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "network-attached-device",
             claims: vec![simple_claim(CLAIM0, REQ0, CLASS_A)],
@@ -290,67 +335,77 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::UnsatisfiableBecause("no devices"),
             ..Default::default()
         },
-        Case {
-            name: "many-network-attached-devices",
-            claims: vec![claim(CLAIM0, vec![request(REQ0, CLASS_A, 4)])],
-            classes: vec![class(CLASS_A, DRIVER_A)],
-            slices: vec![
-                slice(
-                    SLICE1,
-                    On::Selector(label_selector("region", &[REGION1])),
-                    pool(POOL1, 1),
-                    DRIVER_A,
-                    vec![device(DEVICE1)],
-                ),
-                slice(
-                    SLICE1,
-                    On::All,
-                    pool(POOL2, 1),
-                    DRIVER_A,
-                    vec![device(DEVICE1)],
-                ),
-                slice(
-                    SLICE1,
-                    On::Selector(label_selector("planet", &["earth"])),
-                    pool(POOL3, 1),
-                    DRIVER_A,
-                    vec![device(DEVICE1)],
-                ),
-                slice(
-                    SLICE1,
-                    On::Selector(local(NODE1)),
-                    pool(POOL4, 1),
-                    DRIVER_A,
-                    vec![device(DEVICE1)],
-                ),
+    ]
+}
+
+/// Many network-attached devices across slices.
+fn many_network_attached_cases() -> Vec<Case> {
+    vec![Case {
+        name: "many-network-attached-devices",
+        claims: vec![claim(CLAIM0, vec![request(REQ0, CLASS_A, 4)])],
+        classes: vec![class(CLASS_A, DRIVER_A)],
+        slices: vec![
+            slice(
+                SLICE1,
+                On::Selector(label_selector("region", &[REGION1])),
+                pool(POOL1, 1),
+                DRIVER_A,
+                vec![device(DEVICE1)],
+            ),
+            slice(
+                SLICE1,
+                On::All,
+                pool(POOL2, 1),
+                DRIVER_A,
+                vec![device(DEVICE1)],
+            ),
+            slice(
+                SLICE1,
+                On::Selector(label_selector("planet", &["earth"])),
+                pool(POOL3, 1),
+                DRIVER_A,
+                vec![device(DEVICE1)],
+            ),
+            slice(
+                SLICE1,
+                On::Selector(local(NODE1)),
+                pool(POOL4, 1),
+                DRIVER_A,
+                vec![device(DEVICE1)],
+            ),
+        ],
+        expect: Expect::Results(vec![allocation(
+            Some(k8s_openapi::api::core::v1::NodeSelector {
+                node_selector_terms: vec![k8s_openapi::api::core::v1::NodeSelectorTerm {
+                    match_expressions: Some(vec![
+                        label_selector("region", &[REGION1]).node_selector_terms[0]
+                            .match_expressions
+                            .clone()
+                            .unwrap()[0]
+                            .clone(),
+                        label_selector("planet", &["earth"]).node_selector_terms[0]
+                            .match_expressions
+                            .clone()
+                            .unwrap()[0]
+                            .clone(),
+                    ]),
+                    match_fields: local(NODE1).node_selector_terms[0].match_fields.clone(),
+                }],
+            }),
+            vec![
+                result(REQ0, DRIVER_A, POOL1, DEVICE1),
+                result(REQ0, DRIVER_A, POOL2, DEVICE1),
+                result(REQ0, DRIVER_A, POOL3, DEVICE1),
+                result(REQ0, DRIVER_A, POOL4, DEVICE1),
             ],
-            expect: Expect::Results(vec![allocation(
-                Some(k8s_openapi::api::core::v1::NodeSelector {
-                    node_selector_terms: vec![k8s_openapi::api::core::v1::NodeSelectorTerm {
-                        match_expressions: Some(vec![
-                            label_selector("region", &[REGION1]).node_selector_terms[0]
-                                .match_expressions
-                                .clone()
-                                .unwrap()[0]
-                                .clone(),
-                            label_selector("planet", &["earth"]).node_selector_terms[0]
-                                .match_expressions
-                                .clone()
-                                .unwrap()[0]
-                                .clone(),
-                        ]),
-                        match_fields: local(NODE1).node_selector_terms[0].match_fields.clone(),
-                    }],
-                }),
-                vec![
-                    result(REQ0, DRIVER_A, POOL1, DEVICE1),
-                    result(REQ0, DRIVER_A, POOL2, DEVICE1),
-                    result(REQ0, DRIVER_A, POOL3, DEVICE1),
-                    result(REQ0, DRIVER_A, POOL4, DEVICE1),
-                ],
-            )]),
-            ..Default::default()
-        },
+        )]),
+        ..Default::default()
+    }]
+}
+
+/// Devices from several places at once: local and network-attached, several drivers, some already allocated.
+fn mixed_source_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "local-and-network-attached-devices",
             claims: vec![claim(CLAIM0, vec![request(REQ0, CLASS_A, 2)])],
@@ -414,6 +469,12 @@ pub fn cases() -> Vec<Case> {
             ),
             ..Default::default()
         },
+    ]
+}
+
+/// Requests the allocator cannot read: an unknown selector or allocation mode, CEL that does not compile.
+fn invalid_request_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "unknown-selector",
             claims: vec![claim(
@@ -476,6 +537,12 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::Error("CEL compile error"),
             ..Default::default()
         },
+    ]
+}
+
+/// The limit on devices per request and per claim.
+fn device_limit_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "too-many-devices-single-request",
             claims: vec![claim(CLAIM0, vec![request(REQ0, CLASS_A, 500)])],
@@ -514,6 +581,12 @@ pub fn cases() -> Vec<Case> {
             )]),
             ..Default::default()
         },
+    ]
+}
+
+/// A pool whose slices target different nodes, one of them stale.
+fn multi_host_pool_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "multi-host-resource-pool-with-stale-slice-for-current-node",
             claims: vec![simple_claim(CLAIM0, REQ0, CLASS_A)],
@@ -566,6 +639,12 @@ pub fn cases() -> Vec<Case> {
             )]),
             ..Default::default()
         },
+    ]
+}
+
+/// An invalid pool: ignored when another device fits, an error when none does.
+fn invalid_pool_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "invalid-pool-is-ok-if-devices-can-be-allocated-from-other",
             claims: vec![claim(CLAIM0, vec![request(REQ0, CLASS_A, 1)])],
@@ -630,6 +709,12 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::UnsatisfiableBecause("pool driver-a/pool-1 is invalid"),
             ..Default::default()
         },
+    ]
+}
+
+/// An incomplete pool is not allocated from; combinations are searched across and within requests.
+fn incomplete_pool_and_combination_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "no-allocation-from-incomplete-pools",
             claims: vec![claim(CLAIM0, vec![request(REQ0, CLASS_A, 1)])],

@@ -39,16 +39,35 @@ fn two_of_req0(
     )]
 }
 
+/// Two devices of pool 1 on node 1, both allocated for the first request.
+fn both(a: &str, b: &str) -> Expect {
+    Expect::Results(vec![allocation(
+        Some(local(NODE1)),
+        vec![
+            result(REQ0, DRIVER_A, POOL1, a),
+            result(REQ0, DRIVER_A, POOL1, b),
+        ],
+    )])
+}
+
 pub fn cases() -> Vec<Case> {
-    let both = |a, b| {
-        Expect::Results(vec![allocation(
-            Some(local(NODE1)),
-            vec![
-                result(REQ0, DRIVER_A, POOL1, a),
-                result(REQ0, DRIVER_A, POOL1, b),
-            ],
-        )])
-    };
+    [
+        match_attribute_cases(),
+        match_attribute_kind_cases(),
+        constraint_for_request_cases(),
+        distinct_attribute_cases(),
+        list_attribute_match_cases(),
+        list_attribute_distinct_cases(),
+        class_config_cases(),
+        claim_config_cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// `matchAttribute`: a match, a missing attribute, an int that differs (one device and all).
+fn match_attribute_cases() -> Vec<Case> {
     vec![
         Case {
             name: "with-constraint",
@@ -119,6 +138,12 @@ pub fn cases() -> Vec<Case> {
             ),
             ..Default::default()
         },
+    ]
+}
+
+/// `matchAttribute` on a string, bool or version that differs.
+fn match_attribute_kind_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "with-constraint-not-matching-string-attribute",
             claims: two_of_req0(match_attribute(STRING_ATTRIBUTE, &[])),
@@ -158,6 +183,12 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::Unsatisfiable,
             ..Default::default()
         },
+    ]
+}
+
+/// A constraint limited to some requests, and the retry it forces.
+fn constraint_for_request_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "with-constraint-for-request",
             claims: vec![claim_with(
@@ -230,6 +261,12 @@ pub fn cases() -> Vec<Case> {
             )]),
             ..Default::default()
         },
+    ]
+}
+
+/// An unknown constraint, and `distinctAttribute` with the attribute set or not.
+fn distinct_attribute_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "unknown-constraint",
             claims: vec![claim_with(
@@ -305,6 +342,12 @@ pub fn cases() -> Vec<Case> {
             ),
             ..Default::default()
         },
+    ]
+}
+
+/// `matchAttribute` on list attributes (and a scalar against a list).
+fn list_attribute_match_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "list-attributes-match-constaint-list-of-string-values-with-common-elements",
             claims: two_of_req0(match_attribute(STRING_ATTRIBUTE, &[])),
@@ -362,6 +405,12 @@ pub fn cases() -> Vec<Case> {
             expect: both(DEVICE1, DEVICE2),
             ..Default::default()
         },
+    ]
+}
+
+/// `distinctAttribute` on list attributes.
+fn list_attribute_distinct_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "list-attributes-distinct-constraint-list-of-string-values-all-distinct",
             claims: two_of_req0(distinct_attribute(STRING_ATTRIBUTE, &[])),
@@ -402,6 +451,12 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::Unsatisfiable,
             ..Default::default()
         },
+    ]
+}
+
+/// Device configuration from the class, for one and several requests.
+fn class_config_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "with-class-device-config",
             claims: vec![simple_claim(CLAIM0, REQ0, CLASS_A)],
@@ -446,6 +501,12 @@ pub fn cases() -> Vec<Case> {
             )]),
             ..Default::default()
         },
+    ]
+}
+
+/// Device configuration from the claim.
+fn claim_config_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "with-claim-config-for-two-requests",
             claims: vec![claim_with(

@@ -56,6 +56,23 @@ fn three_partitions() -> Vec<ResourceSlice> {
 }
 
 pub fn cases() -> Vec<Case> {
+    [
+        counter_consumption_cases(),
+        counter_set_cases(),
+        exhausted_counter_cases(),
+        per_device_node_selection_cases(),
+        counter_set_reference_cases(),
+        counter_reference_cases(),
+        cross_node_counter_cases(),
+        slice_validation_cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Partitionable devices consuming shared counters: one device, all devices, a prioritized list.
+fn counter_consumption_cases() -> Vec<Case> {
     vec![
         Case {
             name: "partitionable-devices-single-device",
@@ -117,6 +134,12 @@ pub fn cases() -> Vec<Case> {
             )]),
             ..Default::default()
         },
+    ]
+}
+
+/// Several partitions of one counter set, and counters no device consumes.
+fn counter_set_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "partitionable-devices-multiple-devices",
             claims: vec![claim(
@@ -167,6 +190,12 @@ pub fn cases() -> Vec<Case> {
             )]),
             ..Default::default()
         },
+    ]
+}
+
+/// Counter sets that are overallocated or have nothing left.
+fn exhausted_counter_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "partitionable-devices-overallocated-capacity-pool",
             claims: vec![claim(CLAIM0, vec![request(REQ0, CLASS_A, 1)])],
@@ -213,6 +242,12 @@ pub fn cases() -> Vec<Case> {
             ),
             ..Default::default()
         },
+    ]
+}
+
+/// Per-device node selection: by node name and by node selector.
+fn per_device_node_selection_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "partitionable-devices-per-device-node-selection-nodename",
             claims: vec![claim(
@@ -268,6 +303,12 @@ pub fn cases() -> Vec<Case> {
             )]),
             ..Default::default()
         },
+    ]
+}
+
+/// Which counter set a device refers to: one name in several slices, an unknown set.
+fn counter_set_reference_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "partitionable-devices-same-counter-set-name-in-different-resource-slices",
             claims: vec![claim(CLAIM0, vec![request(REQ0, CLASS_A, 1)])],
@@ -328,6 +369,12 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::UnsatisfiableBecause("counter set counter-set-2 not found"),
             ..Default::default()
         },
+    ]
+}
+
+/// A device refers to an unknown counter, or to a counter set of another pool.
+fn counter_reference_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "partitionable-devices-device-counter-consumption-references-unknown-counter-in-counter-set",
             claims: vec![claim(CLAIM0, vec![request(REQ0, CLASS_A, 1)])],
@@ -372,6 +419,12 @@ pub fn cases() -> Vec<Case> {
             ),
             ..Default::default()
         },
+    ]
+}
+
+/// Devices on different nodes sharing one counter set.
+fn cross_node_counter_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "partitionable-devices-devices-on-different-nodes-consume-same-counter-set",
             claims: vec![claim(
@@ -440,6 +493,12 @@ pub fn cases() -> Vec<Case> {
                 vec![result(REQ0, DRIVER_A, POOL1, DEVICE3)],
             )]),
         },
+    ]
+}
+
+/// Validation of a slice that targets no node, and counters published in the device's own slice.
+fn slice_validation_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "partitionable-devices-validation-error-on-non-targeting-slice",
             claims: vec![claim(CLAIM0, vec![request(REQ0, CLASS_A, 1)])],

@@ -1,6 +1,8 @@
 //! Upstream cases: device taints and tolerations; consumable capacity with request policies.
 
-use k8s_openapi::api::resource::v1::{DeviceRequest, DeviceTaint, DeviceToleration};
+use k8s_openapi::api::resource::v1::{
+    Device, DeviceClass, DeviceRequest, DeviceTaint, DeviceToleration, ResourceSlice,
+};
 use tessera_allocator::quantity::Amount;
 use tessera_allocator::{AllocatedState, DeviceId};
 
@@ -44,21 +46,51 @@ fn consumed(device: &str, amount: &str) -> AllocatedState {
     state
 }
 
+/// Node 1's slice of two devices, tainted `NoSchedule` and `NoExecute`.
+fn tainted_pair() -> Vec<ResourceSlice> {
+    vec![node_slice(
+        SLICE1,
+        NODE1,
+        POOL1,
+        DRIVER_A,
+        vec![
+            tainted(device(DEVICE1), &[no_schedule()]),
+            tainted(device(DEVICE2), &[no_execute()]),
+        ],
+    )]
+}
+
+/// Class A, allowing multiple allocations of a device.
+fn multi_class() -> Vec<DeviceClass> {
+    vec![class_multi(CLASS_A, DRIVER_A, true)]
+}
+
+/// Node 1's slice of the one device `d`.
+fn one_multi(d: Device) -> Vec<ResourceSlice> {
+    vec![node_slice(SLICE1, NODE1, POOL1, DRIVER_A, vec![d])]
+}
+
 pub fn cases() -> Vec<Case> {
-    let tainted_pair = || {
-        vec![node_slice(
-            SLICE1,
-            NODE1,
-            POOL1,
-            DRIVER_A,
-            vec![
-                tainted(device(DEVICE1), &[no_schedule()]),
-                tainted(device(DEVICE2), &[no_execute()]),
-            ],
-        )]
-    };
-    let multi_class = || vec![class_multi(CLASS_A, DRIVER_A, true)];
-    let one_multi = |d| vec![node_slice(SLICE1, NODE1, POOL1, DRIVER_A, vec![d])];
+    [
+        taint_cases(),
+        taint_effect_cases(),
+        tainted_request_kind_cases(),
+        capacity_without_request_cases(),
+        capacity_default_policy_cases(),
+        capacity_zero_and_range_policy_cases(),
+        capacity_value_policy_cases(),
+        capacity_already_allocated_cases(),
+        capacity_backtracking_cases(),
+        capacity_mode_all_and_dedicated_cases(),
+        multi_allocatable_selection_cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Tainted devices, tolerated or not.
+fn taint_cases() -> Vec<Case> {
     vec![
         Case {
             name: "tainted-two-devices",
@@ -126,6 +158,12 @@ pub fn cases() -> Vec<Case> {
             )]),
             ..Default::default()
         },
+    ]
+}
+
+/// Taints without an effect, and two taints both tolerated.
+fn taint_effect_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "tainted-no-effect",
             claims: vec![simple_claim(CLAIM0, REQ0, CLASS_A)],
@@ -172,6 +210,12 @@ pub fn cases() -> Vec<Case> {
             )]),
             ..Default::default()
         },
+    ]
+}
+
+/// Taints under a prioritized list, admin access and `allocationMode: All`.
+fn tainted_request_kind_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "tainted-prioritized-list",
             claims: vec![claim(
@@ -226,6 +270,12 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::Unsatisfiable,
             ..Default::default()
         },
+    ]
+}
+
+/// A multi-allocatable device and claims that request no capacity.
+fn capacity_without_request_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "consumable-capacity-multi-allocatable-device-with-missing-capacity-request",
             claims: vec![claim(CLAIM0, vec![cap_request(REQ0, "1")])],
@@ -291,6 +341,12 @@ pub fn cases() -> Vec<Case> {
             ]),
             ..Default::default()
         },
+    ]
+}
+
+/// A device without a request policy: blocked, or given what is requested; a policy's default.
+fn capacity_default_policy_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "consumable-capacity-multi-allocatable-device-without-policy-without-capacity-request-block",
             claims: vec![
@@ -354,6 +410,12 @@ pub fn cases() -> Vec<Case> {
             ]),
             ..Default::default()
         },
+    ]
+}
+
+/// Request policies: zero requests, and ranges with a step.
+fn capacity_zero_and_range_policy_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "consumable-capacity-multi-allocatable-device-with-zero-request-policy",
             claims: vec![
@@ -428,6 +490,12 @@ pub fn cases() -> Vec<Case> {
             )]),
             ..Default::default()
         },
+    ]
+}
+
+/// Valid-values policies, and requests over the capacity or the sharing policy.
+fn capacity_value_policy_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "consumable-capacity-multi-allocatable-device-with-valid-values-policy",
             claims: vec![claim(CLAIM0, vec![cap_request(REQ0, "2")])],
@@ -475,6 +543,12 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::UnsatisfiableBecause("capacity capacity-0: 6 is not allowed"),
             ..Default::default()
         },
+    ]
+}
+
+/// Capacity already allocated: the rest used, the next device taken, none left.
+fn capacity_already_allocated_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "consumable-capacity-multi-allocatable-device-with-allocated-capacity-use-remaining",
             claims: vec![claim(CLAIM0, vec![cap_request(REQ0, "2")])],
@@ -523,58 +597,68 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::UnsatisfiableBecause("capacity capacity-0: 2 wanted, 0 left"),
             ..Default::default()
         },
-        Case {
-            name: "consumable-capacity-with-multi-allocatable-device-backtrack",
-            claims: vec![
-                claim_with(
-                    CLAIM0,
-                    vec![cap_request(REQ0, "2"), cap_request(REQ1, "2")],
-                    vec![match_attribute(STRING_ATTRIBUTE, &[])],
-                    vec![],
+    ]
+}
+
+/// Going back on a multi-allocatable device choice.
+fn capacity_backtracking_cases() -> Vec<Case> {
+    vec![Case {
+        name: "consumable-capacity-with-multi-allocatable-device-backtrack",
+        claims: vec![
+            claim_with(
+                CLAIM0,
+                vec![cap_request(REQ0, "2"), cap_request(REQ1, "2")],
+                vec![match_attribute(STRING_ATTRIBUTE, &[])],
+                vec![],
+            ),
+            claim(CLAIM1, vec![cap_request(REQ0, "2")]),
+        ],
+        classes: vec![class(CLASS_A, DRIVER_A)],
+        slices: vec![node_slice(
+            SLICE1,
+            NODE1,
+            POOL1,
+            DRIVER_A,
+            vec![
+                policy_range(
+                    multi(attrs(
+                        device(DEVICE2),
+                        &[("stringAttribute", string_attr("stringAttributeValue1"))],
+                    )),
+                    "2",
                 ),
-                claim(CLAIM1, vec![cap_request(REQ0, "2")]),
+                policy_range(
+                    multi(attrs(
+                        device(DEVICE1),
+                        &[("stringAttribute", string_attr("stringAttributeValue2"))],
+                    )),
+                    "4",
+                ),
             ],
-            classes: vec![class(CLASS_A, DRIVER_A)],
-            slices: vec![node_slice(
-                SLICE1,
-                NODE1,
-                POOL1,
-                DRIVER_A,
+        )],
+        expect: Expect::Results(vec![
+            allocation(
+                Some(local(NODE1)),
                 vec![
-                    policy_range(
-                        multi(attrs(
-                            device(DEVICE2),
-                            &[("stringAttribute", string_attr("stringAttributeValue1"))],
-                        )),
-                        "2",
-                    ),
-                    policy_range(
-                        multi(attrs(
-                            device(DEVICE1),
-                            &[("stringAttribute", string_attr("stringAttributeValue2"))],
-                        )),
-                        "4",
-                    ),
+                    shared(result(REQ0, DRIVER_A, POOL1, DEVICE1), &[(CAPACITY0, "2")]),
+                    shared(result(REQ1, DRIVER_A, POOL1, DEVICE1), &[(CAPACITY0, "2")]),
                 ],
-            )],
-            expect: Expect::Results(vec![
-                allocation(
-                    Some(local(NODE1)),
-                    vec![
-                        shared(result(REQ0, DRIVER_A, POOL1, DEVICE1), &[(CAPACITY0, "2")]),
-                        shared(result(REQ1, DRIVER_A, POOL1, DEVICE1), &[(CAPACITY0, "2")]),
-                    ],
-                ),
-                allocation(
-                    Some(local(NODE1)),
-                    vec![shared(
-                        result(REQ0, DRIVER_A, POOL1, DEVICE2),
-                        &[(CAPACITY0, "2")],
-                    )],
-                ),
-            ]),
-            ..Default::default()
-        },
+            ),
+            allocation(
+                Some(local(NODE1)),
+                vec![shared(
+                    result(REQ0, DRIVER_A, POOL1, DEVICE2),
+                    &[(CAPACITY0, "2")],
+                )],
+            ),
+        ]),
+        ..Default::default()
+    }]
+}
+
+/// `allocationMode: All` over multi-allocatable devices, and dedicated devices asked for capacity.
+fn capacity_mode_all_and_dedicated_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "consumable-capacity-multi-allocatable-device-allocation-mode-all-allocating-sufficient",
             claims: vec![claim(
@@ -629,6 +713,12 @@ pub fn cases() -> Vec<Case> {
             expect: Expect::Unsatisfiable,
             ..Default::default()
         },
+    ]
+}
+
+/// When a multi-allocatable device is left out: by a class selector, once dedicated, by a distinct constraint.
+fn multi_allocatable_selection_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "allow-multiple-allocations-exclude-multi-allocatable-device-by-class-selector",
             claims: vec![claim(CLAIM0, vec![cap_request(REQ0, "1")])],

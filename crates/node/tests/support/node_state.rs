@@ -7,7 +7,7 @@ use std::path::Path;
 use tessera_api::config::{SharingStrategy, TimeSliceInterval};
 use tessera_gpu_inventory::GpuInventory;
 use tessera_prepare::checkpoint::quarantined_files;
-use tessera_prepare::checkpoint::{self, ClaimState, DeviceTarget, MigLifecycle};
+use tessera_prepare::checkpoint::{self, Checkpoint, ClaimState, DeviceTarget, MigLifecycle};
 use tessera_prepare::mig::SimulatedMig;
 use tessera_prepare::sharing::SimulatedGpuControl;
 
@@ -53,6 +53,20 @@ pub fn check_node_state(
     }
 
     let gpu = SimulatedGpuControl::new(state.join("simulated-gpu"));
+    check_daemons(&gpu, &loaded)?;
+
+    let leftovers = gpu.leftover_files();
+    if !leftovers.is_empty() {
+        return Err(format!("simulated GPU state left behind: {leftovers:?}"));
+    }
+
+    check_time_slices(&gpu, &loaded, inventory)?;
+
+    check_mig_instances(state, inventory, &loaded)
+}
+
+/// Every recorded claim with MPS, and no other, has a daemon running.
+fn check_daemons(gpu: &SimulatedGpuControl, loaded: &Checkpoint) -> Result<(), String> {
     let daemons: BTreeSet<String> = gpu
         .running_daemons()
         .into_iter()
@@ -69,12 +83,15 @@ pub fn check_node_state(
             "MPS daemons for {daemons:?}, recorded MPS claims {wanted_daemons:?}"
         ));
     }
+    Ok(())
+}
 
-    let leftovers = gpu.leftover_files();
-    if !leftovers.is_empty() {
-        return Err(format!("simulated GPU state left behind: {leftovers:?}"));
-    }
-
+/// Every GPU a recorded claim time-slices, and no other, has a time slice set.
+fn check_time_slices(
+    gpu: &SimulatedGpuControl,
+    loaded: &Checkpoint,
+    inventory: &GpuInventory,
+) -> Result<(), String> {
     let sliced: BTreeSet<String> = loaded
         .claims
         .values()
@@ -96,7 +113,16 @@ pub fn check_node_state(
             ));
         }
     }
+    Ok(())
+}
 
+/// Every dynamic MIG instance a recorded claim holds, and no other, exists; a dynamic MIG device
+/// is never recorded without its instance.
+fn check_mig_instances(
+    state: &Path,
+    inventory: &GpuInventory,
+    loaded: &Checkpoint,
+) -> Result<(), String> {
     let mig = SimulatedMig::persistent(inventory, state.join("simulated-mig.json"));
     let mut instances: Vec<String> = mig
         .all_instances()

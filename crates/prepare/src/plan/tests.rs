@@ -378,11 +378,12 @@ fn nvidia_configs_for_nvidia_devices_are_left_to_nvidia() {
     assert!(translation_notes(&c).is_empty());
 }
 
-/// Each bad claim, and a piece of the message it must produce.
-#[test]
-fn bad_input_is_refused_with_a_message_naming_the_problem() {
-    let dgx = inventory("dgx-h100");
-    let mig = inventory("hgx-a100-mig");
+/// A bad claim, what it tests, and a piece of the message refusing it must hold.
+type Refusal = (&'static str, ResourceClaim, &'static str);
+
+/// Claims whose allocation is not this node's to prepare: another UID, not allocated, another
+/// driver or pool, a device this node does not have (on dgx-h100).
+fn allocation_refusals() -> Vec<Refusal> {
     let mut wrong_uid = claim(vec![result("gpu", "gpu-0")], vec![]);
     wrong_uid.metadata.uid = Some("another-uid".into());
     let mut unallocated = claim(vec![], vec![]);
@@ -393,9 +394,9 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
         ],
         vec![],
     );
-    let cases: Vec<(&str, ResourceClaim, &GpuInventory, &str)> = vec![
-        ("uid", wrong_uid, &dgx, "has UID another-uid, not"),
-        ("unallocated", unallocated, &dgx, "not allocated"),
+    vec![
+        ("uid", wrong_uid, "has UID another-uid, not"),
+        ("unallocated", unallocated, "not allocated"),
         (
             "other driver only",
             claim(
@@ -404,27 +405,30 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                 ],
                 vec![],
             ),
-            &dgx,
             "no device of driver gpu.tessera.dev",
         ),
         (
             "foreign pool",
             foreign,
-            &dgx,
             "of pool `node-b`, but this node's pool is `node-a`",
         ),
         (
             "unknown device",
             claim(vec![result("gpu", "gpu-42")], vec![]),
-            &dgx,
             "names device `gpu-42`, which this node does not have",
         ),
         (
             "not our name",
             claim(vec![result("gpu", "nvidia-0")], vec![]),
-            &dgx,
             "names device `nvidia-0`",
         ),
+    ]
+}
+
+/// Configs whose fields do not read: unknown fields, values out of range, an unknown kind (on
+/// dgx-h100).
+fn config_field_refusals() -> Vec<Refusal> {
+    vec![
         (
             "unknown field",
             claim(
@@ -435,7 +439,6 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                     json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "GpuConfig", "sharng": {}}),
                 )],
             ),
-            &dgx,
             "claim config spec.devices.config[0] (for every request): field `sharng`: unknown field",
         ),
         (
@@ -460,7 +463,6 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                     ),
                 ],
             ),
-            &dgx,
             "claim config spec.devices.config[1] (for requests `gpu`, `other`): field `sharng`",
         ),
         (
@@ -475,7 +477,6 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                     ),
                 )],
             ),
-            &dgx,
             "DeviceClass config 0 of the allocation (for request `gpu`): field `sharing.mps.defaultActiveThreadPercentage`",
         ),
         (
@@ -488,9 +489,14 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                     json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "NicConfig"}),
                 )],
             ),
-            &dgx,
             "field `kind`: `NicConfig` is not a Tessera configuration kind",
         ),
+    ]
+}
+
+/// Configs that name the wrong devices or requests (on dgx-h100).
+fn config_target_refusals() -> Vec<Refusal> {
+    vec![
         (
             "wrong kind for the named request",
             claim(
@@ -501,7 +507,6 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                     mig_config(json!({"strategy": "TimeSlicing"})),
                 )],
             ),
-            &dgx,
             "has kind MigDeviceConfig, which configures mig devices, but it names request `gpu` whose device `gpu-0` is a gpu device; use kind GpuConfig",
         ),
         (
@@ -514,7 +519,6 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                     mig_config(json!({"strategy": "TimeSlicing"})),
                 )],
             ),
-            &dgx,
             "applies to no allocated mig device",
         ),
         (
@@ -527,9 +531,15 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                     gpu_config(json!({"strategy": "TimeSlicing"})),
                 )],
             ),
-            &dgx,
             "claim config spec.devices.config[0] (for request `gpus`) of kind GpuConfig applies to no allocated gpu device",
         ),
+    ]
+}
+
+/// NVIDIA-format configs Tessera cannot honour, and a config from an unknown source (on
+/// dgx-h100).
+fn nvidia_config_refusals() -> Vec<Refusal> {
+    vec![
         (
             "NVIDIA multiUser",
             claim(
@@ -540,7 +550,6 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                     nvidia_gpu_config(json!({"strategy": "MPS", "mpsConfig": {"multiUser": true}})),
                 )],
             ),
-            &dgx,
             "claim config spec.devices.config[0] (for every request): field `sharing.mpsConfig.multiUser`: `true` cannot be honoured",
         ),
         (
@@ -554,7 +563,6 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                         "defaultPerDevicePinnedMemoryLimit": {"1": "1Gi"}}})),
                 )],
             ),
-            &dgx,
             "field `sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit.1`: device index 1 is out of range: this config applies to 1 device(s) (gpu-0)",
         ),
         (
@@ -567,9 +575,14 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                     gpu_config(json!({"strategy": "TimeSlicing"})),
                 )],
             ),
-            &dgx,
             "source `FromNowhere`",
         ),
+    ]
+}
+
+/// Sharing settings a MIG node refuses (on hgx-a100-mig).
+fn mig_refusals() -> Vec<Refusal> {
+    vec![
         (
             "time slice on MIG",
             claim(
@@ -582,7 +595,6 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                     ),
                 )],
             ),
-            &mig,
             "time slice cannot be set",
         ),
         (
@@ -606,10 +618,29 @@ fn bad_input_is_refused_with_a_message_naming_the_problem() {
                     ),
                 ],
             ),
-            &mig,
             "devices `gpu-6` and `gpu-7` are shared with MPS by one daemon",
         ),
-    ];
+    ]
+}
+
+/// Each bad claim, and a piece of the message it must produce.
+#[test]
+fn bad_input_is_refused_with_a_message_naming_the_problem() {
+    let dgx = inventory("dgx-h100");
+    let mig = inventory("hgx-a100-mig");
+    let on_dgx = [
+        allocation_refusals(),
+        config_field_refusals(),
+        config_target_refusals(),
+        nvidia_config_refusals(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|(what, claim, want)| (what, claim, &dgx, want));
+    let on_mig = mig_refusals()
+        .into_iter()
+        .map(|(what, claim, want)| (what, claim, &mig, want));
+    let cases: Vec<(&str, ResourceClaim, &GpuInventory, &str)> = on_dgx.chain(on_mig).collect();
     for (what, claim, inventory, want) in cases {
         let err = plan(&claim, inventory, MigMode::Static)
             .map(|r| format!("{r:?}"))
