@@ -105,9 +105,7 @@ fn instance(
         slices,
         classes,
         claims,
-        allocated_claims: Vec::new(),
-        state: None,
-        node: None,
+        ..Default::default()
     };
     apply_defaults(&mut inst);
     inst

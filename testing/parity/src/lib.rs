@@ -1,6 +1,7 @@
 //! Test tooling (never shipped): Tessera's first-fit allocator against the upstream structured
-//! allocator driven as kube-scheduler drives it (`tests/parity`, Go), on generated instances and
-//! on replays of upstream's own unit test cases; and side-by-side benchmarks of both.
+//! allocator driven as kube-scheduler drives it (`tests/parity`, Go) and against an independent
+//! reference allocator ([`reference`]), on generated instances and on replays of upstream's own
+//! unit test cases; and side-by-side benchmarks of Tessera and upstream.
 //!
 //! ```text
 //! tests/parity/build                          # the Go side, cached; prints its path
@@ -15,9 +16,12 @@
 //! `compare` (the judge), `bench`.
 
 pub mod bench;
+pub mod canary;
 pub mod cel;
 pub mod compare;
 pub mod generate;
 pub mod instance;
+pub mod judge;
 pub mod oracle;
 pub mod ours;
+pub mod reference;
