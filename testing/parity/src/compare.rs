@@ -6,9 +6,10 @@
 
 use k8s_openapi::api::resource::v1::AllocationResult;
 use serde_json::Value;
-use tessera_allocator::quantity::Amount;
 
 use crate::instance::{NodeVerdict, Verdict, VerdictKind};
+// The reference's own quantity parser: the judge reads no quantity with Tessera's code.
+use crate::reference::quantity::Nanos;
 
 /// One way two verdicts differ.
 #[derive(Clone, Debug, PartialEq)]
@@ -179,9 +180,9 @@ pub fn normalize(results: &[AllocationResult]) -> Value {
             if let Some(Value::Object(consumed)) = d.get_mut("consumedCapacity") {
                 for v in consumed.values_mut() {
                     if let Some(text) = v.as_str()
-                        && let Ok(a) = Amount::parse(text)
+                        && let Some(n) = Nanos::parse(text)
                     {
-                        *v = Value::String(format!("{}n", a.nanos()));
+                        *v = Value::String(format!("{}n", n.0));
                     }
                 }
             }
