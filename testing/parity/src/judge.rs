@@ -20,7 +20,7 @@ use crate::instance::{Instance, Verdict, VerdictKind};
 
 /// Why an instance fails the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Failure {
+pub enum ParityFailure {
     /// Tessera differs from upstream and no enabled deviation explains it.
     OursDiffersFromUpstream,
     /// The reference differs from upstream where upstream answered.
@@ -33,18 +33,18 @@ pub enum Failure {
     DeviationBeyondItsFields,
 }
 
-impl std::fmt::Display for Failure {
+impl std::fmt::Display for ParityFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Failure::OursDiffersFromUpstream => "Tessera differs from upstream",
-            Failure::ReferenceDiffersFromUpstream => "the reference differs from upstream",
-            Failure::OursDiffersFromReference => {
+            ParityFailure::OursDiffersFromUpstream => "Tessera differs from upstream",
+            ParityFailure::ReferenceDiffersFromUpstream => "the reference differs from upstream",
+            ParityFailure::OursDiffersFromReference => {
                 "upstream timed out and Tessera differs from the reference"
             }
-            Failure::OrdinaryTimeout => {
+            ParityFailure::OrdinaryTimeout => {
                 "upstream timed out on an instance not generated as adversarial"
             }
-            Failure::DeviationBeyondItsFields => {
+            ParityFailure::DeviationBeyondItsFields => {
                 "taking the deviation out changed more than its own fields"
             }
         })
@@ -61,7 +61,7 @@ pub enum Judgement {
     /// Tessera differs from upstream as this documented deviation says it does.
     Explained(&'static str),
     /// The instance fails the job.
-    Fails(Vec<(Failure, Vec<Difference>)>),
+    Fails(Vec<(ParityFailure, Vec<Difference>)>),
 }
 
 /// Whether upstream's Filter timed out on some node.
@@ -82,55 +82,19 @@ pub fn judge(
     enabled: &[&'static str],
     upstream_on: &mut dyn FnMut(&Instance) -> anyhow::Result<Verdict>,
 ) -> anyhow::Result<Judgement> {
-    let mut failures = Vec::new();
     if upstream_timed_out(upstream) {
-        if !instance.adversarial {
-            let nodes = upstream
-                .nodes
-                .iter()
-                .filter(|n| n.error_class.as_deref() == Some("timeout"))
-                .map(|n| Difference::new(format!("node {}", n.node), "-", "timeout"))
-                .collect();
-            failures.push((Failure::OrdinaryTimeout, nodes));
-        }
-        let answered = upstream
-            .nodes
-            .iter()
-            .filter(|n| n.error_class.as_deref() != Some("timeout"));
-        let mut reference_differs = Vec::new();
-        for u in answered {
-            match reference.nodes.iter().find(|r| r.node == u.node) {
-                Some(r) => reference_differs.extend(compare_node(r, u)),
-                None => reference_differs.push(Difference::new(
-                    format!("node {}", u.node),
-                    "not evaluated",
-                    u.outcome.to_string(),
-                )),
-            }
-        }
-        if !reference_differs.is_empty() {
-            failures.push((
-                Failure::ReferenceDiffersFromUpstream,
-                between(reference_differs, "reference", "upstream"),
-            ));
-        }
-        let differs = compare(ours, reference);
-        if !differs.is_empty() {
-            failures.push((
-                Failure::OursDiffersFromReference,
-                between(differs, "ours", "reference"),
-            ));
-        }
+        let failures = past_upstream_timeout(instance, ours, upstream, reference);
         return Ok(if failures.is_empty() {
             Judgement::DecidedPastUpstreamTimeout
         } else {
             Judgement::Fails(failures)
         });
     }
+    let mut failures = Vec::new();
     let reference_differs = compare(reference, upstream);
     if !reference_differs.is_empty() {
         failures.push((
-            Failure::ReferenceDiffersFromUpstream,
+            ParityFailure::ReferenceDiffersFromUpstream,
             between(reference_differs, "reference", "upstream"),
         ));
     }
@@ -145,7 +109,7 @@ pub fn judge(
             }
             let beyond = changes_beyond(deviation, instance, &stripped);
             if !beyond.is_empty() {
-                failures.push((Failure::DeviationBeyondItsFields, beyond));
+                failures.push((ParityFailure::DeviationBeyondItsFields, beyond));
                 continue;
             }
             if compare(ours, &upstream_on(&stripped)?).is_empty() {
@@ -154,7 +118,7 @@ pub fn judge(
             }
         }
         if explained.is_none() {
-            failures.push((Failure::OursDiffersFromUpstream, differs));
+            failures.push((ParityFailure::OursDiffersFromUpstream, differs));
         }
     }
     Ok(match (failures.is_empty(), explained) {
@@ -162,6 +126,56 @@ pub fn judge(
         (true, Some(d)) => Judgement::Explained(d),
         (true, None) => Judgement::Agrees,
     })
+}
+
+/// The failures of an instance on which upstream timed out somewhere: the instance must be
+/// adversarial, the reference must equal upstream on every node upstream answered, and Tessera
+/// must equal the reference.
+fn past_upstream_timeout(
+    instance: &Instance,
+    ours: &Verdict,
+    upstream: &Verdict,
+    reference: &Verdict,
+) -> Vec<(ParityFailure, Vec<Difference>)> {
+    let mut failures = Vec::new();
+    if !instance.adversarial {
+        let nodes = upstream
+            .nodes
+            .iter()
+            .filter(|n| n.error_class.as_deref() == Some("timeout"))
+            .map(|n| Difference::new(format!("node {}", n.node), "-", "timeout"))
+            .collect();
+        failures.push((ParityFailure::OrdinaryTimeout, nodes));
+    }
+    let answered = upstream
+        .nodes
+        .iter()
+        .filter(|n| n.error_class.as_deref() != Some("timeout"));
+    let mut reference_differs = Vec::new();
+    for u in answered {
+        match reference.nodes.iter().find(|r| r.node == u.node) {
+            Some(r) => reference_differs.extend(compare_node(r, u)),
+            None => reference_differs.push(Difference::new(
+                format!("node {}", u.node),
+                "not evaluated",
+                u.outcome.to_string(),
+            )),
+        }
+    }
+    if !reference_differs.is_empty() {
+        failures.push((
+            ParityFailure::ReferenceDiffersFromUpstream,
+            between(reference_differs, "reference", "upstream"),
+        ));
+    }
+    let differs = compare(ours, reference);
+    if !differs.is_empty() {
+        failures.push((
+            ParityFailure::OursDiffersFromReference,
+            between(differs, "ours", "reference"),
+        ));
+    }
+    failures
 }
 
 /// The fields of a deviation: what taking it out may change (JSON pointers, `*` for an index).
@@ -435,7 +449,7 @@ mod tests {
         .unwrap()
     }
 
-    fn failures(j: &Judgement) -> Vec<Failure> {
+    fn failures(j: &Judgement) -> Vec<ParityFailure> {
         match j {
             Judgement::Fails(f) => f.iter().map(|(f, _)| *f).collect(),
             _ => Vec::new(),
@@ -452,11 +466,11 @@ mod tests {
         );
         assert_eq!(
             failures(&judge_plain(&i, &b, &a, &a)),
-            [Failure::OursDiffersFromUpstream]
+            [ParityFailure::OursDiffersFromUpstream]
         );
         assert_eq!(
             failures(&judge_plain(&i, &a, &a, &b)),
-            [Failure::ReferenceDiffersFromUpstream]
+            [ParityFailure::ReferenceDiffersFromUpstream]
         );
     }
 
@@ -465,7 +479,7 @@ mod tests {
         let i = Instance::default();
         let answer = fits(&["dev-0"]);
         let j = judge_plain(&i, &answer, &timed_out(), &answer.clone());
-        assert_eq!(failures(&j), [Failure::OrdinaryTimeout]);
+        assert_eq!(failures(&j), [ParityFailure::OrdinaryTimeout]);
     }
 
     #[test]
@@ -481,7 +495,7 @@ mod tests {
         );
         let wrong = fits(&["dev-0", "dev-1"]);
         let j = judge_plain(&i, &wrong, &timed_out(), &answer);
-        assert_eq!(failures(&j), [Failure::OursDiffersFromReference]);
+        assert_eq!(failures(&j), [ParityFailure::OursDiffersFromReference]);
         let Judgement::Fails(f) = j else {
             unreachable!()
         };
@@ -513,7 +527,7 @@ mod tests {
         ]);
         assert_eq!(
             failures(&judge_plain(&i, &off, &upstream, &off)),
-            [Failure::ReferenceDiffersFromUpstream]
+            [ParityFailure::ReferenceDiffersFromUpstream]
         );
     }
 
@@ -576,11 +590,11 @@ mod tests {
             &mut still_differs,
         )
         .unwrap();
-        assert_eq!(failures(&j), [Failure::OursDiffersFromUpstream]);
+        assert_eq!(failures(&j), [ParityFailure::OursDiffersFromUpstream]);
         let j = judge_plain(&i, &ours, &upstream, &upstream);
         assert_eq!(
             failures(&j),
-            [Failure::OursDiffersFromUpstream],
+            [ParityFailure::OursDiffersFromUpstream],
             "switch off"
         );
     }

@@ -10,7 +10,7 @@ use tessera_parity::canary::Canary;
 use tessera_parity::compare::{Difference, compare};
 use tessera_parity::generate::{DEVIATIONS, Generator, Switches};
 use tessera_parity::instance::{Instance, Verdict, VerdictKind};
-use tessera_parity::judge::{Coverage, Failure, Judgement, judge, upstream_timed_out};
+use tessera_parity::judge::{Coverage, Judgement, ParityFailure, judge, upstream_timed_out};
 use tessera_parity::oracle::Oracle;
 use tessera_parity::ours;
 use tessera_parity::reference::{self, selectors::SelectorTable};
@@ -219,6 +219,16 @@ fn diff(args: DiffArgs) -> anyhow::Result<()> {
             }
         }
     }
+    conclude(&args, &enabled, &tally, start)
+}
+
+/// Prints the run's totals; fails the run on a failing instance or a coverage shortfall.
+fn conclude(
+    args: &DiffArgs,
+    enabled: &[&'static str],
+    tally: &Tally,
+    start: Instant,
+) -> anyhow::Result<()> {
     println!(
         "{} instances (seed {}, deviations: {}) in {:.1} s",
         args.count,
@@ -233,7 +243,7 @@ fn diff(args: DiffArgs) -> anyhow::Result<()> {
     let shortfalls = tally
         .coverage
         .shortfalls(args.count, enabled.contains(&"adversarial"));
-    print_tally(&tally, &shortfalls);
+    print_tally(tally, &shortfalls);
     if tally.failed > 0 {
         anyhow::bail!(
             "{} of {} instances fail the parity job",
@@ -321,7 +331,7 @@ fn report(
     mine: &Verdict,
     upstream: &Verdict,
     reference: &Verdict,
-    failures: &[(Failure, Vec<Difference>)],
+    failures: &[(ParityFailure, Vec<Difference>)],
 ) {
     println!("--- {}", instance.name);
     for (failure, differences) in failures {
@@ -347,7 +357,7 @@ fn dump(
     mine: &Verdict,
     upstream: &Verdict,
     reference: &Verdict,
-    failures: &[(Failure, Vec<Difference>)],
+    failures: &[(ParityFailure, Vec<Difference>)],
 ) -> anyhow::Result<()> {
     let file = dir.join(format!("{}.json", instance.name));
     let failures: Vec<serde_json::Value> = failures

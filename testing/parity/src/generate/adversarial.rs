@@ -18,8 +18,8 @@
 //! instance may time out upstream, and the reference allocator decides it instead.
 
 use k8s_openapi::api::resource::v1::{
-    Counter, CounterSet, Device, DeviceConstraint, DeviceCounterConsumption, DeviceTaint,
-    ResourceClaim,
+    Counter, CounterSet, Device, DeviceConstraint, DeviceCounterConsumption, DeviceSelector,
+    DeviceTaint, ResourceClaim, ResourceSlice,
 };
 use rand::Rng;
 
@@ -76,14 +76,18 @@ impl Generator {
     }
 }
 
-/// The instance of a shape with `n` devices and `k` wanted.
-pub fn adversarial_instance(
-    name: String,
-    shape: &str,
-    n: u32,
-    k: u32,
-    second_node: bool,
-) -> Instance {
+/// What a shape makes of the big slice's `n` devices and the claim.
+struct Shaped {
+    devices: Vec<Device>,
+    /// The selectors of the claim's request.
+    later: Option<Vec<DeviceSelector>>,
+    later_class: &'static str,
+    constraints: Vec<DeviceConstraint>,
+    allocated_claims: Vec<ResourceClaim>,
+    counter_slice: Option<ResourceSlice>,
+}
+
+fn shaped(shape: &str, n: u32) -> Shaped {
     let last = n - 1;
     let mut devices: Vec<Device> = (0..n).map(|i| device(i, "a")).collect();
     let mut later = super::selectors_of(&[]);
@@ -132,6 +136,32 @@ pub fn adversarial_instance(
             });
         }
     }
+    Shaped {
+        devices,
+        later,
+        later_class,
+        constraints,
+        allocated_claims,
+        counter_slice,
+    }
+}
+
+/// The instance of a shape with `n` devices and `k` wanted.
+pub fn adversarial_instance(
+    name: String,
+    shape: &str,
+    n: u32,
+    k: u32,
+    second_node: bool,
+) -> Instance {
+    let Shaped {
+        devices,
+        later,
+        later_class,
+        constraints,
+        allocated_claims,
+        counter_slice,
+    } = shaped(shape, n);
     let declared = if counter_slice.is_some() { 2 } else { 1 };
     let mut spec = slice_spec(
         "driver-a",

@@ -10,11 +10,11 @@ use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, Device, DeviceAttribute, DeviceCapacity,
 };
 
+use super::alternative::Alternative;
 use super::pools::{Candidate, device_on_node};
 use super::quantity::Nanos;
-use super::request::Alternative;
 use super::selectors::{Eval, SelectorTable};
-use super::{Beyond, Stop, beyond, quantity};
+use super::stop::{Beyond, NodeStop, beyond, quantity};
 
 /// The class's selectors, then the request's, then (per-device node selection) the device's
 /// node: a selector that fails to compile or to evaluate stops allocation with an error.
@@ -23,20 +23,20 @@ pub fn selectable(
     alt: &Alternative<'_>,
     cand: &Candidate<'_>,
     node: &Node,
-) -> Result<bool, Stop> {
+) -> Result<bool, NodeStop> {
     for expression in alt.class_selectors.iter().chain(&alt.request_selectors) {
         let eval = table
             .get(expression, cand.slice_index, cand.device_index)
-            .ok_or_else(|| Stop::Beyond(beyond("a selector verdict missing from the table")))?;
+            .ok_or_else(|| NodeStop::Beyond(beyond("a selector verdict missing from the table")))?;
         match eval {
             Eval::True => {}
             Eval::False => return Ok(false),
-            Eval::CompileError => return Err(Stop::Error("cel-compile")),
-            Eval::RuntimeError => return Err(Stop::Error("cel-runtime")),
+            Eval::CompileError => return Err(NodeStop::Error("cel-compile")),
+            Eval::RuntimeError => return Err(NodeStop::Error("cel-runtime")),
         }
     }
     if cand.slice.spec.per_device_node_selection == Some(true) {
-        return device_on_node(cand.device, node).map_err(Stop::Beyond);
+        return device_on_node(cand.device, node).map_err(NodeStop::Beyond);
     }
     Ok(true)
 }
@@ -50,7 +50,7 @@ pub fn capacity_fits(
     device: &Device,
     already: &dyn Fn(&str) -> Nanos,
     pending: &dyn Fn(&str) -> Nanos,
-) -> Result<bool, Stop> {
+) -> Result<bool, NodeStop> {
     let capacities = device.capacity.clone().unwrap_or_default();
     if alt
         .capacity
@@ -66,7 +66,7 @@ pub fn capacity_fits(
             return Ok(false);
         }
         if already(name) + wanted + pending(name)
-            > quantity(&capacity.value).map_err(Stop::Beyond)?
+            > quantity(&capacity.value).map_err(NodeStop::Beyond)?
         {
             return Ok(false);
         }
@@ -80,16 +80,16 @@ pub fn capacity_fits(
 pub fn consumed_capacity(
     alt: &Alternative<'_>,
     device: &Device,
-) -> Result<BTreeMap<String, Nanos>, Stop> {
+) -> Result<BTreeMap<String, Nanos>, NodeStop> {
     let mut out = BTreeMap::new();
     for (name, capacity) in device.capacity.iter().flatten() {
         let wanted = match alt.capacity.get(name) {
-            Some(q) => Some(quantity(q).map_err(Stop::Beyond)?),
+            Some(q) => Some(quantity(q).map_err(NodeStop::Beyond)?),
             None => None,
         };
-        let value = consumption(wanted, capacity).map_err(Stop::Beyond)?;
+        let value = consumption(wanted, capacity).map_err(NodeStop::Beyond)?;
         if value < Nanos::ZERO {
-            return Err(Stop::Error("capacity"));
+            return Err(NodeStop::Error("capacity"));
         }
         out.insert(name.clone(), value);
     }
@@ -136,16 +136,16 @@ fn consumption(wanted: Option<Nanos>, capacity: &DeviceCapacity) -> Result<Nanos
 }
 
 /// Whether a consumed amount breaks the capacity's request policy (the default never does).
-fn violates(value: Nanos, policy: Option<&CapacityRequestPolicy>) -> Result<bool, Stop> {
+fn violates(value: Nanos, policy: Option<&CapacityRequestPolicy>) -> Result<bool, NodeStop> {
     let Some(policy) = policy else {
         return Ok(false);
     };
     if let Some(default) = &policy.default
-        && quantity(default).map_err(Stop::Beyond)? == value
+        && quantity(default).map_err(NodeStop::Beyond)? == value
     {
         return Ok(false);
     }
-    policy_rejects(value, policy).map_err(Stop::Beyond)
+    policy_rejects(value, policy).map_err(NodeStop::Beyond)
 }
 
 /// The policy's range or valid values alone.

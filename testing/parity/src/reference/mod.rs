@@ -16,6 +16,7 @@
 //! answer, or each node's (in name order) and the pod's — an error on any node fails the pod,
 //! else the first node that fits.
 
+mod alternative;
 mod checks;
 mod pools;
 pub mod quantity;
@@ -24,17 +25,18 @@ mod result;
 pub mod search;
 pub mod selectors;
 mod state;
+mod stop;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::instance::{Instance, NodeVerdict, Verdict, VerdictKind, apply_defaults};
-use quantity::Nanos;
 use request::Planning;
 use search::Search;
 use selectors::SelectorTable;
 use state::State;
+pub use stop::Beyond;
+use stop::{NodeStop, beyond, quantity};
 
 /// How the reference walks an instance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,44 +71,9 @@ impl Options {
 /// The longest plain walk (devices tried on one node) of an ordinary instance.
 pub const ORDINARY_WALK: u64 = 250_000;
 
-/// Why the reference cannot decide an instance.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Beyond(pub String);
-
-impl std::fmt::Display for Beyond {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "beyond the reference's reach: {}", self.0)
-    }
-}
-
-impl std::error::Error for Beyond {}
-
-fn beyond(reason: &str) -> Beyond {
-    Beyond(reason.to_owned())
-}
-
-/// A quantity the reference reads, or why not.
-fn quantity(q: &Quantity) -> Result<Nanos, Beyond> {
-    Nanos::of(q).ok_or_else(|| beyond(&format!("the quantity {:?}", q.0)))
-}
-
-/// What stops a node's allocation: an error upstream reports (its class), or the reference's
-/// own limit.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Stop {
-    Error(&'static str),
-    Beyond(Beyond),
-}
-
-impl From<Beyond> for Stop {
-    fn from(b: Beyond) -> Stop {
-        Stop::Beyond(b)
-    }
-}
-
 /// The reference's verdict on an instance, with the devices it tried on the busiest node.
 #[derive(Debug)]
-pub struct Decision {
+pub struct ReferenceDecision {
     pub verdict: Verdict,
     pub most_trials: u64,
 }
@@ -116,7 +83,7 @@ pub fn decide(
     instance: &Instance,
     table: &SelectorTable,
     options: Options,
-) -> Result<Decision, Beyond> {
+) -> Result<ReferenceDecision, Beyond> {
     let mut instance = instance.clone();
     apply_defaults(&mut instance);
     refuse_unmodelled(&instance)?;
@@ -137,7 +104,7 @@ pub fn decide(
             VerdictKind::Unsatisfiable
         };
         verdict.error_class = Some(class.into());
-        return Ok(Decision {
+        return Ok(ReferenceDecision {
             verdict,
             most_trials: 0,
         });
@@ -171,7 +138,7 @@ pub fn decide(
         verdict.node = Some(a.node.clone());
         verdict.allocations = a.allocations.clone();
     }
-    Ok(Decision {
+    Ok(ReferenceDecision {
         verdict,
         most_trials,
     })
@@ -208,8 +175,8 @@ fn decide_node(
     };
     let plans = match planning.plans(&instance.claims) {
         Ok(plans) => plans,
-        Err(Stop::Error(class)) => return Ok((error(verdict, class), 0)),
-        Err(Stop::Beyond(b)) => return Err(b),
+        Err(NodeStop::Error(class)) => return Ok((error(verdict, class), 0)),
+        Err(NodeStop::Beyond(b)) => return Err(b),
     };
     let mut search = Search::new(
         &plans,
@@ -222,8 +189,8 @@ fn decide_node(
     );
     let found = match search.run() {
         Ok(found) => found,
-        Err(Stop::Error(class)) => return Ok((error(verdict, class), search.trials)),
-        Err(Stop::Beyond(b)) => return Err(b),
+        Err(NodeStop::Error(class)) => return Ok((error(verdict, class), search.trials)),
+        Err(NodeStop::Beyond(b)) => return Err(b),
     };
     if !found {
         if view
@@ -241,8 +208,8 @@ fn decide_node(
             verdict.allocations = allocations;
             Ok((verdict, search.trials))
         }
-        Err(Stop::Error(class)) => Ok((error(verdict, class), search.trials)),
-        Err(Stop::Beyond(b)) => Err(b),
+        Err(NodeStop::Error(class)) => Ok((error(verdict, class), search.trials)),
+        Err(NodeStop::Beyond(b)) => Err(b),
     }
 }
 

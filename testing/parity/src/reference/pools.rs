@@ -13,7 +13,7 @@ use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 
 use super::quantity::Nanos;
 use super::state::{DeviceKey, State};
-use super::{Beyond, beyond, quantity};
+use super::stop::{Beyond, beyond, quantity};
 
 /// Whether a pool's devices can be allocated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,9 +29,12 @@ pub struct Pool {
     pub driver: String,
     pub name: String,
     pub state: PoolState,
-    /// Counter set → counter → what is left after the devices in use (may be negative).
-    pub available: BTreeMap<String, BTreeMap<String, Nanos>>,
+    /// What is left after the devices in use.
+    pub available: CountersLeft,
 }
+
+/// Counter set → counter → what is left after the devices in use (may be negative).
+pub type CountersLeft = BTreeMap<String, BTreeMap<String, Nanos>>;
 
 /// A device first fit may try on the node: the devices of the device slices of usable pools
 /// (per-device node selection is checked with the selectors, as a device's own property).
@@ -68,47 +71,9 @@ pub fn node_view<'a>(
     node: &Node,
     state: &State,
 ) -> Result<NodeView<'a>, Beyond> {
-    let name = node.metadata.name.as_deref().unwrap_or_default();
-    // Node-local slices first, then the others, each in the instance's order (the first slice of
-    // a pool's highest generation supplies the declared slice count).
-    let local = slices
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.spec.node_name.as_deref().is_some_and(|n| n == name));
-    let shared = slices
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.spec.node_name.as_deref().unwrap_or_default().is_empty());
-    let mut gathered: Vec<Gathered<'a>> = Vec::new();
-    for (index, slice) in local.chain(shared) {
-        if !relevant(slice, node)? {
-            continue;
-        }
-        let spec = &slice.spec;
-        let generation = spec.pool.generation;
-        match gathered
-            .iter_mut()
-            .find(|g| g.driver == spec.driver && g.pool == spec.pool.name)
-        {
-            None => gathered.push(Gathered {
-                driver: &spec.driver,
-                pool: &spec.pool.name,
-                generation,
-                declared: spec.pool.resource_slice_count,
-                slices: vec![(index, slice)],
-            }),
-            Some(g) if generation > g.generation => {
-                g.generation = generation;
-                g.declared = spec.pool.resource_slice_count;
-                g.slices = vec![(index, slice)];
-            }
-            Some(g) if generation == g.generation => g.slices.push((index, slice)),
-            Some(_) => {}
-        }
-    }
     let mut plain = Vec::new();
     let mut binding = Vec::new();
-    for g in gathered {
+    for g in gather(slices, node)? {
         let Some((pool, devices)) = build(g, slices, state)? else {
             continue; // a newer generation elsewhere: the pool is gone
         };
@@ -148,7 +113,102 @@ pub fn node_view<'a>(
     Ok(view)
 }
 
+/// The pools the node sees, each with its slices of the highest generation published for the
+/// node: node-local slices first, then the others, each in the instance's order (the first slice
+/// of a pool's highest generation supplies the declared slice count).
+fn gather<'a>(slices: &'a [ResourceSlice], node: &Node) -> Result<Vec<Gathered<'a>>, Beyond> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let local = slices
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.spec.node_name.as_deref().is_some_and(|n| n == name));
+    let shared = slices
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.spec.node_name.as_deref().unwrap_or_default().is_empty());
+    let mut gathered: Vec<Gathered<'a>> = Vec::new();
+    for (index, slice) in local.chain(shared) {
+        if !relevant(slice, node)? {
+            continue;
+        }
+        let spec = &slice.spec;
+        let generation = spec.pool.generation;
+        match gathered
+            .iter_mut()
+            .find(|g| g.driver == spec.driver && g.pool == spec.pool.name)
+        {
+            None => gathered.push(Gathered {
+                driver: &spec.driver,
+                pool: &spec.pool.name,
+                generation,
+                declared: spec.pool.resource_slice_count,
+                slices: vec![(index, slice)],
+            }),
+            Some(g) if generation > g.generation => {
+                g.generation = generation;
+                g.declared = spec.pool.resource_slice_count;
+                g.slices = vec![(index, slice)];
+            }
+            Some(g) if generation == g.generation => g.slices.push((index, slice)),
+            Some(_) => {}
+        }
+    }
+    Ok(gathered)
+}
+
 type Devices<'a> = Vec<(usize, usize, &'a ResourceSlice, &'a Device)>;
+
+/// Where a gathered pool's slices that are not for the node stand.
+enum Elsewhere<'a> {
+    /// Another node holds a newer generation: the pool is being replaced.
+    Replaced,
+    /// The pool's generation lacks some of its declared slices.
+    Incomplete,
+    /// The pool's slices of the same generation that are not for this node (counters, and
+    /// devices consuming them).
+    Slices(Vec<&'a ResourceSlice>),
+}
+
+/// The pool's slices that are not for this node, when the node does not see all of them.
+fn elsewhere<'a>(g: &Gathered<'a>, all: &'a [ResourceSlice]) -> Elsewhere<'a> {
+    if i64::try_from(g.slices.len()).ok() == Some(g.declared) {
+        return Elsewhere::Slices(Vec::new());
+    }
+    let same_pool = |s: &&ResourceSlice| s.spec.driver == g.driver && s.spec.pool.name == g.pool;
+    if all
+        .iter()
+        .filter(same_pool)
+        .any(|s| s.spec.pool.generation > g.generation)
+    {
+        return Elsewhere::Replaced;
+    }
+    let at_generation: Vec<&ResourceSlice> = all
+        .iter()
+        .filter(same_pool)
+        .filter(|s| s.spec.pool.generation == g.generation)
+        .collect();
+    if i64::try_from(at_generation.len()).ok() != Some(g.declared) {
+        return Elsewhere::Incomplete;
+    }
+    let names: HashSet<&str> = g
+        .slices
+        .iter()
+        .filter_map(|(_, s)| s.metadata.name.as_deref())
+        .collect();
+    Elsewhere::Slices(
+        at_generation
+            .into_iter()
+            .filter(|s| !names.contains(s.metadata.name.as_deref().unwrap_or_default()))
+            .collect(),
+    )
+}
+
+fn is_counter_slice(s: &ResourceSlice) -> bool {
+    s.spec
+        .shared_counters
+        .as_ref()
+        .is_some_and(|c| !c.is_empty())
+}
 
 /// A gathered pool as a [`Pool`] and its devices in order; `None` when another node holds a
 /// newer generation (the pool is being replaced).
@@ -163,60 +223,19 @@ fn build<'a>(
         state: PoolState::Usable,
         available: BTreeMap::new(),
     };
-    let same_pool = |s: &&ResourceSlice| s.spec.driver == g.driver && s.spec.pool.name == g.pool;
-    let mut for_node = g.slices;
-    // Slices of the pool that are not for this node (counters, and devices consuming them).
-    let mut elsewhere: Vec<&'a ResourceSlice> = Vec::new();
-    if i64::try_from(for_node.len()).ok() != Some(g.declared) {
-        if all
-            .iter()
-            .filter(same_pool)
-            .any(|s| s.spec.pool.generation > g.generation)
-        {
-            return Ok(None);
-        }
-        let at_generation: Vec<&ResourceSlice> = all
-            .iter()
-            .filter(same_pool)
-            .filter(|s| s.spec.pool.generation == g.generation)
-            .collect();
-        if i64::try_from(at_generation.len()).ok() != Some(g.declared) {
+    let elsewhere = match elsewhere(&g, all) {
+        Elsewhere::Replaced => return Ok(None),
+        Elsewhere::Incomplete => {
             pool.state = PoolState::Incomplete;
             return Ok(Some((pool, Vec::new())));
         }
-        let names: HashSet<&str> = for_node
-            .iter()
-            .filter_map(|(_, s)| s.metadata.name.as_deref())
-            .collect();
-        elsewhere = at_generation
-            .into_iter()
-            .filter(|s| !names.contains(s.metadata.name.as_deref().unwrap_or_default()))
-            .collect();
-    }
-    for_node.sort_by(|a, b| a.1.metadata.name.cmp(&b.1.metadata.name));
-    let is_counter_slice = |s: &ResourceSlice| {
-        s.spec
-            .shared_counters
-            .as_ref()
-            .is_some_and(|c| !c.is_empty())
+        Elsewhere::Slices(slices) => slices,
     };
-    let device_slices: Vec<(usize, &ResourceSlice)> = for_node
+    let mut for_node = g.slices;
+    for_node.sort_by(|a, b| a.1.metadata.name.cmp(&b.1.metadata.name));
+    let devices: Devices<'a> = for_node
         .iter()
-        .copied()
         .filter(|(_, s)| !is_counter_slice(s))
-        .collect();
-    let counter_slices = for_node
-        .iter()
-        .map(|(_, s)| *s)
-        .chain(elsewhere.iter().copied())
-        .filter(|s| is_counter_slice(s));
-    let devices_elsewhere: Vec<&Device> = elsewhere
-        .iter()
-        .filter(|s| !is_counter_slice(s))
-        .flat_map(|s| s.spec.devices.iter().flatten())
-        .collect();
-    let devices: Devices<'a> = device_slices
-        .iter()
         .flat_map(|&(i, s)| {
             s.spec
                 .devices
@@ -234,7 +253,41 @@ fn build<'a>(
         pool.state = PoolState::Invalid;
         return Ok(Some((pool, Vec::new())));
     }
-    let mut sets: BTreeMap<String, BTreeMap<String, Nanos>> = BTreeMap::new();
+    let counter_slices = for_node
+        .iter()
+        .map(|(_, s)| *s)
+        .chain(elsewhere.iter().copied())
+        .filter(|s| is_counter_slice(s));
+    let every_device: Vec<&Device> = devices
+        .iter()
+        .map(|(_, _, _, d)| *d)
+        .chain(
+            elsewhere
+                .iter()
+                .filter(|s| !is_counter_slice(s))
+                .flat_map(|s| s.spec.devices.iter().flatten()),
+        )
+        .collect();
+    match counters_left(counter_slices, &every_device, (g.driver, g.pool), state)? {
+        Some(available) => pool.available = available,
+        None => {
+            pool.state = PoolState::Invalid;
+            return Ok(Some((pool, Vec::new())));
+        }
+    }
+    Ok(Some((pool, devices)))
+}
+
+/// The pool's counter sets less what its devices in use (on this node or not) have consumed;
+/// `None` when the pool is invalid (a set defined twice, a device consuming a counter no set
+/// defines).
+fn counters_left<'a>(
+    counter_slices: impl Iterator<Item = &'a ResourceSlice>,
+    every_device: &[&Device],
+    (driver, pool): (&str, &str),
+    state: &State,
+) -> Result<Option<CountersLeft>, Beyond> {
+    let mut sets = CountersLeft::new();
     for set in counter_slices.flat_map(|s| s.spec.shared_counters.iter().flatten()) {
         let counters = set
             .counters
@@ -242,28 +295,21 @@ fn build<'a>(
             .map(|(n, c)| Ok((n.clone(), quantity(&c.value)?)))
             .collect::<Result<BTreeMap<_, _>, Beyond>>()?;
         if sets.insert(set.name.clone(), counters).is_some() {
-            pool.state = PoolState::Invalid;
-            return Ok(Some((pool, Vec::new())));
+            return Ok(None);
         }
     }
-    let every_device = devices
-        .iter()
-        .map(|(_, _, _, d)| *d)
-        .chain(devices_elsewhere.iter().copied());
-    for device in every_device.clone() {
+    for device in every_device {
         for consumption in device.consumes_counters.iter().flatten() {
             let known = sets
                 .get(&consumption.counter_set)
                 .is_some_and(|set| consumption.counters.keys().all(|c| set.contains_key(c)));
             if !known {
-                pool.state = PoolState::Invalid;
-                return Ok(Some((pool, Vec::new())));
+                return Ok(None);
             }
         }
     }
-    // What the devices in use (all of the pool's, on this node or not) have consumed.
     for device in every_device {
-        if !state.is_in_use(&DeviceKey::new(g.driver, g.pool, &device.name)) {
+        if !state.is_in_use(&DeviceKey::new(driver, pool, &device.name)) {
             continue;
         }
         for consumption in device.consumes_counters.iter().flatten() {
@@ -278,8 +324,7 @@ fn build<'a>(
             }
         }
     }
-    pool.available = sets;
-    Ok(Some((pool, devices)))
+    Ok(Some(sets))
 }
 
 /// Whether a slice is published for the node (per-device slices: whether any device is).

@@ -13,58 +13,15 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use super::alternative::{AllocationMode, Alternative};
 use super::checks;
 use super::pools::{NodeView, PoolState};
 use super::quantity::Nanos;
 use super::selectors::SelectorTable;
-use super::{Stop, beyond};
+use super::stop::{NodeStop, beyond};
 
 /// The most devices one claim's allocation holds.
 pub const MAX_RESULTS: usize = 32;
-
-/// How many devices an alternative takes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Exactly this many.
-    Exact(usize),
-    /// These candidates (positions in the node's candidate list), every one.
-    All(Vec<usize>),
-}
-
-impl Mode {
-    pub fn count(&self) -> usize {
-        match self {
-            Mode::Exact(n) => *n,
-            Mode::All(devices) => devices.len(),
-        }
-    }
-}
-
-/// A request, or one subrequest of a `firstAvailable` request.
-#[derive(Debug)]
-pub struct Alternative<'a> {
-    /// The request's name.
-    pub base: &'a str,
-    /// The subrequest's name.
-    pub sub: Option<&'a str>,
-    pub class: &'a DeviceClass,
-    pub class_selectors: Vec<&'a str>,
-    pub request_selectors: Vec<&'a str>,
-    pub mode: Mode,
-    pub admin: bool,
-    pub tolerations: &'a [DeviceToleration],
-    pub capacity: BTreeMap<String, Quantity>,
-}
-
-impl Alternative<'_> {
-    /// The name results carry: `request` or `request/subrequest`.
-    pub fn name(&self) -> String {
-        match self.sub {
-            Some(sub) => format!("{}/{sub}", self.base),
-            None => self.base.to_owned(),
-        }
-    }
-}
 
 /// A request: its alternatives in order of preference.
 #[derive(Debug)]
@@ -153,7 +110,7 @@ pub struct Planning<'a, 'v> {
 
 impl<'a> Planning<'a, '_> {
     /// The plans of the claims, or the error (or unsupported input) that stops the node first.
-    pub fn plans(&self, claims: &'a [ResourceClaim]) -> Result<Vec<ClaimPlan<'a>>, Stop> {
+    pub fn plans(&self, claims: &'a [ResourceClaim]) -> Result<Vec<ClaimPlan<'a>>, NodeStop> {
         let mut plans = Vec::new();
         for claim in claims {
             let mut requests = Vec::new();
@@ -167,7 +124,7 @@ impl<'a> Planning<'a, '_> {
                     .min()
                     .unwrap_or(0);
                 if least > MAX_RESULTS - least_devices {
-                    return Err(Stop::Error("too-many-devices"));
+                    return Err(NodeStop::Error("too-many-devices"));
                 }
                 least_devices += least;
                 most_devices += alternatives
@@ -191,7 +148,7 @@ impl<'a> Planning<'a, '_> {
                 let (distinct, attribute) = match (&c.match_attribute, &c.distinct_attribute) {
                     (Some(a), _) => (false, a.as_str()),
                     (None, Some(a)) => (true, a.as_str()),
-                    (None, None) => return Err(Stop::Error("invalid-request")),
+                    (None, None) => return Err(NodeStop::Error("invalid-request")),
                 };
                 constraints.push(Constraint {
                     distinct,
@@ -201,7 +158,7 @@ impl<'a> Planning<'a, '_> {
             }
             if most_devices > MAX_RESULTS {
                 // Upstream then cuts the search short in ways the reference does not model.
-                return Err(Stop::Beyond(beyond(
+                return Err(NodeStop::Beyond(beyond(
                     "a claim that may exceed 32 devices with some subrequests",
                 )));
             }
@@ -215,7 +172,7 @@ impl<'a> Planning<'a, '_> {
     }
 
     /// A request's alternatives, each checked as upstream checks it before the search.
-    fn alternatives(&self, request: &'a DeviceRequest) -> Result<Vec<Alternative<'a>>, Stop> {
+    fn alternatives(&self, request: &'a DeviceRequest) -> Result<Vec<Alternative<'a>>, NodeStop> {
         let mut out = Vec::new();
         if let Some(e) = &request.exactly {
             let parts = Parts {
@@ -249,15 +206,15 @@ impl<'a> Planning<'a, '_> {
         Ok(out)
     }
 
-    fn alternative(&self, base: &'a str, p: Parts<'a>) -> Result<Alternative<'a>, Stop> {
+    fn alternative(&self, base: &'a str, p: Parts<'a>) -> Result<Alternative<'a>, NodeStop> {
         if p.derived || p.selectors.iter().any(|s| s.cel.is_none()) {
-            return Err(Stop::Error("invalid-request"));
+            return Err(NodeStop::Error("invalid-request"));
         }
         let class = self
             .classes
             .iter()
             .find(|c| c.metadata.name.as_deref() == Some(p.class))
-            .ok_or(Stop::Error("invalid-request"))?;
+            .ok_or(NodeStop::Error("invalid-request"))?;
         let cel = |s: &'a DeviceSelector| s.cel.as_ref().map(|c| c.expression.as_str());
         let class_selectors = class
             .spec
@@ -265,7 +222,7 @@ impl<'a> Planning<'a, '_> {
             .and_then(|s| s.selectors.as_deref())
             .unwrap_or_default();
         if class_selectors.iter().any(|s| s.cel.is_none()) {
-            return Err(Stop::Beyond(beyond("a class selector without CEL")));
+            return Err(NodeStop::Beyond(beyond("a class selector without CEL")));
         }
         let mut alt = Alternative {
             base,
@@ -273,31 +230,31 @@ impl<'a> Planning<'a, '_> {
             class,
             class_selectors: class_selectors.iter().filter_map(cel).collect(),
             request_selectors: p.selectors.iter().filter_map(cel).collect(),
-            mode: Mode::Exact(0),
+            mode: AllocationMode::Exact(0),
             admin: p.admin,
             tolerations: p.tolerations,
             capacity: p.capacity.unwrap_or_default(),
         };
         alt.mode = match p.mode {
-            "ExactCount" => Mode::Exact(
+            "ExactCount" => AllocationMode::Exact(
                 usize::try_from(p.count)
                     .ok()
                     .filter(|&n| n > 0)
-                    .ok_or_else(|| Stop::Beyond(beyond("an exact count below 1")))?,
+                    .ok_or_else(|| NodeStop::Beyond(beyond("an exact count below 1")))?,
             ),
-            "All" => Mode::All(self.all_devices(&alt)?),
-            _ => return Err(Stop::Error("invalid-request")),
+            "All" => AllocationMode::All(self.all_devices(&alt)?),
+            _ => return Err(NodeStop::Error("invalid-request")),
         };
         Ok(alt)
     }
 
     /// The devices an `All` alternative takes: every device of the node it matches, whose
     /// capacities could hold it on an idle device; every pool must be usable.
-    fn all_devices(&self, alt: &Alternative<'a>) -> Result<Vec<usize>, Stop> {
+    fn all_devices(&self, alt: &Alternative<'a>) -> Result<Vec<usize>, NodeStop> {
         let mut devices = Vec::new();
         for (position, pool) in self.view.pools.iter().enumerate() {
             if pool.state != PoolState::Usable {
-                return Err(Stop::Error("all-pool-unusable"));
+                return Err(NodeStop::Error("all-pool-unusable"));
             }
             for (i, cand) in self.view.candidates.iter().enumerate() {
                 if cand.pool != position || !checks::selectable(self.table, alt, cand, self.node)? {

@@ -12,12 +12,12 @@ use k8s_openapi::api::resource::v1::{
     DeviceRequestAllocationResult,
 };
 
-use super::Stop;
 use super::request::ClaimPlan;
 use super::search::Search;
+use super::stop::NodeStop;
 
 /// One allocation per claim.
-pub fn allocations(search: &Search<'_, '_>, node: &str) -> Result<Vec<AllocationResult>, Stop> {
+pub fn allocations(search: &Search<'_, '_>, node: &str) -> Result<Vec<AllocationResult>, NodeStop> {
     search
         .plans
         .iter()
@@ -142,7 +142,7 @@ fn node_selector(
     search: &Search<'_, '_>,
     c: usize,
     node: &str,
-) -> Result<Option<NodeSelector>, Stop> {
+) -> Result<Option<NodeSelector>, NodeStop> {
     let mut fields: Vec<NodeSelectorRequirement> = Vec::new();
     let mut expressions: Vec<NodeSelectorRequirement> = Vec::new();
     for e in search.chosen.iter().filter(|e| e.claim == c) {
@@ -180,7 +180,7 @@ fn node_selector(
                     term.match_expressions.as_deref().unwrap_or_default(),
                 );
             }
-            _ => return Err(Stop::Error("node-selector")),
+            _ => return Err(NodeStop::Error("node-selector")),
         }
     }
     if fields.is_empty() && expressions.is_empty() {

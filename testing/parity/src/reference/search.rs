@@ -17,13 +17,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
 
+use super::alternative::{AllocationMode, Alternative};
 use super::checks;
 use super::pools::{Candidate, NodeView};
 use super::quantity::Nanos;
-use super::request::{Alternative, ClaimPlan, Constraint, Mode};
+use super::request::{ClaimPlan, Constraint};
 use super::selectors::SelectorTable;
 use super::state::State;
-use super::{Stop, beyond, quantity};
+use super::stop::{NodeStop, beyond, quantity};
 
 /// One device of the assignment being built.
 #[derive(Debug)]
@@ -88,7 +89,7 @@ impl<'a, 'v> Search<'a, 'v> {
     }
 
     /// Runs the walk: `true` when an assignment was found (in `chosen` and `picks`).
-    pub fn run(&mut self) -> Result<bool, Stop> {
+    pub fn run(&mut self) -> Result<bool, NodeStop> {
         if self.prune && self.errors_impossible()? {
             self.eligible = Some(self.eligibility()?);
         }
@@ -108,7 +109,7 @@ impl<'a, 'v> Search<'a, 'v> {
         &self.view.candidates[i]
     }
 
-    fn request(&mut self, c: usize, r: usize) -> Result<bool, Stop> {
+    fn request(&mut self, c: usize, r: usize) -> Result<bool, NodeStop> {
         if c == self.plans.len() {
             return Ok(true);
         }
@@ -132,12 +133,12 @@ impl<'a, 'v> Search<'a, 'v> {
         a: usize,
         i: usize,
         start: usize,
-    ) -> Result<bool, Stop> {
+    ) -> Result<bool, NodeStop> {
         if self.eligible.is_some() && !self.feasible(c, r, a, i, start) {
             return Ok(false);
         }
         match &self.alt(c, r, a).mode {
-            Mode::All(devices) => {
+            AllocationMode::All(devices) => {
                 if devices.is_empty() {
                     return Ok(false);
                 }
@@ -154,7 +155,7 @@ impl<'a, 'v> Search<'a, 'v> {
                 self.chosen.pop();
                 Ok(false)
             }
-            Mode::Exact(n) => {
+            AllocationMode::Exact(n) => {
                 if i == *n {
                     return self.request(c, r + 1);
                 }
@@ -173,10 +174,10 @@ impl<'a, 'v> Search<'a, 'v> {
         }
     }
 
-    fn count_trial(&mut self) -> Result<(), Stop> {
+    fn count_trial(&mut self) -> Result<(), NodeStop> {
         self.trials += 1;
         if self.trials > self.budget {
-            return Err(Stop::Beyond(beyond(&format!(
+            return Err(NodeStop::Beyond(beyond(&format!(
                 "more than {} devices tried on one node",
                 self.budget
             ))));
@@ -186,7 +187,7 @@ impl<'a, 'v> Search<'a, 'v> {
 
     /// What is checked of a device before it is taken for an `ExactCount` alternative: in use,
     /// selectors, capacity.
-    fn admit(&self, c: usize, r: usize, a: usize, i: usize) -> Result<bool, Stop> {
+    fn admit(&self, c: usize, r: usize, a: usize, i: usize) -> Result<bool, NodeStop> {
         let (alt, cand) = (self.alt(c, r, a), self.cand(i));
         let taken = if alt.admin {
             self.held_for(i, Some(c))
@@ -209,7 +210,7 @@ impl<'a, 'v> Search<'a, 'v> {
         a: usize,
         i: usize,
         must: bool,
-    ) -> Result<bool, Stop> {
+    ) -> Result<bool, NodeStop> {
         let (alt, cand) = (self.alt(c, r, a), self.cand(i));
         let multi = cand.device.allow_multiple_allocations == Some(true);
         if !multi && alt.admin && self.held_for(i, Some(c)) {
@@ -234,7 +235,7 @@ impl<'a, 'v> Search<'a, 'v> {
         for constraint in &self.plans[c].constraints {
             if constraint.covers(alt) && !self.accepts(c, constraint, cand) {
                 if must {
-                    return Err(Stop::Error("all-constraint"));
+                    return Err(NodeStop::Error("all-constraint"));
                 }
                 return Ok(false);
             }
@@ -272,7 +273,7 @@ impl<'a, 'v> Search<'a, 'v> {
         self.chosen.iter().any(|e| e.multi && e.cand == i)
     }
 
-    fn capacity_fits(&self, alt: &Alternative<'_>, i: usize) -> Result<bool, Stop> {
+    fn capacity_fits(&self, alt: &Alternative<'_>, i: usize) -> Result<bool, NodeStop> {
         let key = &self.cand(i).key;
         let already = |name: &str| self.state.consumed(key, name).unwrap_or_default();
         let pending = |name: &str| {
@@ -288,7 +289,7 @@ impl<'a, 'v> Search<'a, 'v> {
     /// The pool's counters hold what the assignment's charged devices of the pool and this one
     /// consume (every counter of the pool is checked, so a pool already over-consumed holds no
     /// further device that consumes counters).
-    fn counters_fit(&self, i: usize) -> Result<bool, Stop> {
+    fn counters_fit(&self, i: usize) -> Result<bool, NodeStop> {
         let cand = self.cand(i);
         let mut consumed: BTreeMap<(&str, &str), Nanos> = BTreeMap::new();
         let charged = self
@@ -302,7 +303,7 @@ impl<'a, 'v> Search<'a, 'v> {
                     let entry = consumed
                         .entry((consumption.counter_set.as_str(), name.as_str()))
                         .or_default();
-                    *entry = *entry + quantity(&c.value).map_err(Stop::Beyond)?;
+                    *entry = *entry + quantity(&c.value).map_err(NodeStop::Beyond)?;
                 }
             }
         }
@@ -344,24 +345,24 @@ impl<'a, 'v> Search<'a, 'v> {
     /// Whether no error can happen on this node whatever is tried: every selector evaluates
     /// on every device, no capacity computation fails, and no `All` alternative is under a
     /// constraint (whose refusal would be an error).
-    fn errors_impossible(&self) -> Result<bool, Stop> {
+    fn errors_impossible(&self) -> Result<bool, NodeStop> {
         for (c, plan) in self.plans.iter().enumerate() {
             for (r, request) in plan.requests.iter().enumerate() {
                 for a in 0..request.alternatives.len() {
                     let alt = self.alt(c, r, a);
-                    if matches!(alt.mode, Mode::All(_))
+                    if matches!(alt.mode, AllocationMode::All(_))
                         && plan.constraints.iter().any(|k| k.covers(alt))
                     {
                         return Ok(false);
                     }
                     for cand in &self.view.candidates {
                         match checks::selectable(self.table, alt, cand, self.node) {
-                            Err(Stop::Error(_)) => return Ok(false),
+                            Err(NodeStop::Error(_)) => return Ok(false),
                             Err(beyond) => return Err(beyond),
                             Ok(_) => {}
                         }
                         match checks::consumed_capacity(alt, cand.device) {
-                            Err(Stop::Error(_)) => return Ok(false),
+                            Err(NodeStop::Error(_)) => return Ok(false),
                             Err(beyond) => return Err(beyond),
                             Ok(_) => {}
                         }
@@ -374,7 +375,7 @@ impl<'a, 'v> Search<'a, 'v> {
 
     /// Per claim, request, alternative and candidate: whether the device could be chosen for
     /// the alternative in some assignment (what does not depend on the other devices chosen).
-    fn eligibility(&self) -> Result<Vec<Vec<Vec<Vec<bool>>>>, Stop> {
+    fn eligibility(&self) -> Result<Vec<Vec<Vec<Vec<bool>>>>, NodeStop> {
         let mut out = Vec::new();
         for (c, plan) in self.plans.iter().enumerate() {
             let mut requests = Vec::new();
@@ -394,7 +395,7 @@ impl<'a, 'v> Search<'a, 'v> {
         Ok(out)
     }
 
-    fn eligible_alone(&self, c: usize, r: usize, a: usize, i: usize) -> Result<bool, Stop> {
+    fn eligible_alone(&self, c: usize, r: usize, a: usize, i: usize) -> Result<bool, NodeStop> {
         let (alt, cand) = (self.alt(c, r, a), self.cand(i));
         if !alt.admin && self.state.is_held_whole(&cand.key) {
             return Ok(false);
@@ -425,13 +426,13 @@ impl<'a, 'v> Search<'a, 'v> {
     /// consistent with the values the claim's `matchAttribute` constraints have fixed.
     fn feasible(&self, c: usize, r: usize, a: usize, i: usize, start: usize) -> bool {
         let current = match &self.alt(c, r, a).mode {
-            Mode::Exact(n) => {
+            AllocationMode::Exact(n) => {
                 let left = (start..self.view.candidates.len())
                     .filter(|&x| self.admissible(c, r, a, x))
                     .count();
                 left >= n - i
             }
-            Mode::All(devices) => devices[i.min(devices.len())..]
+            AllocationMode::All(devices) => devices[i.min(devices.len())..]
                 .iter()
                 .all(|&x| self.admissible(c, r, a, x)),
         };
@@ -445,13 +446,13 @@ impl<'a, 'v> Search<'a, 'v> {
         later.filter(|&(c2, _)| c2 >= c).all(|(c2, r2)| {
             (0..self.plans[c2].requests[r2].alternatives.len()).any(|a2| {
                 match &self.alt(c2, r2, a2).mode {
-                    Mode::Exact(n) => {
+                    AllocationMode::Exact(n) => {
                         (0..self.view.candidates.len())
                             .filter(|&x| self.admissible(c2, r2, a2, x))
                             .count()
                             >= *n
                     }
-                    Mode::All(devices) => {
+                    AllocationMode::All(devices) => {
                         !devices.is_empty()
                             && devices.iter().all(|&x| self.admissible(c2, r2, a2, x))
                     }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
 use super::quantity::Nanos;
-use super::{Beyond, quantity};
+use super::stop::{Beyond, quantity};
 use crate::instance::{DeviceRef, Instance};
 
 /// A device by driver, pool and name.

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tessera_test_support::objects::{cel_class, cel_selector, exact_request, int_attr};
 
+use super::quantity::Nanos;
 use super::*;
 use crate::generate::adversarial::{SHAPES, adversarial_instance};
 use crate::generate::{Generator, Switches};
