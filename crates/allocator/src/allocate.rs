@@ -2,6 +2,7 @@
 //! the node the mode prefers.
 
 use std::sync::MutexGuard;
+use std::sync::atomic::Ordering;
 
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use serde::{Deserialize, Serialize};
@@ -14,7 +15,10 @@ use crate::node::NodeInfo;
 use crate::pools::NodePools;
 use crate::request::{Plan, claim_name, prefilter};
 use crate::result::allocation_results;
-use crate::search::{NodeSearch, NodeVerdict, SearchMode, Solution};
+use crate::search::{
+    NodeSearch, NodeVerdict, PairCheck, SearchMode, Solution, first_fit_may_skip,
+    first_fit_may_skip_nodes,
+};
 use crate::state::AllocatedState;
 use crate::topology::NumaPolicy;
 use crate::topology::TopologyScore;
@@ -234,6 +238,7 @@ impl DeviceIndex {
         let to_find = nodes_to_find(self.nodes().len());
         let mut found = 0usize;
         let mut first_error: Option<AllocateError> = None;
+        let skipping = Skipping::of(skip_quickly, first_fit, plan);
         let mut cache = self.verdict_cache(plan, options, skip_quickly);
         let mut cached = cache.as_mut().map(|c| {
             let key = plan_key(
@@ -259,10 +264,7 @@ impl DeviceIndex {
                 out.offer_stored(position, stored);
                 continue;
             }
-            if !first_fit
-                && skip_quickly
-                && !fits_at_all(&self.cluster, pools, state, plan, min_devices)
-            {
+            if self.skips(skipping, pools, state, plan, min_devices) {
                 out.failed.push(position);
                 continue;
             }
@@ -284,6 +286,30 @@ impl DeviceIndex {
         match first_error {
             Some(e) => Err(e),
             None => Ok(out),
+        }
+    }
+
+    /// Whether the nodes' search passes the node by as one without a solution (see
+    /// [`Skipping`]).
+    fn skips(
+        &self,
+        skipping: Skipping,
+        pools: &NodePools,
+        state: &AllocatedState,
+        plan: &Plan<'_>,
+        min_devices: usize,
+    ) -> bool {
+        match skipping {
+            Skipping::Never => false,
+            Skipping::TooFewFree => !fits_at_all(&self.cluster, pools, state, plan, min_devices),
+            Skipping::TooFewFreeWithoutError => {
+                let pairs = PairCheck {
+                    inv: &self.cluster,
+                    np: pools,
+                    plan,
+                };
+                first_fit_may_skip(pairs, state, min_devices)
+            }
         }
     }
 
@@ -322,6 +348,7 @@ impl DeviceIndex {
             PlacementMode::FirstFit => SearchMode::FirstFit,
             PlacementMode::TopologyAware => SearchMode::Best { bound },
         };
+        self.node_searches.fetch_add(1, Ordering::Relaxed);
         NodeSearch::new(&self.cluster, pools, state, plan, mode, options.step_budget)
             .map(|search| search.with_numa(options.numa))
             .and_then(NodeSearch::run)
@@ -355,13 +382,10 @@ impl DeviceIndex {
         if !holds {
             *slot = None;
             let solution = if fits_at_all(&self.cluster, pools, state, plan, min_devices) {
-                let mode = SearchMode::Best { bound: None };
-                let verdict =
-                    NodeSearch::new(&self.cluster, pools, state, plan, mode, options.step_budget)
-                        .map(|search| search.with_numa(options.numa))
-                        .and_then(NodeSearch::run)
-                        .ok()
-                        .filter(|v| !v.truncated)?;
+                let verdict = self
+                    .search_node(pools, state, plan, options, None)
+                    .ok()
+                    .filter(|v| !v.truncated)?;
                 *steps += verdict.steps;
                 verdict.solution
             } else {
@@ -380,6 +404,31 @@ impl DeviceIndex {
                 .as_ref()
                 .filter(|s| bound.is_none_or(|b| s.score.comm_cost <= b)),
         )
+    }
+}
+
+/// Which nodes a search over nodes passes by without searching them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Skipping {
+    /// None: one node asked for by name, or first fit for a plan whose search on a node without
+    /// a solution may still raise an error there ([`first_fit_may_skip_nodes`]).
+    Never,
+    /// Topology-aware: nodes with too few free devices ([`fits_at_all`]).
+    TooFewFree,
+    /// First fit: nodes with too few free devices where no selector or capacity check the search
+    /// would make fails ([`first_fit_may_skip`]): first fit fails on an error from any node it
+    /// tries, as kube-scheduler's Filter does.
+    TooFewFreeWithoutError,
+}
+
+impl Skipping {
+    fn of(skip_quickly: bool, first_fit: bool, plan: &Plan<'_>) -> Skipping {
+        match (skip_quickly, first_fit) {
+            (false, _) => Skipping::Never,
+            (true, false) => Skipping::TooFewFree,
+            (true, true) if first_fit_may_skip_nodes(plan) => Skipping::TooFewFreeWithoutError,
+            (true, true) => Skipping::Never,
+        }
     }
 }
 

@@ -26,10 +26,12 @@
 //! finds the first-fit solution first, so it is never worse than first fit. At the bound it keeps
 //! the best so far.
 
+mod pair;
 mod state;
 
 mod candidate;
 mod prune;
+mod skip;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -43,6 +45,8 @@ use crate::request::{MAX_RESULTS_PER_CLAIM, Plan, Wanted};
 use crate::state::AllocatedState;
 use crate::topology::{NumaPolicy, TopologyScore};
 
+pub(crate) use pair::PairCheck;
+pub(crate) use skip::{first_fit_may_skip, first_fit_may_skip_nodes};
 use state::{Check, Flow, Position, Pruning, Selectable, Stop};
 pub(crate) use state::{NodeSearch, NodeVerdict, Pick, SearchMode, Solution};
 
