@@ -13,7 +13,9 @@
 //!
 //! Modules: `instance` (one generated allocation problem), `generate`, `cel` (the selectors the
 //! generator writes), `ours` (Tessera's verdict), `oracle` (upstream's, through the Go tool),
-//! `compare` (the judge), `bench`.
+//! `reference` (the independent first-fit allocator), `compare` (two verdicts side by side),
+//! `judge` (which differences fail the job, and the least coverage per outcome), `canary` (a
+//! deliberately wrong Tessera the job must fail), `bench`.
 
 pub mod bench;
 pub mod canary;
