@@ -16,8 +16,8 @@ use crate::pools::NodePools;
 use crate::request::{Plan, claim_name, prefilter};
 use crate::result::allocation_results;
 use crate::search::{
-    NodeSearch, NodeVerdict, PairCheck, SearchMode, Solution, first_fit_may_skip,
-    first_fit_may_skip_nodes,
+    NodeSearch, NodeVerdict, PairCheck, QuietNode, SearchMode, Solution, first_fit_may_skip_nodes,
+    quiet_node,
 };
 use crate::state::AllocatedState;
 use crate::topology::NumaPolicy;
@@ -215,11 +215,9 @@ impl DeviceIndex {
         }))
     }
 
-    /// Searches the nodes at `positions` in order. First fit does what kube-scheduler's Filter
-    /// does: it tries nodes until it has found as many that fit as the scheduler wants to find
-    /// ([`nodes_to_find`]: every node of a cluster with fewer than 100), keeps the first that
-    /// fits, and fails on an error from any node it tried. Topology-aware keeps the best score;
-    /// with `skip_quickly`, it does not search nodes without enough free devices.
+    /// Searches the nodes at `positions` in order: first fit ([`DeviceIndex::first_fit_nodes`])
+    /// or topology-aware, which keeps the best score; with `skip_quickly`, topology-aware does not
+    /// search nodes without enough free devices.
     fn search_nodes(
         &self,
         plan: &Plan<'_>,
@@ -228,17 +226,11 @@ impl DeviceIndex {
         skip_quickly: bool,
         options: &AllocateOptions,
     ) -> Result<NodesSearched, AllocateError> {
-        let mut out = NodesSearched {
-            best: None,
-            failed: Vec::new(),
-            steps: 0,
-        };
+        if options.mode == PlacementMode::FirstFit {
+            return self.first_fit_nodes(plan, state, positions, skip_quickly, options);
+        }
+        let mut out = NodesSearched::default();
         let min_devices = plan.min_devices();
-        let first_fit = options.mode == PlacementMode::FirstFit;
-        let to_find = nodes_to_find(self.nodes().len());
-        let mut found = 0usize;
-        let mut first_error: Option<AllocateError> = None;
-        let skipping = Skipping::of(skip_quickly, first_fit, plan);
         let mut cache = self.verdict_cache(plan, options, skip_quickly);
         let mut cached = cache.as_mut().map(|c| {
             let key = plan_key(
@@ -264,53 +256,92 @@ impl DeviceIndex {
                 out.offer_stored(position, stored);
                 continue;
             }
-            if self.skips(skipping, pools, state, plan, min_devices) {
+            if skip_quickly && !fits_at_all(&self.cluster, pools, state, plan, min_devices) {
                 out.failed.push(position);
                 continue;
             }
-            let verdict = match self.search_node(pools, state, plan, options, bound) {
-                Ok(v) => v,
-                Err(e) if first_fit => {
-                    first_error.get_or_insert(e);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            if out.offer(position, verdict, first_fit) {
-                found += 1;
-                if first_fit && found >= to_find {
-                    break;
-                }
-            }
+            let verdict = self.search_node(pools, state, plan, options, bound)?;
+            out.offer(position, verdict, false);
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        Ok(out)
     }
 
-    /// Whether the nodes' search passes the node by as one without a solution (see
-    /// [`Skipping`]).
-    fn skips(
+    /// First fit does what kube-scheduler's Filter does: it tries nodes until it has found as
+    /// many that fit as the scheduler wants to find ([`nodes_to_find`]: every node of a cluster
+    /// with fewer than 100), keeps the first that fits, and fails on an error from any node it
+    /// tried (the first in node order).
+    ///
+    /// With `skip_quickly` (a choice among nodes) it searches only the nodes that matter for that
+    /// outcome (module `search::skip`): a quiet node (one whose search can raise no error) with
+    /// too few free devices is passed by as one without a solution; a quiet node after the one
+    /// chosen is not searched at all unless a node after it that is not quiet has to be searched
+    /// for its error, and then only while fewer nodes than the scheduler wants have been found
+    /// to fit. Nodes in front of the one that fits then cost a check of their free devices, not a
+    /// search, and so do the nodes after it.
+    fn first_fit_nodes(
         &self,
-        skipping: Skipping,
-        pools: &NodePools,
-        state: &AllocatedState,
         plan: &Plan<'_>,
-        min_devices: usize,
-    ) -> bool {
-        match skipping {
-            Skipping::Never => false,
-            Skipping::TooFewFree => !fits_at_all(&self.cluster, pools, state, plan, min_devices),
-            Skipping::TooFewFreeWithoutError => {
-                let pairs = PairCheck {
-                    inv: &self.cluster,
-                    np: pools,
-                    plan,
-                };
-                first_fit_may_skip(pairs, state, min_devices)
+        state: &AllocatedState,
+        positions: &[usize],
+        skip_quickly: bool,
+        options: &AllocateOptions,
+    ) -> Result<NodesSearched, AllocateError> {
+        let mut walk = FirstFitWalk {
+            out: NodesSearched::default(),
+            to_find: nodes_to_find(self.nodes().len()),
+            found: 0,
+            deferred: Vec::new(),
+        };
+        let min_devices = plan.min_devices();
+        let may_skip = skip_quickly && first_fit_may_skip_nodes(plan);
+        for &position in positions {
+            let pools = self.pools_for(position);
+            let pairs = PairCheck {
+                inv: &self.cluster,
+                np: pools,
+                plan,
+            };
+            match may_skip
+                .then(|| quiet_node(pairs, state, min_devices))
+                .flatten()
+            {
+                Some(QuietNode::TooFewFree) => {
+                    walk.out.failed.push(position);
+                    continue;
+                }
+                Some(QuietNode::MayFit) if walk.out.best.is_some() => {
+                    walk.deferred.push(position);
+                    continue;
+                }
+                _ => {}
+            }
+            for deferred in std::mem::take(&mut walk.deferred) {
+                if walk.try_node(
+                    deferred,
+                    self.search_first_fit(deferred, plan, state, options),
+                )? {
+                    return Ok(walk.out);
+                }
+            }
+            if walk.try_node(
+                position,
+                self.search_first_fit(position, plan, state, options),
+            )? {
+                break;
             }
         }
+        Ok(walk.out)
+    }
+
+    /// The first-fit search of the node at `position`.
+    fn search_first_fit(
+        &self,
+        position: usize,
+        plan: &Plan<'_>,
+        state: &AllocatedState,
+        options: &AllocateOptions,
+    ) -> Result<NodeVerdict, AllocateError> {
+        self.search_node(self.pools_for(position), state, plan, options, None)
     }
 
     /// The stored results of earlier searches, for a topology-aware choice among nodes: results
@@ -407,33 +438,36 @@ impl DeviceIndex {
     }
 }
 
-/// Which nodes a search over nodes passes by without searching them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Skipping {
-    /// None: one node asked for by name, or first fit for a plan whose search on a node without
-    /// a solution may still raise an error there ([`first_fit_may_skip_nodes`]).
-    Never,
-    /// Topology-aware: nodes with too few free devices ([`fits_at_all`]).
-    TooFewFree,
-    /// First fit: nodes with too few free devices where no selector or capacity check the search
-    /// would make fails ([`first_fit_may_skip`]): first fit fails on an error from any node it
-    /// tries, as kube-scheduler's Filter does.
-    TooFewFreeWithoutError,
+/// Where a first-fit walk over the nodes stands.
+struct FirstFitWalk {
+    out: NodesSearched,
+    /// How many fitting nodes the scheduler wants to find ([`nodes_to_find`]).
+    to_find: usize,
+    /// How many nodes were found to fit.
+    found: usize,
+    /// Quiet nodes after the one chosen whose search was put off (module `search::skip`).
+    deferred: Vec<usize>,
 }
 
-impl Skipping {
-    fn of(skip_quickly: bool, first_fit: bool, plan: &Plan<'_>) -> Skipping {
-        match (skip_quickly, first_fit) {
-            (false, _) => Skipping::Never,
-            (true, false) => Skipping::TooFewFree,
-            (true, true) if first_fit_may_skip_nodes(plan) => Skipping::TooFewFreeWithoutError,
-            (true, true) => Skipping::Never,
+impl FirstFitWalk {
+    /// Takes the search of the node at `position`: `Ok(true)` when the walk is over (enough
+    /// nodes fit), an error from the node fails the walk (the first in node order: the walk
+    /// stops at it).
+    fn try_node(
+        &mut self,
+        position: usize,
+        verdict: Result<NodeVerdict, AllocateError>,
+    ) -> Result<bool, AllocateError> {
+        if self.out.offer(position, verdict?, true) {
+            self.found += 1;
         }
+        Ok(self.found >= self.to_find)
     }
 }
 
 /// What searching the nodes found: the best node and solution (and whether that search was
 /// truncated), the nodes without a solution, and the steps taken.
+#[derive(Default)]
 struct NodesSearched {
     best: Option<(usize, Solution, bool)>,
     failed: Vec<usize>,

@@ -1,9 +1,10 @@
-//! When first fit may pass a node by without searching it: the node provably has no solution and
-//! its search could raise no error. First fit must fail on an error from any node it tries
-//! (kube-scheduler's Filter runs the allocator on each node), so a node may not be skipped merely
-//! because it lacks free devices: the search evaluates the selectors of every free device it
-//! walks past, and one that fails fails the pod. The checks below decide the question from what
-//! the search would evaluate; a node they cannot decide is searched.
+//! When first fit may pass a node by without searching it: the node is *quiet* (its search
+//! provably raises no error) and either has too few free devices to fit or does not matter for
+//! the node chosen. First fit must fail on an error from any node it tries (kube-scheduler's
+//! Filter runs the allocator on each node), so a node may not be skipped merely because it lacks
+//! free devices: the search evaluates the selectors of every free device it walks past, and one
+//! that fails fails the pod. The checks below decide the question from what the search would
+//! evaluate; a node they cannot decide is searched.
 //!
 //! What a search on a node can raise, and why none of it happens on a node passed by:
 //! - an `All` request: its devices are collected before the search from every device of the node
@@ -13,12 +14,17 @@
 //! - the 32-result limit: for counted requests [`Plan::new`] already refuses a claim over it;
 //! - a selector or capacity check that fails on a (slot, candidate) pair ([`PairCheck`]): the
 //!   search evaluates only pairs of candidates not in use (a device in use is passed over
-//!   first), so the node is passed by only when every such pair evaluates without error. With
-//!   fewer free devices than the smallest allocation there are few of them (none on a full node),
-//!   and the verdicts are cached for the search of any later node that shares those devices.
+//!   first), so a node is quiet only when every such pair evaluates without error (on a full
+//!   node there are none; class selector verdicts are cached per device);
+//! - the step budget: a search passed by is not run, so it cannot exhaust the budget. Upstream
+//!   has no step budget; on a quiet node its search ends without a solution or with one, never
+//!   with an error, which is what passing the node by assumes.
 //!
-//! A node without enough free devices has no solution: without multi-allocatable devices every
-//! device the claims take is a different device not in use.
+//! A quiet node without enough free devices has no solution: without multi-allocatable devices
+//! every device the claims take is a different device not in use. A quiet node with enough may
+//! fit; first fit needs to know only once it has found its node and must still try further nodes
+//! for errors (`DeviceIndex::search_nodes` defers those searches until a node that is not quiet
+//! needs the count of nodes that fit).
 
 use crate::request::{Plan, Wanted};
 use crate::state::AllocatedState;
@@ -33,21 +39,43 @@ pub(crate) fn first_fit_may_skip_nodes(plan: &Plan<'_>) -> bool {
         .all(|s| !s.admin_access && s.wanted != Wanted::All)
 }
 
-/// Whether first fit may pass by the node of `pairs` without searching it (for a plan that
-/// [`first_fit_may_skip_nodes`] allows): no multi-allocatable candidate, fewer candidates not in
-/// use than `min` (the plan's smallest allocation), and every pair of a plan's slot with such a
-/// candidate evaluates without error.
-pub(crate) fn first_fit_may_skip(pairs: PairCheck<'_>, state: &AllocatedState, min: usize) -> bool {
+/// What the checks before a first-fit search say of a node whose search can raise no error (see
+/// [`quiet_node`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QuietNode {
+    /// Fewer candidates not in use than the plan's smallest allocation: no solution.
+    TooFewFree,
+    /// Enough free candidates: the search may or may not find a solution, and raises no error.
+    MayFit,
+}
+
+/// Whether a first-fit search of the node of `pairs` can raise no error (for a plan that
+/// [`first_fit_may_skip_nodes`] allows), and if so whether it has too few free candidates for
+/// `min` devices (the plan's smallest allocation). `None`: a search could raise an error — a
+/// multi-allocatable candidate (the search also evaluates candidates shared already), or a pair
+/// of one of the plan's slots with a candidate not in use whose selector or capacity check fails.
+pub(crate) fn quiet_node(
+    pairs: PairCheck<'_>,
+    state: &AllocatedState,
+    min: usize,
+) -> Option<QuietNode> {
     let np = pairs.np;
     if np.has_multi_allocatable {
-        return false;
+        return None;
     }
-    let free = |pos: &usize| !state.is_in_use(&pairs.inv.devices[np.candidates[*pos]].id);
-    let positions = 0..np.candidates.len();
-    if positions.clone().filter(free).take(min).count() >= min {
-        return false;
+    let mut free = 0usize;
+    for pos in 0..np.candidates.len() {
+        if state.is_in_use(&pairs.inv.devices[np.candidates[pos]].id) {
+            continue;
+        }
+        free += 1;
+        if !(0..pairs.plan.slots.len()).all(|slot| pairs.selectable(slot, pos).is_ok()) {
+            return None;
+        }
     }
-    positions
-        .filter(free)
-        .all(|pos| (0..pairs.plan.slots.len()).all(|slot| pairs.selectable(slot, pos).is_ok()))
+    Some(if free < min {
+        QuietNode::TooFewFree
+    } else {
+        QuietNode::MayFit
+    })
 }
