@@ -16,8 +16,8 @@ use crate::pools::NodePools;
 use crate::request::{Plan, claim_name, prefilter};
 use crate::result::allocation_results;
 use crate::search::{
-    NodeSearch, NodeVerdict, PairCheck, QuietNode, SearchMode, Solution, first_fit_may_skip_nodes,
-    quiet_node,
+    NodeSearch, NodeVerdict, PairCheck, QuietNode, QuietVerdicts, SearchMode, Solution,
+    always_quiet, first_fit_may_skip_nodes, quiet_node,
 };
 use crate::state::AllocatedState;
 use crate::topology::NumaPolicy;
@@ -293,29 +293,34 @@ impl DeviceIndex {
             deferred: Vec::new(),
         };
         let min_devices = plan.min_devices();
-        let may_skip = skip_quickly && first_fit_may_skip_nodes(plan);
+        let quiet = (skip_quickly && first_fit_may_skip_nodes(plan))
+            .then(|| self.quiet_verdicts(plan, options));
         for &position in positions {
-            let pools = self.pools_for(position);
-            let pairs = PairCheck {
-                inv: &self.cluster,
-                np: pools,
-                plan,
-            };
-            match may_skip
-                .then(|| quiet_node(pairs, state, min_devices))
-                .flatten()
-            {
-                Some(QuietNode::TooFewFree) => {
-                    walk.out.failed.push(position);
-                    continue;
-                }
-                Some(QuietNode::MayFit) if walk.out.best.is_some() => {
+            if let Some(verdicts) = &quiet {
+                let pairs = self.pairs(position, plan);
+                let always = *verdicts[position].get_or_init(|| always_quiet(pairs));
+                if always && walk.out.best.is_some() {
                     walk.deferred.push(position);
                     continue;
                 }
-                _ => {}
+                match quiet_node(pairs, state, min_devices, always) {
+                    Some(QuietNode::TooFewFree) => {
+                        walk.out.failed.push(position);
+                        continue;
+                    }
+                    Some(QuietNode::MayFit) if walk.out.best.is_some() => {
+                        walk.deferred.push(position);
+                        continue;
+                    }
+                    _ => {}
+                }
             }
             for deferred in std::mem::take(&mut walk.deferred) {
+                let pools = self.pools_for(deferred);
+                if !fits_at_all(&self.cluster, pools, state, plan, min_devices) {
+                    walk.out.failed.push(deferred);
+                    continue;
+                }
                 if walk.try_node(
                     deferred,
                     self.search_first_fit(deferred, plan, state, options),
@@ -331,6 +336,29 @@ impl DeviceIndex {
             }
         }
         Ok(walk.out)
+    }
+
+    /// The (slot, candidate) pairs of `plan` on the node at `position`.
+    fn pairs<'p>(&'p self, position: usize, plan: &'p Plan<'p>) -> PairCheck<'p> {
+        PairCheck {
+            inv: &self.cluster,
+            np: self.pools_for(position),
+            plan,
+        }
+    }
+
+    /// Per node, whether first fit's search there can raise no error whatever is in use, for
+    /// the claims' shape (module `search::skip`).
+    fn quiet_verdicts(&self, plan: &Plan<'_>, options: &AllocateOptions) -> QuietVerdicts {
+        let key = plan_key(
+            plan.claims.iter().map(|c| c.claim),
+            options.step_budget,
+            options.numa,
+        );
+        self.quiet
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .shape(key, self.nodes().len())
     }
 
     /// The first-fit search of the node at `position`.

@@ -13,6 +13,7 @@ use crate::device::DeviceId;
 use crate::error::AllocateError;
 use crate::node::NodeInfo;
 use crate::pools::NodePools;
+use crate::search::QuietNodes;
 use crate::selection::Verdict;
 use crate::verdicts::VerdictCache;
 
@@ -28,6 +29,9 @@ pub struct DeviceIndex {
     pub(crate) reuse_results: AtomicBool,
     /// Searches of one node run so far ([`DeviceIndex::node_searches`]).
     pub(crate) node_searches: AtomicU64,
+    /// Per recent claim shape, per node: whether first fit's search there can raise no error
+    /// whatever is in use (module `search::skip`).
+    pub(crate) quiet: Mutex<QuietNodes>,
 }
 
 impl DeviceIndex {
@@ -46,6 +50,7 @@ impl DeviceIndex {
             verdicts: Mutex::default(),
             reuse_results: AtomicBool::new(true),
             node_searches: AtomicU64::new(0),
+            quiet: Mutex::default(),
         }
     }
 

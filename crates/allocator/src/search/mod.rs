@@ -46,7 +46,9 @@ use crate::state::AllocatedState;
 use crate::topology::{NumaPolicy, TopologyScore};
 
 pub(crate) use pair::PairCheck;
-pub(crate) use skip::{QuietNode, first_fit_may_skip_nodes, quiet_node};
+pub(crate) use skip::{
+    QuietNode, QuietNodes, QuietVerdicts, always_quiet, first_fit_may_skip_nodes, quiet_node,
+};
 use state::{Check, Flow, Position, Pruning, Selectable, Stop};
 pub(crate) use state::{NodeSearch, NodeVerdict, Pick, SearchMode, Solution};
 

@@ -26,6 +26,9 @@
 //! for errors (`DeviceIndex::search_nodes` defers those searches until a node that is not quiet
 //! needs the count of nodes that fit).
 
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
 use crate::request::{Plan, Wanted};
 use crate::state::AllocatedState;
 
@@ -54,10 +57,12 @@ pub(crate) enum QuietNode {
 /// `min` devices (the plan's smallest allocation). `None`: a search could raise an error — a
 /// multi-allocatable candidate (the search also evaluates candidates shared already), or a pair
 /// of one of the plan's slots with a candidate not in use whose selector or capacity check fails.
+/// With `always_quiet` ([`always_quiet`] said so) only the free candidates are counted.
 pub(crate) fn quiet_node(
     pairs: PairCheck<'_>,
     state: &AllocatedState,
     min: usize,
+    always_quiet: bool,
 ) -> Option<QuietNode> {
     let np = pairs.np;
     if np.has_multi_allocatable {
@@ -69,7 +74,11 @@ pub(crate) fn quiet_node(
             continue;
         }
         free += 1;
-        if !(0..pairs.plan.slots.len()).all(|slot| pairs.selectable(slot, pos).is_ok()) {
+        if always_quiet {
+            if free >= min {
+                return Some(QuietNode::MayFit);
+            }
+        } else if !quiet_candidate(pairs, pos) {
             return None;
         }
     }
@@ -78,4 +87,45 @@ pub(crate) fn quiet_node(
     } else {
         QuietNode::MayFit
     })
+}
+
+/// Whether the node of `pairs` is quiet whatever is in use: no candidate is multi-allocatable
+/// and every pair of a plan's slot with any candidate (in use or not) evaluates without error.
+/// It depends on the plan's requests and the inventory only, so it is kept per claim shape
+/// ([`QuietNodes`]).
+pub(crate) fn always_quiet(pairs: PairCheck<'_>) -> bool {
+    !pairs.np.has_multi_allocatable
+        && (0..pairs.np.candidates.len()).all(|pos| quiet_candidate(pairs, pos))
+}
+
+fn quiet_candidate(pairs: PairCheck<'_>, pos: usize) -> bool {
+    (0..pairs.plan.slots.len()).all(|slot| pairs.selectable(slot, pos).is_ok())
+}
+
+/// Distinct claim shapes whose [`always_quiet`] verdicts are kept at a time.
+const SHAPES_KEPT: usize = 32;
+
+/// Per node, whether it is [`always_quiet`] for one claim shape, decided on first need.
+pub(crate) type QuietVerdicts = Arc<[OnceLock<bool>]>;
+
+/// The [`QuietVerdicts`] of recent claim shapes, by the claims' requests (`verdicts::plan_key`):
+/// first fit over many nodes asks every node for every claim, and claims made from one template
+/// share their verdicts.
+#[derive(Debug, Default)]
+pub(crate) struct QuietNodes {
+    shapes: HashMap<String, QuietVerdicts>,
+}
+
+impl QuietNodes {
+    /// The verdicts of the shape `key` on `nodes` nodes (all forgotten when too many shapes are
+    /// kept: a cluster's claims come from few templates).
+    pub fn shape(&mut self, key: String, nodes: usize) -> QuietVerdicts {
+        if !self.shapes.contains_key(&key) && self.shapes.len() >= SHAPES_KEPT {
+            self.shapes.clear();
+        }
+        self.shapes
+            .entry(key)
+            .or_insert_with(|| (0..nodes).map(|_| OnceLock::new()).collect())
+            .clone()
+    }
 }
