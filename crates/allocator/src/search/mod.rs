@@ -25,6 +25,10 @@
 //! as its communication cost (which only grows as devices are added) exceeds the best found, and it
 //! finds the first-fit solution first, so it is never worse than first fit. At the bound it keeps
 //! the best so far.
+//!
+//! Submodules: `pair` (the checks of a (slot, candidate) pair that can fail the allocation),
+//! `state` (one node's search), `candidate` and `prune` (its checks and pruning), `skip` (which
+//! nodes first fit may pass by without a search).
 
 mod pair;
 mod state;
