@@ -322,6 +322,28 @@ fn budget() -> (f64, String) {
     (millis, verdict)
 }
 
+/// The results as a markdown table.
+fn table(results: &[Result]) -> String {
+    let mut md = String::from(
+        "| scenario | mode | claims | allocated | claims/s | mean µs | p50 µs | p99 µs | max µs |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in results {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} |\n",
+            r.scenario,
+            r.mode,
+            r.claims,
+            r.allocated,
+            r.claims_per_second,
+            r.mean_micros,
+            r.p50_micros,
+            r.p99_micros,
+            r.max_micros
+        ));
+    }
+    md
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` runs this too, so keep it cheap then.
     if !std::env::args().any(|a| a == "--bench") {
@@ -336,6 +358,23 @@ fn main() {
             .max_by(|a, b| a.claims_per_second.total_cmp(&b.claims_per_second))
             .expect("runs")
     };
+    // `-- --only scheduler-perf` runs one scenario once and prints its row: for paired runs of
+    // two builds, where the harness that starts them takes the median over runs. The files are
+    // written only by a full run.
+    let args: Vec<String> = std::env::args().collect();
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1));
+    if let Some(only) = only {
+        let result = match only.as_str() {
+            "scheduler-perf" => scheduler_perf(),
+            "dgx-topology-aware" => dgx_topology_aware(PlacementMode::TopologyAware),
+            other => panic!("--only: no scenario {other} (scheduler-perf, dgx-topology-aware)"),
+        };
+        print!("{}", table(std::slice::from_ref(&result)));
+        return;
+    }
     let mut results = vec![
         best(&scheduler_perf),
         best(&|| dgx_topology_aware(PlacementMode::TopologyAware)),
@@ -345,23 +384,7 @@ fn main() {
     results.push(dgx_5000(true));
     let (bound_ms, bound_truncated) = step_bound();
     let (budget_ms, budget_error) = budget();
-    let mut md = String::from(
-        "| scenario | mode | claims | allocated | claims/s | mean µs | p50 µs | p99 µs | max µs |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
-    for r in &results {
-        md.push_str(&format!(
-            "| {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} |\n",
-            r.scenario,
-            r.mode,
-            r.claims,
-            r.allocated,
-            r.claims_per_second,
-            r.mean_micros,
-            r.p50_micros,
-            r.p99_micros,
-            r.max_micros
-        ));
-    }
+    let mut md = table(&results);
     md.push_str(&format!(
         "\nUnsatisfiable claim (12 of 40 devices + one impossible request): decided after {budget_ms:.2} ms.\n"
     ));

@@ -2,6 +2,7 @@
 //! the node the mode prefers.
 
 use std::sync::MutexGuard;
+use std::sync::atomic::Ordering;
 
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use serde::{Deserialize, Serialize};
@@ -14,7 +15,10 @@ use crate::node::NodeInfo;
 use crate::pools::NodePools;
 use crate::request::{Plan, claim_name, prefilter};
 use crate::result::allocation_results;
-use crate::search::{NodeSearch, NodeVerdict, SearchMode, Solution};
+use crate::search::{
+    NodeSearch, NodeVerdict, PairCheck, QuietNode, QuietVerdicts, SearchMode, Solution,
+    always_quiet, first_fit_may_skip_nodes, quiet_node,
+};
 use crate::state::AllocatedState;
 use crate::topology::NumaPolicy;
 use crate::topology::TopologyScore;
@@ -211,11 +215,9 @@ impl DeviceIndex {
         }))
     }
 
-    /// Searches the nodes at `positions` in order. First fit does what kube-scheduler's Filter
-    /// does: it tries nodes until it has found as many that fit as the scheduler wants to find
-    /// ([`nodes_to_find`]: every node of a cluster with fewer than 100), keeps the first that
-    /// fits, and fails on an error from any node it tried. Topology-aware keeps the best score;
-    /// with `skip_quickly`, it does not search nodes without enough free devices.
+    /// Searches the nodes at `positions` in order: first fit ([`DeviceIndex::first_fit_nodes`])
+    /// or topology-aware, which keeps the best score; with `skip_quickly`, topology-aware does not
+    /// search nodes without enough free devices.
     fn search_nodes(
         &self,
         plan: &Plan<'_>,
@@ -224,16 +226,11 @@ impl DeviceIndex {
         skip_quickly: bool,
         options: &AllocateOptions,
     ) -> Result<NodesSearched, AllocateError> {
-        let mut out = NodesSearched {
-            best: None,
-            failed: Vec::new(),
-            steps: 0,
-        };
+        if options.mode == PlacementMode::FirstFit {
+            return self.first_fit_nodes(plan, state, positions, skip_quickly, options);
+        }
+        let mut out = NodesSearched::default();
         let min_devices = plan.min_devices();
-        let first_fit = options.mode == PlacementMode::FirstFit;
-        let to_find = nodes_to_find(self.nodes().len());
-        let mut found = 0usize;
-        let mut first_error: Option<AllocateError> = None;
         let mut cache = self.verdict_cache(plan, options, skip_quickly);
         let mut cached = cache.as_mut().map(|c| {
             let key = plan_key(
@@ -259,32 +256,120 @@ impl DeviceIndex {
                 out.offer_stored(position, stored);
                 continue;
             }
-            if !first_fit
-                && skip_quickly
-                && !fits_at_all(&self.cluster, pools, state, plan, min_devices)
-            {
+            if skip_quickly && !fits_at_all(&self.cluster, pools, state, plan, min_devices) {
                 out.failed.push(position);
                 continue;
             }
-            let verdict = match self.search_node(pools, state, plan, options, bound) {
-                Ok(v) => v,
-                Err(e) if first_fit => {
-                    first_error.get_or_insert(e);
+            let verdict = self.search_node(pools, state, plan, options, bound)?;
+            out.offer(position, verdict, false);
+        }
+        Ok(out)
+    }
+
+    /// First fit does what kube-scheduler's Filter does: it tries nodes until it has found as
+    /// many that fit as the scheduler wants to find ([`nodes_to_find`]: every node of a cluster
+    /// with fewer than 100), keeps the first that fits, and fails on an error from any node it
+    /// tried (the first in node order).
+    ///
+    /// With `skip_quickly` (a choice among nodes) it searches only the nodes that matter for that
+    /// outcome (module `search::skip`): a quiet node (one whose search can raise no error) with
+    /// too few free devices is passed by as one without a solution; a quiet node after the one
+    /// chosen is not searched at all unless a node after it that is not quiet has to be searched
+    /// for its error, and then only while fewer nodes than the scheduler wants have been found
+    /// to fit. Nodes in front of the one that fits then cost a check of their free devices, not a
+    /// search, and so do the nodes after it.
+    fn first_fit_nodes(
+        &self,
+        plan: &Plan<'_>,
+        state: &AllocatedState,
+        positions: &[usize],
+        skip_quickly: bool,
+        options: &AllocateOptions,
+    ) -> Result<NodesSearched, AllocateError> {
+        let mut walk = FirstFitWalk {
+            out: NodesSearched::default(),
+            to_find: nodes_to_find(self.nodes().len()),
+            found: 0,
+            deferred: Vec::new(),
+        };
+        let min_devices = plan.min_devices();
+        let quiet = (skip_quickly && first_fit_may_skip_nodes(plan))
+            .then(|| self.quiet_verdicts(plan, options));
+        for &position in positions {
+            if let Some(verdicts) = &quiet {
+                let pairs = self.pairs(position, plan);
+                let always = *verdicts[position].get_or_init(|| always_quiet(pairs));
+                if always && walk.out.best.is_some() {
+                    walk.deferred.push(position);
                     continue;
                 }
-                Err(e) => return Err(e),
-            };
-            if out.offer(position, verdict, first_fit) {
-                found += 1;
-                if first_fit && found >= to_find {
-                    break;
+                match quiet_node(pairs, state, min_devices, always) {
+                    Some(QuietNode::TooFewFree) => {
+                        walk.out.failed.push(position);
+                        continue;
+                    }
+                    Some(QuietNode::MayFit) if walk.out.best.is_some() => {
+                        walk.deferred.push(position);
+                        continue;
+                    }
+                    _ => {}
                 }
             }
+            for deferred in std::mem::take(&mut walk.deferred) {
+                let pools = self.pools_for(deferred);
+                if !fits_at_all(&self.cluster, pools, state, plan, min_devices) {
+                    walk.out.failed.push(deferred);
+                    continue;
+                }
+                if walk.try_node(
+                    deferred,
+                    self.search_first_fit(deferred, plan, state, options),
+                )? {
+                    return Ok(walk.out);
+                }
+            }
+            if walk.try_node(
+                position,
+                self.search_first_fit(position, plan, state, options),
+            )? {
+                break;
+            }
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(out),
+        Ok(walk.out)
+    }
+
+    /// The (slot, candidate) pairs of `plan` on the node at `position`.
+    fn pairs<'p>(&'p self, position: usize, plan: &'p Plan<'p>) -> PairCheck<'p> {
+        PairCheck {
+            inv: &self.cluster,
+            np: self.pools_for(position),
+            plan,
         }
+    }
+
+    /// Per node, whether first fit's search there can raise no error whatever is in use, for
+    /// the claims' shape (module `search::skip`).
+    fn quiet_verdicts(&self, plan: &Plan<'_>, options: &AllocateOptions) -> QuietVerdicts {
+        let key = plan_key(
+            plan.claims.iter().map(|c| c.claim),
+            options.step_budget,
+            options.numa,
+        );
+        self.quiet
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .shape(key, self.nodes().len())
+    }
+
+    /// The first-fit search of the node at `position`.
+    fn search_first_fit(
+        &self,
+        position: usize,
+        plan: &Plan<'_>,
+        state: &AllocatedState,
+        options: &AllocateOptions,
+    ) -> Result<NodeVerdict, AllocateError> {
+        self.search_node(self.pools_for(position), state, plan, options, None)
     }
 
     /// The stored results of earlier searches, for a topology-aware choice among nodes: results
@@ -322,6 +407,7 @@ impl DeviceIndex {
             PlacementMode::FirstFit => SearchMode::FirstFit,
             PlacementMode::TopologyAware => SearchMode::Best { bound },
         };
+        self.node_searches.fetch_add(1, Ordering::Relaxed);
         NodeSearch::new(&self.cluster, pools, state, plan, mode, options.step_budget)
             .map(|search| search.with_numa(options.numa))
             .and_then(NodeSearch::run)
@@ -355,13 +441,10 @@ impl DeviceIndex {
         if !holds {
             *slot = None;
             let solution = if fits_at_all(&self.cluster, pools, state, plan, min_devices) {
-                let mode = SearchMode::Best { bound: None };
-                let verdict =
-                    NodeSearch::new(&self.cluster, pools, state, plan, mode, options.step_budget)
-                        .map(|search| search.with_numa(options.numa))
-                        .and_then(NodeSearch::run)
-                        .ok()
-                        .filter(|v| !v.truncated)?;
+                let verdict = self
+                    .search_node(pools, state, plan, options, None)
+                    .ok()
+                    .filter(|v| !v.truncated)?;
                 *steps += verdict.steps;
                 verdict.solution
             } else {
@@ -383,8 +466,36 @@ impl DeviceIndex {
     }
 }
 
+/// Where a first-fit walk over the nodes stands.
+struct FirstFitWalk {
+    out: NodesSearched,
+    /// How many fitting nodes the scheduler wants to find ([`nodes_to_find`]).
+    to_find: usize,
+    /// How many nodes were found to fit.
+    found: usize,
+    /// Quiet nodes after the one chosen whose search was put off (module `search::skip`).
+    deferred: Vec<usize>,
+}
+
+impl FirstFitWalk {
+    /// Takes the search of the node at `position`: `Ok(true)` when the walk is over (enough
+    /// nodes fit), an error from the node fails the walk (the first in node order: the walk
+    /// stops at it).
+    fn try_node(
+        &mut self,
+        position: usize,
+        verdict: Result<NodeVerdict, AllocateError>,
+    ) -> Result<bool, AllocateError> {
+        if self.out.offer(position, verdict?, true) {
+            self.found += 1;
+        }
+        Ok(self.found >= self.to_find)
+    }
+}
+
 /// What searching the nodes found: the best node and solution (and whether that search was
 /// truncated), the nodes without a solution, and the steps taken.
+#[derive(Default)]
 struct NodesSearched {
     best: Option<(usize, Solution, bool)>,
     failed: Vec<usize>,

@@ -426,13 +426,13 @@ fn account(search: &mut NodeSearch<'_>, plan: &Plan<'_>, si: usize, wanted: Want
             Verdict::Match => public.class_matched += 1,
             Verdict::NoMatch(_) => continue,
             Verdict::Failed { .. } => {
-                if let Err(e) = search.verdict(si, pos) {
+                if let Err(e) = search.pairs().verdict(si, pos) {
                     public.selector_errors.push(e.to_string());
                 }
                 continue;
             }
         }
-        match search.verdict(si, pos) {
+        match search.pairs().verdict(si, pos) {
             Ok(true) => public.request_matched += 1,
             Ok(false) => continue,
             Err(e) => {

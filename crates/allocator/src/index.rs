@@ -2,7 +2,7 @@
 //! them. A [`DeviceIndex`] is shared between allocations (it is `Send + Sync`); per-node pool
 //! views and per-node search results are computed on first use and kept.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use k8s_openapi::api::core::v1::Node;
@@ -13,6 +13,7 @@ use crate::device::DeviceId;
 use crate::error::AllocateError;
 use crate::node::NodeInfo;
 use crate::pools::NodePools;
+use crate::search::QuietNodes;
 use crate::selection::Verdict;
 use crate::verdicts::VerdictCache;
 
@@ -26,6 +27,11 @@ pub struct DeviceIndex {
     pub(crate) verdicts: Mutex<VerdictCache>,
     /// Whether [`DeviceIndex::set_reuse_results`] left the stored results on.
     pub(crate) reuse_results: AtomicBool,
+    /// Searches of one node run so far ([`DeviceIndex::node_searches`]).
+    pub(crate) node_searches: AtomicU64,
+    /// Per recent claim shape, per node: whether first fit's search there can raise no error
+    /// whatever is in use (module `search::skip`).
+    pub(crate) quiet: Mutex<QuietNodes>,
 }
 
 impl DeviceIndex {
@@ -43,6 +49,8 @@ impl DeviceIndex {
             cluster,
             verdicts: Mutex::default(),
             reuse_results: AtomicBool::new(true),
+            node_searches: AtomicU64::new(0),
+            quiet: Mutex::default(),
         }
     }
 
@@ -53,6 +61,14 @@ impl DeviceIndex {
         nodes: &[Node],
     ) -> DeviceIndex {
         DeviceIndex::new(slices, classes, nodes.iter().map(NodeInfo::from).collect())
+    }
+
+    /// How many searches of one node's devices allocations on this index have run so far. Nodes
+    /// passed by without a search (too few free devices, see [`DeviceIndex::allocate`]) and
+    /// results reused from earlier searches are not counted: the difference before and after an
+    /// allocation is the number of nodes it searched, a count tests can hold allocations to.
+    pub fn node_searches(&self) -> u64 {
+        self.node_searches.load(Ordering::Relaxed)
     }
 
     /// The nodes, sorted by name (the order first fit tries them in).

@@ -29,8 +29,9 @@
 //! - `cluster`: slices, devices, classes and nodes indexed once;
 //! - `pools` (a node's usable pools and candidates), `request` (claims flattened into slots);
 //! - `constraints`: `matchAttribute` / `distinctAttribute`;
-//! - `search`: one node's depth-first search (`state` below `candidate` and `prune`, the
-//!   recursion in `mod.rs`), with `symmetry` (interchangeable candidates);
+//! - `search`: one node's depth-first search (`pair`, the checks of a request and a device that
+//!   can fail the allocation, below `state`, `candidate` and `prune`, the recursion in `mod.rs`;
+//!   `skip`, the nodes first fit need not search), with `symmetry` (interchangeable candidates);
 //! - `explain` (why claims do not fit), `result` (`status.allocation`), `verdicts` (search results
 //!   kept between allocations);
 //! - `index`: [`DeviceIndex`], the cluster with what allocations keep;

@@ -6,10 +6,14 @@
 //! in the other process tests). A claim's CDI spec is then applied to a root filesystem the way a
 //! container runtime applies one — bind mounts, device nodes, env, the `createContainer` hook —
 //! and `tessera-gpu-check`, chrooted there, must see exactly the claimed GPU through CUDA, NVML
-//! and `nvidia-smi`. The MPS test checks the daemon the plugin starts from the driver root and
-//! what a client sees of it; the time-slicing test, that the driver's setting changes for the
-//! claim and comes back after it. On a real GPU each test prints the spec and the checker's
-//! report, so a run on new hardware is also a record of it.
+//! and `nvidia-smi`. Each test claims the *last* GPU the node publishes, so a plugin that hands
+//! out the first GPU whatever the claim says fails wherever there are several. The MPS test checks
+//! the daemon the plugin starts from the driver root and what a client sees of it (the active
+//! thread percentage and the pinned memory limit the claim asks for); the time-slicing test, that
+//! `nvidia-smi compute-policy` succeeds and shows the claim's time slice (`Long`: 3) on the
+//! claimed GPU only while the claim is prepared, and the old value after it. On a real GPU each
+//! test prints the spec, the checker's report and `nvidia-smi`'s output, so a run on new hardware
+//! is also a record of it.
 //!
 //! Both modes need root (bind mounts, chroot) and `tessera-gpu-check` and `tessera-cdi-hook` built
 //! next to the plugin, in the same profile (`cargo test --workspace` builds them; so does
@@ -470,11 +474,20 @@ fn uuids(report: &Value, pointer: &str) -> Vec<String> {
         .collect()
 }
 
+/// The GPU the tests claim: the last one published (name order), so that handing out the first
+/// GPU whatever the claim says fails wherever there are several.
+fn last_gpu(gpus: &[(String, String)]) -> (String, String) {
+    let last = gpus.last().expect("no GPU published").clone();
+    if gpus.len() > 1 {
+        assert_ne!(last, gpus[0], "several GPUs, one name");
+    }
+    last
+}
+
 async fn a_claimed_gpu_is_all_a_container_sees() {
     let node = RealNode::start().await;
     let gpus = node.gpus().await;
-    assert!(!gpus.is_empty(), "no GPU published");
-    let (device, uuid) = gpus[0].clone();
+    let (device, uuid) = last_gpu(&gpus);
     let (reference, spec) = node.prepare("whole", &device, Vec::new()).await;
 
     let root = ContainerRoot::with_spec(&spec);
@@ -494,7 +507,7 @@ async fn a_claimed_gpu_is_all_a_container_sees() {
 async fn an_mps_claim_runs_the_drivers_daemon_and_its_clients_see_the_limits() {
     let node = RealNode::start().await;
     let gpus = node.gpus().await;
-    let (device, uuid) = gpus[0].clone();
+    let (device, uuid) = last_gpu(&gpus);
     let config = claim_config(
         &["gpu"],
         "GpuConfig",
@@ -509,6 +522,14 @@ async fn an_mps_claim_runs_the_drivers_daemon_and_its_clients_see_the_limits() {
     assert_eq!(cuda["mpsEnabled"], true, "{report}");
     assert_eq!(report["mps"]["controlPresent"], true, "{report}");
     assert_eq!(report["mps"]["activeThreadPercentage"], "25.0", "{report}");
+    // The claim's 1Gi, as `get_default_device_pinned_mem_limit` prints it for the client's only
+    // device (the largest whole unit: an H200 with driver 580 printed `1G`).
+    assert_eq!(
+        report["mps"]["pinnedMemoryLimits"],
+        json!({"0": "1G"}),
+        "{report}"
+    );
+    assert_eq!(report["mps"]["error"], Value::Null, "{report}");
     drop(root);
 
     node.unprepare(&reference).await;
@@ -540,37 +561,84 @@ fn processes_with_env_under(variable: &str, dir: &str) -> Vec<(u32, String)> {
         .collect()
 }
 
+/// `nvidia-smi compute-policy -l` as the plugin runs the driver's tools (its library directory on
+/// the loader's path): the time slice of each GPU listed, by UUID. The tool must succeed.
+fn time_slices(driver: &Driver) -> Vec<(String, String)> {
+    let output = Command::new(driver.nvidia_smi())
+        .args(["compute-policy", "-l"])
+        .env("LD_LIBRARY_PATH", driver.library_dir())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    println!("nvidia-smi compute-policy -l ({}):\n{text}", output.status);
+    assert!(
+        output.status.success(),
+        "nvidia-smi compute-policy -l: {output:?}"
+    );
+    let slices = parse_time_slices(&text);
+    assert!(
+        !slices.is_empty(),
+        "no time slice in nvidia-smi's output:\n{text}"
+    );
+    slices
+}
+
+/// `(uuid, value)` of each line naming a GPU UUID and its time slice, a number (`GPU 0 GPU-…: timeslice 3`,
+/// as the fake driver prints it; never checked against a real driver's output, see
+/// docs/operations.md, "What has run on real GPUs").
+fn parse_time_slices(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let uuid = words.iter().find(|w| w.starts_with("GPU-"))?;
+            let at = words
+                .iter()
+                .position(|w| w.trim_end_matches(':').eq_ignore_ascii_case("timeslice"))?;
+            let value: u32 = words.get(at + 1)?.parse().ok()?;
+            Some((uuid.trim_end_matches(':').to_owned(), value.to_string()))
+        })
+        .collect()
+}
+
+fn time_slices_are_read_per_gpu() {
+    let text = "GPU 0 GPU-aaa: timeslice 0\nGPU 1 GPU-bbb: timeslice 3\nsomething else\n";
+    assert_eq!(
+        parse_time_slices(text),
+        [
+            ("GPU-aaa".to_owned(), "0".to_owned()),
+            ("GPU-bbb".to_owned(), "3".to_owned())
+        ]
+    );
+    assert!(parse_time_slices("Successfully set the timeslice of GPU GPU-aaa to 3").is_empty());
+}
+
 async fn a_time_slicing_claim_sets_and_restores_the_drivers_time_slice() {
     let node = RealNode::start().await;
     let gpus = node.gpus().await;
-    let (device, uuid) = gpus[0].clone();
-    let smi = node.driver.nvidia_smi();
-    let policy = || {
-        // As the plugin runs it: the driver's library directory on the loader's path.
-        let library_dir = node.driver.library_dir();
-        let output = Command::new(&smi)
-            .args(["compute-policy", "-l", "-i", &uuid])
-            .env("LD_LIBRARY_PATH", library_dir)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&output.stdout).into_owned()
-            + &String::from_utf8_lossy(&output.stderr)
-    };
-    let before = policy();
-    println!("before: {before}");
+    let (device, uuid) = last_gpu(&gpus);
+    let before = time_slices(&node.driver);
+    assert!(
+        before.iter().any(|(u, _)| *u == uuid),
+        "the claimed GPU {uuid} is not listed: {before:?}"
+    );
     let config = claim_config(
         &["gpu"],
         "GpuConfig",
         json!({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}),
     );
     let (reference, _spec) = node.prepare("sliced", &device, vec![config]).await;
-    let during = policy();
-    println!("during: {during}");
+    let during = time_slices(&node.driver);
     node.unprepare(&reference).await;
-    let after = policy();
-    println!("after: {after}");
-    assert_ne!(before, during, "the claim's time slice was not visible");
-    assert_eq!(before, after, "unprepare did not restore the time slice");
+    let after = time_slices(&node.driver);
+    // `Long` is the driver's time slice 3; only the claimed GPU changes.
+    let expected: Vec<(String, String)> = before
+        .iter()
+        .map(|(u, v)| (u.clone(), if *u == uuid { "3".into() } else { v.clone() }))
+        .collect();
+    assert_eq!(during, expected, "while the claim is prepared");
+    assert_ne!(before, during, "the claimed GPU already had time slice 3");
+    assert_eq!(after, before, "unprepare did not restore the time slice");
 }
 
 fn main() -> ExitCode {
@@ -612,6 +680,10 @@ fn main() -> ExitCode {
                         an_mps_claim_runs_the_drivers_daemon_and_its_clients_see_the_limits(),
                     )
                 },
+            ),
+            (
+                "time_slices_are_read_per_gpu",
+                &time_slices_are_read_per_gpu,
             ),
             (
                 "a_time_slicing_claim_sets_and_restores_the_drivers_time_slice",

@@ -1,25 +1,33 @@
 //! Side-by-side benchmarks: the same input through upstream's allocator (the oracle's `bench-*`
 //! ops) and through `tessera_allocator` in first-fit mode, in interleaved rounds in one run
-//! (upstream, ours, upstream, ours, ...) so that both see the same machine load.
+//! (upstream, ours, upstream, ours, ...) so that both see the same machine load. Each side does
+//! the same work in the timed region, and both are warm or both cold:
 //!
 //! - Workloads: claims allocated one after the other from an empty state, each on the node it
 //!   fits (the node is given: this measures the per-node allocation the scheduler's Filter does,
-//!   not node choice). Upstream: `NewAllocator` with the state so far, then `Allocate` on the node,
-//!   timed; ours: `DeviceIndex::allocate` on the node, timed (the inventory is built once, as the
-//!   scheduler's informer caches are).
-//! - CEL: each expression evaluated many times on one device, nanoseconds per evaluation.
+//!   not node choice). Upstream: `NewAllocator` with the state so far, then `Allocate` on the
+//!   node, timed; ours: `DeviceIndex::allocate` on the node, timed, on an inventory built at the
+//!   start of the round (as the scheduler's informer caches are built before it schedules).
+//!   Both warm: one untimed round on each side first; upstream keeps its CEL cache from round to
+//!   round as kube-scheduler keeps its own, ours keeps its process-wide compiler.
+//! - CEL: each expression evaluated many times on one device, from the API object to the
+//!   verdict on every call on both sides: upstream's `DeviceMatches` on the device (which builds
+//!   its CEL input each call), ours the allocator's own path (a `DeviceView` of the object for a
+//!   selector that reads one-step paths only, else a `DeviceContext` built from it). Compiled
+//!   once, outside the timed loop, on both sides.
 //! - Adversarial: claims that cannot fit on their node, where a plain depth-first search tries
-//!   every combination: time until the allocator says so (upstream stops at its 10 s Filter
-//!   timeout).
+//!   every combination: time until the allocator says so, each round on a fresh allocator on
+//!   both sides (upstream stops at its 10 s Filter timeout).
 //!
-//! Each side's fastest round is reported (the machine is shared).
+//! Every row reports the median of the rounds and their range (at least five rounds), and the
+//! 1-minute load average before and after it.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::api::resource::v1::{Device, DeviceClass, ResourceClaim, ResourceSlice};
 use serde::{Deserialize, Serialize};
 use tessera_allocator::{AllocateOptions, AllocatedState, Outcome, PlacementMode};
-use tessera_cel::{DeviceContext, SelectorCompiler};
+use tessera_cel::{DeviceContext, DeviceView, SelectorCompiler};
 use tessera_test_support::scheduler_perf::{
     self as perf, DRIVER as PERF_DRIVER, claim, class, device as perf_device, request,
 };
@@ -77,16 +85,55 @@ impl Figures {
     }
 }
 
+/// The median of some rounds and their range.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `values` (at least one).
+    pub fn of(values: &[f64]) -> Spread {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Spread {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        }
+    }
+}
+
 /// One row of the report.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Row {
     pub benchmark: String,
-    pub upstream: f64,
-    pub ours: f64,
+    pub upstream: Spread,
+    pub ours: Spread,
     pub unit: &'static str,
-    /// How many times faster ours is (upstream time / our time).
+    /// How many times better ours is, of the medians (throughput ours/upstream, times
+    /// upstream/ours).
     pub speedup: f64,
+    pub rounds: usize,
+    /// The 1-minute load average before and after the row's rounds.
+    pub load: [f64; 2],
+}
+
+/// The 1-minute load average (0 where /proc/loadavg cannot be read).
+pub fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 fn perf_slice(node: usize, devices: i64) -> ResourceSlice {
@@ -105,9 +152,7 @@ fn instance(
         slices,
         classes,
         claims,
-        allocated_claims: Vec::new(),
-        state: None,
-        node: None,
+        ..Default::default()
     };
     apply_defaults(&mut inst);
     inst
@@ -208,12 +253,13 @@ struct BenchBody<'a> {
     iterations: Option<usize>,
 }
 
-/// Both sides on a workload, `rounds` interleaved rounds; the fastest round of each.
+/// Both sides on a workload: one untimed round each, then `rounds` interleaved rounds; per side,
+/// each round's claims/s, p50 and p99.
 pub fn workload(
     oracle: &mut Oracle,
     w: &Workload,
     rounds: usize,
-) -> anyhow::Result<(Figures, Figures)> {
+) -> anyhow::Result<(Vec<Figures>, Vec<Figures>)> {
     let _: serde_json::Value = oracle.ask(&BenchRequest {
         op: "bench-load",
         bench: BenchBody {
@@ -223,17 +269,17 @@ pub fn workload(
             ..Default::default()
         },
     })?;
-    let (mut best_up, mut best_ours): (Option<Figures>, Option<Figures>) = (None, None);
-    for _ in 0..rounds {
-        let up: Run = oracle.ask(&BenchRequest {
+    let (mut up, mut mine) = (Vec::new(), Vec::new());
+    for round in 0..=rounds {
+        let u: Run = oracle.ask(&BenchRequest {
             op: "bench-run",
             bench: BenchBody {
                 id: w.instance.name.as_str(),
                 ..Default::default()
             },
         })?;
-        let mine = run_ours(w)?;
-        for (run, side) in [(&up, "upstream"), (&mine, "ours")] {
+        let o = run_ours(w)?;
+        for (run, side) in [(&u, "upstream"), (&o, "ours")] {
             if run.allocated != w.targets.len() {
                 anyhow::bail!(
                     "{}: {side} allocated {} of {} claims (first error: {})",
@@ -244,18 +290,12 @@ pub fn workload(
                 );
             }
         }
-        let keep = |best: &mut Option<Figures>, f: Figures| {
-            if best
-                .as_ref()
-                .is_none_or(|b| f.claims_per_second > b.claims_per_second)
-            {
-                *best = Some(f);
-            }
-        };
-        keep(&mut best_up, Figures::of(&up));
-        keep(&mut best_ours, Figures::of(&mine));
+        if round > 0 {
+            up.push(Figures::of(&u));
+            mine.push(Figures::of(&o));
+        }
     }
-    Ok((best_up.expect("rounds > 0"), best_ours.expect("rounds > 0")))
+    Ok((up, mine))
 }
 
 /// Selector expressions of the kinds classes and claims use, on scheduler_perf's device.
@@ -272,12 +312,15 @@ pub fn cel_expressions() -> Vec<String> {
     .into()
 }
 
-/// Nanoseconds per evaluation, upstream and ours, per expression (fastest of `rounds`).
+/// An expression's nanoseconds per evaluation, per round: upstream's and ours.
+pub type CelRounds = (String, Vec<f64>, Vec<f64>);
+
+/// Nanoseconds per evaluation from the API object, per expression and round.
 pub fn cel(
     oracle: &mut Oracle,
     rounds: usize,
     iterations: usize,
-) -> anyhow::Result<Vec<(String, f64, f64)>> {
+) -> anyhow::Result<Vec<CelRounds>> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Answer {
@@ -290,13 +333,12 @@ pub fn cel(
         device: perf_device(4),
     };
     let compiler = SelectorCompiler::new();
-    let ctx = DeviceContext::new(&device.driver, &device.device);
     let compiled = expressions
         .iter()
         .map(|e| compiler.compile(e))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut up = vec![f64::INFINITY; expressions.len()];
-    let mut mine = vec![f64::INFINITY; expressions.len()];
+    let mut up = vec![Vec::new(); expressions.len()];
+    let mut mine = vec![Vec::new(); expressions.len()];
     for _ in 0..rounds {
         let a: Answer = oracle.ask(&BenchRequest {
             op: "bench-cel",
@@ -312,18 +354,25 @@ pub fn cel(
             if r != "true" {
                 anyhow::bail!("upstream: {} gives {r}, expected true", expressions[i]);
             }
-            up[i] = up[i].min(a.nanos_per_eval[i]);
+            up[i].push(a.nanos_per_eval[i]);
         }
         for (i, s) in compiled.iter().enumerate() {
             let start = Instant::now();
             let mut all = true;
             for _ in 0..iterations {
-                all &= std::hint::black_box(s.evaluate(std::hint::black_box(&ctx)))?;
+                let d = std::hint::black_box(&device);
+                // The allocator's own path from the API object to the verdict.
+                let verdict = if s.reads_paths_only() {
+                    s.evaluate_view(&DeviceView::new(&d.driver, &d.device))
+                } else {
+                    s.evaluate(&DeviceContext::new(&d.driver, &d.device))
+                };
+                all &= std::hint::black_box(verdict)?;
             }
             if !all {
                 anyhow::bail!("ours: {} is not true", expressions[i]);
             }
-            mine[i] = mine[i].min(start.elapsed().as_nanos() as f64 / iterations as f64);
+            mine[i].push(start.elapsed().as_nanos() as f64 / iterations as f64);
         }
     }
     Ok(expressions
@@ -364,23 +413,37 @@ pub fn adversarial(devices: i64, take: i64) -> Instance {
     inst
 }
 
-/// Time to fail, upstream and ours (fastest of `rounds`), and each side's outcome.
+/// Time to fail per round, upstream and ours, each round on a fresh allocator (upstream: a new
+/// `Allocator`, its Filter's time; ours: a new inventory, its first `allocate`), and each side's
+/// outcome.
 pub fn time_to_fail(
     oracle: &mut Oracle,
     inst: &Instance,
     rounds: usize,
-) -> anyhow::Result<(Duration, String, Duration, String)> {
-    let (mut up, mut mine) = (Duration::MAX, Duration::MAX);
+) -> anyhow::Result<(Vec<f64>, String, Vec<f64>, String)> {
+    let node = inst.node.clone().unwrap_or_default();
+    let options = AllocateOptions {
+        mode: PlacementMode::FirstFit,
+        explain: false,
+        ..AllocateOptions::default()
+    };
+    let (mut up, mut mine) = (Vec::new(), Vec::new());
     let (mut up_kind, mut our_kind) = (String::new(), String::new());
     for _ in 0..rounds {
         let u = oracle.allocate(inst)?;
         let n = u.nodes.first().ok_or_else(|| anyhow::anyhow!("no node"))?;
-        up = up.min(Duration::from_micros(n.micros.max(0) as u64));
+        up.push(n.micros.max(0) as f64 / 1e3);
         up_kind = kind(n.outcome, n.error_class.as_deref());
-        let o = ours::run(inst)?;
-        let n = o.nodes.first().ok_or_else(|| anyhow::anyhow!("no node"))?;
-        mine = mine.min(Duration::from_micros(n.micros.max(0) as u64));
-        our_kind = kind(n.outcome, n.error_class.as_deref());
+        let inventory = ours::inventory(inst);
+        let state = ours::allocated_state(inst)?;
+        let start = Instant::now();
+        let outcome = inventory.allocate(&inst.claims, &state, Some(&node), &options);
+        mine.push(start.elapsed().as_secs_f64() * 1e3);
+        our_kind = match outcome {
+            Ok(Outcome::Allocated(_)) => "allocated".into(),
+            Ok(Outcome::Unsatisfiable(_)) => "unsatisfiable".into(),
+            Err(e) => format!("error ({})", ours::error_class(&e)),
+        };
     }
     Ok((up, up_kind, mine, our_kind))
 }
@@ -395,8 +458,18 @@ fn kind(k: VerdictKind, class: Option<&str>) -> String {
 /// The benchmark groups, as `--only` names them.
 pub const GROUPS: [&str; 4] = ["scheduler-perf", "dgx-h100", "cel", "adversarial"];
 
+/// A workload figure: its name, unit, how to read it from a round, whether more is better.
+type Measure = (&'static str, &'static str, fn(&Figures) -> f64, bool);
+
+/// The fewest rounds a row is measured over.
+pub const LEAST_ROUNDS: usize = 5;
+
 /// Every benchmark (or only the groups in `only`, from [`GROUPS`]), as rows.
 pub fn all(oracle: &mut Oracle, rounds: usize, only: &[String]) -> anyhow::Result<Vec<Row>> {
+    anyhow::ensure!(
+        rounds >= LEAST_ROUNDS,
+        "--rounds must be at least {LEAST_ROUNDS} (medians with their range)"
+    );
     if let Some(unknown) = only.iter().find(|g| !GROUPS.contains(&g.as_str())) {
         anyhow::bail!(
             "unknown benchmark group {unknown}: one of {}",
@@ -410,43 +483,33 @@ pub fn all(oracle: &mut Oracle, rounds: usize, only: &[String]) -> anyhow::Resul
         wanted("dgx-h100").then(dgx_h100).transpose()?,
     ];
     for w in workloads.into_iter().flatten() {
+        let before = load_average();
         let (u, o) = workload(oracle, &w, rounds)?;
-        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::INFINITY };
-        rows.push(Row {
-            benchmark: format!("{}: claims/s", w.name),
-            upstream: u.claims_per_second,
-            ours: o.claims_per_second,
-            unit: "claims/s",
-            speedup: ratio(o.claims_per_second, u.claims_per_second),
-        });
-        rows.push(Row {
-            benchmark: format!("{}: p50 per claim", w.name),
-            upstream: u.p50_micros,
-            ours: o.p50_micros,
-            unit: "µs",
-            speedup: ratio(u.p50_micros, o.p50_micros),
-        });
-        rows.push(Row {
-            benchmark: format!("{}: p99 per claim", w.name),
-            upstream: u.p99_micros,
-            ours: o.p99_micros,
-            unit: "µs",
-            speedup: ratio(u.p99_micros, o.p99_micros),
-        });
+        let load = [before, load_average()];
+        let pick = |f: &[Figures], g: fn(&Figures) -> f64| f.iter().map(g).collect::<Vec<_>>();
+        let measures: [Measure; 3] = [
+            ("claims/s", "claims/s", |f| f.claims_per_second, true),
+            ("p50 per claim", "µs", |f| f.p50_micros, false),
+            ("p99 per claim", "µs", |f| f.p99_micros, false),
+        ];
+        for (what, unit, g, higher_is_better) in measures {
+            rows.push(row(
+                format!("{}: {what}", w.name),
+                unit,
+                &pick(&u, g),
+                &pick(&o, g),
+                higher_is_better,
+                load,
+            ));
+        }
     }
-    let cel_rows = if wanted("cel") {
-        cel(oracle, rounds, 20_000)?
-    } else {
-        Vec::new()
-    };
-    for (e, u, o) in cel_rows {
-        rows.push(Row {
-            benchmark: format!("CEL `{e}`"),
-            upstream: u,
-            ours: o,
-            unit: "ns/eval",
-            speedup: u / o,
-        });
+    if wanted("cel") {
+        let before = load_average();
+        let measured = cel(oracle, rounds, 20_000)?;
+        let load = [before, load_average()];
+        for (e, u, o) in measured {
+            rows.push(row(format!("CEL `{e}`"), "ns/eval", &u, &o, false, load));
+        }
     }
     let adversarial_shapes: &[(i64, i64)] = if wanted("adversarial") {
         &[(20, 6), (40, 12)]
@@ -455,31 +518,107 @@ pub fn all(oracle: &mut Oracle, rounds: usize, only: &[String]) -> anyhow::Resul
     };
     for &(devices, take) in adversarial_shapes {
         let inst = adversarial(devices, take);
-        let (u, uk, o, ok) = time_to_fail(oracle, &inst, rounds.min(2))?;
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        rows.push(Row {
-            benchmark: format!(
+        let before = load_average();
+        let (u, uk, o, ok) = time_to_fail(oracle, &inst, rounds)?;
+        let load = [before, load_average()];
+        rows.push(row(
+            format!(
                 "adversarial: {take} of {devices} devices + 1 of none, time to fail (upstream: {uk}; ours: {ok})"
             ),
-            upstream: ms(u),
-            ours: ms(o),
-            unit: "ms",
-            speedup: ms(u) / ms(o).max(1e-3),
-        });
+            "ms",
+            &u,
+            &o,
+            false,
+            load,
+        ));
     }
     Ok(rows)
+}
+
+fn row(
+    benchmark: String,
+    unit: &'static str,
+    upstream: &[f64],
+    ours: &[f64],
+    higher_is_better: bool,
+    load: [f64; 2],
+) -> Row {
+    let (u, o) = (Spread::of(upstream), Spread::of(ours));
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::INFINITY };
+    Row {
+        benchmark,
+        upstream: u,
+        ours: o,
+        unit,
+        speedup: if higher_is_better {
+            ratio(o.median, u.median)
+        } else {
+            ratio(u.median, o.median.max(1e-6))
+        },
+        rounds: upstream.len(),
+        load,
+    }
 }
 
 /// The rows as a markdown table.
 pub fn markdown(rows: &[Row]) -> String {
     let mut md = String::from(
-        "| benchmark | upstream | ours | unit | ours vs upstream |\n|---|---:|---:|---|---:|\n",
+        "| benchmark | upstream, median (range) | ours, median (range) | unit | ours vs upstream | rounds | load |\n|---|---:|---:|---|---:|---:|---|\n",
     );
+    let figure = |v: f64| {
+        if v >= 100.0 {
+            format!("{v:.0}")
+        } else {
+            format!("{v:.1}")
+        }
+    };
     for r in rows {
         md.push_str(&format!(
-            "| {} | {:.1} | {:.1} | {} | {:.1}× |\n",
-            r.benchmark, r.upstream, r.ours, r.unit, r.speedup
+            "| {} | {} ({}–{}) | {} ({}–{}) | {} | {:.1}× | {} | {:.1} → {:.1} |\n",
+            r.benchmark,
+            figure(r.upstream.median),
+            figure(r.upstream.min),
+            figure(r.upstream.max),
+            figure(r.ours.median),
+            figure(r.ours.min),
+            figure(r.ours.max),
+            r.unit,
+            r.speedup,
+            r.rounds,
+            r.load[0],
+            r.load[1],
         ));
     }
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spreads_are_medians_with_their_range() {
+        let s = Spread::of(&[5.0, 1.0, 3.0, 9.0, 2.0]);
+        assert_eq!((s.median, s.min, s.max), (3.0, 1.0, 9.0));
+        assert_eq!(Spread::of(&[4.0, 1.0, 3.0, 2.0]).median, 2.5);
+        let r = row(
+            "x".into(),
+            "µs",
+            &[10.0, 20.0, 30.0],
+            &[5.0, 5.0, 6.0],
+            false,
+            [1.0, 2.0],
+        );
+        assert_eq!(r.speedup, 4.0);
+        let r = row(
+            "x".into(),
+            "claims/s",
+            &[10.0; 3],
+            &[30.0; 3],
+            true,
+            [1.0, 2.0],
+        );
+        assert_eq!(r.speedup, 3.0);
+        assert!(markdown(&[r]).contains("| 30.0 (30.0–30.0) |"));
+    }
 }

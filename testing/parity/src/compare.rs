@@ -6,25 +6,50 @@
 
 use k8s_openapi::api::resource::v1::AllocationResult;
 use serde_json::Value;
-use tessera_allocator::quantity::Amount;
 
 use crate::instance::{NodeVerdict, Verdict, VerdictKind};
+// The reference's own quantity parser: the judge reads no quantity with Tessera's code.
+use crate::reference::quantity::Nanos;
 
 /// One way two verdicts differ.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Difference {
     /// `pod` or `node <name>`, then what differs.
     pub what: String,
-    pub ours: String,
-    pub upstream: String,
+    pub left: String,
+    pub right: String,
+    /// Whose the two sides are: `ours` and `upstream` unless [`Difference::between`] says else.
+    pub sides: [&'static str; 2],
+}
+
+impl Difference {
+    /// A difference between `left` and `right` in `what`.
+    pub fn new(
+        what: impl Into<String>,
+        left: impl Into<String>,
+        right: impl Into<String>,
+    ) -> Difference {
+        Difference {
+            what: what.into(),
+            left: left.into(),
+            right: right.into(),
+            sides: ["ours", "upstream"],
+        }
+    }
+
+    /// The same difference between two other sides.
+    pub fn between(mut self, left: &'static str, right: &'static str) -> Difference {
+        self.sides = [left, right];
+        self
+    }
 }
 
 impl std::fmt::Display for Difference {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}: ours {} / upstream {}",
-            self.what, self.ours, self.upstream
+            "{}: {} {} / {} {}",
+            self.what, self.sides[0], self.left, self.sides[1], self.right
         )
     }
 }
@@ -50,11 +75,11 @@ pub fn compare(ours: &Verdict, upstream: &Verdict) -> Vec<Difference> {
     );
     let names = |v: &[NodeVerdict]| v.iter().map(|n| n.node.clone()).collect::<Vec<_>>();
     if names(&ours.nodes) != names(&upstream.nodes) {
-        out.push(Difference {
-            what: "nodes evaluated".into(),
-            ours: names(&ours.nodes).join(","),
-            upstream: names(&upstream.nodes).join(","),
-        });
+        out.push(Difference::new(
+            "nodes evaluated",
+            names(&ours.nodes).join(","),
+            names(&upstream.nodes).join(","),
+        ));
         return out;
     }
     for (o, u) in ours.nodes.iter().zip(&upstream.nodes) {
@@ -65,6 +90,28 @@ pub fn compare(ours: &Verdict, upstream: &Verdict) -> Vec<Difference> {
             &mut out,
         );
     }
+    out
+}
+
+/// The differences between two verdicts on one node.
+pub fn compare_node(ours: &NodeVerdict, upstream: &NodeVerdict) -> Vec<Difference> {
+    let mut out = Vec::new();
+    compare_one(
+        &format!("node {}", ours.node),
+        (
+            ours.outcome,
+            None,
+            &ours.allocations,
+            ours.error_class.as_deref(),
+        ),
+        (
+            upstream.outcome,
+            None,
+            &upstream.allocations,
+            upstream.error_class.as_deref(),
+        ),
+        &mut out,
+    );
     out
 }
 
@@ -79,11 +126,7 @@ fn compare_one(what: &str, ours: Side<'_>, upstream: Side<'_>, out: &mut Vec<Dif
     let (ok, on, oa, oe) = ours;
     let (uk, un, ua, ue) = upstream;
     let mut diff = |field: &str, o: String, u: String| {
-        out.push(Difference {
-            what: format!("{what} {field}"),
-            ours: o,
-            upstream: u,
-        })
+        out.push(Difference::new(format!("{what} {field}"), o, u))
     };
     if ok != uk {
         diff(
@@ -137,9 +180,9 @@ pub fn normalize(results: &[AllocationResult]) -> Value {
             if let Some(Value::Object(consumed)) = d.get_mut("consumedCapacity") {
                 for v in consumed.values_mut() {
                     if let Some(text) = v.as_str()
-                        && let Ok(a) = Amount::parse(text)
+                        && let Some(n) = Nanos::parse(text)
                     {
-                        *v = Value::String(format!("{}n", a.nanos()));
+                        *v = Value::String(format!("{}n", n.0));
                     }
                 }
             }
@@ -168,39 +211,194 @@ fn strip_empty(v: &mut Value) {
     }
 }
 
-/// Upstream's verdict with every node where upstream's Filter timed out (10 s) replaced by our
-/// verdict on that node, and the pod's verdict recomputed from the nodes as the scheduler does
-/// (an error on any node fails the pod; else the first node that fits); `None` when upstream
-/// timed out nowhere. A difference that disappears here is the documented deviation "upstream
-/// timeout": Tessera decides what upstream gave up on.
-pub fn without_upstream_timeouts(ours: &Verdict, upstream: &Verdict) -> Option<Verdict> {
-    if !upstream
-        .nodes
-        .iter()
-        .any(|n| n.error_class.as_deref() == Some("timeout"))
-    {
-        return None;
-    }
-    let mut v = upstream.clone();
-    for n in &mut v.nodes {
-        if n.error_class.as_deref() == Some("timeout")
-            && let Some(mine) = ours.nodes.iter().find(|m| m.node == n.node)
-        {
-            *n = mine.clone();
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::resource::v1::{DeviceAllocationResult, DeviceRequestAllocationResult};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    use super::*;
+
+    fn result(device: &str) -> DeviceRequestAllocationResult {
+        DeviceRequestAllocationResult {
+            request: "req-0".into(),
+            driver: "driver-a".into(),
+            pool: "pool".into(),
+            device: device.into(),
+            ..Default::default()
         }
     }
-    v.outcome = VerdictKind::Unsatisfiable;
-    v.node = None;
-    v.allocations = Vec::new();
-    v.error_class = None;
-    if let Some(e) = v.nodes.iter().find(|n| n.outcome == VerdictKind::Error) {
-        v.outcome = VerdictKind::Error;
-        v.node = Some(e.node.clone());
-        v.error_class = e.error_class.clone();
-    } else if let Some(a) = v.nodes.iter().find(|n| n.outcome == VerdictKind::Allocated) {
-        v.outcome = VerdictKind::Allocated;
-        v.node = Some(a.node.clone());
-        v.allocations = a.allocations.clone();
+
+    fn allocation(results: Vec<DeviceRequestAllocationResult>) -> AllocationResult {
+        AllocationResult {
+            devices: Some(DeviceAllocationResult {
+                results: Some(results),
+                config: None,
+            }),
+            ..Default::default()
+        }
     }
-    Some(v)
+
+    /// A pod allocated on node-1 (one of two nodes evaluated), with `results`.
+    fn allocated(results: Vec<DeviceRequestAllocationResult>) -> Verdict {
+        let allocations = vec![allocation(results)];
+        Verdict {
+            name: "case".into(),
+            outcome: VerdictKind::Allocated,
+            node: Some("node-1".into()),
+            allocations: allocations.clone(),
+            error_class: None,
+            message: None,
+            stage: None,
+            nodes: vec![
+                NodeVerdict {
+                    node: "node-1".into(),
+                    outcome: VerdictKind::Allocated,
+                    error_class: None,
+                    message: None,
+                    allocations,
+                    micros: 7,
+                },
+                NodeVerdict {
+                    node: "node-2".into(),
+                    outcome: VerdictKind::Unsatisfiable,
+                    error_class: None,
+                    message: None,
+                    allocations: Vec::new(),
+                    micros: 3,
+                },
+            ],
+        }
+    }
+
+    fn shared(device: &str, share: &str, consumed: &str) -> DeviceRequestAllocationResult {
+        DeviceRequestAllocationResult {
+            share_id: Some(share.into()),
+            consumed_capacity: Some([("memory".to_owned(), Quantity(consumed.into()))].into()),
+            ..result(device)
+        }
+    }
+
+    #[test]
+    fn what_is_normalised_away_makes_no_difference() {
+        // Different share IDs, the same capacity written two ways, messages, timings, an
+        // explicit `adminAccess: false` and empty lists on one side only.
+        let mut ours = allocated(vec![shared("dev-0", "derived-0", "1Gi"), result("dev-1")]);
+        let mut upstream = allocated(vec![
+            shared("dev-0", "8c1f-uuid", "1073741824"),
+            DeviceRequestAllocationResult {
+                admin_access: Some(false),
+                tolerations: Some(Vec::new()),
+                ..result("dev-1")
+            },
+        ]);
+        ours.message = Some("fits".into());
+        upstream.message = Some("allocated".into());
+        upstream.nodes[0].micros = 99_999;
+        assert_eq!(compare(&ours, &upstream), Vec::new());
+        upstream.stage = Some("filter".into());
+        ours.nodes[1].error_class = Some("invalid-pools".into());
+        assert_eq!(
+            compare(&ours, &upstream),
+            Vec::new(),
+            "stages, and error classes of unsatisfiable nodes, are not compared"
+        );
+    }
+
+    #[test]
+    fn a_swapped_device_differs_for_the_pod_and_its_node() {
+        let ours = allocated(vec![result("dev-0"), result("dev-2")]);
+        let upstream = allocated(vec![result("dev-0"), result("dev-1")]);
+        let whats: Vec<String> = compare(&ours, &upstream)
+            .into_iter()
+            .map(|d| d.what)
+            .collect();
+        assert_eq!(whats, ["pod allocation", "node node-1 allocation"]);
+    }
+
+    #[test]
+    fn a_share_against_a_whole_device_differs() {
+        let ours = allocated(vec![shared("dev-0", "s", "1Gi")]);
+        let upstream = allocated(vec![result("dev-0")]);
+        assert_eq!(compare(&ours, &upstream).len(), 2);
+        let other_amount = allocated(vec![shared("dev-0", "s", "2Gi")]);
+        assert_eq!(
+            compare(&ours, &other_amount).len(),
+            2,
+            "consumed capacity by value"
+        );
+    }
+
+    #[test]
+    fn a_flipped_outcome_differs_with_both_kinds_named() {
+        let ours = allocated(vec![result("dev-0")]);
+        let mut upstream = ours.clone();
+        upstream.outcome = VerdictKind::Unsatisfiable;
+        upstream.node = None;
+        upstream.allocations.clear();
+        let d = compare(&ours, &upstream);
+        assert_eq!(d.len(), 1);
+        assert_eq!(
+            d[0].to_string(),
+            "pod outcome: ours allocated / upstream unsatisfiable"
+        );
+    }
+
+    #[test]
+    fn the_node_chosen_and_the_error_class_are_compared() {
+        let ours = allocated(vec![result("dev-0")]);
+        let mut upstream = ours.clone();
+        upstream.node = Some("node-2".into());
+        assert_eq!(compare(&ours, &upstream)[0].what, "pod node");
+        let mut a = ours.clone();
+        let mut b = ours.clone();
+        for (v, class) in [(&mut a, "cel-runtime"), (&mut b, "cel-compile")] {
+            v.outcome = VerdictKind::Error;
+            v.allocations.clear();
+            v.error_class = Some(class.into());
+            v.nodes[0].outcome = VerdictKind::Error;
+            v.nodes[0].allocations.clear();
+            v.nodes[0].error_class = Some(class.into());
+        }
+        let whats: Vec<String> = compare(&a, &b).into_iter().map(|d| d.what).collect();
+        assert_eq!(whats, ["pod error class", "node node-1 error class"]);
+    }
+
+    #[test]
+    fn different_nodes_evaluated_differ() {
+        let ours = allocated(vec![result("dev-0")]);
+        let mut upstream = ours.clone();
+        upstream.nodes.pop();
+        let d = compare(&ours, &upstream);
+        assert_eq!(d.len(), 1);
+        assert_eq!(
+            d[0].to_string(),
+            "nodes evaluated: ours node-1,node-2 / upstream node-1"
+        );
+    }
+
+    #[test]
+    fn normalize_keeps_what_matters_and_drops_what_does_not() {
+        let value = normalize(&[allocation(vec![
+            DeviceRequestAllocationResult {
+                admin_access: Some(true),
+                ..shared("dev-0", "abc", "1536Mi")
+            },
+            DeviceRequestAllocationResult {
+                admin_access: Some(false),
+                binding_conditions: Some(Vec::new()),
+                ..result("dev-1")
+            },
+        ])]);
+        let results = &value[0]["devices"]["results"];
+        assert_eq!(results[0]["shareID"], "<share>");
+        assert_eq!(results[0]["adminAccess"], true);
+        assert_eq!(
+            results[0]["consumedCapacity"]["memory"],
+            format!("{}n", 1536u128 * 1024 * 1024 * 1_000_000_000)
+        );
+        let second = results[1].as_object().unwrap();
+        let mut keys: Vec<&str> = second.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["device", "driver", "pool", "request"]);
+    }
 }

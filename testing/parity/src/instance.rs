@@ -64,6 +64,14 @@ pub struct Instance {
     /// Only this node (replays of upstream's unit test cases).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// Generated as adversarial: built so that upstream's search runs past its Filter timeout.
+    /// Only such an instance may time out upstream; the reference decides it instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adversarial: bool,
+    /// Stops upstream's Filter sooner than its 10 s (adversarial instances only, whose shape
+    /// needs far longer: the verdict is the same timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter_timeout_millis: Option<u64>,
 }
 
 /// The kind of a verdict.

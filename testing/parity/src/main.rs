@@ -6,11 +6,14 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use tessera_parity::compare::{Difference, compare, without_upstream_timeouts};
+use tessera_parity::canary::Canary;
+use tessera_parity::compare::{Difference, compare};
 use tessera_parity::generate::{DEVIATIONS, Generator, Switches};
 use tessera_parity::instance::{Instance, Verdict, VerdictKind};
+use tessera_parity::judge::{Coverage, Judgement, ParityFailure, judge, upstream_timed_out};
 use tessera_parity::oracle::Oracle;
 use tessera_parity::ours;
+use tessera_parity::reference::{self, selectors::SelectorTable};
 
 #[derive(Parser)]
 #[command(about = "Tessera's first-fit allocator against upstream's, and benchmarks of both")]
@@ -21,8 +24,11 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Generate instances, decide each with both allocators, fail on any difference that no
-    /// enabled deviation explains.
+    /// Generate instances, decide each with Tessera, upstream and the reference allocator; fail
+    /// on any difference between Tessera and upstream that no enabled deviation explains, on
+    /// any difference between the reference and upstream, on an upstream timeout of an
+    /// instance not generated as adversarial, on Tessera differing from the reference where
+    /// upstream timed out, and on coverage below its least.
     Diff {
         /// The upstream allocator (tests/parity/build prints its path).
         #[arg(long, env = "TESSERA_PARITY_ORACLE")]
@@ -40,9 +46,13 @@ enum Command {
         /// Write each unexplained instance (and both verdicts) here.
         #[arg(long)]
         dump: Option<PathBuf>,
-        /// Unexplained differences printed in full.
+        /// Failing instances printed in full.
         #[arg(long, default_value_t = 10)]
         show: usize,
+        /// Plant two faults into Tessera's verdicts (one device swapped, one outcome flipped):
+        /// the run must fail on exactly those instances (scripts/test-all checks it does).
+        #[arg(long)]
+        canary: bool,
     },
     /// Evaluate CEL selectors on devices with both environments and report every pair whose
     /// verdict (true, false, compile error, runtime error) differs. Input: a JSON file
@@ -56,13 +66,14 @@ enum Command {
         seed: u64,
     },
     /// Side-by-side benchmarks (docs/benchmarks.md): workloads on the node each claim fits, CEL
-    /// selectors, time to fail adversarial claims; interleaved rounds, the fastest of each side.
-    /// Use a release build.
+    /// selectors, time to fail adversarial claims; the same work on both sides, both warm;
+    /// interleaved rounds, the median of each side with its range and the load average. Use a
+    /// release build.
     Bench {
         #[arg(long, env = "TESSERA_PARITY_ORACLE")]
         oracle: PathBuf,
-        /// Interleaved rounds per benchmark.
-        #[arg(long, default_value_t = 3)]
+        /// Interleaved rounds per benchmark (at least 5).
+        #[arg(long, default_value_t = 5)]
         rounds: usize,
         /// Write parity-bench.json and parity-bench.md here.
         #[arg(long)]
@@ -71,7 +82,8 @@ enum Command {
         #[arg(long)]
         only: Vec<String>,
     },
-    /// Decide instances from JSON files with both allocators and print both verdicts.
+    /// Decide instances from JSON files with Tessera, upstream and the reference allocator and
+    /// print the verdicts and their differences.
     Replay {
         #[arg(long, env = "TESSERA_PARITY_ORACLE")]
         oracle: PathBuf,
@@ -88,7 +100,16 @@ fn main() -> anyhow::Result<()> {
             deviations,
             dump,
             show,
-        } => diff(&oracle, count, seed, &deviations, dump, show),
+            canary,
+        } => diff(DiffArgs {
+            oracle,
+            count,
+            seed,
+            deviations,
+            dump,
+            show,
+            canary,
+        }),
         Command::Replay { oracle, files } => replay(&oracle, &files),
         Command::Bench {
             oracle,
@@ -100,56 +121,118 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-fn diff(
-    oracle: &std::path::Path,
+/// What `diff` is asked to do.
+struct DiffArgs {
+    oracle: PathBuf,
     count: u64,
     seed: u64,
-    deviations: &[String],
+    deviations: Vec<String>,
     dump: Option<PathBuf>,
     show: usize,
-) -> anyhow::Result<()> {
-    let (switches, enabled) = switches(deviations)?;
-    if let Some(dir) = &dump {
+    canary: bool,
+}
+
+/// Running totals of a `diff` run.
+#[derive(Default)]
+struct Tally {
+    judged: u64,
+    failed: u64,
+    agreed: u64,
+    past_timeout: u64,
+    explained: BTreeMap<&'static str, u64>,
+    failures: BTreeMap<String, u64>,
+    refused: BTreeMap<String, u64>,
+    coverage: Coverage,
+    outcomes: BTreeMap<String, u64>,
+}
+
+fn diff(args: DiffArgs) -> anyhow::Result<()> {
+    let (switches, enabled) = switches(&args.deviations)?;
+    if let Some(dir) = &args.dump {
         std::fs::create_dir_all(dir)?;
     }
-    let mut oracle = Oracle::start(oracle)?;
-    let mut generator = Generator::new(seed, switches);
-    let mut coverage: BTreeMap<String, u64> = BTreeMap::new();
-    let mut explained: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut unexplained = 0u64;
+    let mut oracle = Oracle::start(&args.oracle)?;
+    let mut generator = Generator::new(args.seed, switches);
+    let mut tally = Tally::default();
+    let mut canary = args.canary.then(Canary::default);
     let start = Instant::now();
-    for _ in 0..count {
+    // Instances beyond the reference's reach are refused (drawn again), a few at most.
+    let refusals_allowed = 5 + args.count / 100;
+    while tally.judged < args.count {
         let instance = generator.instance();
+        let table = SelectorTable::upstream(&mut oracle, &instance)?;
+        let options = reference::Options::for_instance(&instance);
+        let reference = match reference::decide(&instance, &table, options) {
+            Ok(decision) => decision.verdict,
+            Err(beyond) => {
+                *tally.refused.entry(beyond.0).or_default() += 1;
+                let refused: u64 = tally.refused.values().sum();
+                anyhow::ensure!(
+                    refused <= refusals_allowed,
+                    "the reference could not decide {refused} generated instances (at most \
+                     {refusals_allowed} are refused): {:?}",
+                    tally.refused
+                );
+                continue;
+            }
+        };
+        tally.judged += 1;
         let upstream = oracle.allocate(&instance)?;
-        let mine = ours::run(&instance)?;
-        *coverage.entry(coverage_key(&upstream)).or_default() += 1;
-        let differences = compare(&mine, &upstream);
-        if differences.is_empty() {
-            continue;
+        let mut mine = ours::run(&instance)?;
+        if let Some(what) = canary.as_mut().and_then(|c| c.plant(&instance, &mut mine)) {
+            println!("canary: planted {what} in {}", instance.name);
         }
-        if without_upstream_timeouts(&mine, &upstream)
-            .is_some_and(|u| compare(&mine, &u).is_empty())
-        {
-            *explained.entry("upstream-timeout").or_default() += 1;
-            continue;
-        }
-        if let Some(d) = explain(&mut oracle, &instance, &enabled)? {
-            *explained.entry(d).or_default() += 1;
-            continue;
-        }
-        unexplained += 1;
-        if unexplained <= show as u64 {
-            report(&instance, &mine, &upstream, &differences);
-        }
-        if let Some(dir) = &dump {
-            let file = dir.join(format!("{}.json", instance.name));
-            let doc = serde_json::json!({"instance": instance, "ours": mine, "upstream": upstream,
-                "differences": differences.iter().map(ToString::to_string).collect::<Vec<_>>()});
-            std::fs::write(&file, serde_json::to_vec_pretty(&doc)?)?;
+        let judgement = judge(
+            &instance,
+            &mine,
+            &upstream,
+            &reference,
+            &enabled,
+            &mut |i| oracle.allocate(i),
+        )?;
+        let decided = if upstream_timed_out(&upstream) {
+            &reference
+        } else {
+            &upstream
+        };
+        tally.coverage.record(
+            &instance,
+            decided,
+            judgement == Judgement::DecidedPastUpstreamTimeout,
+        );
+        *tally.outcomes.entry(coverage_key(decided)).or_default() += 1;
+        match judgement {
+            Judgement::Agrees => tally.agreed += 1,
+            Judgement::DecidedPastUpstreamTimeout => tally.past_timeout += 1,
+            Judgement::Explained(d) => *tally.explained.entry(d).or_default() += 1,
+            Judgement::Fails(failures) => {
+                tally.failed += 1;
+                for (f, _) in &failures {
+                    *tally.failures.entry(f.to_string()).or_default() += 1;
+                }
+                if tally.failed <= args.show as u64 {
+                    report(&instance, &mine, &upstream, &reference, &failures);
+                }
+                if let Some(dir) = &args.dump {
+                    dump(dir, &instance, &mine, &upstream, &reference, &failures)?;
+                }
+            }
         }
     }
+    conclude(&args, &enabled, &tally, start)
+}
+
+/// Prints the run's totals; fails the run on a failing instance or a coverage shortfall.
+fn conclude(
+    args: &DiffArgs,
+    enabled: &[&'static str],
+    tally: &Tally,
+    start: Instant,
+) -> anyhow::Result<()> {
     println!(
-        "{count} instances (seed {seed}, deviations: {}) in {:.1} s",
+        "{} instances (seed {}, deviations: {}) in {:.1} s",
+        args.count,
+        args.seed,
         if enabled.is_empty() {
             "none".into()
         } else {
@@ -157,10 +240,21 @@ fn diff(
         },
         start.elapsed().as_secs_f64()
     );
-    print_counts(&coverage, &explained, unexplained);
-    if unexplained > 0 {
+    let shortfalls = tally
+        .coverage
+        .shortfalls(args.count, enabled.contains(&"adversarial"));
+    print_tally(tally, &shortfalls);
+    if tally.failed > 0 {
         anyhow::bail!(
-            "{unexplained} of {count} instances differ from upstream without a documented deviation"
+            "{} of {} instances fail the parity job",
+            tally.failed,
+            args.count
+        );
+    }
+    if !shortfalls.is_empty() {
+        anyhow::bail!(
+            "the generated instances no longer cover every outcome and feature often enough: \
+             {shortfalls:?}"
         );
     }
     Ok(())
@@ -182,20 +276,39 @@ fn switches(deviations: &[String]) -> anyhow::Result<(Switches, Vec<&'static str
     Ok((switches, enabled))
 }
 
-/// Upstream's outcomes by kind, then the differences each deviation explains and the rest.
-fn print_counts(
-    coverage: &BTreeMap<String, u64>,
-    explained: &BTreeMap<&str, u64>,
-    unexplained: u64,
-) {
-    println!("upstream outcomes:");
-    for (k, n) in coverage {
+/// The run's totals: refusals, judgements, outcomes, coverage against its least.
+fn print_tally(tally: &Tally, shortfalls: &[(&str, u64, u64)]) {
+    let refused: u64 = tally.refused.values().sum();
+    println!("refused as beyond the reference's reach (drawn again): {refused}");
+    for (reason, n) in &tally.refused {
+        println!("  {n:>6}  {reason}");
+    }
+    println!("decided outcomes (upstream's; the reference's where upstream timed out):");
+    for (k, n) in &tally.outcomes {
         println!("  {n:>6}  {k}");
     }
-    for (d, n) in explained {
-        println!("differences explained by deviation {d}: {n}");
+    println!("coverage (instances reaching each outcome and feature):");
+    for (k, n) in &tally.coverage.counts {
+        println!("  {n:>6}  {k}");
     }
-    println!("unexplained differences: {unexplained}");
+    for (k, reached, least) in shortfalls {
+        println!("  BELOW THE LEAST: {k}: {reached} of at least {least}");
+    }
+    println!(
+        "agree (Tessera, upstream and the reference): {}",
+        tally.agreed
+    );
+    println!(
+        "upstream timed out, Tessera equals the reference (adversarial): {}",
+        tally.past_timeout
+    );
+    for (d, n) in &tally.explained {
+        println!("explained by deviation {d}: {n}");
+    }
+    for (f, n) in &tally.failures {
+        println!("FAIL {f}: {n}");
+    }
+    println!("failing instances: {}", tally.failed);
 }
 
 fn coverage_key(v: &Verdict) -> String {
@@ -213,38 +326,51 @@ fn coverage_key(v: &Verdict) -> String {
     }
 }
 
-/// The first enabled deviation whose removal makes the difference disappear.
-fn explain(
-    oracle: &mut Oracle,
+fn report(
     instance: &Instance,
-    enabled: &[&'static str],
-) -> anyhow::Result<Option<&'static str>> {
-    for &d in enabled {
-        let mut stripped = instance.clone();
-        Switches::disable(d, &mut stripped);
-        if stripped == *instance {
-            continue;
-        }
-        let upstream = oracle.allocate(&stripped)?;
-        let mine = ours::run(&stripped)?;
-        if compare(&mine, &upstream).is_empty() {
-            return Ok(Some(d));
+    mine: &Verdict,
+    upstream: &Verdict,
+    reference: &Verdict,
+    failures: &[(ParityFailure, Vec<Difference>)],
+) {
+    println!("--- {}", instance.name);
+    for (failure, differences) in failures {
+        println!("  {failure}:");
+        for d in differences {
+            println!("    {d}");
         }
     }
-    Ok(None)
+    for (side, v) in [
+        ("upstream", upstream),
+        ("ours", mine),
+        ("reference", reference),
+    ] {
+        if let Some(m) = &v.message {
+            println!("  {side} says: {}", m.lines().next().unwrap_or_default());
+        }
+    }
 }
 
-fn report(instance: &Instance, mine: &Verdict, upstream: &Verdict, differences: &[Difference]) {
-    println!("--- {}", instance.name);
-    for d in differences {
-        println!("  {d}");
-    }
-    if let Some(m) = &upstream.message {
-        println!("  upstream says: {m}");
-    }
-    if let Some(m) = &mine.message {
-        println!("  ours says: {}", m.lines().next().unwrap_or_default());
-    }
+fn dump(
+    dir: &std::path::Path,
+    instance: &Instance,
+    mine: &Verdict,
+    upstream: &Verdict,
+    reference: &Verdict,
+    failures: &[(ParityFailure, Vec<Difference>)],
+) -> anyhow::Result<()> {
+    let file = dir.join(format!("{}.json", instance.name));
+    let failures: Vec<serde_json::Value> = failures
+        .iter()
+        .map(|(f, d)| {
+            serde_json::json!({"failure": f.to_string(),
+                "differences": d.iter().map(ToString::to_string).collect::<Vec<_>>()})
+        })
+        .collect();
+    let doc = serde_json::json!({"instance": instance, "ours": mine, "upstream": upstream,
+        "reference": reference, "failures": failures});
+    std::fs::write(&file, serde_json::to_vec_pretty(&doc)?)?;
+    Ok(())
 }
 
 fn bench(
@@ -281,9 +407,20 @@ fn replay(oracle: &std::path::Path, files: &[PathBuf]) -> anyhow::Result<()> {
                 .with_context(|| format!("decoding {}", file.display()))?;
         let upstream = oracle.allocate(&instance)?;
         let mine = ours::run(&instance)?;
+        let table = SelectorTable::upstream(&mut oracle, &instance)?;
+        let options = reference::Options::for_instance(&instance);
         println!("=== {}", file.display());
         println!("upstream: {}", serde_json::to_string_pretty(&upstream)?);
         println!("ours: {}", serde_json::to_string_pretty(&mine)?);
+        match reference::decide(&instance, &table, options) {
+            Ok(d) => {
+                println!("reference: {}", serde_json::to_string_pretty(&d.verdict)?);
+                for diff in compare(&d.verdict, &upstream) {
+                    println!("DIFF {}", diff.between("reference", "upstream"));
+                }
+            }
+            Err(beyond) => println!("reference: {beyond}"),
+        }
         for d in compare(&mine, &upstream) {
             println!("DIFF {d}");
         }

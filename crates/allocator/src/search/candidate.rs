@@ -6,10 +6,10 @@ use crate::capacity::{self, CapacityRefusal, Consumption};
 use crate::error::AllocateError;
 use crate::quantity::Amount;
 use crate::request::Slot;
-use crate::selection::Verdict;
 use crate::taints::untolerated_taint;
 use crate::topology::pair_cost;
 
+use super::pair::PairCheck;
 use super::state::{NodeSearch, Pick, Selectable, Stop, Undo};
 
 impl<'a> NodeSearch<'a> {
@@ -56,14 +56,7 @@ impl<'a> NodeSearch<'a> {
         if cached != Selectable::Unknown {
             return cached;
         }
-        let verdict = match self.verdict(slot, pos).and_then(|selected| {
-            // Upstream checks the capacity request right after the selectors; a request the
-            // device's range arithmetic cannot represent aborts the allocation there.
-            match selected.then(|| self.capacity_fatal(slot, pos)).flatten() {
-                Some(e) => Err(e),
-                None => Ok(selected),
-            }
-        }) {
+        let verdict = match self.pairs().selectable(slot, pos) {
             Ok(true) => Selectable::Yes,
             Ok(false) => Selectable::No,
             Err(e) => {
@@ -75,53 +68,13 @@ impl<'a> NodeSearch<'a> {
         verdict
     }
 
-    pub(crate) fn verdict(&self, slot: usize, pos: usize) -> Result<bool, AllocateError> {
-        let s = &self.plan.slots[slot];
-        let index = self.np.candidates[pos];
-        let class = &self.inv.classes[&s.class];
-        let id = &self.inv.devices[index].id;
-        match class.verdict(&self.inv.selectors, &self.inv.devices, index) {
-            Verdict::Match => {}
-            Verdict::NoMatch(_) => return Ok(false),
-            Verdict::Failed {
-                selector,
-                message,
-                compile,
-            } => {
-                return Err(AllocateError::selector(
-                    format!("class {}", class.name()),
-                    selector,
-                    id,
-                    message,
-                    compile,
-                ));
-            }
+    /// The checks of (slot, candidate) pairs on this node.
+    pub(crate) fn pairs(&self) -> PairCheck<'a> {
+        PairCheck {
+            inv: self.inv,
+            np: self.np,
+            plan: self.plan,
         }
-        match self
-            .inv
-            .selectors
-            .evaluate(&s.selectors, &self.inv.devices, index)
-        {
-            Verdict::Match => {}
-            Verdict::NoMatch(_) => return Ok(false),
-            Verdict::Failed {
-                selector,
-                message,
-                compile,
-            } => {
-                return Err(AllocateError::selector(
-                    format!(
-                        "claim {}, request {}",
-                        self.plan.claims[s.claim].name, s.full_name
-                    ),
-                    selector,
-                    id,
-                    message,
-                    compile,
-                ));
-            }
-        }
-        Ok(self.np.candidate_on_node[pos])
     }
 
     /// What the slot's capacity request would consume of the device now.
@@ -149,28 +102,6 @@ impl<'a> NodeSearch<'a> {
                 .copied()
                 .unwrap_or_default();
             before.saturating_add(run.get(name).copied().unwrap_or_default())
-        }
-    }
-
-    /// The error a capacity request raises on a device whatever is consumed already (see
-    /// [`CapacityRefusal::Fatal`]).
-    fn capacity_fatal(&self, slot: usize, pos: usize) -> Option<AllocateError> {
-        let s = &self.plan.slots[slot];
-        match capacity::fits(&self.device(pos).parsed().capacities, &s.capacity, &|_| {
-            Amount::ZERO
-        }) {
-            Err(CapacityRefusal::Fatal { capacity, why }) => {
-                Some(AllocateError::InvalidCapacityRequest {
-                    claim: self.plan.claims[s.claim].name.clone(),
-                    request: s.full_name.clone(),
-                    capacity,
-                    message: format!(
-                        "checking capacity for device {}: {why}",
-                        self.device(pos).id
-                    ),
-                })
-            }
-            _ => None,
         }
     }
 

@@ -25,11 +25,17 @@
 //! as its communication cost (which only grows as devices are added) exceeds the best found, and it
 //! finds the first-fit solution first, so it is never worse than first fit. At the bound it keeps
 //! the best so far.
+//!
+//! Submodules: `pair` (the checks of a (slot, candidate) pair that can fail the allocation),
+//! `state` (one node's search), `candidate` and `prune` (its checks and pruning), `skip` (which
+//! nodes first fit may pass by without a search).
 
+mod pair;
 mod state;
 
 mod candidate;
 mod prune;
+mod skip;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -43,6 +49,10 @@ use crate::request::{MAX_RESULTS_PER_CLAIM, Plan, Wanted};
 use crate::state::AllocatedState;
 use crate::topology::{NumaPolicy, TopologyScore};
 
+pub(crate) use pair::PairCheck;
+pub(crate) use skip::{
+    QuietNode, QuietNodes, QuietVerdicts, always_quiet, first_fit_may_skip_nodes, quiet_node,
+};
 use state::{Check, Flow, Position, Pruning, Selectable, Stop};
 pub(crate) use state::{NodeSearch, NodeVerdict, Pick, SearchMode, Solution};
 

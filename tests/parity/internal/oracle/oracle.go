@@ -91,6 +91,10 @@ type Instance struct {
 	// Node, when set, restricts allocation to that node (replaying upstream's unit test cases,
 	// which call Allocate for one node).
 	Node string `json:"node,omitempty"`
+	// FilterTimeoutMillis, when set, stops each Filter sooner than the scheduler's 10 s. The
+	// generator sets it only on adversarial instances, which are built to need far more than
+	// 10 s (a lower bound from their shape), so the verdict is the same timeout, sooner.
+	FilterTimeoutMillis int64 `json:"filterTimeoutMillis,omitempty"`
 }
 
 // NodeOutcome is what Filter said about one node.
@@ -280,7 +284,11 @@ func Run(ctx context.Context, inst *Instance, features structured.Features, celC
 		if inst.Node != "" && node.Name != inst.Node {
 			continue
 		}
-		n := Filter(ctx, allocator, node, inst.Claims)
+		timeout := FilterTimeout
+		if inst.FilterTimeoutMillis > 0 && time.Duration(inst.FilterTimeoutMillis)*time.Millisecond < timeout {
+			timeout = time.Duration(inst.FilterTimeoutMillis) * time.Millisecond
+		}
+		n := Filter(ctx, allocator, node, inst.Claims, timeout)
 		out.Nodes = append(out.Nodes, n)
 		switch {
 		case n.Outcome == "error" && firstError == nil:
@@ -296,9 +304,10 @@ func Run(ctx context.Context, inst *Instance, features structured.Features, celC
 	return out
 }
 
-// Filter is the allocation part of DynamicResources.Filter for one node.
-func Filter(ctx context.Context, allocator structured.Allocator, node *v1.Node, claims []*resourceapi.ResourceClaim) NodeOutcome {
-	ctx, cancel := context.WithTimeout(ctx, FilterTimeout)
+// Filter is the allocation part of DynamicResources.Filter for one node, stopped after timeout
+// (FilterTimeout in the scheduler).
+func Filter(ctx context.Context, allocator structured.Allocator, node *v1.Node, claims []*resourceapi.ResourceClaim, timeout time.Duration) NodeOutcome {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
 	results, err := allocator.Allocate(ctx, node, claims)

@@ -37,6 +37,8 @@ use tessera_test_support::objects::{bool_attr, cel_selector as selector, int_att
 
 use crate::instance::{Instance, apply_defaults};
 
+pub mod adversarial;
+
 /// Switches for the deliberate deviations (docs/ARCHITECTURE.md, "Where the allocator
 /// deliberately differs from upstream"). Off, the generator never produces an instance that
 /// exercises the deviation; on, it may. [`Switches::disable`] turns one off on an existing
@@ -47,9 +49,9 @@ pub struct Switches {
     /// ID) in the state: Tessera counts it as in use, upstream allocates it again.
     pub shared_non_multi: bool,
     /// Search problems too large for upstream's 10 s Filter timeout, which Tessera decides
-    /// within its bound (upstream: timeout error; Tessera: the answer). Ordinary instances reach
-    /// this now and then too; the comparison tells the deviation apart by upstream's verdict
-    /// (a node where upstream timed out compares as if upstream had answered like Tessera).
+    /// within its bound (upstream: timeout error; Tessera: the answer), generated marked as
+    /// adversarial ([`adversarial`]); the job checks Tessera's answer against the reference
+    /// allocator's. An ordinary instance that times out upstream fails the job.
     pub adversarial: bool,
 }
 
@@ -116,7 +118,7 @@ impl Switches {
                 }
             }
         }
-        // "adversarial" instances are only ever generated on purpose; nothing to strip.
+        // Adversarial instances are only ever generated on purpose (marked): nothing to strip.
     }
 }
 
@@ -222,7 +224,11 @@ impl Generator {
         self.count += 1;
         let name = format!("seed-{}-{}", self.seed, self.count);
         let mut inst = if self.switches.adversarial && self.chance(0.02) {
-            self.adversarial(name)
+            if self.chance(0.5) {
+                self.adversarial(name)
+            } else {
+                self.wide(name)
+            }
         } else {
             self.ordinary(name)
         };
@@ -291,8 +297,7 @@ impl Generator {
             classes,
             claims,
             allocated_claims,
-            state: None,
-            node: None,
+            ..Default::default()
         }
     }
 
@@ -812,9 +817,9 @@ impl Generator {
             .collect()
     }
 
-    /// Issue 131730's shape: many interchangeable devices and a claim that cannot be (or can
-    /// only just be) satisfied because of a constraint.
-    fn adversarial(&mut self, name: String) -> Instance {
+    /// Many interchangeable devices and a claim that cannot be (or can only just be) satisfied
+    /// because of a constraint: a wide search that upstream decides in time.
+    fn wide(&mut self, name: String) -> Instance {
         let n = self.rng.random_range(24..=40);
         let devices = (0..n)
             .map(|i| Device {
@@ -927,6 +932,64 @@ pub fn cel_cases(seed: u64) -> (Vec<String>, Vec<crate::cel::CelDevice>) {
         }
     }
     (expressions, devices)
+}
+
+/// Request selectors, `None` for none.
+fn selectors_of(expressions: &[&str]) -> Option<Vec<DeviceSelector>> {
+    (!expressions.is_empty()).then(|| expressions.iter().map(|e| selector(e)).collect())
+}
+
+/// A claim in use holding one device whole.
+fn in_use_claim(driver: &str, pool: &str, device: &str) -> ResourceClaim {
+    ResourceClaim {
+        metadata: ObjectMeta {
+            name: Some("in-use-0".into()),
+            namespace: Some("default".into()),
+            uid: Some("uid-in-use-0".into()),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(ResourceClaimStatus {
+            allocation: Some(AllocationResult {
+                devices: Some(DeviceAllocationResult {
+                    results: Some(vec![DeviceRequestAllocationResult {
+                        request: "req-0".into(),
+                        driver: driver.into(),
+                        pool: pool.into(),
+                        device: device.into(),
+                        ..Default::default()
+                    }]),
+                    config: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+/// A claim to allocate with these requests and constraints.
+fn claim_of(
+    name: &str,
+    requests: Vec<DeviceRequest>,
+    constraints: Vec<DeviceConstraint>,
+) -> ResourceClaim {
+    ResourceClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(format!("uid-{name}")),
+            ..Default::default()
+        },
+        spec: Some(ResourceClaimSpec {
+            devices: Some(DeviceClaim {
+                requests: Some(requests),
+                constraints: (!constraints.is_empty()).then_some(constraints),
+                config: None,
+            }),
+        }),
+        status: None,
+    }
 }
 
 /// Where a pool's slices are published.
@@ -1066,5 +1129,23 @@ mod tests {
             Switches::disable("shared-non-multi", &mut inst);
             assert_eq!(inst, before, "{}", inst.name);
         }
+    }
+
+    #[test]
+    fn generated_instances_are_within_the_references_reach() {
+        let mut g = Generator::new(5, Switches::all());
+        let mut refused = Vec::new();
+        let mut adversarial = 0;
+        for _ in 0..400 {
+            let i = g.instance();
+            adversarial += u32::from(i.adversarial);
+            let table = crate::reference::selectors::SelectorTable::tessera(&i);
+            let options = crate::reference::Options::for_instance(&i);
+            if let Err(beyond) = crate::reference::decide(&i, &table, options) {
+                refused.push((i.name, beyond.0));
+            }
+        }
+        assert!(refused.len() <= 4, "{refused:?}");
+        assert!(adversarial > 0, "no adversarial instance in 400");
     }
 }
