@@ -109,6 +109,31 @@ pub struct ConvertedRequest {
     pub device_class: String,
 }
 
+/// What the conversion recorded on a pod (its annotations): the requests it turned into claims;
+/// empty when the pod was not converted or the record does not read.
+pub fn recorded(annotations: Option<&BTreeMap<String, String>>) -> Vec<ConvertedRequest> {
+    annotations
+        .and_then(|a| a.get(DEVICE_PLUGIN_CONVERSION_ANNOTATION))
+        .and_then(|value| serde_json::from_str(value).ok())
+        .unwrap_or_default()
+}
+
+/// The template a converted pod (its `annotations`) names `template` for, as the controller
+/// creates it in `namespace` when it is missing; `None` when the conversion did not name it.
+pub fn recorded_template(
+    annotations: Option<&BTreeMap<String, String>>,
+    template_name: &str,
+    namespace: &str,
+) -> Option<ResourceClaimTemplate> {
+    recorded(annotations)
+        .into_iter()
+        .find(|r| {
+            r.template == template_name
+                && self::template_name(&r.device_class, r.count) == r.template
+        })
+        .map(|r| template(&r.device_class, r.count, Some(namespace)))
+}
+
 /// A converted object: the pod (or pod template) with its claims, and what was converted.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Conversion {

@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::resource::v1::DeviceClass;
 use pretty_assertions::assert_eq;
 use serde::Deserialize;
@@ -320,4 +322,40 @@ fn template_names_follow_the_class() {
         template_name("mig-3g.40gb.gpu.tessera.dev", 1),
         "tessera-mig-3g.40gb-1"
     );
+}
+
+#[test]
+fn a_converted_pods_record_names_the_templates_the_controller_creates() {
+    let converted = convert(&gpu_pod(json!({"nvidia.com/gpu": "4"})), &table()).unwrap();
+    let annotations: BTreeMap<String, String> =
+        serde_json::from_value(converted.object["metadata"]["annotations"].clone()).unwrap();
+    assert_eq!(recorded(Some(&annotations)), converted.requests);
+    let template = recorded_template(Some(&annotations), "tessera-gpu-4", "team-a").unwrap();
+    assert_eq!(
+        template,
+        converted.templates(Some("team-a")).remove(0),
+        "the template the webhook's conversion names"
+    );
+    assert_eq!(template.metadata.namespace.as_deref(), Some("team-a"));
+    // Only templates the record names, under the names the conversion gives them.
+    assert_eq!(
+        recorded_template(Some(&annotations), "tessera-gpu-8", "team-a"),
+        None
+    );
+    let mut forged = annotations.clone();
+    forged.insert(
+        DEVICE_PLUGIN_CONVERSION_ANNOTATION.to_owned(),
+        r#"[{"container":"c","resource":"nvidia.com/gpu","count":4,"claim":"x","template":"my-template","deviceClass":"gpu.tessera.dev"}]"#.to_owned(),
+    );
+    assert_eq!(
+        recorded_template(Some(&forged), "my-template", "team-a"),
+        None
+    );
+    assert!(recorded(None).is_empty());
+    let mut unreadable = BTreeMap::new();
+    unreadable.insert(
+        DEVICE_PLUGIN_CONVERSION_ANNOTATION.to_owned(),
+        "{".to_owned(),
+    );
+    assert!(recorded(Some(&unreadable)).is_empty());
 }
