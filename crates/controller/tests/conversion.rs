@@ -4,7 +4,7 @@
 
 use tessera_controller_harness as support;
 
-use k8s_openapi::api::core::v1::{Pod, PodResourceClaimStatus, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodResourceClaimStatus, PodSchedulingGate, PodStatus};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::json;
@@ -88,6 +88,39 @@ async fn the_template_a_converted_pod_names_is_created_and_the_pod_placed() {
         devices,
         ["gpu-4", "gpu-5", "gpu-6", "gpu-7"],
         "one NVLink island and NUMA node, clear of the GPU in use"
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_converted_pod_a_queue_holds_gets_its_template_but_no_allocation() {
+    let api = cluster(1, 0);
+    let mut pod = converted_pod("queued");
+    // Kueue's webhook adds its gates at creation too; it counts the template's devices before
+    // it admits the pod, so the template must exist while its gate holds the pod.
+    let gates = pod
+        .spec
+        .as_mut()
+        .unwrap()
+        .scheduling_gates
+        .get_or_insert_default();
+    gates.push(PodSchedulingGate {
+        name: "kueue.x-k8s.io/admission".into(),
+    });
+    api.seed(&pod);
+    let controller = start(&api);
+
+    api.wait_for::<ResourceClaimTemplate>(Some(NS), "tessera-gpu-4", PATIENCE, |_| true)
+        .await
+        .expect("the template is created while the queue holds the pod");
+    let (status, message) = condition(&api, "queued", "WaitingForGates").await;
+    assert_eq!(status, "Unknown");
+    assert!(message.contains("kueue.x-k8s.io/admission"), "{message}");
+    let held = api.get::<Pod>(Some(NS), "queued").unwrap();
+    assert_eq!(
+        held.spec.unwrap().scheduling_gates.unwrap().len(),
+        2,
+        "both gates stay until the queue admits the pod"
     );
     controller.stop().await;
 }

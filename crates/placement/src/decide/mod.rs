@@ -36,7 +36,7 @@ pub fn decide(
     }
     let foreign = foreign_gates(pod, gate);
     if !foreign.is_empty() {
-        return waiting_for_gates(pod, foreign, gate);
+        return waiting_for_gates(pod, foreign, source, gate);
     }
     match is_gated(pod, gate).then(|| group_key(pod)).flatten() {
         Some(key) => group::decide_for_group(pod, key, source, waiting, settings, now),
@@ -45,11 +45,18 @@ pub fn decide(
 }
 
 /// `pod` still carries other components' scheduling `gates`: nothing is allocated for it. A
-/// pod gated by the controller is told which gates it waits for; one the controller released
+/// pod gated by the controller is told which gates it waits for, and the template its
+/// device-plugin conversion names is created meanwhile (a queue such as Kueue reads the template
+/// to count the pod's devices before it admits it); one the controller released
 /// already (its gate removed by someone else first, or released before a foreign gate was seen)
 /// keeps its claims and its condition and is bound once the gates are gone. Either way the pod
 /// leaves the queue: removing a gate changes the pod, which queues it again.
-fn waiting_for_gates(pod: &Arc<Pod>, gates: Vec<String>, gate: &str) -> Decision {
+fn waiting_for_gates(
+    pod: &Arc<Pod>,
+    gates: Vec<String>,
+    source: &dyn ClusterSource,
+    gate: &str,
+) -> Decision {
     let listed = gates.join(", ");
     let kueue = if gates.iter().any(|g| g.starts_with("kueue.x-k8s.io/")) {
         " (Kueue removes its gates when it admits the pod's workload)"
@@ -75,9 +82,14 @@ fn waiting_for_gates(pod: &Arc<Pod>, gates: Vec<String>, gate: &str) -> Decision
             kind: EventKind::Normal,
         },
     });
+    let creates = if is_gated(pod, gate) {
+        pod::resolve(pod, source).1
+    } else {
+        Vec::new()
+    };
     Decision {
         ruling: Ruling::Pod(PodVerdict::WaitingForGates { gates, message }),
-        first: Vec::new(),
+        first: creates,
         per_pod: notify.map(|step| vec![vec![step]]).unwrap_or_default(),
         then: Then::Done,
     }
