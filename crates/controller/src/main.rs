@@ -134,6 +134,12 @@ struct WebhookArgs {
     )]
     webhook_secret: String,
 
+    /// The namespace of the Service and the Secret (the controller's own); default: the
+    /// controller's namespace ($TESSERA_NAMESPACE, else $POD_NAMESPACE, else --lease-namespace,
+    /// else tessera-system).
+    #[arg(long, env = "TESSERA_WEBHOOK_NAMESPACE")]
+    webhook_namespace: Option<String>,
+
     /// The MutatingWebhookConfiguration whose caBundle the controller writes.
     #[arg(
         long,
@@ -144,11 +150,15 @@ struct WebhookArgs {
 }
 
 impl WebhookArgs {
-    /// The webhook's configuration in `namespace`, when it is on.
+    /// The webhook's configuration, when it is on; `namespace`: the controller's, unless
+    /// --webhook-namespace names another.
     fn config(&self, namespace: &str) -> Option<WebhookConfig> {
         self.webhook_address.map(|address| WebhookConfig {
             address,
-            namespace: namespace.to_owned(),
+            namespace: self
+                .webhook_namespace
+                .clone()
+                .unwrap_or_else(|| namespace.to_owned()),
             service: self.webhook_service.clone(),
             secret: self.webhook_secret.clone(),
             configuration: self.webhook_configuration.clone(),
@@ -207,7 +217,11 @@ async fn main() -> anyhow::Result<()> {
     config.group_budget = args.group_budget;
     config.group_hold = args.group_hold;
     let namespace = namespace(&args);
-    config.webhook = args.webhook.config(&namespace);
+    // The Service and Secret live where the controller runs, which the lease need not.
+    let own_namespace = std::env::var("TESSERA_NAMESPACE")
+        .or_else(|_| std::env::var("POD_NAMESPACE"))
+        .unwrap_or_else(|_| namespace.clone());
+    config.webhook = args.webhook.config(&own_namespace);
     if args.leader_elect {
         let mut lease = LeaseConfig::new(&namespace, &args.lease_name, &identity);
         lease.lease_duration = args.lease_duration;
@@ -318,6 +332,19 @@ mod tests {
                 secret: "tessera-webhook-certificates".into(),
                 configuration: "tessera-device-plugin-conversion".into(),
             })
+        );
+        let args = Args::try_parse_from([
+            "tessera-controller",
+            "--webhook-address",
+            "0.0.0.0:9443",
+            "--webhook-namespace",
+            "gpu-system",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.webhook.config("ml-system").map(|c| c.namespace),
+            Some("gpu-system".to_owned()),
+            "the webhook's namespace is its own flag's, not the lease's"
         );
     }
 }
