@@ -43,6 +43,9 @@ values="$state_dir/tessera/values.yaml"
       echo "      devRoot: ${dev_roots[i]}"
     fi
   done
+  echo "controller:"
+  echo "  # The device-plugin conversion webhook: only namespaces labelled for it (scenario device-plugin-conversion)."
+  echo "  devicePluginConversion: {enabled: true}"
 } >"$values.tmp"
 mv "$values.tmp" "$values"
 

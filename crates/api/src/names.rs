@@ -26,6 +26,17 @@ pub const TOPOLOGY_AWARE_GATE: &str = "gpu.tessera.dev/topology-aware";
 /// nodes fill first); the controller's `--numa-policy` when absent.
 pub const NUMA_POLICY_ANNOTATION: &str = "gpu.tessera.dev/numa-policy";
 
+/// Namespace label (value [`DEVICE_PLUGIN_CONVERSION_ENABLED`]) that opts a namespace into the
+/// device-plugin conversion: pods created there asking for `nvidia.com/gpu` (or a MIG profile's
+/// extended resource) get a claim from a ResourceClaimTemplate and Tessera's gate instead
+/// (docs/admission.md).
+pub const DEVICE_PLUGIN_CONVERSION_LABEL: &str = "gpu.tessera.dev/device-plugin-conversion";
+/// The value of [`DEVICE_PLUGIN_CONVERSION_LABEL`] that opts a namespace in.
+pub const DEVICE_PLUGIN_CONVERSION_ENABLED: &str = "enabled";
+/// Pod annotation the conversion writes: a JSON list of what it turned into claims (container,
+/// extended resource, count, pod claim, template, DeviceClass).
+pub const DEVICE_PLUGIN_CONVERSION_ANNOTATION: &str = "gpu.tessera.dev/device-plugin-conversion";
+
 /// Pod label naming the gang (group) a gated pod belongs to, where the cluster does not serve the
 /// upstream PodGroup API (`scheduling.k8s.io/v1beta1`, feature gate `GenericWorkload`).
 pub const GROUP_LABEL: &str = "gpu.tessera.dev/group";

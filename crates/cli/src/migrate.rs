@@ -16,6 +16,7 @@ mod notes;
 
 mod device_plugin;
 mod manifests;
+mod pods;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -41,6 +42,12 @@ pub struct MigrateArgs {
     /// Write the chart values fragment (from device-plugin configs) to this file.
     #[arg(long = "values", value_name = "FILE")]
     values: Option<PathBuf>,
+    /// Also convert pods written for NVIDIA's device plugin (Pods and the pod templates of
+    /// workloads asking for `nvidia.com/gpu` or a MIG profile's extended resource) as Tessera's
+    /// admission webhook does in opted-in namespaces: a claim from a ResourceClaimTemplate per
+    /// container and resource, and the topology-aware gate; the templates are printed with them.
+    #[arg(long = "convert-device-plugin-pods")]
+    convert_device_plugin_pods: bool,
 }
 
 /// The migration of a set of inputs, before anything is written.
@@ -54,6 +61,8 @@ pub struct Migration {
     pub report: Vec<(bool, String)>,
     /// Inputs that could not be read or parsed (already in the report).
     pub unreadable: usize,
+    /// `--convert-device-plugin-pods`: the conversion's table (the chart's classes).
+    pub pod_conversion: Option<tessera_admission::ConversionTable>,
 }
 
 /// `Kind/namespace/name` of an object, for the report.
@@ -164,9 +173,18 @@ pub fn migrate_text(migration: &mut Migration, file: &Path, text: &str) {
         }
         let what = describe(&doc);
         let mut notes = Notes::default();
-        let migrated = manifests::migrate_object(doc, &mut notes);
+        let mut migrated = manifests::migrate_object(doc, &mut notes);
+        let mut templates = Vec::new();
+        if let (Some(table), Some(object)) = (&migration.pod_conversion, &mut migrated.object) {
+            templates = pods::convert_object(object, table, &mut notes);
+        }
         report(migration, &name, &what, notes);
         objects.extend(migrated.object);
+        for template in templates {
+            if !objects.contains(&template) {
+                objects.push(template);
+            }
+        }
     }
     migration.files.push((file.to_owned(), objects));
 }
@@ -252,7 +270,10 @@ pub fn run(
     out: &mut impl Write,
     err: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
-    let mut migration = Migration::default();
+    let mut migration = Migration {
+        pod_conversion: args.convert_device_plugin_pods.then(pods::chart_table),
+        ..Migration::default()
+    };
     for file in &args.files {
         match std::fs::read_to_string(file) {
             Ok(text) => migrate_text(&mut migration, file, &text),

@@ -583,3 +583,46 @@ fn shared_devices_are_explained_with_what_their_claims_consumed() {
         "the refusal names the device and its exhausted memory: {reasons}"
     );
 }
+
+#[test]
+fn a_pod_another_gate_holds_is_explained_with_the_gates_it_waits_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: queued, namespace: team-a, uid: uid-queued}
+spec:
+  schedulingGates:
+  - {name: gpu.tessera.dev/topology-aware}
+  - {name: kueue.x-k8s.io/admission}
+  resourceClaims: [{name: gpus, resourceClaimName: train}]
+  containers:
+  - name: ctr
+    resources: {claims: [{name: gpus}]}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-a}
+status: {allocatable: {cpu: "64", memory: 512Gi, pods: "110"}}
+"#;
+    objects(dir.path(), &[claim("train", 4), pod.to_owned()]);
+    let report = explain_json(dir.path(), &["--pod", "team-a/queued"]);
+    assert_eq!(report["action"], "WaitingForGates", "{report}");
+    assert_eq!(
+        report["gates"],
+        serde_json::json!(["kueue.x-k8s.io/admission"])
+    );
+    let text = ok(&tessera(&[
+        "explain",
+        "--objects",
+        dir.path().to_str().unwrap(),
+        "--pod",
+        "team-a/queued",
+    ]));
+    assert!(
+        text.starts_with(
+            "pod team-a/queued waits for other scheduling gates (kueue.x-k8s.io/admission): "
+        ) && text.contains("Kueue removes its gates when it admits"),
+        "{text}"
+    );
+}

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodCondition};
-use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -215,6 +215,30 @@ impl ApiWriter {
         }
     }
 
+    /// Creates a ResourceClaimTemplate (one a converted pod names); one that exists already
+    /// (another write won) counts as created.
+    pub async fn create_template(
+        &self,
+        template: &ResourceClaimTemplate,
+    ) -> Result<(), WriteError> {
+        let api: Api<ResourceClaimTemplate> = Api::namespaced(
+            self.client.clone(),
+            template.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let object = format!("ResourceClaimTemplate {}", object_key(&template.metadata));
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        match self
+            .send("create", object, api.create(&params, template))
+            .await
+        {
+            Ok(_) | Err(WriteError::Conflict { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Merge-patches a pod.
     pub async fn patch_pod(
         &self,
@@ -328,7 +352,7 @@ impl ApiWriter {
 
 /// The status of the controller's condition for `reason`.
 pub fn condition_status(reason: PodReason) -> &'static str {
-    if reason.placed() { "True" } else { "False" }
+    reason.condition_status()
 }
 
 /// The controller's condition on a pod, if set.

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
+use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::Event;
@@ -17,7 +18,7 @@ use tessera_allocator::{AllocatedState, DeviceIndex};
 use tessera_placement::ClusterSnapshot;
 use tessera_placement::group::{GroupKey, group_key};
 use tessera_placement::nodes::NodeFacts;
-use tessera_placement::pods::UnreadableAllocation;
+use tessera_placement::pods::{CapacityWaits, UnreadableAllocation};
 use tessera_placement::protocol::is_terminal;
 use tessera_placement::resources::NodeUsage;
 use tessera_placement::usage::ClusterUse;
@@ -362,6 +363,13 @@ impl Cluster {
                     && group_key(p).as_ref() == Some(key)
             })
             .collect()
+    }
+
+    /// The pods that wait for room, at `now` ([`CapacityWaits`]): what the capacity metrics
+    /// report.
+    pub fn capacity_waits(&self, gate: &str, now: Timestamp) -> CapacityWaits {
+        let pods = self.tracked.pods.overlay(self.stores.pods.state());
+        CapacityWaits::of(pods.iter().map(|p| &**p), gate, now)
     }
 
     /// Every device allocated by any claim ([`tessera_placement::pods::devices_in_use`]; a claim

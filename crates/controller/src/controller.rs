@@ -4,7 +4,7 @@
 //! successor starts at once), then the watches stop.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::SignedDuration;
@@ -24,6 +24,7 @@ use crate::leader::{LeaderElector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::queue::Processed;
 use crate::watch::{Signals, WATCHES, start};
+use crate::webhook::WebhookConfig;
 use crate::worker::Worker;
 
 /// Longest the worker sleeps between checks (keeps the liveness heartbeat fresh).
@@ -56,6 +57,8 @@ pub struct ControllerConfig {
     pub group_budget: usize,
     /// How long a group waits for capacity before it holds back later arrivals.
     pub group_hold: Duration,
+    /// The admission webhook every replica serves; `None`: none.
+    pub webhook: Option<WebhookConfig>,
 }
 
 impl ControllerConfig {
@@ -71,6 +74,7 @@ impl ControllerConfig {
             topology_levels: Hierarchy::default(),
             group_budget: DEFAULT_GROUP_BUDGET,
             group_hold: DEFAULT_GROUP_HOLD.unsigned_abs(),
+            webhook: None,
         }
     }
 
@@ -102,17 +106,31 @@ impl Drop for Tasks {
 
 /// Ready once every watch has listed once and the device inventory was built from what they
 /// listed: at thousands of nodes that build takes seconds, and a pod that arrived before it would
-/// wait for it.
-struct CachesSynced(Arc<Signals>);
+/// wait for it. With the admission webhook on, also once it serves (the Service sends the API
+/// server's calls only to ready replicas, and the conversion reads the DeviceClass cache).
+struct CachesSynced {
+    signals: Arc<Signals>,
+    /// `Some` when the webhook is on: whether it serves.
+    webhook: Option<Arc<AtomicBool>>,
+}
 
 impl Probe for CachesSynced {
     fn check(&self) -> Result<(), Vec<String>> {
-        let synced = self.0.synced_watches();
-        if synced < WATCHES {
+        let synced = self.signals.synced_watches();
+        if self
+            .webhook
+            .as_ref()
+            .is_some_and(|serving| !serving.load(Ordering::Acquire))
+        {
+            Err(vec![
+                "the admission webhook is not serving yet (its certificates are being settled)"
+                    .to_owned(),
+            ])
+        } else if synced < WATCHES {
             Err(vec![format!(
                 "caches not synced yet: {synced} of {WATCHES} watches have listed"
             )])
-        } else if !self.0.inventory_built.load(Ordering::Acquire) {
+        } else if !self.signals.inventory_built.load(Ordering::Acquire) {
             Err(vec![
                 "the device inventory is being built from the synced caches".to_owned(),
             ])
@@ -130,6 +148,8 @@ pub struct Controller {
     signals: Arc<Signals>,
     heartbeat: Heartbeat,
     leadership: Leadership,
+    /// Whether the admission webhook serves (when it is on).
+    webhook_serving: Arc<AtomicBool>,
 }
 
 impl Controller {
@@ -145,6 +165,7 @@ impl Controller {
             metrics,
             heartbeat: Heartbeat::new("the worker loop", HEARTBEAT_LIMIT),
             leadership,
+            webhook_serving: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -156,7 +177,14 @@ impl Controller {
         Endpoints {
             metrics: self.metrics.clone(),
             liveness: Arc::new(liveness),
-            readiness: Arc::new(CachesSynced(self.signals.clone())),
+            readiness: Arc::new(CachesSynced {
+                signals: self.signals.clone(),
+                webhook: self
+                    .config
+                    .webhook
+                    .as_ref()
+                    .map(|_| self.webhook_serving.clone()),
+            }),
         }
     }
 
@@ -176,6 +204,22 @@ impl Controller {
             tracked,
             self.signals.inventory_generation.clone(),
         ));
+        let stop_webhook = tessera_process::Stop::new();
+        let webhook = self.config.webhook.clone().map(|config| {
+            tokio::spawn(crate::webhook::serve(
+                self.client.clone(),
+                config,
+                cluster.stores.classes.clone(),
+                self.metrics.admission_reviews.clone(),
+                self.webhook_serving.clone(),
+                stop_webhook.clone(),
+            ))
+        });
+        let pods = cluster.clone();
+        let gate = self.config.gate.clone();
+        self.metrics.watch_capacity(move || {
+            pods.capacity_waits(&gate, k8s_openapi::jiff::Timestamp::now())
+        });
         let (stop_election, election_stopped) = watch::channel(false);
         let mut elector = Tasks(
             self.config
@@ -217,6 +261,15 @@ impl Controller {
             let _ = task.await;
         }
         self.metrics.leader.set(0);
+        // The webhook serves to the end: admission does not wait for the worker.
+        stop_webhook.cancel();
+        if let Some(webhook) = webhook {
+            match webhook.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "admission webhook stopped with an error"),
+                Err(e) => tracing::warn!(error = %e, "admission webhook task failed"),
+            }
+        }
     }
 
     /// The worker loop, until `shutdown` completes; a pod being processed is finished first (its
@@ -307,7 +360,10 @@ mod tests {
     #[test]
     fn ready_once_the_caches_are_synced_and_the_inventory_is_built() {
         let signals = Arc::new(Signals::new("example.com/gate"));
-        let probe = CachesSynced(signals.clone());
+        let probe = CachesSynced {
+            signals: signals.clone(),
+            webhook: None,
+        };
         let reasons = probe.check().expect_err("nothing listed yet");
         assert_eq!(
             reasons,

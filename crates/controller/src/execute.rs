@@ -118,6 +118,13 @@ impl<'w> Execution<'w> {
                 let pod = self.pod(&pod);
                 self.notify(&pod, notice).await;
             }
+            Step::CreateTemplate { pod, template } => {
+                self.to
+                    .writer
+                    .create_template(&template)
+                    .await
+                    .map_err(|e| (pod, e))?;
+            }
             Step::Count(count) => self.count(count),
             Step::Remember(waiting) => self.to.waiting.insert(waiting),
             Step::Forget(key) => self.to.waiting.remove(&key),

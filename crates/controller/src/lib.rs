@@ -27,6 +27,8 @@
 //! - [`waiting`]: the groups waiting for capacity (the starvation policy's memory);
 //! - [`execute`]: carrying a decision out, step by step, with undo;
 //! - [`worker`]: one pod: decide, then execute;
+//! - [`webhook`]: the admission webhook every replica serves (certificates in a Secret, the
+//!   webhook configuration's `caBundle`, the device-plugin conversion);
 //! - [`controller`]: the composition root, started and stopped in order; the HTTP endpoints,
 //!   client, logging and signals are `tessera-process`'s.
 
@@ -43,8 +45,10 @@ pub mod timing;
 pub mod trim;
 pub mod waiting;
 pub mod watch;
+pub mod webhook;
 pub mod worker;
 
 pub use controller::{Controller, ControllerConfig};
 pub use leader::{Leadership, LeaseConfig};
 pub use metrics::Metrics;
+pub use webhook::WebhookConfig;

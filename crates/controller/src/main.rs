@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use clap::{ArgAction, Parser};
 use tessera_api::names::TOPOLOGY_AWARE_GATE;
-use tessera_controller::{Controller, ControllerConfig, LeaseConfig, Metrics};
+use tessera_controller::{Controller, ControllerConfig, LeaseConfig, Metrics, WebhookConfig};
 use tessera_placement::group::{DEFAULT_GROUP_BUDGET, Hierarchy};
 use tessera_process::{
     COMMON_RENAMED, ClientArgs, EndpointServer, LogArgs, Renamed, Stop, parse_duration,
@@ -99,11 +99,81 @@ struct Args {
     numa_policy: tessera_allocator::NumaPolicy,
 
     #[command(flatten)]
+    webhook: WebhookArgs,
+
+    #[command(flatten)]
     log: LogArgs,
 
     /// This replica's name, for the Lease and events [default: $POD_NAME, else the host name].
     #[arg(long, env = "TESSERA_IDENTITY")]
     identity: Option<String>,
+}
+
+/// The admission webhook (docs/admission.md): served by every replica when an address is given.
+#[derive(Debug, clap::Args)]
+struct WebhookArgs {
+    /// Serve the admission webhook (the device-plugin conversion) over HTTPS on this address,
+    /// e.g. 0.0.0.0:9443; unset: no webhook.
+    #[arg(long, env = "TESSERA_WEBHOOK_ADDRESS")]
+    webhook_address: Option<SocketAddr>,
+
+    /// The Service the API server calls the webhook through (its names are the serving
+    /// certificate's), in the controller's namespace.
+    #[arg(
+        long,
+        env = "TESSERA_WEBHOOK_SERVICE",
+        default_value = "tessera-webhook"
+    )]
+    webhook_service: String,
+
+    /// The Secret the replicas keep the webhook's CA and serving certificate in.
+    #[arg(
+        long,
+        env = "TESSERA_WEBHOOK_SECRET",
+        default_value = "tessera-webhook-certificates"
+    )]
+    webhook_secret: String,
+
+    /// The namespace of the Service and the Secret (the controller's own); default: the
+    /// controller's namespace ($TESSERA_NAMESPACE, else $POD_NAMESPACE, else --lease-namespace,
+    /// else tessera-system).
+    #[arg(long, env = "TESSERA_WEBHOOK_NAMESPACE")]
+    webhook_namespace: Option<String>,
+
+    /// The MutatingWebhookConfiguration whose caBundle the controller writes.
+    #[arg(
+        long,
+        env = "TESSERA_WEBHOOK_CONFIGURATION",
+        default_value = "tessera-device-plugin-conversion"
+    )]
+    webhook_configuration: String,
+}
+
+impl WebhookArgs {
+    /// The webhook's configuration, when it is on; `namespace`: the controller's, unless
+    /// --webhook-namespace names another.
+    fn config(&self, namespace: &str) -> Option<WebhookConfig> {
+        self.webhook_address.map(|address| WebhookConfig {
+            address,
+            namespace: self
+                .webhook_namespace
+                .clone()
+                .unwrap_or_else(|| namespace.to_owned()),
+            service: self.webhook_service.clone(),
+            secret: self.webhook_secret.clone(),
+            configuration: self.webhook_configuration.clone(),
+        })
+    }
+}
+
+/// The controller's namespace: `--lease-namespace`, else $TESSERA_NAMESPACE, else
+/// $POD_NAMESPACE, else `tessera-system`.
+fn namespace(args: &Args) -> String {
+    args.lease_namespace
+        .clone()
+        .or_else(|| std::env::var("TESSERA_NAMESPACE").ok())
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .unwrap_or_else(|| "tessera-system".to_owned())
 }
 
 fn identity(args: &Args) -> String {
@@ -146,13 +216,13 @@ async fn main() -> anyhow::Result<()> {
         Hierarchy::parse(&args.topology_levels).context("--topology-levels")?;
     config.group_budget = args.group_budget;
     config.group_hold = args.group_hold;
+    let namespace = namespace(&args);
+    // The Service and Secret live where the controller runs, which the lease need not.
+    let own_namespace = std::env::var("TESSERA_NAMESPACE")
+        .or_else(|_| std::env::var("POD_NAMESPACE"))
+        .unwrap_or_else(|_| namespace.clone());
+    config.webhook = args.webhook.config(&own_namespace);
     if args.leader_elect {
-        let namespace = args
-            .lease_namespace
-            .clone()
-            .or_else(|| std::env::var("TESSERA_NAMESPACE").ok())
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| "tessera-system".to_owned());
         let mut lease = LeaseConfig::new(&namespace, &args.lease_name, &identity);
         lease.lease_duration = args.lease_duration;
         lease.renew_deadline = args.renew_deadline;
@@ -243,7 +313,38 @@ mod tests {
             "the flag's default is the library's"
         );
         assert_eq!(args.group_hold, Duration::from_secs(60));
+        assert_eq!(
+            args.webhook.config("tessera-system"),
+            None,
+            "no webhook unless asked"
+        );
         let args = Args::try_parse_from(["tessera-controller", "--leader-elect=false"]).unwrap();
         assert!(!args.leader_elect);
+        let args =
+            Args::try_parse_from(["tessera-controller", "--webhook-address", "0.0.0.0:9443"])
+                .unwrap();
+        assert_eq!(
+            args.webhook.config("ml-system"),
+            Some(WebhookConfig {
+                address: "0.0.0.0:9443".parse().unwrap(),
+                namespace: "ml-system".into(),
+                service: "tessera-webhook".into(),
+                secret: "tessera-webhook-certificates".into(),
+                configuration: "tessera-device-plugin-conversion".into(),
+            })
+        );
+        let args = Args::try_parse_from([
+            "tessera-controller",
+            "--webhook-address",
+            "0.0.0.0:9443",
+            "--webhook-namespace",
+            "gpu-system",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.webhook.config("ml-system").map(|c| c.namespace),
+            Some("gpu-system".to_owned()),
+            "the webhook's namespace is its own flag's, not the lease's"
+        );
     }
 }

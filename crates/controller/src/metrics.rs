@@ -1,12 +1,17 @@
 //! The controller's Prometheus metrics (`/metrics`), all prefixed `tessera_controller_`.
 
+use std::sync::OnceLock;
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use tessera_placement::pods::CapacityWaits;
 use tessera_placement::reason::PodReason;
+use tessera_webhook::server::Reviews;
 
 use crate::api::WriteError;
 
@@ -50,7 +55,19 @@ pub struct Metrics {
     pub inventory_rebuilds: Counter,
     /// Events not published because their queue was full ([`crate::events`]).
     pub events_dropped: Counter,
+    /// Gated pods the cluster has no room for now, by reason (`Unsatisfiable`,
+    /// `GroupUnsatisfiable`): read from the pods' conditions when scraped.
+    pub pods_waiting_for_capacity: Family<ReasonLabel, Gauge>,
+    /// How long the pod that has waited longest for room has waited, seconds.
+    pub capacity_wait_longest: Gauge<f64, AtomicU64>,
+    /// Where the two above are read from when scraped ([`Metrics::watch_capacity`]).
+    capacity: OnceLock<CapacitySource>,
+    /// The admission webhook's answers, by webhook and result.
+    pub admission_reviews: Reviews,
 }
+
+/// What the capacity gauges are read from at each scrape.
+type CapacitySource = Box<dyn Fn() -> CapacityWaits + Send + Sync>;
 
 impl Default for Metrics {
     fn default() -> Metrics {
@@ -77,6 +94,10 @@ impl Metrics {
             leader: Gauge::default(),
             inventory_rebuilds: Counter::default(),
             events_dropped: Counter::default(),
+            pods_waiting_for_capacity: Family::default(),
+            capacity_wait_longest: Gauge::default(),
+            capacity: OnceLock::new(),
+            admission_reviews: Reviews::default(),
             registry: Registry::default(),
         };
         metrics.register(root.sub_registry_with_prefix("tessera_controller"));
@@ -144,10 +165,49 @@ impl Metrics {
             self.inventory_rebuilds.clone(),
         );
         registry.register(
+            "pods_waiting_for_capacity",
+            "Gated pods the cluster has no room for now (their condition gpu.tessera.dev/TopologyAwarePlacement is False with this reason), by reason",
+            self.pods_waiting_for_capacity.clone(),
+        );
+        registry.register(
+            "capacity_wait_longest_seconds",
+            "How long the gated pod that has waited longest for room has waited (since its condition's lastTransitionTime)",
+            self.capacity_wait_longest.clone(),
+        );
+        registry.register(
+            "admission_reviews",
+            "AdmissionReviews the webhook answered, by webhook and result (patched, allowed, refused, bad-request)",
+            self.admission_reviews.clone(),
+        );
+        registry.register(
             "events_dropped",
             "Pod events not published because the queue of events to publish was full",
             self.events_dropped.clone(),
         );
+    }
+
+    /// Reads the capacity gauges from `source` at every scrape (the controller's pod cache: the
+    /// conditions the leader wrote, so every replica reports the same). Set once; later calls
+    /// are ignored.
+    pub fn watch_capacity(&self, source: impl Fn() -> CapacityWaits + Send + Sync + 'static) {
+        let _ = self.capacity.set(Box::new(source));
+    }
+
+    /// Sets the capacity gauges from their source, if one is set.
+    fn refresh_capacity(&self) {
+        let Some(source) = self.capacity.get() else {
+            return;
+        };
+        let waits = source();
+        for (reason, pods) in &waits.pods {
+            self.pods_waiting_for_capacity
+                .get_or_create(&ReasonLabel {
+                    reason: reason.as_str().to_owned(),
+                })
+                .set(i64::try_from(*pods).unwrap_or(i64::MAX));
+        }
+        self.capacity_wait_longest
+            .set(waits.longest.as_secs_f64().max(0.0));
     }
 
     /// Counts an attempt that did not place a pod, by the pod's reason.
@@ -170,13 +230,13 @@ impl Metrics {
 
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
-        tessera_process::MetricsText::encode(&self.registry)
-            .expect("writing to a String cannot fail")
+        tessera_process::MetricsText::encode(self).expect("writing to a String cannot fail")
     }
 }
 
 impl tessera_process::MetricsText for Metrics {
     fn encode(&self) -> Result<String, std::fmt::Error> {
+        self.refresh_capacity();
         tessera_process::MetricsText::encode(&self.registry)
     }
 }
@@ -209,6 +269,40 @@ mod tests {
         assert!(
             text.contains("tessera_controller_decision_duration_seconds_bucket{le=\"0.005\"} 1"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn the_capacity_gauges_are_read_at_each_scrape() {
+        let m = Metrics::new();
+        let waits = std::sync::Arc::new(std::sync::Mutex::new(CapacityWaits::default()));
+        let source = waits.clone();
+        m.watch_capacity(move || source.lock().unwrap().clone());
+        *waits.lock().unwrap() = CapacityWaits {
+            pods: [
+                (PodReason::Unsatisfiable, 3),
+                (PodReason::GroupUnsatisfiable, 0),
+            ]
+            .into(),
+            longest: k8s_openapi::jiff::SignedDuration::from_secs(90),
+        };
+        let text = m.encode();
+        for line in [
+            "tessera_controller_pods_waiting_for_capacity{reason=\"Unsatisfiable\"} 3",
+            "tessera_controller_pods_waiting_for_capacity{reason=\"GroupUnsatisfiable\"} 0",
+            "tessera_controller_capacity_wait_longest_seconds 90.0",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        waits
+            .lock()
+            .unwrap()
+            .pods
+            .insert(PodReason::Unsatisfiable, 0);
+        assert!(
+            m.encode().contains(
+                "tessera_controller_pods_waiting_for_capacity{reason=\"Unsatisfiable\"} 0"
+            )
         );
     }
 }

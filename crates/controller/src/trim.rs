@@ -12,7 +12,9 @@ use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use tessera_api::names::{GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION};
+use tessera_api::names::{
+    DEVICE_PLUGIN_CONVERSION_ANNOTATION, GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION,
+};
 
 use tessera_placement::protocol::{
     CLAIM_MARK_ANNOTATION, PLACEMENT_CONDITION, POD_PLACEMENT_ANNOTATION,
@@ -59,10 +61,15 @@ pub fn pod(pod: &mut Pod) {
             .map(|v| BTreeMap::from([(GROUP_LABEL.to_owned(), v)]))
     });
     let mut annotations = pod.metadata.annotations.take().unwrap_or_default();
-    let kept: BTreeMap<String, String> = [POD_PLACEMENT_ANNOTATION, GROUP_MIN_COUNT_ANNOTATION]
-        .into_iter()
-        .filter_map(|name| annotations.remove_entry(name))
-        .collect();
+    // The conversion's record: which templates the controller creates for the pod.
+    let kept: BTreeMap<String, String> = [
+        POD_PLACEMENT_ANNOTATION,
+        GROUP_MIN_COUNT_ANNOTATION,
+        DEVICE_PLUGIN_CONVERSION_ANNOTATION,
+    ]
+    .into_iter()
+    .filter_map(|name| annotations.remove_entry(name))
+    .collect();
     meta.annotations = (!kept.is_empty()).then_some(kept);
     let spec = pod.spec.take().map(|s| PodSpec {
         node_name: s.node_name,
@@ -179,6 +186,10 @@ mod tests {
                     ("big".to_owned(), "x".repeat(1000)),
                     (POD_PLACEMENT_ANNOTATION.to_owned(), "{}".to_owned()),
                     (GROUP_MIN_COUNT_ANNOTATION.to_owned(), "2".to_owned()),
+                    (
+                        DEVICE_PLUGIN_CONVERSION_ANNOTATION.to_owned(),
+                        "[]".to_owned(),
+                    ),
                 ])),
                 labels: Some(BTreeMap::from([
                     ("app".to_owned(), "x".to_owned()),
@@ -244,7 +255,11 @@ mod tests {
                 .unwrap()
                 .keys()
                 .collect::<Vec<_>>(),
-            [GROUP_MIN_COUNT_ANNOTATION, POD_PLACEMENT_ANNOTATION]
+            [
+                DEVICE_PLUGIN_CONVERSION_ANNOTATION,
+                GROUP_MIN_COUNT_ANNOTATION,
+                POD_PLACEMENT_ANNOTATION
+            ]
         );
         assert_eq!(
             meta.labels,

@@ -3,6 +3,7 @@
 //! waiting for (wake parked pods), or the devices, classes or nodes (rebuild the inventory) — and
 //! telling [`Tracked`] which claim or pod changed (what the cluster uses is kept current).
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
@@ -11,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{
-    Node, Pod, PodResourceClaim, PodResourceClaimStatus, PodSchedulingGate,
+    Affinity, Node, Pod, PodResourceClaim, PodResourceClaimStatus, PodSchedulingGate, Toleration,
 };
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
@@ -101,11 +102,17 @@ fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Str
     tessera_placement::protocol::object_key(meta)
 }
 
-/// The fields whose change means a candidate pod must be looked at again.
+/// The fields whose change means a candidate pod must be looked at again: its gates (another
+/// component's removed, e.g. Kueue admitting the pod) and the scheduling directives that may
+/// change while it is gated (Kueue adds its flavor's nodeSelector and tolerations in the same
+/// write that removes its gates).
 #[derive(PartialEq)]
 struct PodWork<'p> {
     uid: Option<&'p str>,
     gates: Option<&'p Vec<PodSchedulingGate>>,
+    node_selector: Option<&'p BTreeMap<String, String>>,
+    affinity: Option<&'p Affinity>,
+    tolerations: Option<&'p Vec<Toleration>>,
     claims: Option<&'p Vec<PodResourceClaim>>,
     statuses: Option<&'p Vec<PodResourceClaimStatus>>,
     placement: Option<&'p String>,
@@ -115,6 +122,9 @@ fn pod_work<'p>(pod: &'p Pod, gate: &str) -> Option<PodWork<'p>> {
     is_candidate(pod, gate).then(|| PodWork {
         uid: pod.metadata.uid.as_deref(),
         gates: pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()),
+        node_selector: pod.spec.as_ref().and_then(|s| s.node_selector.as_ref()),
+        affinity: pod.spec.as_ref().and_then(|s| s.affinity.as_ref()),
+        tolerations: pod.spec.as_ref().and_then(|s| s.tolerations.as_ref()),
         claims: pod.spec.as_ref().and_then(|s| s.resource_claims.as_ref()),
         statuses: pod
             .status

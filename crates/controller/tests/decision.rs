@@ -101,6 +101,11 @@ fn shape(step: &Step) -> String {
             None => format!("release {} unrecorded", name(pod)),
         },
         Step::Notify { pod, notice } => format!("report {} {}", name(pod), notice.reason),
+        Step::CreateTemplate { pod, template } => format!(
+            "create template {} for {}",
+            template.metadata.name.as_deref().unwrap_or_default(),
+            name(pod)
+        ),
         Step::Count(count) => format!("count {count:?}"),
         Step::Remember(w) => format!("remember {}", w.key),
         Step::Forget(key) => format!("forget {key}"),
@@ -287,4 +292,125 @@ fn a_group_that_does_not_fit_remembers_itself_undoes_its_leftovers_and_waits() {
         ]
     );
     assert_eq!(decision.then, Then::Park);
+}
+
+/// Adds the scheduling gates `gates` after the pod's own (as Kueue's webhook adds its gates).
+fn hold(pod: &mut Pod, gates: &[&str]) {
+    let spec = pod.spec.as_mut().unwrap();
+    let list = spec.scheduling_gates.get_or_insert_with(Vec::new);
+    list.extend(
+        gates
+            .iter()
+            .map(|g| k8s_openapi::api::core::v1::PodSchedulingGate {
+                name: (*g).to_owned(),
+            }),
+    );
+}
+
+const KUEUE_GATES: [&str; 2] = ["kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"];
+
+#[test]
+fn a_pod_another_gate_holds_gets_nothing_allocated_and_is_told_which_gates() {
+    let mut objects = cluster(&["dgx-a"]);
+    let mut pod = pod(&mut objects, "queued", 4, "2026-11-22T09:00:00Z");
+    hold(&mut pod, &KUEUE_GATES);
+    objects.pods.push(pod.clone());
+    let decision = decided(&objects, &Arc::new(pod), &[]);
+    let Ruling::Pod(PodVerdict::WaitingForGates { gates, message }) = &decision.ruling else {
+        panic!("waits for the gates: {:?}", decision.ruling);
+    };
+    assert_eq!(gates, &KUEUE_GATES);
+    assert!(
+        message.contains("kueue.x-k8s.io/admission, kueue.x-k8s.io/topology")
+            && message.contains("Kueue removes its gates"),
+        "{message}"
+    );
+    assert!(
+        decision.first.is_empty(),
+        "nothing written, nothing counted"
+    );
+    let per_pod: Vec<Vec<String>> = decision.per_pod.iter().map(|s| shapes(s)).collect();
+    assert_eq!(per_pod, [["report queued WaitingForGates"]]);
+    let Step::Notify { notice, .. } = &decision.per_pod[0][0] else {
+        panic!("a report");
+    };
+    assert_eq!(notice.kind, EventKind::Normal);
+    assert_eq!(
+        decision.then,
+        Then::Done,
+        "not parked: removing a gate changes the pod, which queues it again"
+    );
+    assert!(!decision.ruling.planned());
+}
+
+#[test]
+fn a_released_pod_another_gate_still_holds_keeps_its_claims_and_is_left_alone() {
+    let mut objects = cluster(&["dgx-a"]);
+    let mut pod = pod(&mut objects, "early", 4, "2026-11-22T09:00:00Z");
+    // Released (its gate removed, its placement recorded) while someone else's gate stayed.
+    let spec = pod.spec.as_mut().unwrap();
+    spec.scheduling_gates = Some(vec![k8s_openapi::api::core::v1::PodSchedulingGate {
+        name: "example.com/hold".into(),
+    }]);
+    let record = tessera_placement::protocol::PodPlacement {
+        node: "dgx-a".into(),
+        ..Default::default()
+    };
+    pod.metadata.annotations = Some(BTreeMap::from([(
+        tessera_placement::protocol::POD_PLACEMENT_ANNOTATION.to_owned(),
+        record.to_annotation(),
+    )]));
+    objects.pods.push(pod.clone());
+    let decision = decided(&objects, &Arc::new(pod), &[]);
+    let Ruling::Pod(PodVerdict::WaitingForGates { gates, message }) = &decision.ruling else {
+        panic!("waits for the gate: {:?}", decision.ruling);
+    };
+    assert_eq!(gates, &["example.com/hold"]);
+    assert!(message.starts_with("released already"), "{message}");
+    assert!(decision.first.is_empty() && decision.per_pod.is_empty());
+    assert_eq!(decision.then, Then::Done);
+}
+
+#[test]
+fn a_group_waits_while_a_member_is_held_by_another_gate_and_tells_only_the_free_members() {
+    let mut objects = cluster(&["dgx-a", "dgx-b"]);
+    let pods = add_group(&mut objects, "train", 2, 8);
+    let held = objects
+        .pods
+        .iter_mut()
+        .find(|p| p.metadata.name.as_deref() == Some("train-1"))
+        .unwrap();
+    hold(held, &["example.com/hold"]);
+    let held = Arc::new(held.clone());
+    let decision = decided(&objects, &pods[0], &[]);
+    let Ruling::Group(GroupVerdict::Decided { members, plan, .. }) = &decision.ruling else {
+        panic!("the group is decided: {:?}", decision.ruling);
+    };
+    assert_eq!(members, &["ml/train-0"], "the held member is not placed");
+    let tessera_placement::group::GroupOutcome::Wait {
+        reason, message, ..
+    } = &plan.outcome
+    else {
+        panic!("the group waits: {:?}", plan.outcome);
+    };
+    assert_eq!(*reason, PodReason::WaitingForGroup);
+    assert!(
+        message.contains("1 of them exist but are held by other scheduling gates"),
+        "{message}"
+    );
+    assert!(
+        !shapes(&decision.first)
+            .iter()
+            .any(|s| s.starts_with("allocate")),
+        "nothing allocated: {:?}",
+        shapes(&decision.first)
+    );
+    let reports: Vec<String> = decision.per_pod.iter().flat_map(|s| shapes(s)).collect();
+    assert_eq!(reports, ["report train-0 WaitingForGroup"]);
+    // The held member itself waits for its gate.
+    let decision = decided(&objects, &held, &[]);
+    assert!(matches!(
+        decision.ruling,
+        Ruling::Pod(PodVerdict::WaitingForGates { .. })
+    ));
 }

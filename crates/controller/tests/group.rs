@@ -140,6 +140,7 @@ impl World {
                 .map(|(pod, claims)| Member { pod, claims })
                 .collect(),
             unresolved: 0,
+            held: 0,
         };
         let in_use = AllocatedState::from_claims(&self.claims).unwrap();
         let usage = HashMap::new();
@@ -318,6 +319,7 @@ fn two_gangs_that_do_not_fit_together_one_runs_the_other_waits() {
             .map(|(pod, claims)| Member { pod, claims })
             .collect(),
         unresolved: 0,
+        held: 0,
     };
     let unmanaged = Arc::new(DeviceIndex::new(Vec::new(), Vec::new(), Vec::new()));
     let settings = Settings::new(tessera_api::names::TOPOLOGY_AWARE_GATE);

@@ -200,6 +200,23 @@ async fn the_controllers_writes_name_tessera_as_their_field_manager() {
     }
 }
 
+/// Waits until the controller's metrics contain `line` (they are read from its caches, which
+/// follow the API server's writes within moments).
+async fn scraped(controller: &Running, line: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = controller.metrics.encode();
+        if text.contains(line) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{line} missing from\n{text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_fits_nowhere_is_told_why_and_placed_when_room_appears() {
     let api = cluster(1, 1);
@@ -229,12 +246,15 @@ async fn a_pod_that_fits_nowhere_is_told_why_and_placed_when_room_appears() {
         tessera_api::names::TOPOLOGY_AWARE_GATE
     ));
     assert!(placement(&claim(&api, "big")).is_none());
+    let waiting = "tessera_controller_pods_waiting_for_capacity{reason=\"Unsatisfiable\"}";
+    scraped(&controller, &format!("{waiting} 1")).await;
 
     // The other claim goes away: the pod is retried and placed.
     api.remove::<ResourceClaim>(Some(NS), "taken");
     released(&api, "trainer").await;
     let (node, devices) = allocated_claim(&api, "big").await;
     assert_eq!((node.as_str(), devices.len()), ("dgx-0", 8));
+    scraped(&controller, &format!("{waiting} 0")).await;
     assert!(
         controller
             .metrics

@@ -174,6 +174,7 @@ fn measure(gpus: u32, context: &PodContext<'_>, settings: &Settings) -> Row {
             .map(|(pod, claims)| Member { pod, claims })
             .collect(),
         unresolved: 0,
+        held: 0,
     };
     // The decision's clock only dates waiting groups; a fixed instant keeps the bench
     // independent of jiff's `std` feature (not enabled when this package builds alone).

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 
 use crate::group::membership::GroupKey;
@@ -98,6 +98,12 @@ pub enum Step {
     /// Sets the pod's condition and records an event, unless the condition already says the
     /// same.
     Notify { pod: Arc<Pod>, notice: Notice },
+    /// Creates the ResourceClaimTemplate a pod converted from the device plugin names and that
+    /// does not exist (docs/admission.md); one that exists meanwhile is fine.
+    CreateTemplate {
+        pod: Arc<Pod>,
+        template: Arc<ResourceClaimTemplate>,
+    },
     /// Counts in the controller's metrics.
     Count(Count),
     /// Remembers a group that waits for capacity (kept if it is remembered already).
@@ -167,6 +173,9 @@ impl Ruling {
 pub enum PodVerdict {
     /// The controller leaves the pod alone (why).
     NotCandidate(String),
+    /// Other components' scheduling gates (`gates`, in the pod's order) still hold the pod: the
+    /// controller allocates nothing for it until they are removed.
+    WaitingForGates { gates: Vec<String>, message: String },
     /// A group that arrived earlier waits for capacity and holds the pod back.
     HeldBack { by: Waiting, message: String },
     /// A claim of the pod does not exist yet or is being replaced (why).

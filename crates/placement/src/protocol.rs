@@ -126,6 +126,20 @@ pub fn is_gated(pod: &Pod, gate: &str) -> bool {
         .is_some_and(|gates| gates.iter().any(|g| g.name == gate))
 }
 
+/// The pod's scheduling gates other than `gate`, in the pod's order: someone else's hold on the
+/// pod (Kueue's `kueue.x-k8s.io/admission` and `kueue.x-k8s.io/topology` until it admits the
+/// workload, any other). The controller decides a pod only once none is left.
+pub fn foreign_gates(pod: &Pod, gate: &str) -> Vec<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|g| g.name != gate)
+        .map(|g| g.name.clone())
+        .collect()
+}
+
 /// Whether the pod is bound to a node.
 pub fn is_bound(pod: &Pod) -> bool {
     pod.spec

@@ -28,6 +28,9 @@ pub enum PodReason {
     WaitingForGroup,
     /// The group does not fit now.
     GroupUnsatisfiable,
+    /// Another component's scheduling gate still holds the pod (a queue that has not admitted
+    /// it): the controller decides it once its own gate is the last one.
+    WaitingForGates,
 }
 
 impl PodReason {
@@ -43,14 +46,56 @@ impl PodReason {
             PodReason::WaitingBehindGroup => "WaitingBehindGroup",
             PodReason::WaitingForGroup => "WaitingForGroup",
             PodReason::GroupUnsatisfiable => "GroupUnsatisfiable",
+            PodReason::WaitingForGates => "WaitingForGates",
         }
+    }
+
+    /// The reason a condition or event spells `wire`, if it is one of the controller's.
+    pub fn from_wire(wire: &str) -> Option<PodReason> {
+        ALL.iter().copied().find(|r| r.as_str() == wire)
     }
 
     /// Whether the pod's claims are placed: the condition's status is `True`.
     pub fn placed(self) -> bool {
         matches!(self, PodReason::Allocated | PodReason::AlreadyAllocated)
     }
+
+    /// The status of the pod's condition with this reason: `True` once placed, `Unknown` while
+    /// another component's gate holds the pod (the controller has not decided yet, so the
+    /// condition's `lastTransitionTime` moves when it first decides), `False` otherwise.
+    pub fn condition_status(self) -> &'static str {
+        if self.placed() {
+            "True"
+        } else if self == PodReason::WaitingForGates {
+            "Unknown"
+        } else {
+            "False"
+        }
+    }
+
+    /// Whether the pod waits because the cluster has no room for it now (alone or with its
+    /// group): what the controller's capacity metric counts and operators alert on.
+    pub fn lacks_capacity(self) -> bool {
+        matches!(
+            self,
+            PodReason::Unsatisfiable | PodReason::GroupUnsatisfiable
+        )
+    }
 }
+
+/// Every reason, in declaration order.
+const ALL: [PodReason; 10] = [
+    PodReason::Allocated,
+    PodReason::AlreadyAllocated,
+    PodReason::LeftToScheduler,
+    PodReason::Unsatisfiable,
+    PodReason::InvalidInput,
+    PodReason::WaitingForClaims,
+    PodReason::WaitingBehindGroup,
+    PodReason::WaitingForGroup,
+    PodReason::GroupUnsatisfiable,
+    PodReason::WaitingForGates,
+];
 
 impl fmt::Display for PodReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -88,8 +133,11 @@ mod tests {
             (PodReason::WaitingBehindGroup, "WaitingBehindGroup"),
             (PodReason::WaitingForGroup, "WaitingForGroup"),
             (PodReason::GroupUnsatisfiable, "GroupUnsatisfiable"),
+            (PodReason::WaitingForGates, "WaitingForGates"),
         ];
+        assert_eq!(all.len(), ALL.len(), "every reason is listed");
         for (reason, wire) in all {
+            assert_eq!(PodReason::from_wire(wire), Some(reason));
             assert_eq!(reason.as_str(), wire);
             assert_eq!(reason.to_string(), wire);
             assert_eq!(serde_json::to_value(reason).unwrap(), wire);
@@ -100,5 +148,24 @@ mod tests {
             [PodReason::Allocated, PodReason::AlreadyAllocated],
             "only these set the condition True"
         );
+        let capacity: Vec<PodReason> = all
+            .iter()
+            .map(|(r, _)| *r)
+            .filter(|r| r.lacks_capacity())
+            .collect();
+        assert_eq!(
+            capacity,
+            [PodReason::Unsatisfiable, PodReason::GroupUnsatisfiable],
+            "only these are a lack of capacity"
+        );
+        assert_eq!(PodReason::from_wire("Unschedulable"), None);
+        let statuses: Vec<&str> = [
+            PodReason::Allocated,
+            PodReason::WaitingForGates,
+            PodReason::Unsatisfiable,
+        ]
+        .map(PodReason::condition_status)
+        .to_vec();
+        assert_eq!(statuses, ["True", "Unknown", "False"]);
     }
 }

@@ -26,6 +26,10 @@ pub enum Resolution {
     Waiting(String),
     /// The pod spec cannot be satisfied as written.
     Invalid(String),
+    /// A claim's ResourceClaimTemplate `template` does not exist (why): the pod cannot be
+    /// satisfied as written, unless the template is one the controller creates (a pod converted
+    /// from the device plugin, docs/admission.md).
+    MissingTemplate { template: String, message: String },
 }
 
 /// Resolves the claims of `pod`. `claim` looks a claim up by name in the pod's namespace;
@@ -89,11 +93,14 @@ fn claim_name(
         (None, Some(template)) => {
             let Some(status) = statuses.iter().find(|s| s.name == entry.name) else {
                 if !template_exists(template) {
-                    return Err(Resolution::Invalid(format!(
-                        "pod {pod_name}: resource claim {}: ResourceClaimTemplate {template} does not exist; \
-                         create it or fix resourceClaimTemplateName",
-                        entry.name
-                    )));
+                    return Err(Resolution::MissingTemplate {
+                        template: template.clone(),
+                        message: format!(
+                            "pod {pod_name}: resource claim {}: ResourceClaimTemplate {template} does not exist; \
+                             create it or fix resourceClaimTemplateName",
+                            entry.name
+                        ),
+                    });
                 }
                 return Err(Resolution::Waiting(format!(
                     "pod {pod_name}: resource claim {}: the claim from template {template} has not been \
@@ -318,11 +325,16 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_template_and_a_malformed_entry_are_invalid() {
+    fn a_missing_template_is_named_and_a_malformed_entry_is_invalid() {
         let p = pod(vec![templated("gpus", "no-such-template")], vec![]);
-        let Resolution::Invalid(why) = run(&p, &[]) else {
-            panic!("expected invalid");
+        let Resolution::MissingTemplate {
+            template,
+            message: why,
+        } = run(&p, &[])
+        else {
+            panic!("expected a missing template");
         };
+        assert_eq!(template, "no-such-template");
         assert!(
             why.contains("ResourceClaimTemplate no-such-template does not exist"),
             "{why}"

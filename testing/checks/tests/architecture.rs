@@ -25,6 +25,7 @@ const PURE: &[&str] = &[
     "tessera-gpu-inventory",
     "tessera-cdi",
     "tessera-placement",
+    "tessera-admission",
     "tessera-driver-root",
 ];
 const IO: &[&str] = &[

@@ -536,7 +536,7 @@ mod tests {
                 .code,
             404
         );
-        assert_eq!(route("/api/v1/secrets").unwrap_err().code, 404);
+        assert_eq!(route("/api/v1/configmaps").unwrap_err().code, 404);
         assert_eq!(route("/api/v1/nodes/n/proxy").unwrap_err().code, 404);
         assert_eq!(
             route("/apis/resource.k8s.io/v1beta1/resourceslices")

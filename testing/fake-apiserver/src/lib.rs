@@ -10,8 +10,9 @@
 //!
 //! - `resource.k8s.io/v1`: ResourceSlices, ResourceClaims (+status), ResourceClaimTemplates,
 //!   DeviceClasses;
-//! - `v1`: Nodes (+status), Namespaces (+status), Pods (+status), Events;
-//! - `events.k8s.io/v1` Events, `coordination.k8s.io/v1` Leases;
+//! - `v1`: Nodes (+status), Namespaces (+status), Pods (+status), Events, Secrets;
+//! - `events.k8s.io/v1` Events, `coordination.k8s.io/v1` Leases,
+//!   `admissionregistration.k8s.io/v1` MutatingWebhookConfigurations;
 //!
 //! plus `/version` and the legacy discovery documents.
 //!

@@ -146,6 +146,26 @@ pub const BUILTIN_RESOURCES: &[ResourceType] = &[
         ],
     },
     ResourceType {
+        group: "",
+        version: "v1",
+        plural: "secrets",
+        kind: "Secret",
+        namespaced: true,
+        status_subresource: false,
+        status_on_create: StatusOnCreate::Keep,
+        field_selectors: &["type"],
+    },
+    ResourceType {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        plural: "mutatingwebhookconfigurations",
+        kind: "MutatingWebhookConfiguration",
+        namespaced: false,
+        status_subresource: false,
+        status_on_create: StatusOnCreate::Keep,
+        field_selectors: &[],
+    },
+    ResourceType {
         group: "coordination.k8s.io",
         version: "v1",
         plural: "leases",
@@ -242,7 +262,7 @@ mod tests {
             by_name("events.events.k8s.io").map(|r| r.group),
             Some("events.k8s.io")
         );
-        assert!(by_name("secrets").is_none());
+        assert!(by_name("configmaps").is_none());
     }
 
     #[test]

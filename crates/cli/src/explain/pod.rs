@@ -21,7 +21,7 @@ use crate::output::OutputFormat;
 struct PodReport {
     pod: String,
     /// `Place`, `Release`, `LeaveToScheduler`, `CannotPlace`, `Nothing`, `NotCandidate`,
-    /// `WaitingForClaims`, `WaitingBehindGroup` or `InvalidClaims`.
+    /// `WaitingForClaims`, `WaitingForGates`, `WaitingBehindGroup` or `InvalidClaims`.
     action: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     node: Option<String>,
@@ -38,6 +38,9 @@ struct PodReport {
     reason: Option<PodReason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
+    /// Other components' scheduling gates that still hold the pod (`WaitingForGates`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    gates: Vec<String>,
     /// The claim kube-scheduler made for the pod's extended resources
     /// (`status.extendedResourceClaimStatus`), as NAMESPACE/NAME: `--claim` explains it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -60,29 +63,25 @@ fn report(pod: &str, verdict: PodVerdict) -> PodReport {
         ..PodReport::default()
     };
     let decision = match verdict {
-        PodVerdict::NotCandidate(why) => {
-            report.action = "NotCandidate";
-            report.message = Some(why);
-            return report;
+        PodVerdict::Decided(PodPlan { action, .. }) => action,
+        PodVerdict::NotCandidate(why) => return undecided(report, "NotCandidate", None, why),
+        PodVerdict::WaitingForGates { gates, message } => {
+            report.gates = gates;
+            let reason = PodReason::WaitingForGates;
+            return undecided(report, reason.as_str(), Some(reason), message);
         }
         PodVerdict::HeldBack { message, .. } => {
-            report.action = PodReason::WaitingBehindGroup.as_str();
-            report.reason = Some(PodReason::WaitingBehindGroup);
-            report.message = Some(message);
-            return report;
+            let reason = PodReason::WaitingBehindGroup;
+            return undecided(report, reason.as_str(), Some(reason), message);
         }
         PodVerdict::WaitingForClaims(why) => {
-            report.action = PodReason::WaitingForClaims.as_str();
-            report.message = Some(why);
-            return report;
+            let action = PodReason::WaitingForClaims.as_str();
+            return undecided(report, action, None, why);
         }
         PodVerdict::InvalidClaims(why) => {
-            report.action = "InvalidClaims";
-            report.reason = Some(PodReason::InvalidInput);
-            report.message = Some(why);
-            return report;
+            let reason = Some(PodReason::InvalidInput);
+            return undecided(report, "InvalidClaims", reason, why);
         }
-        PodVerdict::Decided(PodPlan { action, .. }) => action,
     };
     match decision {
         Action::Place(Placement {
@@ -129,6 +128,19 @@ fn report(pod: &str, verdict: PodVerdict) -> PodReport {
         }
         Action::Nothing => report.action = "Nothing",
     }
+    report
+}
+
+/// `report` for a pod the planner did not decide: why it is left alone or waits.
+fn undecided(
+    mut report: PodReport,
+    action: &'static str,
+    reason: Option<PodReason>,
+    message: String,
+) -> PodReport {
+    report.action = action;
+    report.reason = reason;
+    report.message = Some(message);
     report
 }
 
@@ -197,35 +209,7 @@ fn write_text(out: &mut impl Write, r: &PodReport, settings: &Settings) -> anyho
     let pod = &r.pod;
     let message = r.message.as_deref().unwrap_or_default();
     match r.action {
-        "Place" => {
-            writeln!(
-                out,
-                "pod {pod}: the controller places its claims on node {} ({}):",
-                r.node.as_deref().unwrap_or_default(),
-                settings.options.mode
-            )?;
-            if !r.undo.is_empty() {
-                writeln!(
-                    out,
-                    "  first clearing its own earlier allocations of {}",
-                    r.undo.join(", ")
-                )?;
-            }
-            for claim in &r.claims {
-                writeln!(out, "  claim {}:", claim.claim)?;
-                let results = claim.allocation.devices.as_ref();
-                for result in results
-                    .and_then(|d| d.results.as_deref())
-                    .unwrap_or_default()
-                {
-                    writeln!(out, "    {}", result_line(result))?;
-                }
-            }
-            writeln!(out, "  score: {}", r.score.as_deref().unwrap_or_default())?;
-            if !message.is_empty() {
-                writeln!(out, "  note: {message}")?;
-            }
-        }
+        "Place" => write_placement(out, r, settings)?,
         "Release" => match &r.node {
             Some(node) => writeln!(
                 out,
@@ -257,6 +241,11 @@ fn write_text(out: &mut impl Write, r: &PodReport, settings: &Settings) -> anyho
         action if action == PodReason::WaitingForClaims.as_str() => {
             writeln!(out, "pod {pod} waits for its claims: {message}")?
         }
+        action if action == PodReason::WaitingForGates.as_str() => writeln!(
+            out,
+            "pod {pod} waits for other scheduling gates ({}): {message}",
+            r.gates.join(", ")
+        )?,
         "Nothing" => writeln!(
             out,
             "pod {pod}: nothing to do (released, every claim allocated)"
@@ -269,6 +258,40 @@ fn write_text(out: &mut impl Write, r: &PodReport, settings: &Settings) -> anyho
             "  its extended resources are in claim {claim}, made and allocated by kube-scheduler \
              (tessera explain --claim {claim} explains it)"
         )?;
+    }
+    Ok(())
+}
+
+/// The text for a pod the controller places: node, claims with their devices, score.
+fn write_placement(out: &mut impl Write, r: &PodReport, settings: &Settings) -> anyhow::Result<()> {
+    let pod = &r.pod;
+    let message = r.message.as_deref().unwrap_or_default();
+    writeln!(
+        out,
+        "pod {pod}: the controller places its claims on node {} ({}):",
+        r.node.as_deref().unwrap_or_default(),
+        settings.options.mode
+    )?;
+    if !r.undo.is_empty() {
+        writeln!(
+            out,
+            "  first clearing its own earlier allocations of {}",
+            r.undo.join(", ")
+        )?;
+    }
+    for claim in &r.claims {
+        writeln!(out, "  claim {}:", claim.claim)?;
+        let results = claim.allocation.devices.as_ref();
+        for result in results
+            .and_then(|d| d.results.as_deref())
+            .unwrap_or_default()
+        {
+            writeln!(out, "    {}", result_line(result))?;
+        }
+    }
+    writeln!(out, "  score: {}", r.score.as_deref().unwrap_or_default())?;
+    if !message.is_empty() {
+        writeln!(out, "  note: {message}")?;
     }
     Ok(())
 }

@@ -225,3 +225,107 @@ data:
     assert_eq!(bad.len(), 1, "{bad:?}");
     assert!(bad[0].contains("data.big"), "{bad:?}");
 }
+
+fn migrate_converting_pods(text: &str) -> Migration {
+    let mut migration = Migration {
+        pod_conversion: Some(pods::chart_table()),
+        ..Migration::default()
+    };
+    migrate_text(&mut migration, Path::new("in.yaml"), text);
+    migration
+}
+
+const DEVICE_PLUGIN_WORKLOADS: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: train, namespace: team-a}
+spec:
+  template:
+    spec:
+      containers:
+      - name: main
+        resources: {limits: {nvidia.com/gpu: 4, memory: 1Gi}}
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly, namespace: team-a}
+spec:
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          containers:
+          - name: main
+            resources: {limits: {nvidia.com/gpu: 4}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: pinned, namespace: team-a}
+spec:
+  nodeName: node-1
+  containers:
+  - name: main
+    resources: {limits: {nvidia.com/mig-1g.10gb: 1}}
+"#;
+
+#[test]
+fn device_plugin_pods_are_converted_only_when_asked() {
+    let plain = migrate(DEVICE_PLUGIN_WORKLOADS);
+    assert_eq!(plain.files[0].1.len(), 3, "objects pass through");
+    assert_eq!(
+        plain.files[0].1[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+        4
+    );
+    assert!(plain.report.is_empty(), "{:?}", plain.report);
+}
+
+#[test]
+fn device_plugin_pods_get_claims_the_gate_and_their_templates() {
+    let m = migrate_converting_pods(DEVICE_PLUGIN_WORKLOADS);
+    let objects = &m.files[0].1;
+    // Deployment, its template, CronJob (same template, printed once), Pod.
+    let kinds: Vec<&str> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["Deployment", "ResourceClaimTemplate", "CronJob", "Pod"]
+    );
+    let deployment = &objects[0]["spec"]["template"]["spec"];
+    assert_eq!(
+        deployment["resourceClaims"][0]["resourceClaimTemplateName"],
+        "tessera-gpu-4"
+    );
+    assert_eq!(
+        deployment["schedulingGates"][0]["name"],
+        "gpu.tessera.dev/topology-aware"
+    );
+    assert_eq!(
+        serde_json::to_value(&deployment["containers"][0]["resources"]).unwrap(),
+        serde_json::json!({"claims": [{"name": "tessera-gpu-c0"}], "limits": {"memory": "1Gi"}})
+    );
+    let cron = &objects[2]["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+    assert_eq!(cron["resourceClaims"][0]["name"], "tessera-gpu-c0");
+    let template = &objects[1];
+    assert_eq!(template["metadata"]["namespace"], "team-a");
+    assert_eq!(
+        template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"],
+        4
+    );
+    // The bound pod is left as written, and the report says why.
+    assert_eq!(
+        objects[3]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-1g.10gb"],
+        1
+    );
+    assert_eq!(
+        lines(&m, true),
+        [
+            "in.yaml: Pod/team-a/pinned: not carried over: spec: device-plugin conversion skipped: the pod is bound to node node-1 (spec.nodeName): a bound pod cannot get a scheduling gate"
+        ]
+    );
+    assert_eq!(
+        lines(&m, false)[0],
+        "in.yaml: Deployment/team-a/train: spec.template.spec.containers[main].resources: nvidia.com/gpu: 4 → claim tessera-gpu-c0 from ResourceClaimTemplate tessera-gpu-4 (class gpu.tessera.dev), gate gpu.tessera.dev/topology-aware"
+    );
+}

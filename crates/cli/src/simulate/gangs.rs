@@ -441,6 +441,7 @@ fn controller(
             .map(|(pod, claims)| Member { pod, claims })
             .collect(),
         unresolved: 0,
+        held: 0,
     };
     let usage = HashMap::new();
     let unmanaged = Arc::new(DeviceIndex::new(Vec::new(), Vec::new(), Vec::new()));

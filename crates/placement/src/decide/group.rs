@@ -25,7 +25,7 @@ use crate::group::score::GroupScore;
 use crate::group::search::{GroupInput, GroupOutcome, GroupPlan, Member, decide_group};
 use crate::group::starvation::{Waiting, fits_when_free};
 use crate::planner::Action;
-use crate::protocol::{PodPlacement, is_gated, object_key};
+use crate::protocol::{PodPlacement, foreign_gates, is_gated, object_key};
 use crate::reason::{EventKind, PodReason};
 use crate::resolve::{PodClaim, Resolution};
 use crate::view::Settings;
@@ -35,8 +35,10 @@ struct Gathered {
     key: GroupKey,
     /// Its pods that still matter ([`ClusterSource::group_pods`]).
     pods: Vec<Arc<Pod>>,
-    /// Those still gated.
+    /// Those gated by the controller alone: the members it may place now.
     gated: Vec<Arc<Pod>>,
+    /// How many are gated by the controller and still held by other components' gates too.
+    held: u32,
     /// How many were released or bound already.
     placed: u32,
     /// When its oldest gated pod was created: its place in line.
@@ -46,12 +48,14 @@ struct Gathered {
 impl Gathered {
     fn new(key: GroupKey, source: &dyn ClusterSource, settings: &Settings) -> Gathered {
         let pods = source.group_pods(&key);
-        let gated: Vec<Arc<Pod>> = pods
+        let (gated, held): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = pods
             .iter()
             .filter(|p| is_gated(p, &settings.gate))
             .cloned()
-            .collect();
-        let placed = u32::try_from(pods.len() - gated.len()).unwrap_or(u32::MAX);
+            .partition(|p| foreign_gates(p, &settings.gate).is_empty());
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let placed = count(pods.len() - gated.len() - held.len());
+        let held = count(held.len());
         let arrived = gated
             .iter()
             .map(|p| member_arrival(p))
@@ -61,6 +65,7 @@ impl Gathered {
             key,
             pods,
             gated,
+            held,
             placed,
             arrived,
         }
@@ -83,11 +88,11 @@ pub fn decide_for_group(
         Ok(None) => return decide_alone(pod, source, waiting, settings, now),
         Err(decision) => return *decision,
     };
-    let (resolved, unresolved) = match resolve_members(&group, source) {
+    let mut first = Vec::new();
+    let (resolved, unresolved) = match resolve_members(&group, source, &mut first) {
         Ok(members) => members,
         Err(decision) => return *decision,
     };
-    let mut first = Vec::new();
     let own = Some(&group.key);
     if let Some(by) = held_back(pod, own, source, waiting, settings, now, &mut first)
         .filter(|by| by.arrived < group.arrived)
@@ -106,6 +111,7 @@ pub fn decide_for_group(
             })
             .collect(),
         unresolved,
+        held: group.held,
     };
     let (plan, fits_free) = search(&input, source, waiting, settings, now);
     first.extend(fits_free.map(|fits_when_free| {
@@ -195,21 +201,25 @@ struct Resolved {
 }
 
 /// The gated members whose claims resolve, in the order to try them (arrival, then name), and
-/// how many still wait for their claims; `Err`: a member's claims are invalid.
+/// how many still wait for their claims (the templates the controller creates for them added to
+/// `creates`); `Err`: a member's claims are invalid.
 fn resolve_members(
     group: &Gathered,
     source: &dyn ClusterSource,
+    creates: &mut Vec<Step>,
 ) -> Result<(Vec<Resolved>, u32), Box<Decision>> {
     let mut resolved = Vec::new();
     let mut unresolved = 0;
     for member in &group.gated {
-        match resolve(member, source) {
+        let (resolution, create) = resolve(member, source);
+        creates.extend(create);
+        match resolution {
             Resolution::Resolved(claims) => resolved.push(Resolved {
                 pod: member.clone(),
                 claims,
             }),
             Resolution::Waiting(_) => unresolved += 1,
-            Resolution::Invalid(message) => {
+            Resolution::Invalid(message) | Resolution::MissingTemplate { message, .. } => {
                 let pod = object_key(&member.metadata);
                 let message = format!("{}: pod {pod}: {message}", group.key);
                 return Err(Box::new(invalid(group, message)));

@@ -12,11 +12,12 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::decision::{ClusterSource, Decision, PodVerdict, Ruling};
+use crate::decision::{ClusterSource, Decision, Notice, PodVerdict, Ruling, Step, Then};
 use crate::group::membership::{GroupKey, GroupSource, group_key};
 use crate::group::starvation::Waiting;
 use crate::pods::is_candidate;
-use crate::protocol::{is_bound, is_gated, is_terminal, object_key};
+use crate::protocol::{foreign_gates, is_bound, is_gated, is_terminal, object_key};
+use crate::reason::{EventKind, PodReason};
 use crate::view::Settings;
 
 /// What the controller configured with `settings` does with `pod` at `now`, reading the cluster
@@ -33,9 +34,64 @@ pub fn decide(
         let why = not_candidate_reason(pod, gate);
         return Decision::nothing(Ruling::Pod(PodVerdict::NotCandidate(why)));
     }
+    let foreign = foreign_gates(pod, gate);
+    if !foreign.is_empty() {
+        return waiting_for_gates(pod, foreign, source, gate);
+    }
     match is_gated(pod, gate).then(|| group_key(pod)).flatten() {
         Some(key) => group::decide_for_group(pod, key, source, waiting, settings, now),
         None => pod::decide_alone(pod, source, waiting, settings, now),
+    }
+}
+
+/// `pod` still carries other components' scheduling `gates`: nothing is allocated for it. A
+/// pod gated by the controller is told which gates it waits for, and the template its
+/// device-plugin conversion names is created meanwhile (a queue such as Kueue reads the template
+/// to count the pod's devices before it admits it); one the controller released
+/// already (its gate removed by someone else first, or released before a foreign gate was seen)
+/// keeps its claims and its condition and is bound once the gates are gone. Either way the pod
+/// leaves the queue: removing a gate changes the pod, which queues it again.
+fn waiting_for_gates(
+    pod: &Arc<Pod>,
+    gates: Vec<String>,
+    source: &dyn ClusterSource,
+    gate: &str,
+) -> Decision {
+    let listed = gates.join(", ");
+    let kueue = if gates.iter().any(|g| g.starts_with("kueue.x-k8s.io/")) {
+        " (Kueue removes its gates when it admits the pod's workload)"
+    } else {
+        ""
+    };
+    let message = if is_gated(pod, gate) {
+        format!(
+            "waiting for the scheduling gates {listed} to be removed{kueue}: the controller places a \
+             pod only once its own gate {gate} is the last one"
+        )
+    } else {
+        format!(
+            "released already; kube-scheduler binds it once the scheduling gates {listed} are \
+             removed{kueue}"
+        )
+    };
+    let notify = is_gated(pod, gate).then(|| Step::Notify {
+        pod: pod.clone(),
+        notice: Notice {
+            reason: PodReason::WaitingForGates,
+            message: message.clone(),
+            kind: EventKind::Normal,
+        },
+    });
+    let creates = if is_gated(pod, gate) {
+        pod::resolve(pod, source).1
+    } else {
+        Vec::new()
+    };
+    Decision {
+        ruling: Ruling::Pod(PodVerdict::WaitingForGates { gates, message }),
+        first: creates,
+        per_pod: notify.map(|step| vec![vec![step]]).unwrap_or_default(),
+        then: Then::Done,
     }
 }
 
@@ -47,7 +103,8 @@ pub fn pod_group_needed(pod: &Pod, settings: &Settings) -> Option<GroupKey> {
 
 /// The group `pod` is decided with: a gated pod the controller works on that names a group.
 fn gang_of(pod: &Pod, settings: &Settings) -> Option<GroupKey> {
-    if is_candidate(pod, &settings.gate) && is_gated(pod, &settings.gate) {
+    let gate = settings.gate.as_str();
+    if is_candidate(pod, gate) && is_gated(pod, gate) && foreign_gates(pod, gate).is_empty() {
         group_key(pod)
     } else {
         None

@@ -18,6 +18,7 @@ use crate::protocol::{PodPlacement, is_gated};
 use crate::reason::{EventKind, PodReason};
 use crate::resolve::{PodClaim, Resolution, resolve_claims};
 use crate::view::{Settings, decide_pod, decide_released};
+use tessera_admission::conversion::recorded_template;
 
 /// The decision for `pod`, a pod the controller works on ([`crate::pods::is_candidate`]),
 /// placed alone at `now`; `waiting`: the groups waiting for capacity.
@@ -46,7 +47,9 @@ pub fn decide_alone(
         let count = Some(PodReason::WaitingBehindGroup);
         return waiting_decision(verdict, forget, count, vec![report]);
     }
-    let claims = match resolve(pod, source) {
+    let (resolution, creates) = resolve(pod, source);
+    forget.extend(creates);
+    let claims = match resolution {
         Resolution::Resolved(claims) => claims,
         Resolution::Waiting(message) => {
             let report = waits(
@@ -59,7 +62,7 @@ pub fn decide_alone(
             let count = Some(PodReason::WaitingForClaims);
             return waiting_decision(verdict, forget, count, vec![report]);
         }
-        Resolution::Invalid(message) => {
+        Resolution::Invalid(message) | Resolution::MissingTemplate { message, .. } => {
             let report = waits(pod, PodReason::InvalidInput, &message, EventKind::Warning);
             let verdict = Ruling::Pod(PodVerdict::InvalidClaims(message));
             let count = Some(PodReason::InvalidInput);
@@ -81,14 +84,34 @@ pub fn decide_alone(
     }
 }
 
-/// The claims of `pod`, from `source`.
-pub(crate) fn resolve(pod: &Pod, source: &dyn ClusterSource) -> Resolution {
+/// The claims of `pod`, from `source`, and the steps that create what the controller keeps for
+/// them: a pod converted from the device plugin whose template is missing waits for its claims
+/// while the controller creates the template (kube-controller-manager then makes the claim).
+pub(crate) fn resolve(pod: &Arc<Pod>, source: &dyn ClusterSource) -> (Resolution, Vec<Step>) {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    resolve_claims(
+    let resolution = resolve_claims(
         pod,
         |claim| source.claim(namespace, claim),
         |template| source.template_exists(namespace, template),
-    )
+    );
+    let Resolution::MissingTemplate { template, message } = &resolution else {
+        return (resolution, Vec::new());
+    };
+    let annotations = pod.metadata.annotations.as_ref();
+    match recorded_template(annotations, template, namespace) {
+        Some(object) => {
+            let message = format!(
+                "{message}: the pod was converted from the device plugin, so the controller \
+                 creates the template; the claim follows"
+            );
+            let create = Step::CreateTemplate {
+                pod: pod.clone(),
+                template: Arc::new(object),
+            };
+            (Resolution::Waiting(message), vec![create])
+        }
+        None => (resolution, Vec::new()),
+    }
 }
 
 /// The planner's plan for `pod`. A released pod whose claims are all allocated (each placed pod

@@ -40,6 +40,9 @@ pub struct GroupInput<'a> {
     pub members: Vec<Member<'a>>,
     /// Pods of the group still waiting for their claims to be created.
     pub unresolved: u32,
+    /// Pods of the group still held by other components' scheduling gates (a queue that has not
+    /// admitted them): never placed until those gates are removed.
+    pub held: u32,
 }
 
 impl GroupInput<'_> {
@@ -199,13 +202,23 @@ fn short_of_pods(input: &GroupInput<'_>) -> Option<GroupPlan> {
         return None;
     }
     let missing = needed - have;
-    let claims = if input.unresolved > 0 {
-        format!(
-            " ({} of them exist but wait for their claims to be created)",
+    let mut notes = Vec::new();
+    if input.unresolved > 0 {
+        notes.push(format!(
+            "{} of them exist but wait for their claims to be created",
             input.unresolved
-        )
-    } else {
+        ));
+    }
+    if input.held > 0 {
+        notes.push(format!(
+            "{} of them exist but are held by other scheduling gates",
+            input.held
+        ));
+    }
+    let claims = if notes.is_empty() {
         String::new()
+    } else {
+        format!(" ({})", notes.join("; "))
     };
     Some(GroupPlan {
         outcome: GroupOutcome::Wait {

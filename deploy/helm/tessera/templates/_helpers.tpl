@@ -43,6 +43,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-controller" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The admission webhook's Service, Secret (<name>-certificates) and configuration. */}}
+{{- define "tessera.webhook.name" -}}
+{{- printf "%s-webhook" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/* The plugin's service account: serviceAccount.name, else the plugin's name. */}}
 {{- define "tessera.kubeletPlugin.serviceAccountName" -}}
 {{- default (include "tessera.kubeletPlugin.name" .) .Values.kubeletPlugin.serviceAccount.name }}

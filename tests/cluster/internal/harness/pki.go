@@ -42,6 +42,14 @@ var (
 	APIServerKubeletClient    = Identity{File: "apiserver-kubelet-client", User: "kube-apiserver-kubelet-client", Groups: []string{"system:masters"}}
 	// KubeProxyIdentity is bound to system:node-proxier by the RBAC bootstrap policy.
 	KubeProxyIdentity = Identity{File: "kube-proxy", User: "system:kube-proxy"}
+	// FrontProxyClient is the API server's certificate towards aggregated API
+	// servers (an APIService backed by a Service, e.g. Kueue's visibility API).
+	// They believe the user the API server names in its X-Remote-* headers only
+	// from a client certificate signed by the requestheader CA (here the
+	// cluster CA) whose CN is an allowed name (this one). Without it the
+	// aggregator's availability check is refused, the APIService stays
+	// unavailable, and namespace deletion waits for its discovery forever.
+	FrontProxyClient = Identity{File: "front-proxy-client", User: "front-proxy-client"}
 )
 
 // NodeIdentity is the credential of the kubelet on node.

@@ -172,7 +172,8 @@ func prepare(layout Layout, opts UpOptions, gates map[string]bool) (*Plan, error
 	for i := 1; i <= opts.Nodes; i++ {
 		identities = append(identities, NodeIdentity(NodeName(i)))
 	}
-	for _, id := range identities {
+	// The front proxy's certificate has no kubeconfig: only the API server uses it.
+	for _, id := range append(identities, FrontProxyClient) {
 		if err := pki.IssueClient(id); err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ mod invalid_config;
 mod live;
 mod monitoring;
 mod mps_restart;
+mod queues;
 mod quota;
 mod restart;
 mod shared_devices;
@@ -165,6 +166,21 @@ fn configs_and_resources() -> Vec<Scenario> {
 /// The topology-aware controller (gangs included), then plugin restarts.
 fn controller_and_restarts() -> Vec<Scenario> {
     vec![
+        scenario!(
+            "foreign-gate",
+            "a gated 4-GPU pod that another gate (example.com/hold) also holds gets no allocation (condition WaitingForGates names the gate) until that gate is removed, then lands on one NVLink island",
+            queues::foreign_gate
+        ),
+        scenario!(
+            "kueue-quota",
+            "Kueue (local-up --kueue) with a 4-GPU ClusterQueue: a Job's 4-GPU pod is admitted and placed on one island; a plain pod over quota waits with Kueue's gate, never allocated, until the Job goes",
+            queues::kueue_quota
+        ),
+        scenario!(
+            "device-plugin-conversion",
+            "an unchanged nvidia.com/gpu: 4 pod in a namespace labelled for the conversion gets a claim from tessera-gpu-4 and the gate, lands on one NVLink island and NUMA node; in another namespace it stays as written and runs",
+            queues::device_plugin_conversion
+        ),
         scenario!(
             "gpu-quota",
             "deploy/examples/gpu-quota: a namespace's ResourceQuota of 4 GPUs; a fifth (claim, device-plugin pod, template claim) is refused naming the quota",

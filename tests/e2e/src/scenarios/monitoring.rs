@@ -16,12 +16,13 @@ use crate::observer::RuntimeObserver;
 use crate::scrape::{declared, exists, names_in_query};
 
 /// The alerts the rules must carry (docs/operations.md, "Dashboards and alerts").
-const ALERTS: [&str; 6] = [
+const ALERTS: [&str; 7] = [
     "TesseraGPUClaimIdle",
     "TesseraGPUUnhealthy",
     "TesseraPrepareErrors",
     "TesseraPrepareSlow",
     "TesseraControllerPodsWaiting",
+    "TesseraPodsWaitingForCapacity",
     "TesseraGPUMetricsFailing",
 ];
 
