@@ -256,6 +256,11 @@ fn check_plans(
     victim_gangs: &mut BTreeSet<String>,
 ) -> Result<(), TestCaseError> {
     for event in events {
+        if let Event::Evicted { pod } = event
+            && let Some(key) = model.pod(pod).and_then(group_key)
+        {
+            victim_gangs.insert(key.to_string());
+        }
         let Event::Preempted { plan, .. } = event else {
             continue;
         };
