@@ -210,15 +210,31 @@ fn a_budget_is_counted_across_the_victims_of_one_plan() {
 
 /// The search for pod `uid` on the model as it is (no nominations).
 fn search(model: &ClusterModel, uid: &str) -> PreemptionOutcome {
+    search_with(
+        model,
+        uid,
+        model.pods().cloned().collect(),
+        model.claims().cloned().collect(),
+    )
+}
+
+/// The search for pod `uid` with the running pods and claims given.
+fn search_with(
+    model: &ClusterModel,
+    uid: &str,
+    pods: Vec<Pod>,
+    claims: Vec<std::sync::Arc<k8s_openapi::api::resource::v1::ResourceClaim>>,
+) -> PreemptionOutcome {
     let pod: Pod = model.pod(uid).unwrap().clone();
-    let claims = model.claims_of(&pod);
     let victims = Victims::new(
         &model.snapshot,
-        model.pods(),
-        model.claims().cloned(),
+        &pods,
+        claims,
         DisruptionBudgets::new(model.budgets()),
+        &HashSet::new(),
         model.now,
     );
+    let claims = model.claims_of(&pod);
     let in_use = model.in_use();
     let usage = model.usage();
     let unmanaged = std::sync::Arc::new(tessera_allocator::DeviceIndex::new(
@@ -368,5 +384,48 @@ fn nominated_devices_are_not_taken_by_pods_of_equal_or_lower_priority() {
     assert!(
         fits_with_nominations(&model, &urgent),
         "a higher priority is not held back by a nomination"
+    );
+}
+
+#[test]
+fn a_claim_is_freed_only_when_every_pod_reserving_it_is_a_victim() {
+    let (mut model, _, batch) = full_node();
+    let prod = model.create(&PodTemplate::new("prod", 1000, 4));
+    let PreemptionOutcome::Preempt(plan) = search(&model, &prod) else {
+        panic!("b2 and b3 make room");
+    };
+    assert_eq!(plan.victims[0].uid, batch[2]);
+    // A running pod of higher priority shares the claims of b2 and b3: evicting them frees
+    // nothing, so b0 and b1 go instead.
+    let mut sharer = model.pod(&batch[0]).unwrap().clone();
+    sharer.metadata.name = Some("sharer".into());
+    sharer.metadata.uid = Some("sharer".into());
+    sharer.spec.as_mut().unwrap().priority = Some(5000);
+    let mut pods: Vec<Pod> = model.pods().cloned().collect();
+    pods.push(sharer);
+    let claims = model
+        .claims()
+        .map(|c| {
+            let mut c = (**c).clone();
+            let shared = ["b2-gpus", "b3-gpus"].contains(&c.metadata.name.as_deref().unwrap());
+            if shared {
+                let reserved = c.status.as_mut().unwrap().reserved_for.as_mut().unwrap();
+                let mut other = reserved[0].clone();
+                other.name = "sharer".into();
+                other.uid = "sharer".into();
+                reserved.push(other);
+            }
+            std::sync::Arc::new(c)
+        })
+        .collect();
+    let PreemptionOutcome::Preempt(plan) = search_with(&model, &prod, pods, claims) else {
+        panic!("b0 and b1 make room");
+    };
+    let victims: Vec<&str> = plan.victims.iter().map(|v| v.uid.as_str()).collect();
+    assert_eq!(victims, [batch[0].as_str(), batch[1].as_str()]);
+    assert!(
+        plan.message.contains("to free gpu-0..3 of dgx-000"),
+        "{}",
+        plan.message
     );
 }

@@ -8,8 +8,9 @@
 //! - no gang is split: a gang is placed with at least minCount pods at once, a victim gang is
 //!   planned whole, and no gang is left with a pod evicted and another running;
 //! - no victim has a priority equal to or above its preemptor's;
-//! - budgets are respected: no eviction the controller asks for is refused by a budget (refusals
-//!   the test injects aside);
+//! - budgets are respected: a plan's evictions fit the budgets when it is made (no first attempt
+//!   is refused by a budget, refusals the test injects aside; a retry may be, when a budget was
+//!   created or changed since);
 //! - every preemption completes or is released: once the trace drains, no pod is left
 //!   nominated, and every preemptor still waiting had its nomination released.
 
@@ -20,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use k8s_openapi::jiff::SignedDuration;
 use proptest::prelude::*;
 use tessera_placement::group::group_key;
-use tessera_placement::preemption::nomination::Nomination;
+use tessera_placement::preemption::nomination::{Nomination, PreemptedBy};
 use tessera_placement::preemption::pod_priority;
 use tessera_placement::simulation::{
     BudgetTemplate, ClusterModel, ControllerModel, Event, PodTemplate, Refusal, is_running,
@@ -46,8 +47,12 @@ enum Op {
     Finish(usize),
     /// The `n`th gated pod is deleted.
     Delete(usize),
-    /// The next `n` evictions are refused (the budget "is still being processed").
-    Flaky(u8),
+    /// After the next `skip` evictions, `refuse` are refused (the budget "is still being
+    /// processed").
+    Flaky {
+        skip: u8,
+        refuse: u8,
+    },
     /// A budget over tier `tier` keeping `min` pods running.
     Budget {
         tier: u8,
@@ -74,7 +79,7 @@ fn op() -> impl Strategy<Value = Op> {
             }),
         1 => (0..16usize).prop_map(Op::Finish),
         1 => (0..8usize).prop_map(Op::Delete),
-        1 => (1..3u8).prop_map(Op::Flaky),
+        1 => (0..3u8, 1..3u8).prop_map(|(skip, refuse)| Op::Flaky { skip, refuse }),
         1 => (0..3u8, 0..4u32).prop_map(|(tier, min)| Op::Budget { tier, min }),
         1 => Just(Op::LeaderChange),
         2 => (1..200i64).prop_map(Op::Wait),
@@ -87,6 +92,9 @@ fn op() -> impl Strategy<Value = Op> {
 struct World {
     /// Pod UID → whether it ignores SIGTERM (then it stops only when its grace period ends).
     ignores: HashMap<String, bool>,
+    /// Evictions to let through before refusing.
+    skip: u8,
+    /// Evictions to refuse then.
     flaky: u8,
     injected: usize,
     names: usize,
@@ -188,20 +196,43 @@ fn step(
     ctl: &mut ControllerModel,
     model: &mut ClusterModel,
 ) -> Result<(), TestCaseError> {
-    let mut flaky = world.flaky;
+    let (mut skip, mut flaky) = (world.skip, world.flaky);
     let mut injected = 0;
     let result = ctl.step(model, &mut |m: &mut ClusterModel, uid: &str| {
-        if flaky > 0 {
+        if skip > 0 {
+            skip -= 1;
+        } else if flaky > 0 {
             flaky -= 1;
             injected += 1;
             return Err(Refusal::Budget("injected".into()));
         }
         m.evict(uid)
     });
-    world.flaky = flaky;
+    (world.skip, world.flaky) = (skip, flaky);
     world.injected += injected;
     prop_assert!(result.is_ok(), "{result:?}");
-    check_after_step(ctl, model)
+    let checked = check_after_step(ctl, model);
+    if checked.is_err() && std::env::var("TRACE_DEBUG").is_ok() {
+        dump(ctl);
+    }
+    checked
+}
+
+fn dump(ctl: &ControllerModel) {
+    for e in &ctl.events {
+        match e {
+            Event::Preempted {
+                preemptors, plan, ..
+            } => eprintln!(
+                "PLAN {preemptors:?} victims {:?}",
+                plan.victims
+                    .iter()
+                    .map(|v| (&v.uid, &v.group))
+                    .collect::<Vec<_>>()
+            ),
+            other => eprintln!("{other:?}"),
+        }
+    }
 }
 
 /// The invariants that hold after every step.
@@ -223,6 +254,7 @@ fn check_after_step(ctl: &ControllerModel, model: &ClusterModel) -> Result<(), T
             );
         }
     }
+    let mut attempted: BTreeSet<&str> = BTreeSet::new();
     for event in &ctl.events {
         match event {
             Event::Preempted { priority, plan, .. } => {
@@ -235,12 +267,19 @@ fn check_after_step(ctl: &ControllerModel, model: &ClusterModel) -> Result<(), T
                     );
                 }
             }
+            // A plan's evictions fit the budgets when it is made: only a retry (a gang pod whose
+            // eviction is committed, a budget created or changed since) may be refused.
             Event::Refused { refusal, pod } => {
                 prop_assert!(
                     matches!(refusal, Refusal::Budget(b) if b == "injected")
-                        || *refusal == Refusal::Gone,
-                    "eviction of {pod} refused: {refusal:?}"
+                        || *refusal == Refusal::Gone
+                        || attempted.contains(pod.as_str()),
+                    "eviction of {pod} refused at the first attempt: {refusal:?}"
                 );
+                attempted.insert(pod);
+            }
+            Event::Evicted { pod } => {
+                attempted.insert(pod);
             }
             _ => {}
         }
@@ -295,7 +334,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Arrive { .. } => world.arrive(&mut model, op),
             Op::Finish(n) => World::finish(&mut model, *n),
             Op::Delete(n) => World::delete(&mut model, *n),
-            Op::Flaky(n) => world.flaky = *n,
+            Op::Flaky { skip, refuse } => (world.skip, world.flaky) = (*skip, *refuse),
             Op::Budget { tier, min } => {
                 if world.budgets.insert(*tier) {
                     model.add_budget(BudgetTemplate {
@@ -316,7 +355,24 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         advance(&mut model, 5);
     }
     drain(&mut world, &mut ctl, &mut model)?;
-    check_end(&ctl, &model, &victim_gangs)
+    let end = check_end(&ctl, &model, &victim_gangs);
+    if end.is_err() && std::env::var("TRACE_DEBUG").is_ok() {
+        for e in &ctl.events {
+            match e {
+                Event::Preempted {
+                    preemptors, plan, ..
+                } => eprintln!(
+                    "PLAN {preemptors:?} victims {:?}",
+                    plan.victims
+                        .iter()
+                        .map(|v| (&v.uid, &v.group))
+                        .collect::<Vec<_>>()
+                ),
+                other => eprintln!("{other:?}"),
+            }
+        }
+    }
+    end
 }
 
 fn advance(model: &mut ClusterModel, seconds: i64) {
@@ -365,7 +421,7 @@ fn drain(
     ctl: &mut ControllerModel,
     model: &mut ClusterModel,
 ) -> Result<(), TestCaseError> {
-    world.flaky = 0;
+    (world.skip, world.flaky) = (0, 0);
     for _ in 0..12 {
         advance(model, 60);
         world.kubelet(model);
@@ -391,11 +447,21 @@ fn check_end(
             pod.metadata.name
         );
     }
-    // No gang with a pod evicted and another still running.
+    // No gang with a pod evicted and another still running — unless that pod is marked (its
+    // eviction committed, retried every pass) and a budget created or changed since refuses it.
+    let mut last_refusal: BTreeMap<&str, &Refusal> = BTreeMap::new();
+    for event in &ctl.events {
+        if let Event::Refused { pod, refusal } = event {
+            last_refusal.insert(pod, refusal);
+        }
+    }
     for pod in model.pods() {
         if let Some(key) = group_key(pod) {
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            let held = PreemptedBy::is_marked(pod)
+                && matches!(last_refusal.get(uid), Some(Refusal::Budget(b)) if b != "injected");
             prop_assert!(
-                !(victim_gangs.contains(&key.to_string()) && is_running(pod)),
+                !(victim_gangs.contains(&key.to_string()) && is_running(pod)) || held,
                 "{key}: a pod still runs after others were evicted"
             );
         }

@@ -10,13 +10,13 @@
 //! pod is placed (the gate goes, and with it the nomination), deleted, or it expires; the
 //! controller then removes the annotation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use tessera_allocator::{AllocatedState, DeviceId};
-use tessera_api::names::NOMINATION_ANNOTATION;
+use tessera_api::names::{NOMINATION_ANNOTATION, PREEMPTED_BY_ANNOTATION};
 
 use super::plan::{PreemptionPlan, Reservation};
 use super::pod_priority;
@@ -41,6 +41,10 @@ pub struct NominatedVictim {
     /// `namespace/name`.
     pub pod: String,
     pub uid: String,
+    /// Its gang, evicted whole: once one of its pods is gone, the others are evicted whatever
+    /// a refusal says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// What the controller records on a preemptor pod.
@@ -86,6 +90,7 @@ impl Nomination {
                 .map(|v| NominatedVictim {
                     pod: v.pod.clone(),
                     uid: v.uid.clone(),
+                    group: v.group.clone(),
                 })
                 .collect(),
             at: now.to_string(),
@@ -124,6 +129,42 @@ impl Nomination {
     /// The victims still present (by UID) among `present`.
     pub fn victims_left(&self, present: impl Fn(&str) -> bool) -> Vec<&NominatedVictim> {
         self.victims.iter().filter(|v| present(&v.uid)).collect()
+    }
+}
+
+/// The mark on each pod of a victim gang: who preempted it, when ([`PREEMPTED_BY_ANNOTATION`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreemptedBy {
+    /// `namespace/name` of the preemptor (a gang's: its first pod).
+    pub pod: String,
+    pub uid: String,
+    /// RFC 3339.
+    pub at: String,
+}
+
+impl PreemptedBy {
+    /// Whether a pod carries the mark, readable or not: a marked pod is evicted whatever its
+    /// value says, so an unreadable one still counts.
+    pub fn is_marked(pod: &Pod) -> bool {
+        pod.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(PREEMPTED_BY_ANNOTATION))
+    }
+
+    /// The mark on a pod, if readable.
+    pub fn of(pod: &Pod) -> Option<PreemptedBy> {
+        let value = pod
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(PREEMPTED_BY_ANNOTATION)?;
+        serde_json::from_str(value).ok()
+    }
+
+    /// The annotation value.
+    pub fn to_annotation(&self) -> String {
+        serde_json::to_string(self).expect("a PreemptedBy always serializes")
     }
 }
 
@@ -195,6 +236,16 @@ impl Nominations {
     /// Every standing nomination.
     pub fn standing(&self) -> impl Iterator<Item = &Nominee> {
         self.standing.values()
+    }
+
+    /// The victims (UIDs) of every standing nomination: pods a plan still has to evict, or
+    /// evicted already. Nobody else's victims, and charged to their budgets
+    /// ([`super::Victims::new`]).
+    pub fn promised(&self) -> HashSet<String> {
+        self.standing
+            .values()
+            .flat_map(|n| n.nomination.victims.iter().map(|v| v.uid.clone()))
+            .collect()
     }
 
     /// The devices a pod of `priority` may not take: those nominated for pods of the same or a

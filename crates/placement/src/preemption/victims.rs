@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use tessera_allocator::DeviceId;
 
 use super::budgets::DisruptionBudgets;
+use super::nomination::PreemptedBy;
 use super::pod_priority;
 use crate::claims::allocation;
 use crate::group::{GroupKey, group_key};
@@ -159,14 +160,30 @@ fn victim_pod(pod: &Pod, budgets: &DisruptionBudgets) -> VictimPod {
 
 impl Victims {
     /// Indexes the running pods of `pods` that hold managed devices of `snapshot` through
-    /// `claims`, with the budgets covering them.
+    /// `claims`, with the budgets covering them. Pods whose UID is in `promised` are victims of
+    /// plans still being carried out ([`super::nomination::Nominations::promised`]), and so are
+    /// pods marked [`super::nomination::PreemptedBy`]: they are nobody else's victims, and their
+    /// evictions are charged to their budgets now.
     pub fn new<'p>(
         snapshot: &ClusterSnapshot,
         pods: impl IntoIterator<Item = &'p Pod>,
         claims: impl IntoIterator<Item = Arc<ResourceClaim>>,
-        budgets: DisruptionBudgets,
+        mut budgets: DisruptionBudgets,
+        promised: &HashSet<String>,
         now: Timestamp,
     ) -> Victims {
+        let pods: Vec<&Pod> = pods.into_iter().filter(|p| is_running(p)).collect();
+        let is_promised = |pod: &Pod| {
+            promised.contains(pod.metadata.uid.as_deref().unwrap_or_default())
+                || PreemptedBy::is_marked(pod)
+        };
+        for pod in &pods {
+            if is_promised(pod) {
+                for b in budgets.covering(pod) {
+                    budgets.spend(b, 1);
+                }
+            }
+        }
         let mut victims = Victims {
             device_node: device_nodes(snapshot),
             budgets,
@@ -176,7 +193,7 @@ impl Victims {
         let mut groups: Vec<Option<GroupKey>> = Vec::new();
         let mut started: Vec<Option<Timestamp>> = Vec::new();
         for pod in pods {
-            if !is_running(pod) {
+            if is_promised(pod) {
                 continue;
             }
             let victim = victim_pod(pod, &victims.budgets);

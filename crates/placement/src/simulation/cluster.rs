@@ -344,13 +344,22 @@ impl ClusterModel {
 
     /// Writes (or with `None` removes) a pod's nomination.
     pub fn set_nomination(&mut self, uid: &str, nomination: Option<&Nomination>) {
+        self.annotate(
+            uid,
+            NOMINATION_ANNOTATION,
+            nomination.map(Nomination::to_annotation),
+        );
+    }
+
+    /// Sets (or with `None` removes) annotation `key` of pod `uid`.
+    pub fn annotate(&mut self, uid: &str, key: &str, value: Option<String>) {
         let Some(pod) = self.pods.get_mut(uid) else {
             return;
         };
         let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
-        match nomination {
-            Some(n) => annotations.insert(NOMINATION_ANNOTATION.to_owned(), n.to_annotation()),
-            None => annotations.remove(NOMINATION_ANNOTATION),
+        match value {
+            Some(v) => annotations.insert(key.to_owned(), v),
+            None => annotations.remove(key),
         };
     }
 

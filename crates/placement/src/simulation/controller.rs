@@ -24,14 +24,15 @@ use crate::group::{
     label_min_count,
 };
 use crate::planner::{Action, Decision};
-use crate::preemption::nomination::{Nomination, Nominations, with_reserved};
+use crate::preemption::nomination::{Nomination, Nominations, PreemptedBy, with_reserved};
 use crate::preemption::{
     DisruptionBudgets, PreemptionDecision, PreemptionInput, PreemptionOutcome, PreemptionPlan,
     PreemptionSettings, Victims, pod_priority, preempt_group, preempt_pod,
 };
-use crate::protocol::is_gated;
+use crate::protocol::{is_gated, object_key};
 use crate::resolve::PodClaim;
 use crate::view::{PodContext, Settings, decide_pod};
+use tessera_api::names::PREEMPTED_BY_ANNOTATION;
 
 /// What the controller did.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,6 +119,7 @@ impl ControllerModel {
             model.set_nomination(uid, None);
             self.events.push(Event::Released { pod: uid.clone() });
         }
+        self.evict_marked(model, &mut *evict);
         for nominee in nominations.standing() {
             self.finish_plan(model, &nominee.uid, &nominee.nomination, &mut *evict);
         }
@@ -128,7 +130,7 @@ impl ControllerModel {
     }
 
     /// Evicts what is left of a standing nomination's victims (after a refusal or a leader
-    /// change), withdrawing it if a unit not started yet is refused.
+    /// change), withdrawing it if one is refused.
     fn finish_plan(
         &mut self,
         model: &mut ClusterModel,
@@ -136,21 +138,23 @@ impl ControllerModel {
         nomination: &Nomination,
         evict: &mut Evictor<'_>,
     ) {
-        let left: Vec<String> = nomination
-            .victims
-            .iter()
-            .filter(|v| {
-                model
-                    .pod(&v.uid)
-                    .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
-            })
-            .map(|v| v.uid.clone())
-            .collect();
-        if left.is_empty() {
+        if nomination.victims.iter().all(|v| is_gone(model, &v.uid)) {
             return;
         }
-        let units = victim_units(model, &left);
-        if !self.evict_units(model, &units, evict) {
+        let victims: Vec<(String, Option<String>)> = nomination
+            .victims
+            .iter()
+            .map(|v| (v.uid.clone(), v.group.clone()))
+            .collect();
+        let by = PreemptedBy {
+            pod: model
+                .pod(nominee)
+                .map(|p| object_key(&p.metadata))
+                .unwrap_or_default(),
+            uid: nominee.to_owned(),
+            at: model.now.to_string(),
+        };
+        if !self.evict_units(model, &victim_units(&victims), &by, evict) {
             model.set_nomination(nominee, None);
             self.events.push(Event::Released {
                 pod: nominee.to_owned(),
@@ -158,51 +162,72 @@ impl ControllerModel {
         }
     }
 
-    /// Evicts `units` (UIDs per unit) in turn; `false` when a unit not started is refused (the
-    /// plan is to be withdrawn). A started unit is finished whatever refusals say (retried next
-    /// step).
+    /// Evicts every marked pod that still runs: a gang's eviction, once committed, is finished
+    /// by whoever leads.
+    fn evict_marked(&mut self, model: &mut ClusterModel, evict: &mut Evictor<'_>) {
+        let marked: Vec<String> = model
+            .pods()
+            .filter(|p| PreemptedBy::is_marked(p) && p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        for uid in marked {
+            self.evict_one(model, &uid, evict);
+        }
+    }
+
+    /// One eviction, with its event; `false` when refused.
+    fn evict_one(&mut self, model: &mut ClusterModel, uid: &str, evict: &mut Evictor<'_>) -> bool {
+        match evict(model, uid) {
+            Ok(()) => {
+                self.events.push(Event::Evicted {
+                    pod: uid.to_owned(),
+                });
+                true
+            }
+            Err(refusal) => {
+                self.events.push(Event::Refused {
+                    pod: uid.to_owned(),
+                    refusal,
+                });
+                let until = model.now.saturating_add(self.backoff).unwrap_or(model.now);
+                self.refused.insert(uid.to_owned(), until);
+                false
+            }
+        }
+    }
+
+    /// Evicts a plan's victims: pods alone first, each in turn; a refusal (now or recently)
+    /// withdraws the plan before any gang is touched. Then each gang: every pod marked
+    /// [`PreemptedBy`] first (the gang's eviction is committed), then evicted; a refused gang pod
+    /// is evicted again on the next pass ([`ControllerModel::evict_marked`]). Returns whether the
+    /// plan goes on.
     fn evict_units(
         &mut self,
         model: &mut ClusterModel,
-        units: &[Vec<String>],
+        units: &[(Option<String>, Vec<String>)],
+        by: &PreemptedBy,
         evict: &mut Evictor<'_>,
     ) -> bool {
-        for unit in units {
-            let started = unit.iter().any(|uid| {
-                model
-                    .pod(uid)
-                    .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-            });
+        for (_, unit) in units.iter().filter(|(g, _)| g.is_none()) {
             for uid in unit {
-                let terminating = model
-                    .pod(uid)
-                    .is_none_or(|p| p.metadata.deletion_timestamp.is_some());
-                if terminating {
+                if is_gone(model, uid) {
                     continue;
                 }
-                if !started && self.refused.contains_key(uid) {
+                if self.refused.contains_key(uid) || !self.evict_one(model, uid, evict) {
                     return false;
                 }
-                match evict(model, uid) {
-                    Ok(()) => self.events.push(Event::Evicted { pod: uid.clone() }),
-                    Err(refusal) => {
-                        self.events.push(Event::Refused {
-                            pod: uid.clone(),
-                            refusal,
-                        });
-                        self.refused.insert(
-                            uid.clone(),
-                            model.now.saturating_add(self.backoff).unwrap_or(model.now),
-                        );
-                        let evicted_some = unit.iter().any(|u| {
-                            model
-                                .pod(u)
-                                .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-                        });
-                        if !evicted_some {
-                            return false;
-                        }
-                    }
+            }
+        }
+        for (_, unit) in units.iter().filter(|(g, _)| g.is_some()) {
+            for uid in unit {
+                if is_gone(model, uid) {
+                    continue;
+                }
+                model.annotate(uid, PREEMPTED_BY_ANNOTATION, Some(by.to_annotation()));
+            }
+            for uid in unit {
+                if !is_gone(model, uid) {
+                    self.evict_one(model, uid, evict);
                 }
             }
         }
@@ -315,11 +340,13 @@ impl ControllerModel {
         reserved: &[tessera_allocator::DeviceId],
         preemption: &PreemptionSettings,
     ) -> PreemptionDecision {
+        let promised = Nominations::from_pods(model.pods(), &model.gate, model.now).promised();
         let victims = Victims::new(
             &model.snapshot,
             model.pods(),
             model.claims().cloned(),
             DisruptionBudgets::new(model.budgets()),
+            &promised,
             model.now,
         );
         let refused: HashSet<String> = self.refused.keys().cloned().collect();
@@ -371,14 +398,24 @@ impl ControllerModel {
             let nomination = Nomination::new(&plan, reservation, model.now, self.margin);
             model.set_nomination(&reservation.uid, Some(&nomination));
         }
-        let uids: Vec<String> = plan.victims.iter().map(|v| v.uid.clone()).collect();
-        let units = victim_units(model, &uids);
+        let victims: Vec<(String, Option<String>)> = plan
+            .victims
+            .iter()
+            .map(|v| (v.uid.clone(), v.group.clone()))
+            .collect();
+        let units = victim_units(&victims);
         self.events.push(Event::Preempted {
             preemptors: pending.pods.clone(),
             priority: pending.priority,
             plan: plan.clone(),
         });
-        if !self.evict_units(model, &units, evict) {
+        let first = &plan.reservations.first();
+        let by = PreemptedBy {
+            pod: first.map(|r| r.pod.clone()).unwrap_or_default(),
+            uid: first.map(|r| r.uid.clone()).unwrap_or_default(),
+            at: model.now.to_string(),
+        };
+        if !self.evict_units(model, &units, &by, evict) {
             for reservation in &plan.reservations {
                 model.set_nomination(&reservation.uid, None);
                 self.events.push(Event::Released {
@@ -482,20 +519,27 @@ fn pending(model: &ClusterModel) -> Vec<Pending> {
     singles
 }
 
-/// The victims (UIDs) in units: a gang's members together, in the order given.
-fn victim_units(model: &ClusterModel, uids: &[String]) -> Vec<Vec<String>> {
-    let mut units: Vec<Vec<String>> = Vec::new();
-    let mut of_group: HashMap<GroupKey, usize> = HashMap::new();
-    for uid in uids {
-        match model.pod(uid).and_then(group_key) {
-            Some(key) => match of_group.get(&key) {
-                Some(&i) => units[i].push(uid.clone()),
+/// Whether the pod is gone or terminating.
+fn is_gone(model: &ClusterModel, uid: &str) -> bool {
+    model
+        .pod(uid)
+        .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+}
+
+/// The victims (UIDs, with their gang) in units: a gang's members together, in the order given.
+fn victim_units(victims: &[(String, Option<String>)]) -> Vec<(Option<String>, Vec<String>)> {
+    let mut units: Vec<(Option<String>, Vec<String>)> = Vec::new();
+    let mut of_group: HashMap<&str, usize> = HashMap::new();
+    for (uid, group) in victims {
+        match group {
+            Some(g) => match of_group.get(g.as_str()) {
+                Some(&i) => units[i].1.push(uid.clone()),
                 None => {
-                    of_group.insert(key, units.len());
-                    units.push(vec![uid.clone()]);
+                    of_group.insert(g, units.len());
+                    units.push((Some(g.clone()), vec![uid.clone()]));
                 }
             },
-            None => units.push(vec![uid.clone()]),
+            None => units.push((None, vec![uid.clone()])),
         }
     }
     units
