@@ -11,8 +11,8 @@ use tessera_api::names::TOPOLOGY_AWARE_GATE;
 use tessera_placement::planner::Action;
 use tessera_placement::preemption::nomination::{Nomination, Nominations, with_reserved};
 use tessera_placement::preemption::{
-    DisruptionBudgets, PreemptionInput, PreemptionOutcome, PreemptionSettings, Victims,
-    pod_priority, preempt_pod,
+    DisruptionBudgets, ManagedDevices, PreemptionInput, PreemptionOutcome, PreemptionSettings,
+    Victims, pod_priority, preempt_pod,
 };
 use tessera_placement::simulation::{BudgetTemplate, ClusterModel, PodTemplate};
 use tessera_placement::view::{PodContext, Settings, decide_pod};
@@ -227,7 +227,7 @@ fn search_with(
 ) -> PreemptionOutcome {
     let pod: Pod = model.pod(uid).unwrap().clone();
     let victims = Victims::new(
-        &model.snapshot,
+        &ManagedDevices::new(&model.snapshot),
         &pods,
         claims,
         DisruptionBudgets::new(model.budgets()),

@@ -1,9 +1,10 @@
-//! Preemption for a gang: the group decision on the devices in use less every unit the gang may
-//! evict, then units given back one by one while the gang still fits (module docs of
-//! [`crate::preemption`]).
+//! Preemption for a gang: the group decision on the devices in use less the units the gang may
+//! evict (lowest priorities first), then units given back one by one while the gang still fits on
+//! the nodes chosen (module docs of [`crate::preemption`]).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use k8s_openapi::api::resource::v1::AllocationResult;
 use k8s_openapi::jiff::Timestamp;
 use tessera_allocator::{AllocatedState, DeviceId};
 
@@ -16,9 +17,10 @@ use super::{PreemptionInput, pod_priority, preemption_allowed};
 use crate::claims::allocation;
 use crate::group::{GroupDecision, GroupInput, GroupOutcome, GroupSettings, decide_group};
 use crate::planner::{Action, Decision};
+use crate::pods::pod_usage_requests;
 use crate::protocol::object_key;
 use crate::resources::NodeUsage;
-use crate::view::{PodContext, Settings};
+use crate::view::{PodContext, Settings, decide_pod_within};
 
 /// The cluster with some units evicted: devices in use, node usage, and which units are out.
 struct Evicted<'a> {
@@ -98,6 +100,65 @@ struct GangSearch<'a, 'c> {
 }
 
 impl GangSearch<'_, '_> {
+    /// The members placed on `nodes` (indices) placed there again, in the decision's order, on
+    /// `evicted`: the new decisions if each still fits on its node, else `None`. The state is
+    /// left as it was.
+    fn replace_on(
+        &mut self,
+        evicted: &mut Evicted<'_>,
+        decisions: &[(usize, Decision)],
+        nodes: &BTreeSet<usize>,
+    ) -> Option<Vec<(usize, Decision)>> {
+        let mut new = decisions.to_vec();
+        let mut added: Vec<AllocationResult> = Vec::new();
+        let mut fits = true;
+        for &node in nodes {
+            let name = &self.context.devices.nodes[node].info.name;
+            let mut usage = HashMap::from([(
+                name.clone(),
+                evicted.usage.get(name).copied().unwrap_or_default(),
+            )]);
+            for (i, decision) in new.iter_mut() {
+                let placed_here = matches!(&decision.action, Action::Place(p) if &p.node == name);
+                if !placed_here || !fits {
+                    continue;
+                }
+                self.steps += 1;
+                let member = &self.group.members[*i];
+                let context = PodContext {
+                    devices: self.context.devices,
+                    unmanaged: self.context.unmanaged,
+                    in_use: &evicted.working,
+                    usage: &usage,
+                };
+                let again = decide_pod_within(
+                    member.pod,
+                    member.claims,
+                    &context,
+                    self.settings,
+                    self.now,
+                    Some(&[node]),
+                );
+                let Action::Place(p) = &again.action else {
+                    fits = false;
+                    continue;
+                };
+                for w in &p.writes {
+                    let _ = evicted.working.add_allocation(&w.allocation);
+                    added.push(w.allocation.clone());
+                }
+                if let Some(u) = usage.get_mut(name) {
+                    u.add_pod(pod_usage_requests(member.pod));
+                }
+                *decision = again;
+            }
+        }
+        for a in &added {
+            let _ = evicted.working.remove_allocation(a);
+        }
+        fits.then_some(new)
+    }
+
     /// The group decision on `evicted`, if it places the gang.
     fn place(&mut self, evicted: &Evicted<'_>) -> Option<Vec<(usize, Decision)>> {
         self.steps += 1;
@@ -136,6 +197,10 @@ fn used_nodes(decisions: &[(usize, Decision)]) -> BTreeSet<String> {
 /// Searches for lower-priority victims whose eviction lets the gang be placed. Its priority is
 /// its members' lowest; a member with `preemptionPolicy: Never` keeps the gang from preempting.
 /// `context.in_use` is what allocated claims hold, without nominations (`input.reserved`).
+///
+/// Eligible units are evicted priority level by level, lowest first, until the group decision
+/// places the gang (so the gang goes where the lowest priorities make room); then the units it
+/// does not need are given back ([`reprieve`]).
 pub fn preempt_group(
     group: &GroupInput<'_>,
     context: &PodContext<'_>,
@@ -167,9 +232,6 @@ pub fn preempt_group(
         evicted.working.insert_device(id.clone());
     }
     let candidates: Vec<usize> = (0..victims.units.len()).filter(|&u| eligible[u]).collect();
-    for &u in &candidates {
-        evicted.evict(u);
-    }
     let mut search = GangSearch {
         group,
         context,
@@ -179,7 +241,7 @@ pub fn preempt_group(
         steps: 0,
         truncated: false,
     };
-    let Some(first) = search.place(&evicted) else {
+    let Some(first) = evict_by_level(&mut search, &mut evicted, &candidates) else {
         let why = format!(
             "{} does not fit even with every pod of lower priority that may be evicted gone",
             group.key
@@ -216,10 +278,36 @@ pub fn preempt_group(
     }
 }
 
-/// Gives evicted units back while the gang still fits: first, at once, every unit with no pod
-/// or device on the nodes the gang uses; then one by one, units under a budget they would
-/// overdraw first, then the highest priority and most work first. Returns the gang's decisions
-/// on what is left evicted.
+/// Evicts the candidates priority level by level, lowest first, until the group decision places
+/// the gang; its decisions.
+fn evict_by_level(
+    search: &mut GangSearch<'_, '_>,
+    evicted: &mut Evicted<'_>,
+    candidates: &[usize],
+) -> Option<Vec<(usize, Decision)>> {
+    let victims = evicted.input.victims;
+    let levels: BTreeSet<i32> = candidates
+        .iter()
+        .map(|&u| victims.units[u].priority)
+        .collect();
+    for level in levels {
+        for &u in candidates {
+            if !evicted.out[u] && victims.units[u].priority <= level {
+                evicted.evict(u);
+            }
+        }
+        if let Some(decisions) = search.place(evicted) {
+            return Some(decisions);
+        }
+    }
+    None
+}
+
+/// Gives evicted units back while the gang still fits on the nodes the group decision chose:
+/// first, at once, every unit with no pod or device on those nodes (the decision stays valid);
+/// then one by one, units under a budget they would overdraw first, then the highest priority
+/// and most work first, each kept given back if the members on its nodes still fit there
+/// ([`GangSearch::replace_on`]). Returns the gang's decisions on what is left evicted.
 fn reprieve(
     search: &mut GangSearch<'_, '_>,
     evicted: &mut Evicted<'_>,
@@ -227,60 +315,65 @@ fn reprieve(
     first: Vec<(usize, Decision)>,
 ) -> Vec<(usize, Decision)> {
     let victims = evicted.input.victims;
-    let budget = evicted.input.settings.group_step_budget;
+    let index: HashMap<&str, usize> = search
+        .context
+        .devices
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.info.name.as_str(), i))
+        .collect();
     let mut decisions = first;
-    let touches = |u: usize, nodes: &BTreeSet<String>| {
+    let used: BTreeSet<usize> = used_nodes(&decisions)
+        .iter()
+        .filter_map(|name| index.get(name.as_str()).copied())
+        .collect();
+    let touched = |u: usize| -> BTreeSet<usize> {
         let unit = &victims.units[u];
-        unit.pods
+        let on_devices = unit
+            .claims
             .iter()
-            .any(|&p| nodes.contains(&victims.pods[p].node))
-            || unit.claims.iter().any(|&c| {
-                victims.claims[c]
-                    .devices
-                    .iter()
-                    .any(|(_, n)| nodes.contains(&search.context.devices.nodes[*n].info.name))
-            })
+            .flat_map(|&c| victims.claims[c].devices.iter().map(|(_, n)| *n));
+        let on_pods = unit
+            .pods
+            .iter()
+            .filter_map(|&p| index.get(victims.pods[p].node.as_str()).copied());
+        on_devices
+            .chain(on_pods)
+            .filter(|n| used.contains(n))
+            .collect()
     };
-    let used = used_nodes(&decisions);
-    let away: Vec<usize> = candidates
-        .iter()
-        .copied()
-        .filter(|&u| !touches(u, &used))
-        .collect();
-    for &u in &away {
-        evicted.reprieve(u);
-    }
-    let mut order: Vec<usize> = candidates
-        .iter()
-        .copied()
-        .filter(|&u| evicted.out[u])
-        .collect();
-    match search.place(evicted) {
-        Some(d) => decisions = d,
-        None => {
-            for &u in &away {
-                evicted.evict(u);
-            }
-            order.extend(away);
+    let mut order: Vec<(usize, BTreeSet<usize>)> = Vec::new();
+    for &u in candidates {
+        if !evicted.out[u] {
+            continue;
+        }
+        let on = touched(u);
+        if on.is_empty() {
+            evicted.reprieve(u);
+        } else {
+            order.push((u, on));
         }
     }
-    let over = overdrawn(victims, &order);
-    order.sort_by_key(|&u| {
-        let unit = &victims.units[u];
+    let out: Vec<usize> = order.iter().map(|(u, _)| *u).collect();
+    let over = overdrawn(victims, &out);
+    order.sort_by_key(|(u, _)| {
+        let unit = &victims.units[*u];
         (
             !unit.budgets.keys().any(|b| over.contains(b)),
             std::cmp::Reverse(unit.priority),
             std::cmp::Reverse(unit.gpu_seconds),
-            u,
+            *u,
         )
     });
-    for u in order {
+    let budget = evicted.input.settings.step_budget;
+    for (u, on) in order {
         if search.steps >= budget {
             search.truncated = true;
             break;
         }
         evicted.reprieve(u);
-        match search.place(evicted) {
+        match search.replace_on(evicted, &decisions, &on) {
             Some(d) => decisions = d,
             None => evicted.evict(u),
         }

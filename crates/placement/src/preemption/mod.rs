@@ -24,8 +24,10 @@
 //! a plan (as kube-scheduler samples candidates), or at its budgets — deterministically.
 //!
 //! **Gangs** ([`preempt_group`]): the group decision ([`crate::group::decide_group`]) on the
-//! devices in use less every eligible unit; then units are given back (reprieved) one by one,
-//! highest priority and most work first, while the group still fits.
+//! devices in use less the eligible units, priority level by level (lowest first) until the gang
+//! fits; then units are given back (reprieved): at once those away from the nodes the decision
+//! chose, then one by one, highest priority and most work first, while the members on the unit's
+//! nodes still fit there.
 //!
 //! **Nothing is allocated twice**: a plan frees nothing by itself. Its devices stay in use until
 //! the victims' claims are released; meanwhile they are nominated for the preemptor
@@ -50,7 +52,7 @@ pub use plan::{
     Reservation,
 };
 pub use search::preempt_pod;
-pub use victims::{Blocked, Exclusions, HeldClaim, Unit, VictimPod, Victims};
+pub use victims::{Blocked, Exclusions, HeldClaim, ManagedDevices, Unit, VictimPod, Victims};
 
 /// How hard a preemption search may look.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,8 +65,6 @@ pub struct PreemptionSettings {
     pub step_budget: usize,
     /// Victim sets looked at per search (most are rejected by counting, without the allocator).
     pub combination_budget: usize,
-    /// Group decisions per gang's search (each unit given back is checked with one).
-    pub group_step_budget: usize,
 }
 
 /// Nodes with a plan before a pod's search stops: kube-scheduler's default
@@ -78,7 +78,6 @@ impl Default for PreemptionSettings {
             candidate_percent: 2,
             step_budget: 1024,
             combination_budget: 65_536,
-            group_step_budget: 64,
         }
     }
 }

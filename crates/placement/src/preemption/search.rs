@@ -89,8 +89,6 @@ struct NodeCandidate {
     deficit: usize,
     /// Fewest units that can free the deficit.
     min_units: usize,
-    /// The cost of the `min_units` cheapest units: no plan on this node costs less.
-    bound: PreemptionCost,
 }
 
 /// A plan found on one node.
@@ -119,7 +117,7 @@ struct Search<'a, 'c> {
     now: Timestamp,
     /// The devices in use, reservations included, changed and restored around each check.
     working: AllocatedState,
-    reserved: HashSet<&'a DeviceId>,
+    reserved: &'a HashSet<&'a DeviceId>,
     best: Option<Found>,
     feasible_nodes: usize,
     steps: usize,
@@ -166,14 +164,14 @@ pub fn preempt_pod(
         demand: demand.count,
         requirements: &requirements,
     };
-    let mut candidates: Vec<NodeCandidate> = victims
+    let names = |n: usize| context.devices.nodes[n].info.name.as_str();
+    let mut bounds: Vec<(PreemptionCost, usize)> = victims
         .by_node
         .iter()
-        .filter_map(|(&node, units)| candidate_input.candidate(node, units))
+        .filter_map(|(&node, units)| Some((candidate_input.bound(node, units)?, node)))
         .collect();
-    let names = |n: usize| context.devices.nodes[n].info.name.as_str();
-    candidates.sort_by(|a, b| (a.bound, names(a.node)).cmp(&(b.bound, names(b.node))));
-    if candidates.is_empty() {
+    bounds.sort_by(|a, b| (a.0, names(a.1)).cmp(&(b.0, names(b.1))));
+    if bounds.is_empty() {
         let why = format!(
             "no node has {} device(s) for the pod once lower-priority pods that may be evicted are gone",
             demand.count
@@ -192,14 +190,14 @@ pub fn preempt_pod(
         input,
         now,
         working,
-        reserved,
+        reserved: &reserved,
         best: None,
         feasible_nodes: 0,
         steps: 0,
         combinations: 0,
         truncated: false,
     };
-    search.run(&candidates);
+    search.run(&candidate_input, &bounds);
     search.decision(&exclusions)
 }
 
@@ -242,12 +240,13 @@ impl CandidateInput<'_> {
     }
 
     /// The claims on `node` that evicting eligible `units` could free, with their usable devices.
-    fn node_claims(&self, node: usize, units: &[usize]) -> Vec<NodeClaim> {
+    fn node_claims(&self, node: usize, units: &[(usize, usize)]) -> Vec<NodeClaim> {
         let victims = self.victims;
         let mut claims: Vec<NodeClaim> = units
             .iter()
-            .filter(|&&u| self.eligible[u])
-            .flat_map(|&u| victims.units[u].claims.iter().copied())
+            .map(|&(u, _)| u)
+            .filter(|&u| self.eligible[u])
+            .flat_map(|u| victims.units[u].claims.iter().copied())
             .filter(|&c| victims.claims[c].units.iter().all(|&u| self.eligible[u]))
             .map(|c| NodeClaim {
                 index: c,
@@ -264,8 +263,45 @@ impl CandidateInput<'_> {
         claims
     }
 
+    /// A lower bound on the cost of any plan on `node`, from device counts alone (any managed
+    /// device counted as usable): `None` when its eligible units cannot free enough. Cheap, so
+    /// that every node can be bounded and only the promising ones searched.
+    fn bound(&self, node: usize, units: &[(usize, usize)]) -> Option<PreemptionCost> {
+        let mut held: Vec<(usize, usize)> = units
+            .iter()
+            .filter(|(u, _)| self.eligible[*u])
+            .copied()
+            .collect();
+        if held.is_empty() {
+            return None;
+        }
+        let name = &self.context.devices.nodes[node].info.name;
+        let free = self
+            .context
+            .devices
+            .managed
+            .node_devices(name)
+            .filter(|(id, _)| !self.context.in_use.is_dedicated(id) && !self.reserved.contains(id))
+            .count();
+        let deficit = self.demand.saturating_sub(free);
+        held.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+        let (mut min_units, mut covered) = (0, 0);
+        while covered < deficit {
+            covered += held.get(min_units)?.1;
+            min_units += 1;
+        }
+        held.sort_unstable_by_key(|&(u, _)| {
+            let unit = &self.victims.units[u];
+            (unit.pods.len(), unit.priority, unit.gpu_seconds, u)
+        });
+        Some(PreemptionCost::of(
+            self.victims,
+            held.iter().take(min_units.max(1)).map(|&(u, _)| u),
+        ))
+    }
+
     /// What `node` offers the preemptor, if evicting its eligible units could make room there.
-    fn candidate(&self, node: usize, units: &[usize]) -> Option<NodeCandidate> {
+    fn candidate(&self, node: usize, units: &[(usize, usize)]) -> Option<NodeCandidate> {
         let claims = self.node_claims(node, units);
         // Per unit, the usable devices it frees here, counting a shared claim for each of its
         // units: an over-count, so the bound below stays a bound.
@@ -297,15 +333,12 @@ impl CandidateInput<'_> {
             return None;
         }
         units.sort_by_cached_key(|&u| unit_order(self.victims, u, node));
-        let min_units = min_units.max(1);
-        let bound = PreemptionCost::of(self.victims, units.iter().take(min_units).copied());
         Some(NodeCandidate {
             node,
             units,
             claims,
             deficit,
-            min_units,
-            bound,
+            min_units: min_units.max(1),
         })
     }
 }
@@ -424,13 +457,18 @@ impl Search<'_, '_> {
         false
     }
 
-    fn run(&mut self, candidates: &[NodeCandidate]) {
-        let cap = self.input.settings.candidate_cap(candidates.len());
-        for candidate in candidates {
-            if self.done_before(&candidate.bound, cap) {
+    /// Visits the nodes cheapest bound first, searching each that can make room.
+    fn run(&mut self, candidates: &CandidateInput<'_>, bounds: &[(PreemptionCost, usize)]) {
+        let cap = self.input.settings.candidate_cap(bounds.len());
+        for (bound, node) in bounds {
+            if self.done_before(bound, cap) {
                 break;
             }
-            if let Some(found) = self.search_node(candidate) {
+            let units = &self.input.victims.by_node[node];
+            let Some(candidate) = candidates.candidate(*node, units) else {
+                continue;
+            };
+            if let Some(found) = self.search_node(&candidate) {
                 self.feasible_nodes += 1;
                 let nodes = &self.context.devices.nodes;
                 if self

@@ -90,11 +90,43 @@ pub struct Victims {
     pub pods: Vec<VictimPod>,
     pub units: Vec<Unit>,
     pub claims: Vec<HeldClaim>,
-    /// Per node (index into [`ClusterSnapshot::nodes`]): units holding devices there.
-    pub by_node: HashMap<usize, Vec<usize>>,
+    /// Per node (index into [`ClusterSnapshot::nodes`]): the units holding devices there, each
+    /// with how many.
+    pub by_node: HashMap<usize, Vec<(usize, usize)>>,
     pub budgets: DisruptionBudgets,
-    /// Which node (index) each managed device is on.
-    pub device_node: HashMap<DeviceId, usize>,
+}
+
+/// The managed devices of a [`ClusterSnapshot`] by pool and name, looked up without building an
+/// id: built once per snapshot and kept by the caller ([`Victims::new`] reads it).
+#[derive(Clone, Debug, Default)]
+pub struct ManagedDevices {
+    /// Pool name → its devices: name, id, node (index into [`ClusterSnapshot::nodes`]).
+    by_pool: HashMap<String, Vec<(String, DeviceId, usize)>>,
+}
+
+impl ManagedDevices {
+    /// Every managed device of `snapshot`, with its node.
+    pub fn new(snapshot: &ClusterSnapshot) -> ManagedDevices {
+        let mut by_pool: HashMap<String, Vec<(String, DeviceId, usize)>> = HashMap::new();
+        for (index, node) in snapshot.nodes.iter().enumerate() {
+            if !snapshot.managed_nodes.contains(&node.info.name) {
+                continue;
+            }
+            for (id, _) in snapshot.managed.node_devices(&node.info.name) {
+                by_pool.entry(id.pool().to_owned()).or_default().push((
+                    id.device().to_owned(),
+                    id.clone(),
+                    index,
+                ));
+            }
+        }
+        ManagedDevices { by_pool }
+    }
+
+    /// The devices of one pool: a lookup per allocation, then a scan of the pool's few devices.
+    fn pool(&self, pool: &str) -> &[(String, DeviceId, usize)] {
+        self.by_pool.get(pool).map_or(&[], Vec::as_slice)
+    }
 }
 
 /// Pods not considered as victims for one preemptor, by reason (for its message).
@@ -159,13 +191,13 @@ fn victim_pod(pod: &Pod, budgets: &DisruptionBudgets) -> VictimPod {
 }
 
 impl Victims {
-    /// Indexes the running pods of `pods` that hold managed devices of `snapshot` through
+    /// Indexes the running pods of `pods` that hold managed `devices` (of a snapshot) through
     /// `claims`, with the budgets covering them. Pods whose UID is in `promised` are victims of
     /// plans still being carried out ([`super::nomination::Nominations::promised`]), and so are
     /// pods marked [`super::nomination::PreemptedBy`]: they are nobody else's victims, and their
     /// evictions are charged to their budgets now.
     pub fn new<'p>(
-        snapshot: &ClusterSnapshot,
+        devices: &ManagedDevices,
         pods: impl IntoIterator<Item = &'p Pod>,
         claims: impl IntoIterator<Item = Arc<ResourceClaim>>,
         mut budgets: DisruptionBudgets,
@@ -185,7 +217,6 @@ impl Victims {
             }
         }
         let mut victims = Victims {
-            device_node: device_nodes(snapshot),
             budgets,
             ..Victims::default()
         };
@@ -209,7 +240,7 @@ impl Victims {
             victims.pods.push(victim);
         }
         for claim in claims {
-            victims.add_claim(claim, &by_uid);
+            victims.add_claim(claim, devices, &by_uid);
         }
         for (index, pod) in victims.pods.iter_mut().enumerate() {
             let devices: usize = pod
@@ -224,20 +255,34 @@ impl Victims {
     }
 
     /// Records `claim` if it holds managed devices and only running pods reserve it.
-    fn add_claim(&mut self, claim: Arc<ResourceClaim>, by_uid: &HashMap<String, usize>) {
+    fn add_claim(
+        &mut self,
+        claim: Arc<ResourceClaim>,
+        managed: &ManagedDevices,
+        by_uid: &HashMap<String, usize>,
+    ) {
         let Some(allocation) = allocation(&claim) else {
             return;
         };
-        let devices: Vec<(DeviceId, usize)> = allocation
+        let mut devices: Vec<(DeviceId, usize)> = Vec::new();
+        let mut pool: (&str, &[(String, DeviceId, usize)]) = ("", &[]);
+        for r in allocation
             .devices
             .iter()
             .flat_map(|d| d.results.iter().flatten())
             .filter(|r| r.admin_access != Some(true))
-            .filter_map(|r| {
-                let id = DeviceId::new(&r.driver, &r.pool, &r.device);
-                self.device_node.get(&id).map(|&n| (id, n))
-            })
-            .collect();
+        {
+            if pool.0 != r.pool {
+                pool = (&r.pool, managed.pool(&r.pool));
+            }
+            if let Some((_, id, node)) = pool
+                .1
+                .iter()
+                .find(|(name, id, _)| *name == r.device && id.driver() == r.driver)
+            {
+                devices.push((id.clone(), *node));
+            }
+        }
         if devices.is_empty() {
             return;
         }
@@ -307,15 +352,14 @@ impl Victims {
             claim.units.dedup();
         }
         for (index, unit) in self.units.iter().enumerate() {
-            let mut nodes: Vec<usize> = unit
-                .claims
-                .iter()
-                .flat_map(|&c| self.claims[c].devices.iter().map(|(_, n)| *n))
-                .collect();
-            nodes.sort_unstable();
-            nodes.dedup();
-            for node in nodes {
-                self.by_node.entry(node).or_default().push(index);
+            let mut held: BTreeMap<usize, usize> = BTreeMap::new();
+            for &c in &unit.claims {
+                for (_, node) in &self.claims[c].devices {
+                    *held.entry(*node).or_default() += 1;
+                }
+            }
+            for (node, devices) in held {
+                self.by_node.entry(node).or_default().push((index, devices));
             }
         }
     }
@@ -424,18 +468,4 @@ impl Victims {
         }
         true
     }
-}
-
-/// Which node (index into [`ClusterSnapshot::nodes`]) each managed device is on.
-fn device_nodes(snapshot: &ClusterSnapshot) -> HashMap<DeviceId, usize> {
-    let mut map = HashMap::new();
-    for (index, node) in snapshot.nodes.iter().enumerate() {
-        if !snapshot.managed_nodes.contains(&node.info.name) {
-            continue;
-        }
-        for (id, _) in snapshot.managed.node_devices(&node.info.name) {
-            map.insert(id.clone(), index);
-        }
-    }
-    map
 }

@@ -7,18 +7,20 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::api::core::v1::{Pod, PodResourceClaim, PodSchedulingGate, PodSpec, PodStatus};
 use k8s_openapi::api::policy::v1::{
     PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus,
 };
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, ResourceClaim, ResourceClaimConsumerReference, ResourceClaimStatus,
+    AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult, ResourceClaim,
+    ResourceClaimConsumerReference, ResourceClaimStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use tessera_allocator::{AllocatedState, DeviceId};
+use tessera_allocator::{AllocatedState, DeviceId, NODE_NAME_FIELD};
 use tessera_api::names::{
-    GPU_DEVICE_CLASS, GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION, NOMINATION_ANNOTATION,
+    DRIVER_NAME, GPU_DEVICE_CLASS, GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION, NOMINATION_ANNOTATION,
 };
 
 use crate::claims::allocation;
@@ -107,6 +109,8 @@ pub struct ClusterModel {
     /// By name (all in [`NAMESPACE`]).
     claims: BTreeMap<String, Arc<ResourceClaim>>,
     budgets: Vec<(BudgetTemplate, PodDisruptionBudget)>,
+    /// Which claim holds each allocated device.
+    held: HashMap<DeviceId, String>,
     pub now: Timestamp,
     pub gate: String,
     created: u64,
@@ -128,6 +132,7 @@ impl ClusterModel {
             pods: BTreeMap::new(),
             claims: BTreeMap::new(),
             budgets: Vec::new(),
+            held: HashMap::new(),
             now,
             gate: gate.to_owned(),
             created: 0,
@@ -181,6 +186,22 @@ impl ClusterModel {
         };
         self.pods.insert(uid.clone(), pod);
         uid
+    }
+
+    /// Creates a pod that runs already on `node`, its claim holding `devices` there (device
+    /// names), as if placed earlier: for benchmarks that start from a full cluster. Refuses a
+    /// device held already.
+    pub fn run_placed(
+        &mut self,
+        template: &PodTemplate,
+        node: &str,
+        devices: &[String],
+    ) -> Result<String, ModelError> {
+        let uid = self.create(template);
+        let claim = format!("{}-gpus", template.name);
+        self.allocate(&claim, device_allocation(node, devices))?;
+        self.run_on(&uid, node)?;
+        Ok(uid)
     }
 
     /// Adds a budget.
@@ -258,32 +279,11 @@ impl ClusterModel {
         node_usage(self.pods.values(), "")
     }
 
-    /// Which claim holds each allocated device.
-    fn holders(&self) -> HashMap<DeviceId, String> {
-        let mut holders = HashMap::new();
-        for (name, claim) in &self.claims {
-            for r in allocation(claim)
-                .and_then(|a| a.devices.as_ref())
-                .and_then(|d| d.results.as_ref())
-                .into_iter()
-                .flatten()
-            {
-                holders.insert(DeviceId::new(&r.driver, &r.pool, &r.device), name.clone());
-            }
-        }
-        holders
-    }
-
     /// Allocates `allocation` to claim `name`, refusing any device another claim holds.
     pub fn allocate(&mut self, name: &str, allocation: AllocationResult) -> Result<(), ModelError> {
-        let holders = self.holders();
-        for r in allocation
-            .devices
-            .iter()
-            .flat_map(|d| d.results.iter().flatten())
-        {
-            let id = DeviceId::new(&r.driver, &r.pool, &r.device);
-            if let Some(holder) = holders.get(&id).filter(|h| *h != name) {
+        let ids = allocated_devices(&allocation);
+        for id in &ids {
+            if let Some(holder) = self.held.get(id).filter(|h| *h != name) {
                 return Err(ModelError::DoubleAllocation {
                     device: id.to_string(),
                     claim: name.to_owned(),
@@ -297,6 +297,9 @@ impl ClusterModel {
             .ok_or_else(|| ModelError::NoClaim(name.to_owned()))?;
         let claim = Arc::make_mut(claim);
         claim.status.get_or_insert_with(Default::default).allocation = Some(allocation);
+        for id in ids {
+            self.held.insert(id, name.to_owned());
+        }
         Ok(())
     }
 
@@ -405,8 +408,15 @@ impl ClusterModel {
             .iter()
             .flat_map(|s| s.resource_claims.iter().flatten())
         {
-            if let Some(name) = &c.resource_claim_name {
-                self.claims.remove(name);
+            if let Some(claim) = c
+                .resource_claim_name
+                .as_ref()
+                .and_then(|name| self.claims.remove(name))
+                && let Some(a) = allocation(&claim)
+            {
+                for id in allocated_devices(a) {
+                    self.held.remove(&id);
+                }
             }
         }
     }
@@ -428,4 +438,46 @@ pub fn is_running(pod: &Pod) -> bool {
         .and_then(|s| s.node_name.as_ref())
         .is_some()
         && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+/// An allocation of `devices` (names) of Tessera's driver on `node`, for request
+/// [`synthetic::REQUEST`], restricted to the node as the allocator restricts it.
+pub fn device_allocation(node: &str, devices: &[String]) -> AllocationResult {
+    AllocationResult {
+        devices: Some(DeviceAllocationResult {
+            results: Some(
+                devices
+                    .iter()
+                    .map(|d| DeviceRequestAllocationResult {
+                        request: synthetic::REQUEST.to_owned(),
+                        driver: DRIVER_NAME.to_owned(),
+                        pool: node.to_owned(),
+                        device: d.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            config: None,
+        }),
+        node_selector: Some(NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_fields: Some(vec![NodeSelectorRequirement {
+                    key: NODE_NAME_FIELD.to_owned(),
+                    operator: "In".to_owned(),
+                    values: Some(vec![node.to_owned()]),
+                }]),
+                match_expressions: None,
+            }],
+        }),
+        allocation_timestamp: None,
+    }
+}
+
+fn allocated_devices(allocation: &AllocationResult) -> Vec<DeviceId> {
+    allocation
+        .devices
+        .iter()
+        .flat_map(|d| d.results.iter().flatten())
+        .map(|r| DeviceId::new(&r.driver, &r.pool, &r.device))
+        .collect()
 }

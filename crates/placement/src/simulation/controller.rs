@@ -26,8 +26,8 @@ use crate::group::{
 use crate::planner::{Action, Decision};
 use crate::preemption::nomination::{Nomination, Nominations, PreemptedBy, with_reserved};
 use crate::preemption::{
-    DisruptionBudgets, PreemptionDecision, PreemptionInput, PreemptionOutcome, PreemptionPlan,
-    PreemptionSettings, Victims, pod_priority, preempt_group, preempt_pod,
+    DisruptionBudgets, ManagedDevices, PreemptionDecision, PreemptionInput, PreemptionOutcome,
+    PreemptionPlan, PreemptionSettings, Victims, pod_priority, preempt_group, preempt_pod,
 };
 use crate::protocol::{is_gated, object_key};
 use crate::resolve::PodClaim;
@@ -342,7 +342,7 @@ impl ControllerModel {
     ) -> PreemptionDecision {
         let promised = Nominations::from_pods(model.pods(), &model.gate, model.now).promised();
         let victims = Victims::new(
-            &model.snapshot,
+            &ManagedDevices::new(&model.snapshot),
             model.pods(),
             model.claims().cloned(),
             DisruptionBudgets::new(model.budgets()),
