@@ -284,7 +284,7 @@ impl CandidateInput<'_> {
             .filter(|(id, _)| !self.context.in_use.is_dedicated(id) && !self.reserved.contains(id))
             .count();
         let deficit = self.demand.saturating_sub(free);
-        held.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+        held.sort_unstable_by_key(|&(_, devices)| std::cmp::Reverse(devices));
         let (mut min_units, mut covered) = (0, 0);
         while covered < deficit {
             covered += held.get(min_units)?.1;
