@@ -429,3 +429,42 @@ fn a_claim_is_freed_only_when_every_pod_reserving_it_is_a_victim() {
         plan.message
     );
 }
+
+#[test]
+fn a_waiting_gang_holds_back_lower_and_later_equal_priorities_but_never_a_higher_one() {
+    let mut model = cluster(1, 1);
+    let mut ctl = controller(false);
+    let running: Vec<String> = (0..8)
+        .map(|i| model.create(&batch(&format!("b{i}"), 0, 1)))
+        .collect();
+    step(&mut ctl, &mut model, 5);
+    let mut gang = Vec::new();
+    for i in 0..2 {
+        let mut t = PodTemplate::new(&format!("g{i}"), 0, 3);
+        t.group = Some(("train".into(), 2));
+        gang.push(model.create(&t));
+    }
+    step(&mut ctl, &mut model, 61);
+    // The gang has waited past the hold: a later pod of its priority waits behind it, a
+    // higher one does not.
+    let later = model.create(&batch("later", 0, 1));
+    let urgent = model.create(&PodTemplate::new("urgent", 1000, 1));
+    model.remove(&running[0]);
+    model.remove(&running[1]);
+    step(&mut ctl, &mut model, 5);
+    assert!(
+        node_of(&model, &urgent).is_some(),
+        "a higher priority is never held back"
+    );
+    assert!(node_of(&model, &later).is_none(), "held back by the gang");
+    // Once enough is free the gang goes first, then the later pod.
+    for b in &running[2..] {
+        model.remove(b);
+    }
+    step(&mut ctl, &mut model, 5);
+    assert!(
+        gang.iter().all(|g| node_of(&model, g).is_some()),
+        "the gang runs"
+    );
+    assert!(node_of(&model, &later).is_some(), "no longer held back");
+}

@@ -72,7 +72,21 @@ pub struct ControllerModel {
     pub backoff: SignedDuration,
     /// Refused evictions: pod UID → until. Lost on a leader change.
     refused: BTreeMap<String, Timestamp>,
+    /// How long a gang waits for capacity before it holds back others.
+    pub hold: SignedDuration,
+    /// Gangs waiting for capacity. Lost on a leader change.
+    waiting: BTreeMap<GroupKey, WaitingGang>,
     pub events: Vec<Event>,
+}
+
+/// A gang waiting for capacity, as the starvation hold reads it.
+#[derive(Clone, Debug)]
+struct WaitingGang {
+    priority: i32,
+    arrived: Timestamp,
+    since: Timestamp,
+    /// It could be placed on the cluster's devices when free: only then does it hold back.
+    fits_when_free: bool,
 }
 
 /// A pending pod or gang, in line.
@@ -96,6 +110,8 @@ impl ControllerModel {
             margin: crate::preemption::nomination::DEFAULT_NOMINATION_MARGIN,
             backoff: SignedDuration::from_secs(60),
             refused: BTreeMap::new(),
+            hold: crate::group::DEFAULT_GROUP_HOLD,
+            waiting: BTreeMap::new(),
             events: Vec::new(),
         }
     }
@@ -103,6 +119,60 @@ impl ControllerModel {
     /// A new leader: everything remembered is gone; what is on the objects stays.
     pub fn change_leader(&mut self) {
         self.refused.clear();
+        self.waiting.clear();
+    }
+
+    /// Whether a gang that waits for capacity holds `pending` back: it fits the free cluster,
+    /// has waited at least [`ControllerModel::hold`], and `pending` is of lower priority, or of
+    /// the same and arrived later. A higher priority is never held back.
+    fn held_back(&self, pending: &Pending, now: Timestamp) -> bool {
+        self.waiting.iter().any(|(key, w)| {
+            Some(key) != pending.group.as_ref()
+                && w.fits_when_free
+                && now.duration_since(w.since) >= self.hold
+                && (pending.priority < w.priority
+                    || (pending.priority == w.priority && pending.arrived > w.arrived))
+        })
+    }
+
+    /// Records whether the gang of `pending` was placed (it no longer waits) or not (it waits
+    /// from now on, if it did not already).
+    fn note_gang(&mut self, model: &ClusterModel, pending: &Pending, placed: bool) {
+        let Some(key) = &pending.group else { return };
+        if placed {
+            self.waiting.remove(key);
+            return;
+        }
+        if self.waiting.contains_key(key) {
+            return;
+        }
+        let pods: Vec<Pod> = pending
+            .pods
+            .iter()
+            .filter_map(|uid| model.pod(uid).cloned())
+            .collect();
+        let claims: Vec<Vec<PodClaim>> = pods.iter().map(|p| model.claims_of(p)).collect();
+        let unmanaged = Arc::new(DeviceIndex::new(Vec::new(), Vec::new(), Vec::new()));
+        let unmanaged_fn = || unmanaged.clone();
+        let fits = group_input(model, key, &pods, &claims).is_some_and(|input| {
+            crate::group::fits_when_free(
+                &input,
+                &model.snapshot,
+                &unmanaged_fn,
+                &self.settings,
+                &self.group_settings,
+                model.now,
+            )
+        });
+        self.waiting.insert(
+            key.clone(),
+            WaitingGang {
+                priority: pending.priority,
+                arrived: pending.arrived,
+                since: model.now,
+                fits_when_free: fits,
+            },
+        );
     }
 
     /// One pass over the cluster.
@@ -123,8 +193,16 @@ impl ControllerModel {
         for nominee in nominations.standing() {
             self.finish_plan(model, &nominee.uid, &nominee.nomination, &mut *evict);
         }
-        for pending in pending(model) {
-            self.decide(model, &pending, &mut *evict)?;
+        let pending = pending(model);
+        let present: BTreeSet<&GroupKey> =
+            pending.iter().filter_map(|p| p.group.as_ref()).collect();
+        self.waiting.retain(|key, _| present.contains(key));
+        for pending in &pending {
+            if self.held_back(pending, now) {
+                continue;
+            }
+            let placed = self.decide(model, pending, &mut *evict)?;
+            self.note_gang(model, pending, placed);
         }
         Ok(())
     }
@@ -234,13 +312,14 @@ impl ControllerModel {
         true
     }
 
-    /// Places one pending pod or gang, or preempts for it, or leaves it waiting.
+    /// Places one pending pod or gang, or preempts for it, or leaves it waiting; whether it was
+    /// placed.
     fn decide(
         &mut self,
         model: &mut ClusterModel,
         pending: &Pending,
         evict: &mut Evictor<'_>,
-    ) -> Result<(), ModelError> {
+    ) -> Result<bool, ModelError> {
         let now = model.now;
         let nominations = Nominations::from_pods(model.pods(), &model.gate, now);
         let except: Vec<&str> = pending.pods.iter().map(String::as_str).collect();
@@ -267,14 +346,14 @@ impl ControllerModel {
             self.place(model, pending, &pods, &claims, &context)
         };
         if let Some(decisions) = placed {
-            return self.apply(model, &pods, decisions);
+            return self.apply(model, &pods, decisions).map(|()| true);
         }
         let nominated = pending
             .pods
             .iter()
             .any(|uid| nominations.of_pod(uid).is_some());
         let Some(preemption) = self.preemption.clone().filter(|_| !nominated) else {
-            return Ok(());
+            return Ok(false);
         };
         let context = PodContext {
             devices: &model.snapshot,
@@ -294,7 +373,7 @@ impl ControllerModel {
         if let PreemptionOutcome::Preempt(plan) = decision.outcome {
             self.carry_out(model, pending, plan, evict);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// The placement decisions for the pod or gang on free devices, if it fits.
