@@ -15,8 +15,8 @@ use super::plan::{
 use super::search::{grace_seconds, placement_devices, remove_pod};
 use super::{PreemptionInput, pod_priority, preemption_allowed};
 use crate::claims::allocation;
-use crate::group::{GroupDecision, GroupInput, GroupOutcome, GroupSettings, decide_group};
-use crate::planner::{Action, Decision};
+use crate::group::{GroupInput, GroupOutcome, GroupPlan, GroupSettings, decide_group};
+use crate::planner::{Action, PodPlan};
 use crate::pods::pod_usage_requests;
 use crate::protocol::object_key;
 use crate::resources::NodeUsage;
@@ -106,9 +106,9 @@ impl GangSearch<'_, '_> {
     fn replace_on(
         &mut self,
         evicted: &mut Evicted<'_>,
-        decisions: &[(usize, Decision)],
+        decisions: &[(usize, PodPlan)],
         nodes: &BTreeSet<usize>,
-    ) -> Option<Vec<(usize, Decision)>> {
+    ) -> Option<Vec<(usize, PodPlan)>> {
         let mut new = decisions.to_vec();
         let mut added: Vec<AllocationResult> = Vec::new();
         let mut fits = true;
@@ -160,7 +160,7 @@ impl GangSearch<'_, '_> {
     }
 
     /// The group decision on `evicted`, if it places the gang.
-    fn place(&mut self, evicted: &Evicted<'_>) -> Option<Vec<(usize, Decision)>> {
+    fn place(&mut self, evicted: &Evicted<'_>) -> Option<Vec<(usize, PodPlan)>> {
         self.steps += 1;
         let context = PodContext {
             devices: self.context.devices,
@@ -168,7 +168,7 @@ impl GangSearch<'_, '_> {
             in_use: &evicted.working,
             usage: &evicted.usage,
         };
-        let decision: GroupDecision = decide_group(
+        let decision: GroupPlan = decide_group(
             self.group,
             &context,
             self.settings,
@@ -176,14 +176,16 @@ impl GangSearch<'_, '_> {
             self.now,
         );
         match decision.outcome {
-            GroupOutcome::Place { decisions, .. } => Some(decisions),
+            GroupOutcome::Place {
+                plans: decisions, ..
+            } => Some(decisions),
             GroupOutcome::Wait { .. } => None,
         }
     }
 }
 
 /// The nodes a gang's decisions place pods on.
-fn used_nodes(decisions: &[(usize, Decision)]) -> BTreeSet<String> {
+fn used_nodes(decisions: &[(usize, PodPlan)]) -> BTreeSet<String> {
     decisions
         .iter()
         .filter_map(|(_, d)| match &d.action {
@@ -284,7 +286,7 @@ fn evict_by_level(
     search: &mut GangSearch<'_, '_>,
     evicted: &mut Evicted<'_>,
     candidates: &[usize],
-) -> Option<Vec<(usize, Decision)>> {
+) -> Option<Vec<(usize, PodPlan)>> {
     let victims = evicted.input.victims;
     let levels: BTreeSet<i32> = candidates
         .iter()
@@ -312,8 +314,8 @@ fn reprieve(
     search: &mut GangSearch<'_, '_>,
     evicted: &mut Evicted<'_>,
     candidates: &[usize],
-    first: Vec<(usize, Decision)>,
-) -> Vec<(usize, Decision)> {
+    first: Vec<(usize, PodPlan)>,
+) -> Vec<(usize, PodPlan)> {
     let victims = evicted.input.victims;
     let index: HashMap<&str, usize> = search
         .context
@@ -402,7 +404,7 @@ fn group_plan(
     context: &PodContext<'_>,
     input: &PreemptionInput<'_>,
     out: &[usize],
-    decisions: &[(usize, Decision)],
+    decisions: &[(usize, PodPlan)],
 ) -> PreemptionPlan {
     let victims = planned_victims(input.victims, out);
     let reservations: Vec<Reservation> = decisions

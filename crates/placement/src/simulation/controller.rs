@@ -23,7 +23,7 @@ use crate::group::{
     GroupInput, GroupKey, GroupOutcome, GroupSettings, Member, decide_group, group_key,
     label_min_count,
 };
-use crate::planner::{Action, Decision};
+use crate::planner::{Action, PodPlan};
 use crate::preemption::nomination::{Nomination, Nominations, PreemptedBy, with_reserved};
 use crate::preemption::{
     DisruptionBudgets, ManagedDevices, PreemptionDecision, PreemptionInput, PreemptionOutcome,
@@ -384,7 +384,7 @@ impl ControllerModel {
         pods: &[Pod],
         claims: &[Vec<PodClaim>],
         context: &PodContext<'_>,
-    ) -> Option<Vec<(usize, Decision)>> {
+    ) -> Option<Vec<(usize, PodPlan)>> {
         match &pending.group {
             None => {
                 let decision = decide_pod(&pods[0], &claims[0], context, &self.settings, model.now);
@@ -401,7 +401,9 @@ impl ControllerModel {
                 )
                 .outcome
                 {
-                    GroupOutcome::Place { decisions, .. } => Some(decisions),
+                    GroupOutcome::Place {
+                        plans: decisions, ..
+                    } => Some(decisions),
                     GroupOutcome::Wait { .. } => None,
                 }
             }
@@ -509,7 +511,7 @@ impl ControllerModel {
         &mut self,
         model: &mut ClusterModel,
         pods: &[Pod],
-        decisions: Vec<(usize, Decision)>,
+        decisions: Vec<(usize, PodPlan)>,
     ) -> Result<(), ModelError> {
         let mut placed = Vec::new();
         for (index, decision) in decisions {
