@@ -25,6 +25,7 @@
 //!   the device inventory;
 //! - [`watch`]: the watches that fill the caches and wake the queue;
 //! - [`waiting`]: the groups waiting for capacity (the starvation policy's memory);
+//! - [`refusals`]: evictions refused recently, left out of preemption searches a while;
 //! - [`execute`]: carrying a decision out, step by step, with undo;
 //! - [`worker`]: one pod: decide, then execute;
 //! - [`controller`]: the composition root, started and stopped in order; the HTTP endpoints,
@@ -38,6 +39,7 @@ pub mod execute;
 pub mod leader;
 pub mod metrics;
 pub mod queue;
+pub mod refusals;
 pub mod slices;
 pub mod timing;
 pub mod trim;

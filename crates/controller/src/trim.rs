@@ -8,11 +8,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, Node, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, ResourceRequirements,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use tessera_api::names::{GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION};
+use tessera_api::names::{
+    GROUP_MIN_COUNT_ANNOTATION, NOMINATION_ANNOTATION, PREEMPTED_BY_ANNOTATION,
+};
 
 use tessera_placement::protocol::{
     CLAIM_MARK_ANNOTATION, PLACEMENT_CONDITION, POD_PLACEMENT_ANNOTATION,
@@ -52,17 +55,20 @@ fn requests_only(c: &Container) -> Container {
 /// phase and the controller's condition.
 pub fn pod(pod: &mut Pod) {
     let mut meta = identity(&pod.metadata);
-    // Group membership and arrival order (crates/placement/src/group.rs).
+    // Group membership and arrival order (crates/placement/src/group), and every label: the
+    // PodDisruptionBudgets that preemption honours select pods by them.
     meta.creation_timestamp = pod.metadata.creation_timestamp.take();
-    meta.labels = pod.metadata.labels.take().and_then(|mut l| {
-        l.remove(GROUP_LABEL)
-            .map(|v| BTreeMap::from([(GROUP_LABEL.to_owned(), v)]))
-    });
+    meta.labels = pod.metadata.labels.take();
     let mut annotations = pod.metadata.annotations.take().unwrap_or_default();
-    let kept: BTreeMap<String, String> = [POD_PLACEMENT_ANNOTATION, GROUP_MIN_COUNT_ANNOTATION]
-        .into_iter()
-        .filter_map(|name| annotations.remove_entry(name))
-        .collect();
+    let kept: BTreeMap<String, String> = [
+        POD_PLACEMENT_ANNOTATION,
+        GROUP_MIN_COUNT_ANNOTATION,
+        NOMINATION_ANNOTATION,
+        PREEMPTED_BY_ANNOTATION,
+    ]
+    .into_iter()
+    .filter_map(|name| annotations.remove_entry(name))
+    .collect();
     meta.annotations = (!kept.is_empty()).then_some(kept);
     let spec = pod.spec.take().map(|s| PodSpec {
         node_name: s.node_name,
@@ -82,6 +88,10 @@ pub fn pod(pod: &mut Pod) {
             .init_containers
             .map(|cs| cs.iter().map(requests_only).collect()),
         overhead: s.overhead,
+        // Preemption: who may preempt whom, and how long a victim takes to stop.
+        priority: s.priority,
+        preemption_policy: s.preemption_policy,
+        termination_grace_period_seconds: s.termination_grace_period_seconds,
         resources: s.resources.map(|r| ResourceRequirements {
             requests: r.requests,
             ..Default::default()
@@ -90,6 +100,8 @@ pub fn pod(pod: &mut Pod) {
     });
     let status = pod.status.take().map(|s| PodStatus {
         phase: s.phase,
+        start_time: s.start_time,
+        nominated_node_name: s.nominated_node_name,
         resource_claim_statuses: s.resource_claim_statuses,
         conditions: s.conditions.map(|cs| {
             cs.into_iter()
@@ -103,6 +115,12 @@ pub fn pod(pod: &mut Pod) {
         spec,
         status,
     };
+}
+
+/// A PodDisruptionBudget: its selector and status (what preemption counts).
+pub fn budget(budget: &mut PodDisruptionBudget) {
+    budget.metadata.managed_fields = None;
+    budget.metadata.annotations = None;
 }
 
 /// A claim: everything but managed fields and annotations other than the controller's mark
@@ -165,6 +183,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
     use super::*;
+    use tessera_api::names::GROUP_LABEL;
 
     #[test]
     fn a_pod_keeps_what_placement_reads() {
@@ -241,12 +260,9 @@ mod tests {
             [GROUP_MIN_COUNT_ANNOTATION, POD_PLACEMENT_ANNOTATION]
         );
         assert_eq!(
-            meta.labels,
-            Some(BTreeMap::from([(
-                GROUP_LABEL.to_owned(),
-                "train".to_owned()
-            )])),
-            "only the group label is kept"
+            meta.labels.as_ref().map(BTreeMap::len),
+            Some(2),
+            "every label is kept: PodDisruptionBudgets select by them"
         );
         assert!(meta.managed_fields.is_none());
         let spec = p.spec.as_ref().unwrap();

@@ -104,6 +104,21 @@ fn shape(step: &Step) -> String {
         Step::Count(count) => format!("count {count:?}"),
         Step::Remember(w) => format!("remember {}", w.key),
         Step::Forget(key) => format!("forget {key}"),
+        Step::Nominate { pod, nomination } => match nomination {
+            Some(n) => format!("nominate {} on {}", name(pod), n.node),
+            None => format!("withdraw the nomination of {}", name(pod)),
+        },
+        Step::Evict {
+            victim,
+            preemptor,
+            committed,
+            ..
+        } => format!(
+            "evict {} for {}{}",
+            name(victim),
+            name(preemptor),
+            if *committed { " (committed)" } else { "" }
+        ),
     }
 }
 
@@ -175,6 +190,7 @@ fn a_waiting_group_holds_a_later_pod_back_and_a_group_without_gated_pods_is_forg
     };
     let waiting = |name: &str| Waiting {
         key: key(name),
+        priority: 0,
         arrived: "2026-11-22T09:00:00Z".parse().unwrap(),
         since: now() - SignedDuration::from_mins(10),
         fits_when_free: true,

@@ -28,6 +28,13 @@ pub enum PodReason {
     WaitingForGroup,
     /// The group does not fit now.
     GroupUnsatisfiable,
+    /// The pod fits once pods of lower priority are evicted: they are being evicted, and the
+    /// devices they free are nominated for it.
+    Preempting,
+    /// The pod is evicted to free devices for a pod of higher priority (an event on the victim).
+    Preempted,
+    /// An eviction for the pod was refused (a PodDisruptionBudget): it waits or tries others.
+    PreemptionBlocked,
 }
 
 impl PodReason {
@@ -43,6 +50,9 @@ impl PodReason {
             PodReason::WaitingBehindGroup => "WaitingBehindGroup",
             PodReason::WaitingForGroup => "WaitingForGroup",
             PodReason::GroupUnsatisfiable => "GroupUnsatisfiable",
+            PodReason::Preempting => "Preempting",
+            PodReason::Preempted => "Preempted",
+            PodReason::PreemptionBlocked => "PreemptionBlocked",
         }
     }
 
@@ -88,6 +98,9 @@ mod tests {
             (PodReason::WaitingBehindGroup, "WaitingBehindGroup"),
             (PodReason::WaitingForGroup, "WaitingForGroup"),
             (PodReason::GroupUnsatisfiable, "GroupUnsatisfiable"),
+            (PodReason::Preempting, "Preempting"),
+            (PodReason::Preempted, "Preempted"),
+            (PodReason::PreemptionBlocked, "PreemptionBlocked"),
         ];
         for (reason, wire) in all {
             assert_eq!(reason.as_str(), wire);

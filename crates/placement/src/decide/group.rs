@@ -11,9 +11,9 @@ use tessera_api::names::GROUP_LABEL;
 
 use crate::claims::PodClaims;
 use crate::decide::pod::{
-    decide_alone, held_back, in_context, placed_message, placement_steps, resolve, undo_steps,
-    waiting_decision, waits,
+    decide_alone, held_back, placed_message, placement_steps, resolve, waiting_decision,
 };
+use crate::decide::steps::{in_context, undo_steps, waits};
 use crate::decision::{
     ClusterSource, Count, Decision, GroupVerdict, Notice, PodPatch, Ruling, Step, Then,
 };
@@ -25,6 +25,7 @@ use crate::group::score::GroupScore;
 use crate::group::search::{GroupInput, GroupOutcome, GroupPlan, Member, decide_group};
 use crate::group::starvation::{Waiting, fits_when_free};
 use crate::planner::Action;
+use crate::preemption::pod_priority;
 use crate::protocol::{PodPlacement, is_gated, object_key};
 use crate::reason::{EventKind, PodReason};
 use crate::resolve::{PodClaim, Resolution};
@@ -111,6 +112,7 @@ pub fn decide_for_group(
     first.extend(fits_free.map(|fits_when_free| {
         Step::Remember(Waiting {
             key: group.key.clone(),
+            priority: pod_priority(pod),
             arrived: group.arrived,
             since: now,
             fits_when_free,

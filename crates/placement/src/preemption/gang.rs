@@ -8,12 +8,13 @@ use k8s_openapi::api::resource::v1::AllocationResult;
 use k8s_openapi::jiff::Timestamp;
 use tessera_allocator::{AllocatedState, DeviceId};
 
+use super::PreemptionInput;
 use super::plan::{
     PreemptionCost, PreemptionDecision, PreemptionOutcome, PreemptionPlan, Reservation,
     not_possible_message, plan_message, planned_victims,
 };
+use super::priority::{pod_priority, preemption_allowed};
 use super::search::{grace_seconds, placement_devices, remove_pod};
-use super::{PreemptionInput, pod_priority, preemption_allowed};
 use crate::claims::allocation;
 use crate::group::{GroupInput, GroupOutcome, GroupPlan, GroupSettings, decide_group};
 use crate::planner::{Action, PodPlan};

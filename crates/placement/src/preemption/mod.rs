@@ -35,14 +35,15 @@
 
 mod budgets;
 mod gang;
+mod mark;
 pub mod nomination;
 mod plan;
+mod priority;
 mod search;
 mod victims;
 
 use std::collections::HashSet;
 
-use k8s_openapi::api::core::v1::Pod;
 use tessera_allocator::DeviceId;
 
 pub use budgets::{DisruptionBudgets, covers, selects};
@@ -51,6 +52,7 @@ pub use plan::{
     PlannedVictim, PreemptionCost, PreemptionDecision, PreemptionOutcome, PreemptionPlan,
     Reservation,
 };
+pub use priority::{pod_priority, preemption_allowed};
 pub use search::preempt_pod;
 pub use victims::{Blocked, Exclusions, HeldClaim, ManagedDevices, Unit, VictimPod, Victims};
 
@@ -100,18 +102,4 @@ pub struct PreemptionInput<'a> {
     /// UIDs of pods whose eviction was refused recently.
     pub refused: &'a HashSet<String>,
     pub settings: &'a PreemptionSettings,
-}
-
-/// A pod's priority: `spec.priority`, which admission sets from its PriorityClass when the pod
-/// is created and which never changes; 0 without one.
-pub fn pod_priority(pod: &Pod) -> i32 {
-    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
-}
-
-/// Whether the pod may preempt others: its `spec.preemptionPolicy` is not `Never`.
-pub fn preemption_allowed(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.preemption_policy.as_deref())
-        != Some("Never")
 }

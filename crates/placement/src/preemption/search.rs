@@ -11,12 +11,13 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::jiff::Timestamp;
 use tessera_allocator::{AllocatedState, DeviceId};
 
+use super::PreemptionInput;
 use super::plan::{
     PreemptionCost, PreemptionDecision, PreemptionOutcome, PreemptionPlan, Reservation,
     not_possible_message, plan_message, planned_victims,
 };
+use super::priority::{pod_priority, preemption_allowed};
 use super::victims::Victims;
-use super::{PreemptionInput, pod_priority, preemption_allowed};
 use crate::claims::{PodClaims, allocation};
 use crate::group::group_key;
 use crate::nodes::{NodeFacts, PodRequirements};

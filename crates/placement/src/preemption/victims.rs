@@ -14,8 +14,8 @@ use k8s_openapi::jiff::Timestamp;
 use tessera_allocator::DeviceId;
 
 use super::budgets::DisruptionBudgets;
-use super::nomination::PreemptedBy;
-use super::pod_priority;
+use super::mark::PreemptedBy;
+use super::priority::pod_priority;
 use crate::claims::allocation;
 use crate::group::{GroupKey, group_key};
 use crate::pods::pod_usage_requests;
