@@ -44,6 +44,15 @@ pub(crate) fn write_failed(metrics: &Metrics, pod: &Pod, e: WriteError) -> Proce
     Processed::Retry
 }
 
+/// One eviction of a decision ([`Step::Evict`]).
+struct Eviction<'s> {
+    victim: &'s Arc<Pod>,
+    preemptor: &'s Arc<Pod>,
+    nominees: &'s [Arc<Pod>],
+    by: &'s PreemptedBy,
+    committed: bool,
+}
+
 /// Where a decision's steps go.
 pub(crate) struct Targets<'w> {
     pub cluster: &'w Cluster,
@@ -136,12 +145,20 @@ impl<'w> Execution<'w> {
             Step::Evict {
                 victim,
                 preemptor,
+                nominees,
                 by,
                 committed,
             } => {
-                self.evict(&victim, &preemptor, &by, committed)
+                let eviction = Eviction {
+                    victim: &victim,
+                    preemptor: &preemptor,
+                    nominees: &nominees,
+                    by: &by,
+                    committed,
+                };
+                self.evict(eviction)
                     .await
-                    .map_err(|e| (preemptor, e))?;
+                    .map_err(|e| (preemptor.clone(), e))?;
             }
         }
         Ok(())
@@ -387,13 +404,14 @@ impl<'w> Execution<'w> {
     /// remembered (the victim is left out of searches a while) and told to the preemptor; unless
     /// `committed`, it withdraws the preemptor's nomination and fails (the pod is retried). An
     /// evicted victim is told who preempted it.
-    async fn evict(
-        &mut self,
-        victim: &Arc<Pod>,
-        preemptor: &Arc<Pod>,
-        by: &PreemptedBy,
-        committed: bool,
-    ) -> Result<(), WriteError> {
+    async fn evict(&mut self, eviction: Eviction<'_>) -> Result<(), WriteError> {
+        let Eviction {
+            victim,
+            preemptor,
+            nominees,
+            by,
+            committed,
+        } = eviction;
         let victim_key = object_key(&victim.metadata);
         if !PreemptedBy::is_marked(victim) {
             let body =
@@ -451,7 +469,9 @@ impl<'w> Execution<'w> {
                     .patch_pod("unmark as preempted", &newest, &body)
                     .await?;
                 self.assume_pod(updated);
-                self.nominate(preemptor, None).await?;
+                for nominee in nominees {
+                    self.nominate(nominee, None).await?;
+                }
                 Err(e)
             }
             Err(e) => Err(e),

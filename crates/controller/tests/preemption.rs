@@ -351,3 +351,69 @@ async fn a_refused_eviction_withdraws_the_plan_and_another_set_is_tried() {
     );
     controller.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_preempts_a_whole_gang_of_lower_priority() {
+    let api = cluster(1, 0);
+    let low = [(GROUP_LABEL, "sweep")];
+    running(
+        &api,
+        "sweep-0",
+        "dgx-0",
+        0,
+        30,
+        &["gpu-0", "gpu-1", "gpu-2", "gpu-3"],
+        &low,
+    );
+    running(
+        &api,
+        "sweep-1",
+        "dgx-0",
+        0,
+        30,
+        &["gpu-4", "gpu-5", "gpu-6", "gpu-7"],
+        &low,
+    );
+    for i in 0..2 {
+        let name = format!("prod-{i}");
+        preemptor(&api, &name, 1000, 4, None);
+        let mut pod = api.get::<Pod>(Some(NS), &name).expect("seeded");
+        pod.metadata.labels = Some(BTreeMap::from([(
+            GROUP_LABEL.to_owned(),
+            "prod".to_owned(),
+        )]));
+        pod.metadata.annotations = Some(BTreeMap::from([(
+            tessera_api::names::GROUP_MIN_COUNT_ANNOTATION.to_owned(),
+            "2".to_owned(),
+        )]));
+        api.seed(&pod);
+    }
+    let controller = start(&api);
+    let note = event(&api, "sweep-0", "Preempted").await;
+    assert!(note.contains("ml/prod-"), "{note}");
+    event(&api, "sweep-1", "Preempted").await;
+    condition(&api, "prod-0", "Preempting").await;
+    condition(&api, "prod-1", "Preempting").await;
+    for pod in ["prod-0", "prod-1"] {
+        let nominated = api.get::<Pod>(Some(NS), pod).unwrap();
+        assert!(
+            nominated
+                .metadata
+                .annotations
+                .is_some_and(|a| a.contains_key(NOMINATION_ANNOTATION)),
+            "every member the plan places is nominated: {pod}"
+        );
+    }
+    release_claim(&api, "sweep-0");
+    release_claim(&api, "sweep-1");
+    released(&api, "prod-0").await;
+    released(&api, "prod-1").await;
+    let mut devices: Vec<String> = Vec::new();
+    for claim_name in ["prod-0", "prod-1"] {
+        devices.extend(allocated_claim(&api, claim_name).await.1);
+    }
+    devices.sort();
+    assert_eq!(devices.len(), 8);
+    assert!(double_allocations(&api).is_empty());
+    controller.stop().await;
+}

@@ -135,10 +135,12 @@ pub enum Step {
     /// Marks `victim` as preempted by `preemptor` ([`PreemptedBy`]), then evicts it through the
     /// Eviction API (its UID as precondition). `committed`: another pod of the victim's gang is
     /// evicted already, so a refusal does not withdraw the plan; otherwise a refusal withdraws
-    /// the preemptor's nomination and the pod is retried (the refused victim left out a while).
+    /// the nominations of `nominees` (the preemptor, or its gang's members) and the pod is
+    /// retried (the refused victim left out a while).
     Evict {
         victim: Arc<Pod>,
         preemptor: Arc<Pod>,
+        nominees: Vec<Arc<Pod>>,
         by: PreemptedBy,
         committed: bool,
     },
@@ -238,6 +240,13 @@ pub enum GroupVerdict {
         key: GroupKey,
         by: Waiting,
         message: String,
+    },
+    /// The group fits on no free devices but does once pods of lower priority are gone: the
+    /// plan made now (`preemption`), or the nominations that stand (`None`), in `message`.
+    Preempting {
+        key: GroupKey,
+        message: String,
+        preemption: Option<PreemptionPlan>,
     },
     /// The group's plan; `members` are the gated pods with their claims, in the order tried.
     Decided {
