@@ -70,6 +70,9 @@ EXPECTATIONS = {
     "admin-access/all-gpus-admin": {"results": "all-gpus-of-node", "admin": True},
     # The quota's four GPUs (over-quota/ sits outside the example's applied manifests).
     "gpu-quota/four-gpus": {"results": 4, "device": r"^gpu-\d+$"},
+    # The scavenger's batch pods are gated: the controller places each on one managed GPU
+    # (production/ sits outside the example's applied manifests).
+    "scavenger/one-gpu": {"mode": "topology-aware", "results": 1, "device": r"^gpu-\d+$"},
     "topology-aware/four-gpus": {
         "mode": "topology-aware",
         "results": 4,

@@ -19,7 +19,7 @@ try:
 except ImportError as missing:
     sys.exit(f"check-examples: {missing}; install with `python3 -m pip install pyyaml`")
 
-CLUSTER_SCOPED = {"Namespace", "DeviceClass", "ResourceSlice", "DeviceTaintRule"}
+CLUSTER_SCOPED = {"Namespace", "DeviceClass", "ResourceSlice", "DeviceTaintRule", "PriorityClass"}
 
 
 def request_names(claim_spec):

@@ -109,13 +109,21 @@ impl DeviceIndex {
     /// fails on a device it is evaluated on is an error, as it would be in allocation. Verdicts are cached, so a
     /// later allocation on this inventory does not evaluate them again.
     pub fn devices_selected_by_class(&self, class: &str) -> Option<Result<usize, AllocateError>> {
+        self.devices_of_class(class).map(|r| r.map(|ids| ids.len()))
+    }
+
+    /// The devices of the inventory (any node, in use or not) a DeviceClass's own selectors select,
+    /// in inventory order; `None` when there is no class of that name. Errors as
+    /// [`DeviceIndex::devices_selected_by_class`]. A request's own selectors may select fewer: this
+    /// is what a search may bound itself with (preemption counts the devices a pod could use).
+    pub fn devices_of_class(&self, class: &str) -> Option<Result<Vec<&DeviceId>, AllocateError>> {
         let cluster = &self.cluster;
         let entry = cluster.classes.get(class)?;
         let owner = || format!("class {class}");
-        let mut selected = 0;
+        let mut selected = Vec::new();
         for index in 0..cluster.devices.len() {
             match entry.verdict(&cluster.selectors, &cluster.devices, index) {
-                Verdict::Match => selected += 1,
+                Verdict::Match => selected.push(&cluster.devices[index].id),
                 Verdict::NoMatch(_) => {}
                 Verdict::Failed {
                     selector,

@@ -102,6 +102,21 @@ fn class_selection_counts_devices_of_every_node() {
     assert_eq!(inv.devices_selected_by_class(CLASS_A), Some(Ok(4)));
     assert_eq!(inv.devices_selected_by_class(CLASS_B), Some(Ok(0)));
     assert_eq!(inv.devices_selected_by_class("missing"), None);
+    let ids = inv.devices_of_class(CLASS_A).unwrap().unwrap();
+    let names: Vec<String> = ids
+        .iter()
+        .map(|id| format!("{}/{}", id.pool(), id.device()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            format!("{POOL1}/device-0"),
+            format!("{POOL1}/device-1"),
+            format!("{POOL2}/device-0"),
+            format!("{POOL2}/device-1"),
+        ]
+    );
+    assert!(inv.devices_of_class(CLASS_B).unwrap().unwrap().is_empty());
 }
 
 #[test]

@@ -44,6 +44,16 @@ pub const GROUP_LABEL: &str = "gpu.tessera.dev/group";
 /// Pod annotation with the group's `minCount`: how many of its pods must be placed together.
 pub const GROUP_MIN_COUNT_ANNOTATION: &str = "gpu.tessera.dev/group-min-count";
 
+/// Pod annotation on a pending pod the controller preempts for: the devices it is to get once its
+/// victims are gone, the victims and when they were chosen (JSON; docs/protocol.md, "Preemption").
+/// While it stands, the devices count as in use for every pod not of higher priority.
+pub const NOMINATION_ANNOTATION: &str = "gpu.tessera.dev/nomination";
+
+/// Pod annotation on each pod of a gang the controller preempts, written before any of them is
+/// evicted: the gang's eviction is committed, and any leader evicts a marked pod that still
+/// runs, so a gang is never left half evicted (JSON: the preemptor and the time).
+pub const PREEMPTED_BY_ANNOTATION: &str = "gpu.tessera.dev/preempted-by";
+
 /// Default node label of a rack, the finest level of the controller's node-label hierarchy.
 pub const RACK_LABEL: &str = "gpu.tessera.dev/rack";
 

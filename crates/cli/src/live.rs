@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
@@ -59,6 +60,10 @@ pub fn load(args: &ClusterArgs) -> anyhow::Result<Objects> {
             slices: list::<ResourceSlice>(&client, "resourceslices").await?,
             classes: list::<DeviceClass>(&client, "deviceclasses").await?,
             nodes: list::<Node>(&client, "nodes").await?,
+            // Preemption honours them; without the right to list them explain goes on without.
+            budgets: list::<PodDisruptionBudget>(&client, "poddisruptionbudgets")
+                .await
+                .unwrap_or_default(),
         };
         Ok(Objects {
             cluster,

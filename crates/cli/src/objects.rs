@@ -107,6 +107,9 @@ impl Objects {
             "Pod" => cluster
                 .pods
                 .push(serde_yaml::from_value(value).with_context(|| parse("Pod"))?),
+            "PodDisruptionBudget" => cluster
+                .budgets
+                .push(serde_yaml::from_value(value).with_context(|| parse("PodDisruptionBudget"))?),
             "PodGroup" => self
                 .pod_groups
                 .push(serde_yaml::from_value(value).with_context(|| parse("PodGroup"))?),
@@ -117,7 +120,8 @@ impl Objects {
             | "ResourceClaimTemplateList"
             | "NodeList"
             | "PodList"
-            | "PodGroupList" => {
+            | "PodGroupList"
+            | "PodDisruptionBudgetList" => {
                 let items = value
                     .get("items")
                     .and_then(|i| i.as_sequence())

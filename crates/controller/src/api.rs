@@ -260,6 +260,61 @@ impl ApiWriter {
         .await
     }
 
+    /// Merge-patches a pod's status (`status.nominatedNodeName`).
+    pub async fn patch_pod_status(
+        &self,
+        action: &'static str,
+        pod: &Pod,
+        body: &Value,
+    ) -> Result<Pod, WriteError> {
+        let api: Api<Pod> = Api::namespaced(
+            self.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let object = format!("Pod {}", object_key(&pod.metadata));
+        self.send(
+            action,
+            object,
+            api.patch_status(&name, &merge_params(), &Patch::Merge(body)),
+        )
+        .await
+    }
+
+    /// Evicts a pod through the Eviction API (`policy/v1`), its UID as precondition so only the
+    /// pod planned for is evicted. The body is built here: kube's `evict` sends its delete
+    /// options under a field name the API server ignores. A 429 (a PodDisruptionBudget allows
+    /// no disruption) is an [`WriteError::Api`] error; so is a `Failure` status the server
+    /// returns with 201 (a pod covered by several budgets). A pod already gone is evicted.
+    pub async fn evict(&self, pod: &Pod) -> Result<(), WriteError> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let object = format!("Pod {}", object_key(&pod.metadata));
+        let body = json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": pod.metadata.uid}},
+        });
+        let post = kube::api::PostParams::default();
+        let request =
+            api.create_subresource::<Value, kube::core::Status>("eviction", &name, &post, &body);
+        match self.send("evict", object.clone(), request).await {
+            Ok(status) if status.is_failure() => Err(WriteError::Api {
+                action: "evict",
+                object,
+                source: kube::Error::Api(Box::new(status)),
+            }),
+            Ok(_) => Ok(()),
+            Err(WriteError::Api {
+                source: kube::Error::Api(s),
+                ..
+            }) if s.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Sets the controller's condition on a pod (server-side apply of that one condition, so
     /// other conditions stay as they are): `True` when `reason` says the pod is placed.
     /// `lastTransitionTime` moves only when the status does.

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
@@ -35,6 +36,8 @@ pub struct Stores {
     pub classes: Store<DeviceClass>,
     pub nodes: Store<Node>,
     pub templates: Store<ResourceClaimTemplate>,
+    /// PodDisruptionBudgets, which preemption honours.
+    pub budgets: Store<PodDisruptionBudget>,
 }
 
 fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<u64> {
@@ -306,6 +309,21 @@ impl Cluster {
             .pods
             .get(&ObjectRef::new(name).within(namespace));
         self.tracked.pods.newest(cached, namespace, name)
+    }
+
+    /// Every pod, newest versions (preemption's victims and nominations).
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.tracked.pods.overlay(self.stores.pods.state())
+    }
+
+    /// Every claim, newest versions.
+    pub fn claims(&self) -> Vec<Arc<ResourceClaim>> {
+        self.tracked.claims.overlay(self.stores.claims.state())
+    }
+
+    /// Every PodDisruptionBudget.
+    pub fn budgets(&self) -> Vec<Arc<PodDisruptionBudget>> {
+        self.stores.budgets.state()
     }
 
     /// A claim, newest version.

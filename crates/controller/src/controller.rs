@@ -23,6 +23,7 @@ use crate::events::{EVENT_QUEUE, Events, publish_all};
 use crate::leader::{LeaderElector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::queue::Processed;
+use crate::refusals::RefusedEvictions;
 use crate::watch::{Signals, WATCHES, start};
 use crate::webhook::WebhookConfig;
 use crate::worker::Worker;
@@ -248,6 +249,7 @@ impl Controller {
             metrics: self.metrics.clone(),
             config: self.config.settings(),
             waiting: WaitingGroups::default(),
+            refused: RefusedEvictions::default(),
         };
         self.work(&worker, shutdown).await;
         // The events still queued are published while the Lease is held, for a bounded time.
@@ -367,7 +369,7 @@ mod tests {
         let reasons = probe.check().expect_err("nothing listed yet");
         assert_eq!(
             reasons,
-            ["caches not synced yet: 0 of 6 watches have listed"]
+            ["caches not synced yet: 0 of 7 watches have listed"]
         );
         signals.synced.store(WATCHES, Ordering::Release);
         let reasons = probe.check().expect_err("listed, no inventory yet");

@@ -13,10 +13,15 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
+use tessera_api::names::{NOMINATION_ANNOTATION, PREEMPTED_BY_ANNOTATION};
 use tessera_placement::claims::{allocation, is_reserved};
 use tessera_placement::decision::{Count, Decision, Notice, PodPatch, Step, Then};
 use tessera_placement::message::{CONDITION_MESSAGE_LIMIT, truncate};
+use tessera_placement::preemption::nomination::{Nomination, PreemptedBy};
+use tessera_placement::preemption::pod_priority;
 use tessera_placement::protocol::{ClaimMark, object_key};
+use tessera_placement::reason::{EventKind, PodReason};
 use tessera_placement::writes::{
     ClaimProgress, UndoStep, allocation_patch, deallocation_patch, is_marked, mark_for, mark_patch,
     pod_patch, undo_plan, unmark_patch,
@@ -27,6 +32,7 @@ use crate::cluster::Cluster;
 use crate::events::{Events, PodEvent};
 use crate::metrics::Metrics;
 use crate::queue::Processed;
+use crate::refusals::RefusedEvictions;
 use crate::timing;
 use crate::trim;
 use crate::waiting::WaitingGroups;
@@ -38,6 +44,15 @@ pub(crate) fn write_failed(metrics: &Metrics, pod: &Pod, e: WriteError) -> Proce
     Processed::Retry
 }
 
+/// One eviction of a decision ([`Step::Evict`]).
+struct Eviction<'s> {
+    victim: &'s Arc<Pod>,
+    preemptor: &'s Arc<Pod>,
+    nominees: &'s [Arc<Pod>],
+    by: &'s PreemptedBy,
+    committed: bool,
+}
+
 /// Where a decision's steps go.
 pub(crate) struct Targets<'w> {
     pub cluster: &'w Cluster,
@@ -45,6 +60,7 @@ pub(crate) struct Targets<'w> {
     pub events: &'w Events,
     pub metrics: &'w Metrics,
     pub waiting: &'w WaitingGroups,
+    pub refused: &'w RefusedEvictions,
 }
 
 /// One decision being carried out.
@@ -128,6 +144,29 @@ impl<'w> Execution<'w> {
             Step::Count(count) => self.count(count),
             Step::Remember(waiting) => self.to.waiting.insert(waiting),
             Step::Forget(key) => self.to.waiting.remove(&key),
+            Step::Nominate { pod, nomination } => {
+                self.nominate(&pod, nomination.as_ref())
+                    .await
+                    .map_err(|e| (pod, e))?;
+            }
+            Step::Evict {
+                victim,
+                preemptor,
+                nominees,
+                by,
+                committed,
+            } => {
+                let eviction = Eviction {
+                    victim: &victim,
+                    preemptor: &preemptor,
+                    nominees: &nominees,
+                    by: &by,
+                    committed,
+                };
+                self.evict(eviction)
+                    .await
+                    .map_err(|e| (preemptor.clone(), e))?;
+            }
         }
         Ok(())
     }
@@ -163,6 +202,16 @@ impl<'w> Execution<'w> {
             }
             Count::LeftToScheduler => {
                 metrics.pods_left_to_scheduler.inc();
+            }
+            Count::Preemption {
+                victims,
+                gpu_seconds,
+            } => {
+                metrics.preemptions.inc();
+                metrics.preemption_victims.inc_by(victims);
+                metrics
+                    .preemption_gpu_hours
+                    .inc_by(gpu_seconds as f64 / 3600.0);
             }
         }
     }
@@ -321,6 +370,119 @@ impl<'w> Execution<'w> {
             timing::at_pod(pod, "released");
         }
         Ok(())
+    }
+
+    /// Records `nomination` on `pod` (the annotation, then `status.nominatedNodeName`, which
+    /// tells kube-scheduler and autoscalers where the pod will go), or removes both.
+    async fn nominate(
+        &mut self,
+        pod: &Arc<Pod>,
+        nomination: Option<&Nomination>,
+    ) -> Result<(), WriteError> {
+        let newest = self.pod(pod);
+        let value = nomination.map(Nomination::to_annotation);
+        let body = json!({"metadata": {"annotations": {NOMINATION_ANNOTATION: value}}});
+        let action = if nomination.is_some() {
+            "record the nomination of"
+        } else {
+            "remove the nomination of"
+        };
+        let updated = self.to.writer.patch_pod(action, &newest, &body).await?;
+        let updated = self.assume_pod(updated);
+        let node = nomination.map(|n| n.node.as_str());
+        let current = updated
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref());
+        if current != node {
+            let body = json!({"status": {"nominatedNodeName": node}});
+            let action = "set status.nominatedNodeName of";
+            let updated = self
+                .to
+                .writer
+                .patch_pod_status(action, &updated, &body)
+                .await?;
+            self.assume_pod(updated);
+        }
+        Ok(())
+    }
+
+    /// Marks `victim` as preempted by `preemptor`, then evicts it. A refused eviction is
+    /// remembered (the victim is left out of searches a while) and told to the preemptor; unless
+    /// `committed`, it withdraws the preemptor's nomination and fails (the pod is retried). An
+    /// evicted victim is told who preempted it.
+    async fn evict(&mut self, eviction: Eviction<'_>) -> Result<(), WriteError> {
+        let Eviction {
+            victim,
+            preemptor,
+            nominees,
+            by,
+            committed,
+        } = eviction;
+        let victim_key = object_key(&victim.metadata);
+        if !PreemptedBy::is_marked(victim) {
+            let body =
+                json!({"metadata": {"annotations": {PREEMPTED_BY_ANNOTATION: by.to_annotation()}}});
+            let updated = self
+                .to
+                .writer
+                .patch_pod("mark as preempted", victim, &body)
+                .await?;
+            self.assume_pod(updated);
+        }
+        match self.to.writer.evict(victim).await {
+            Ok(()) => {
+                let priority = pod_priority(preemptor);
+                let note = format!(
+                    "evicted to free GPUs for {} (priority {priority}), which has a higher priority",
+                    by.pod
+                );
+                self.to.events.publish(PodEvent::new(
+                    victim,
+                    EventKind::Normal,
+                    PodReason::Preempted.as_str(),
+                    &note,
+                ));
+                Ok(())
+            }
+            Err(e @ WriteError::Api { .. }) => {
+                self.to.metrics.evictions_refused.inc();
+                self.to
+                    .refused
+                    .insert(victim.metadata.uid.as_deref().unwrap_or_default());
+                let note = format!(
+                    "the eviction of {victim_key} was refused ({e}); {}",
+                    if committed {
+                        "its gang is being evicted already: it is evicted again later"
+                    } else {
+                        "the preemption is withdrawn: other victims are tried, or the pod waits"
+                    }
+                );
+                self.to.events.publish(PodEvent::new(
+                    preemptor,
+                    EventKind::Warning,
+                    PodReason::PreemptionBlocked.as_str(),
+                    &note,
+                ));
+                if committed {
+                    return Ok(());
+                }
+                // Nothing of its unit was evicted: the victim is nobody's again.
+                let body = json!({"metadata": {"annotations": {PREEMPTED_BY_ANNOTATION: null}}});
+                let newest = self.pod(victim);
+                let updated = self
+                    .to
+                    .writer
+                    .patch_pod("unmark as preempted", &newest, &body)
+                    .await?;
+                self.assume_pod(updated);
+                for nominee in nominees {
+                    self.nominate(nominee, None).await?;
+                }
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Sets the condition and queues an event ([`crate::events`]), unless the condition already

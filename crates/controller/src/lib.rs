@@ -25,6 +25,7 @@
 //!   the device inventory;
 //! - [`watch`]: the watches that fill the caches and wake the queue;
 //! - [`waiting`]: the groups waiting for capacity (the starvation policy's memory);
+//! - [`refusals`]: evictions refused recently, left out of preemption searches a while;
 //! - [`execute`]: carrying a decision out, step by step, with undo;
 //! - [`worker`]: one pod: decide, then execute;
 //! - [`webhook`]: the admission webhook every replica serves (certificates in a Secret, the
@@ -40,6 +41,7 @@ pub mod execute;
 pub mod leader;
 pub mod metrics;
 pub mod queue;
+pub mod refusals;
 pub mod slices;
 pub mod timing;
 pub mod trim;

@@ -64,6 +64,14 @@ pub struct Metrics {
     capacity: OnceLock<CapacitySource>,
     /// The admission webhook's answers, by webhook and result.
     pub admission_reviews: Reviews,
+    /// Preemption plans carried out (a preemptor nominated, its victims evicted).
+    pub preemptions: Counter,
+    /// Pods evicted through the Eviction API to free devices.
+    pub preemption_victims: Counter,
+    /// GPU-hours of work the victims of preemption plans had run when evicted.
+    pub preemption_gpu_hours: Counter<f64, std::sync::atomic::AtomicU64>,
+    /// Evictions refused (a PodDisruptionBudget, or several covering the pod).
+    pub evictions_refused: Counter,
 }
 
 /// What the capacity gauges are read from at each scrape.
@@ -98,6 +106,10 @@ impl Metrics {
             capacity_wait_longest: Gauge::default(),
             capacity: OnceLock::new(),
             admission_reviews: Reviews::default(),
+            preemptions: Counter::default(),
+            preemption_victims: Counter::default(),
+            preemption_gpu_hours: Counter::default(),
+            evictions_refused: Counter::default(),
             registry: Registry::default(),
         };
         metrics.register(root.sub_registry_with_prefix("tessera_controller"));
@@ -108,7 +120,31 @@ impl Metrics {
     }
 
     /// Registers every metric (their names without the prefix) under `registry`.
+    fn register_preemption(&self, registry: &mut Registry) {
+        registry.register(
+            "preemptions",
+            "Preemption plans carried out: a pod nominated for devices that pods of lower priority free",
+            self.preemptions.clone(),
+        );
+        registry.register(
+            "preemption_victims",
+            "Pods evicted through the Eviction API to free devices for a pod of higher priority",
+            self.preemption_victims.clone(),
+        );
+        registry.register(
+            "preemption_gpu_hours",
+            "GPU-hours of work run by the victims of preemption plans when they were evicted",
+            self.preemption_gpu_hours.clone(),
+        );
+        registry.register(
+            "evictions_refused",
+            "Evictions the API server refused (a PodDisruptionBudget allows no disruption)",
+            self.evictions_refused.clone(),
+        );
+    }
+
     fn register(&self, registry: &mut Registry) {
+        self.register_preemption(registry);
         registry.register(
             "pods_placed",
             "Pods whose claims were allocated and whose gate was removed",

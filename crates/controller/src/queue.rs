@@ -8,8 +8,12 @@
 //!
 //! Backoff doubles from [`BACKOFF_START`] to [`BACKOFF_LIMIT`] per consecutive failure of the
 //! same pod and resets when the pod is done.
+//!
+//! Ready pods are taken in priority order ([`Rank`]: higher `spec.priority` first, then earlier
+//! arrival), and in the order they became ready within a rank.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 /// First retry delay.
@@ -57,10 +61,30 @@ pub enum Processed {
     After(Duration),
 }
 
+/// A pod's place in line: its priority (higher first), then its arrival (creation time in
+/// seconds since the epoch, earlier first).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rank {
+    priority: Reverse<i32>,
+    arrival: i64,
+}
+
+impl Rank {
+    pub fn new(priority: i32, arrival: i64) -> Rank {
+        Rank {
+            priority: Reverse(priority),
+            arrival,
+        }
+    }
+}
+
 /// The queue.
 #[derive(Debug, Default)]
 pub struct WorkQueue {
-    ready: VecDeque<String>,
+    /// Ready keys by rank, then by when they became ready (a sequence number).
+    ready: BTreeSet<(Rank, u64, String)>,
+    ranks: HashMap<String, Rank>,
+    sequence: u64,
     states: HashMap<String, State>,
     failures: HashMap<String, u32>,
     epoch: u64,
@@ -78,9 +102,21 @@ impl WorkQueue {
             Some(State::Processing { again, .. }) => *again = true,
             _ => {
                 self.states.insert(key.to_owned(), State::Ready);
-                self.ready.push_back(key.to_owned());
+                self.push(key.to_owned());
             }
         }
+    }
+
+    /// The pod changed and ranks `rank` in line: process it now.
+    pub fn add_ranked(&mut self, key: &str, rank: Rank) {
+        self.ranks.insert(key.to_owned(), rank);
+        self.add(key);
+    }
+
+    fn push(&mut self, key: String) {
+        let rank = self.ranks.get(&key).copied().unwrap_or_default();
+        self.sequence += 1;
+        self.ready.insert((rank, self.sequence, key));
     }
 
     /// Something a parked pod may be waiting for changed.
@@ -92,6 +128,7 @@ impl WorkQueue {
     pub fn forget(&mut self, key: &str) {
         if !matches!(self.states.get(key), Some(State::Processing { .. })) {
             self.states.remove(key);
+            self.ranks.remove(key);
         }
         self.failures.remove(key);
     }
@@ -99,7 +136,7 @@ impl WorkQueue {
     /// The next pod to process, if one is due at `now`.
     pub fn pop(&mut self, now: Instant) -> Option<String> {
         self.promote(now);
-        while let Some(key) = self.ready.pop_front() {
+        while let Some((_, _, key)) = self.ready.pop_first() {
             if self.states.get(&key) == Some(&State::Ready) {
                 let epoch = self.epoch;
                 self.states.insert(
@@ -117,6 +154,7 @@ impl WorkQueue {
 
     fn promote(&mut self, now: Instant) {
         let epoch = self.epoch;
+        let mut due_now = Vec::new();
         for (key, state) in self.states.iter_mut() {
             let due = match *state {
                 State::Delayed(at) => at <= now,
@@ -129,8 +167,11 @@ impl WorkQueue {
             };
             if due {
                 *state = State::Ready;
-                self.ready.push_back(key.clone());
+                due_now.push(key.clone());
             }
+        }
+        for key in due_now {
+            self.push(key);
         }
     }
 
@@ -165,7 +206,7 @@ impl WorkQueue {
         match (again, next) {
             (true, _) => {
                 self.states.insert(key.to_owned(), State::Ready);
-                self.ready.push_back(key.to_owned());
+                self.push(key.to_owned());
             }
             (false, Some(state)) => {
                 self.states.insert(key.to_owned(), state);
@@ -212,11 +253,15 @@ impl WorkQueue {
 
     /// Puts every waiting pod back at the front of the line (after becoming leader).
     pub fn wake_all(&mut self) {
+        let mut woken = Vec::new();
         for (key, state) in self.states.iter_mut() {
             if matches!(state, State::Delayed(_) | State::Parked { .. }) {
                 *state = State::Ready;
-                self.ready.push_back(key.clone());
+                woken.push(key.clone());
             }
+        }
+        for key in woken {
+            self.push(key);
         }
     }
 }
@@ -322,5 +367,30 @@ mod tests {
         q.wake_all();
         assert_eq!(q.pop(now).as_deref(), Some("ns/b"));
         assert_eq!(q.pop(now), None);
+    }
+
+    #[test]
+    fn ready_pods_go_by_priority_then_arrival() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new();
+        q.add_ranked("ns/batch-early", Rank::new(-10, 100));
+        q.add_ranked("ns/prod-late", Rank::new(1000, 300));
+        q.add_ranked("ns/prod-early", Rank::new(1000, 200));
+        q.add_ranked("ns/default", Rank::new(0, 50));
+        let order: Vec<String> = std::iter::from_fn(|| q.pop(now)).collect();
+        assert_eq!(
+            order,
+            [
+                "ns/prod-early",
+                "ns/prod-late",
+                "ns/default",
+                "ns/batch-early"
+            ]
+        );
+        // A parked pod woken again keeps its rank.
+        q.done("ns/batch-early", Processed::Park, now);
+        q.done("ns/prod-late", Processed::Park, now);
+        q.wake_all();
+        assert_eq!(q.pop(now).as_deref(), Some("ns/prod-late"));
     }
 }

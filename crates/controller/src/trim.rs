@@ -8,12 +8,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, Node, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, ResourceRequirements,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tessera_api::names::{
-    DEVICE_PLUGIN_CONVERSION_ANNOTATION, GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATION,
+    DEVICE_PLUGIN_CONVERSION_ANNOTATION, GROUP_MIN_COUNT_ANNOTATION, NOMINATION_ANNOTATION,
+    PREEMPTED_BY_ANNOTATION,
 };
 
 use tessera_placement::protocol::{
@@ -54,18 +56,19 @@ fn requests_only(c: &Container) -> Container {
 /// phase and the controller's condition.
 pub fn pod(pod: &mut Pod) {
     let mut meta = identity(&pod.metadata);
-    // Group membership and arrival order (crates/placement/src/group.rs).
+    // Group membership and arrival order (crates/placement/src/group), and every label: the
+    // PodDisruptionBudgets that preemption honours select pods by them.
     meta.creation_timestamp = pod.metadata.creation_timestamp.take();
-    meta.labels = pod.metadata.labels.take().and_then(|mut l| {
-        l.remove(GROUP_LABEL)
-            .map(|v| BTreeMap::from([(GROUP_LABEL.to_owned(), v)]))
-    });
+    meta.labels = pod.metadata.labels.take();
     let mut annotations = pod.metadata.annotations.take().unwrap_or_default();
-    // The conversion's record: which templates the controller creates for the pod.
+    // The conversion's record (which templates the controller creates for the pod) and the
+    // preemption marks (a nomination, a victim's preemptor).
     let kept: BTreeMap<String, String> = [
         POD_PLACEMENT_ANNOTATION,
         GROUP_MIN_COUNT_ANNOTATION,
         DEVICE_PLUGIN_CONVERSION_ANNOTATION,
+        NOMINATION_ANNOTATION,
+        PREEMPTED_BY_ANNOTATION,
     ]
     .into_iter()
     .filter_map(|name| annotations.remove_entry(name))
@@ -89,6 +92,10 @@ pub fn pod(pod: &mut Pod) {
             .init_containers
             .map(|cs| cs.iter().map(requests_only).collect()),
         overhead: s.overhead,
+        // Preemption: who may preempt whom, and how long a victim takes to stop.
+        priority: s.priority,
+        preemption_policy: s.preemption_policy,
+        termination_grace_period_seconds: s.termination_grace_period_seconds,
         resources: s.resources.map(|r| ResourceRequirements {
             requests: r.requests,
             ..Default::default()
@@ -97,6 +104,8 @@ pub fn pod(pod: &mut Pod) {
     });
     let status = pod.status.take().map(|s| PodStatus {
         phase: s.phase,
+        start_time: s.start_time,
+        nominated_node_name: s.nominated_node_name,
         resource_claim_statuses: s.resource_claim_statuses,
         conditions: s.conditions.map(|cs| {
             cs.into_iter()
@@ -110,6 +119,12 @@ pub fn pod(pod: &mut Pod) {
         spec,
         status,
     };
+}
+
+/// A PodDisruptionBudget: its selector and status (what preemption counts).
+pub fn budget(budget: &mut PodDisruptionBudget) {
+    budget.metadata.managed_fields = None;
+    budget.metadata.annotations = None;
 }
 
 /// A claim: everything but managed fields and annotations other than the controller's mark
@@ -172,6 +187,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
     use super::*;
+    use tessera_api::names::GROUP_LABEL;
 
     /// A pending pod with what placement reads (placement and group annotations, the group label,
     /// scheduling gates, node affinity, requests, conditions) and what it does not.
@@ -262,12 +278,9 @@ mod tests {
             ]
         );
         assert_eq!(
-            meta.labels,
-            Some(BTreeMap::from([(
-                GROUP_LABEL.to_owned(),
-                "train".to_owned()
-            )])),
-            "only the group label is kept"
+            meta.labels.as_ref().map(BTreeMap::len),
+            Some(2),
+            "every label is kept: PodDisruptionBudgets select by them"
         );
         assert!(meta.managed_fields.is_none());
         let spec = p.spec.as_ref().unwrap();

@@ -14,6 +14,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{
     Affinity, Node, Pod, PodResourceClaim, PodResourceClaimStatus, PodSchedulingGate, Toleration,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
@@ -25,16 +26,17 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
 use crate::cluster::{Stores, Tracked};
-use crate::queue::WorkQueue;
+use crate::queue::{Rank, WorkQueue};
 use crate::slices::SliceCache;
 use crate::trim;
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::pods::{is_candidate, pod_usage_requests, usage_node};
+use tessera_placement::preemption::pod_priority;
 use tessera_placement::protocol::{ClaimMark, POD_PLACEMENT_ANNOTATION};
 use tessera_placement::resources::Requests;
 
 /// Number of watches ([`Stores`] fields).
-pub const WATCHES: usize = 6;
+pub const WATCHES: usize = 7;
 
 /// What the watches tell the worker.
 pub struct Signals {
@@ -80,6 +82,20 @@ impl Signals {
     fn enqueue(&self, key: String) {
         crate::timing::at(&key, "queued");
         self.queue().add(&key);
+        self.wake.notify_one();
+    }
+
+    /// Queues a pod in its place in line ([`Rank`]: priority, then arrival).
+    fn enqueue_pod(&self, pod: &Pod) {
+        let key = key(&pod.metadata);
+        crate::timing::at(&key, "queued");
+        let arrival = pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second());
+        let rank = Rank::new(pod_priority(pod), arrival);
+        self.queue().add_ranked(&key, rank);
         self.wake.notify_one();
     }
 
@@ -147,9 +163,7 @@ fn on_pod(signals: &Signals, event: &Event<Pod>, old: Option<Arc<Pod>>, store: &
         Event::Apply(pod) | Event::InitApply(pod) => {
             let old_work = old.as_deref().and_then(|o| pod_work(o, &signals.gate));
             match pod_work(pod, &signals.gate) {
-                Some(work) if old_work.as_ref() != Some(&work) => {
-                    signals.enqueue(key(&pod.metadata))
-                }
+                Some(work) if old_work.as_ref() != Some(&work) => signals.enqueue_pod(pod),
                 None if old_work.is_some() => signals.forget(&key(&pod.metadata)),
                 _ => {}
             }
@@ -169,7 +183,7 @@ fn on_pod(signals: &Signals, event: &Event<Pod>, old: Option<Arc<Pod>>, store: &
         Event::InitDone => {
             for pod in store.state() {
                 if is_candidate(&pod, &signals.gate) {
-                    signals.enqueue(key(&pod.metadata));
+                    signals.enqueue_pod(&pod);
                 }
             }
             signals.cluster_changed();
@@ -353,10 +367,45 @@ where
     watcher::watcher(api, config).default_backoff().modify(trim)
 }
 
+/// Tells the queue the cluster changed on every change after the first list (claim templates,
+/// PodDisruptionBudgets).
+fn on_change<K>(
+    signals: &Arc<Signals>,
+) -> impl FnMut(&Event<K>, Option<Arc<K>>, &Store<K>) + Send + use<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let signals = signals.clone();
+    move |e, _, _| {
+        if !matches!(e, Event::Init | Event::InitApply(_)) {
+            signals.cluster_changed();
+        }
+    }
+}
+
+/// The PodDisruptionBudgets' store and its watch. A budget that allows a disruption again may let
+/// a waiting preemptor evict: every change wakes the queue.
+fn budget_watch(
+    client: &Client,
+    signals: &Arc<Signals>,
+) -> (
+    Store<PodDisruptionBudget>,
+    impl Future<Output = ()> + Send + use<>,
+) {
+    let (budgets, writer) = reflector::store::<PodDisruptionBudget>();
+    let watch = drive(
+        watch_stream(client, trim::budget),
+        writer,
+        signals.clone(),
+        on_change(signals),
+    );
+    (budgets, watch)
+}
+
 /// A watch, driving its store until dropped.
 pub type WatchTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Starts the six watches, which report claim and pod changes to `tracked`. The returned futures
+/// Starts the seven watches, which report claim and pod changes to `tracked`. The returned futures
 /// run until dropped.
 pub fn start(
     client: &Client,
@@ -369,6 +418,7 @@ pub fn start(
     let (classes, classes_writer) = reflector::store::<DeviceClass>();
     let (nodes, nodes_writer) = reflector::store::<Node>();
     let (templates, templates_writer) = reflector::store::<ResourceClaimTemplate>();
+    let (budgets, budget_watch) = budget_watch(client, signals);
     let stores = Stores {
         pods: pods.clone(),
         claims,
@@ -376,6 +426,7 @@ pub fn start(
         classes,
         nodes,
         templates,
+        budgets,
     };
     // Counted before the worker is told: a pod it wakes for decides from the new count.
     let s = signals.clone();
@@ -415,16 +466,11 @@ pub fn start(
         signals.clone(),
         move |e, old, _| on_node(&s, e, old),
     );
-    let s = signals.clone();
     let template_watch = drive(
         watch_stream(client, trim::template),
         templates_writer,
         signals.clone(),
-        move |e, _, _| {
-            if !matches!(e, Event::Init | Event::InitApply(_)) {
-                s.cluster_changed();
-            }
-        },
+        on_change(signals),
     );
     let tasks: Vec<WatchTask> = vec![
         Box::pin(pod_watch),
@@ -433,6 +479,7 @@ pub fn start(
         Box::pin(class_watch),
         Box::pin(node_watch),
         Box::pin(template_watch),
+        Box::pin(budget_watch),
     ];
     (stores, tasks)
 }

@@ -10,10 +10,14 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::Timestamp;
+use tessera_allocator::DeviceId;
 use tessera_placement::decide::{decide, pod_group_needed};
-use tessera_placement::decision::{ClusterSource, Decision, PodVerdict, Ruling};
+use tessera_placement::decision::{ClusterSource, Decision, PodVerdict, PreemptionObjects, Ruling};
 use tessera_placement::group::membership::GroupKey;
+use tessera_placement::group::membership::group_key;
 use tessera_placement::planner::Action;
+use tessera_placement::preemption::nomination::{Nominations, with_reserved};
+use tessera_placement::preemption::{PreemptionSettings, pod_priority};
 use tessera_placement::view::{PodContext, Settings};
 
 use crate::api::ApiWriter;
@@ -22,6 +26,7 @@ use crate::events::Events;
 use crate::execute::{Execution, Targets, write_failed};
 use crate::metrics::Metrics;
 use crate::queue::Processed;
+use crate::refusals::RefusedEvictions;
 use crate::timing;
 use crate::waiting::WaitingGroups;
 
@@ -35,6 +40,8 @@ pub struct Worker {
     pub config: Settings,
     /// Groups waiting for capacity (the starvation policy's memory).
     pub waiting: WaitingGroups,
+    /// Evictions refused recently (left out of preemption searches a while).
+    pub refused: RefusedEvictions,
 }
 
 impl Worker {
@@ -84,6 +91,9 @@ impl Worker {
             cluster: &self.cluster,
             metrics: &self.metrics,
             pod_group,
+            pod: &pod,
+            gate: &self.config.gate,
+            refused: &self.refused,
         };
         let waiting = self.waiting.all();
         let decision = decide(&pod, &caches, &waiting, &self.config, Timestamp::now());
@@ -101,6 +111,7 @@ impl Worker {
             events: &self.events,
             metrics: &self.metrics,
             waiting: &self.waiting,
+            refused: &self.refused,
         };
         Execution::new(targets, started).run(decision).await
     }
@@ -121,6 +132,31 @@ struct Caches<'a> {
     cluster: &'a Cluster,
     metrics: &'a Metrics,
     pod_group: Option<ReadPodGroup>,
+    /// The pod decided for: devices nominated for others are in use for it.
+    pod: &'a Arc<Pod>,
+    gate: &'a str,
+    refused: &'a RefusedEvictions,
+}
+
+impl Caches<'_> {
+    /// The devices nominated for other pods that the pod decided for (with its gang) may not
+    /// take ([`Nominations::reserved_against`]).
+    fn reserved(&self) -> Vec<DeviceId> {
+        let pods = self.cluster.pods();
+        let nominations =
+            Nominations::from_pods(pods.iter().map(AsRef::as_ref), self.gate, Timestamp::now());
+        if nominations.standing().next().is_none() {
+            return Vec::new();
+        }
+        let group = group_key(self.pod);
+        let mut except = vec![self.pod.metadata.uid.as_deref().unwrap_or_default()];
+        let members = group
+            .as_ref()
+            .map(|key| self.cluster.group_pods(key))
+            .unwrap_or_default();
+        except.extend(members.iter().filter_map(|p| p.metadata.uid.as_deref()));
+        nominations.reserved_against(pod_priority(self.pod), &except, group.as_ref())
+    }
 }
 
 impl ClusterSource for Caches<'_> {
@@ -148,6 +184,8 @@ impl ClusterSource for Caches<'_> {
             self.metrics.inventory_rebuilds.inc();
         });
         let in_use = self.cluster.devices_in_use();
+        let reserved = self.reserved();
+        let in_use = with_reserved(&in_use, &reserved);
         let usage: Arc<HashMap<_, _>> = self.cluster.node_usage(except);
         let unmanaged = || snapshot.unmanaged();
         decide(&PodContext {
@@ -156,5 +194,15 @@ impl ClusterSource for Caches<'_> {
             in_use: &in_use,
             usage: &usage,
         });
+    }
+
+    fn preemption(&self) -> Option<PreemptionObjects> {
+        Some(PreemptionObjects {
+            pods: self.cluster.pods(),
+            claims: self.cluster.claims(),
+            budgets: self.cluster.budgets(),
+            refused: self.refused.recent(),
+            settings: PreemptionSettings::default(),
+        })
     }
 }

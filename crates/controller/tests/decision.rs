@@ -109,6 +109,21 @@ fn shape(step: &Step) -> String {
         Step::Count(count) => format!("count {count:?}"),
         Step::Remember(w) => format!("remember {}", w.key),
         Step::Forget(key) => format!("forget {key}"),
+        Step::Nominate { pod, nomination } => match nomination {
+            Some(n) => format!("nominate {} on {}", name(pod), n.node),
+            None => format!("withdraw the nomination of {}", name(pod)),
+        },
+        Step::Evict {
+            victim,
+            preemptor,
+            committed,
+            ..
+        } => format!(
+            "evict {} for {}{}",
+            name(victim),
+            name(preemptor),
+            if *committed { " (committed)" } else { "" }
+        ),
     }
 }
 
@@ -180,6 +195,7 @@ fn a_waiting_group_holds_a_later_pod_back_and_a_group_without_gated_pods_is_forg
     };
     let waiting = |name: &str| Waiting {
         key: key(name),
+        priority: 0,
         arrived: "2026-11-22T09:00:00Z".parse().unwrap(),
         since: now() - SignedDuration::from_mins(10),
         fits_when_free: true,
@@ -413,4 +429,115 @@ fn a_group_waits_while_a_member_is_held_by_another_gate_and_tells_only_the_free_
         decision.ruling,
         Ruling::Pod(PodVerdict::WaitingForGates { .. })
     ));
+}
+
+/// Adds a pod running on dgx-0 since `started`, of `priority`, holding `devices` through its
+/// claim (named like the pod).
+fn add_running(
+    objects: &mut ClusterObjects,
+    name: &str,
+    priority: i32,
+    started: &str,
+    devices: &[&str],
+) {
+    let mut claim = allocated(gpu_claim(name, devices.len() as i64), "dgx-0", devices);
+    claim.status.as_mut().unwrap().reserved_for = Some(vec![
+        k8s_openapi::api::resource::v1::ResourceClaimConsumerReference {
+            resource: "pods".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            api_group: None,
+        },
+    ]);
+    objects.claims.push(claim);
+    let mut pod = gated_pod(name, &[("gpus", Source::Claim(name))]);
+    let spec = pod.spec.as_mut().unwrap();
+    spec.scheduling_gates = None;
+    spec.node_name = Some("dgx-0".into());
+    spec.priority = Some(priority);
+    pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        phase: Some("Running".into()),
+        start_time: Some(Time(started.parse().unwrap())),
+        ..Default::default()
+    });
+    objects.pods.push(pod);
+}
+
+#[test]
+fn a_pod_that_fits_only_by_preempting_is_nominated_then_evicts_the_cheapest_victim() {
+    let mut objects = cluster(&["dgx-0"]);
+    let numa0 = ["gpu-0", "gpu-1", "gpu-2", "gpu-3"];
+    let numa1 = ["gpu-4", "gpu-5", "gpu-6", "gpu-7"];
+    add_running(&mut objects, "old", 0, "2026-11-22T09:00:00Z", &numa0);
+    add_running(&mut objects, "young", 0, "2026-11-22T09:55:00Z", &numa1);
+    let mut prod = pod(&mut objects, "prod", 4, "2026-11-22T09:59:00Z");
+    prod.spec.as_mut().unwrap().priority = Some(1000);
+    objects.pods.push(prod.clone());
+    let prod = Arc::new(prod);
+
+    let decision = decided(&objects, &prod, &[]);
+    let Ruling::Pod(PodVerdict::Preempting {
+        nomination,
+        preemption: Some(plan),
+        ..
+    }) = &decision.ruling
+    else {
+        panic!("preempting: {:?}", decision.ruling);
+    };
+    assert_eq!(nomination.node, "dgx-0");
+    let nominated: Vec<&str> = nomination
+        .devices
+        .iter()
+        .map(|d| d.device.as_str())
+        .collect();
+    assert_eq!(nominated, numa1, "the victim's devices, one NUMA node");
+    assert!(plan.message.contains("ml/young"), "{}", plan.message);
+    assert_eq!(
+        shapes(&decision.first),
+        [
+            "nominate prod on dgx-0".to_owned(),
+            "evict young for prod".to_owned(),
+            // Five minutes on four GPUs: the least work lost.
+            format!(
+                "count {:?}",
+                Count::Preemption {
+                    victims: 1,
+                    gpu_seconds: 1200
+                }
+            ),
+        ]
+    );
+    assert_eq!(
+        shapes(&decision.per_pod.concat()),
+        ["report prod Preempting"]
+    );
+    assert_eq!(decision.then, Then::Park);
+
+    // In line: the priority-1000 pod goes before a default-priority one created earlier.
+    let batch = add_pod(&mut objects, "batch", 1, "2026-11-22T09:00:00Z");
+    let ahead: Vec<String> = objects
+        .ahead_of(&batch, TOPOLOGY_AWARE_GATE)
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(ahead, ["prod"]);
+    assert!(objects.ahead_of(&prod, TOPOLOGY_AWARE_GATE).is_empty());
+
+    // Of equal priority it preempts nobody, and says why.
+    let mut peer = pod(&mut objects, "peer", 4, "2026-11-22T09:59:00Z");
+    peer.spec.as_mut().unwrap().priority = Some(0);
+    objects.pods.push(peer.clone());
+    let decision = decided(&objects, &Arc::new(peer), &[]);
+    let Ruling::Pod(PodVerdict::Decided(plan)) = &decision.ruling else {
+        panic!("no preemption: {:?}", decision.ruling);
+    };
+    let tessera_placement::Action::CannotPlace { message, .. } = &plan.action else {
+        panic!("cannot place: {:?}", plan.action);
+    };
+    assert!(message.contains("preemption cannot make room"), "{message}");
+    assert!(
+        !shapes(&decision.first)
+            .iter()
+            .any(|s| s.starts_with("evict"))
+    );
 }

@@ -539,12 +539,14 @@ fn an_old_waiting_group_holds_back_later_arrivals_only() {
     let waiting = vec![
         Waiting {
             key: key("old"),
+            priority: 0,
             arrived: t0,
             since: t0,
             fits_when_free: true,
         },
         Waiting {
             key: key("never"),
+            priority: 0,
             arrived: t0 - SignedDuration::from_secs(10),
             since: t0,
             fits_when_free: false,
@@ -555,6 +557,7 @@ fn an_old_waiting_group_holds_back_later_arrivals_only() {
     // Within the hold time nobody is held back.
     assert_eq!(
         held_back_by(
+            0,
             later,
             None,
             &waiting,
@@ -564,16 +567,21 @@ fn an_old_waiting_group_holds_back_later_arrivals_only() {
         None
     );
     let now = t0 + SignedDuration::from_secs(61);
-    let by = held_back_by(later, None, &waiting, now, hold).expect("held back");
+    let by = held_back_by(0, later, None, &waiting, now, hold).expect("held back");
     assert_eq!(
         by.key.name, "old",
         "a group that could never run holds back nothing"
     );
     // Earlier arrivals and the group itself are not held back.
     let earlier = t0 - SignedDuration::from_secs(1);
-    assert_eq!(held_back_by(earlier, None, &waiting, now, hold), None);
+    assert_eq!(held_back_by(0, earlier, None, &waiting, now, hold), None);
     assert_eq!(
-        held_back_by(later, Some(&key("old")), &waiting, now, hold),
+        held_back_by(0, later, Some(&key("old")), &waiting, now, hold),
         None
     );
+    // Priority first: a later arrival of higher priority is never held back, an earlier one of
+    // lower priority is.
+    assert_eq!(held_back_by(1, later, None, &waiting, now, hold), None);
+    let by = held_back_by(-1, earlier, None, &waiting, now, hold).expect("held back");
+    assert_eq!(by.key.name, "old");
 }

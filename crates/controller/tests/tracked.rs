@@ -154,6 +154,7 @@ impl World {
             classes: reflector::store().0,
             nodes: reflector::store().0,
             templates: reflector::store().0,
+            budgets: reflector::store().0,
         };
         let tracked = Arc::new(Tracked::default());
         World {

@@ -14,7 +14,10 @@
 
 use std::sync::Arc;
 
+use std::collections::HashSet;
+
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 
@@ -22,6 +25,8 @@ use crate::group::membership::GroupKey;
 use crate::group::search::GroupPlan;
 use crate::group::starvation::Waiting;
 use crate::planner::{ClaimWrite, PodPlan};
+use crate::preemption::nomination::{Nomination, PreemptedBy};
+use crate::preemption::{PreemptionPlan, PreemptionSettings};
 use crate::protocol::PodPlacement;
 use crate::reason::{EventKind, PodReason};
 use crate::view::PodContext;
@@ -41,6 +46,23 @@ pub trait ClusterSource {
     /// Calls `decide` once with the cluster as a decision reads it: the devices, every device in
     /// use, and what the pods on each node request except the pod with UID `except` (`""`: none).
     fn with_context(&self, except: &str, decide: &mut dyn FnMut(&PodContext<'_>));
+    /// What a preemption search reads ([`PreemptionObjects`]); `None` (the default): the source
+    /// does not preempt.
+    fn preemption(&self) -> Option<PreemptionObjects> {
+        None
+    }
+}
+
+/// What a preemption search reads besides the devices: the pods (victims and nominations),
+/// the claims they hold, the PodDisruptionBudgets, the evictions refused recently.
+#[derive(Clone, Debug, Default)]
+pub struct PreemptionObjects {
+    pub pods: Vec<Arc<Pod>>,
+    pub claims: Vec<Arc<ResourceClaim>>,
+    pub budgets: Vec<Arc<PodDisruptionBudget>>,
+    /// UIDs of pods whose eviction was refused recently: nobody's victims for a while.
+    pub refused: HashSet<String>,
+    pub settings: PreemptionSettings,
 }
 
 /// What the controller does, in order (see the module's docs for what a failure does).
@@ -110,6 +132,24 @@ pub enum Step {
     Remember(Waiting),
     /// Forgets a group that no longer waits.
     Forget(GroupKey),
+    /// Records on `pod` the devices nominated for it (the annotation of
+    /// [`Nomination`] and `status.nominatedNodeName`), or removes them (`None`).
+    Nominate {
+        pod: Arc<Pod>,
+        nomination: Option<Nomination>,
+    },
+    /// Marks `victim` as preempted by `preemptor` ([`PreemptedBy`]), then evicts it through the
+    /// Eviction API (its UID as precondition). `committed`: another pod of the victim's gang is
+    /// evicted already, so a refusal does not withdraw the plan; otherwise a refusal withdraws
+    /// the nominations of `nominees` (the preemptor, or its gang's members) and the pod is
+    /// retried (the refused victim left out a while).
+    Evict {
+        victim: Arc<Pod>,
+        preemptor: Arc<Pod>,
+        nominees: Vec<Arc<Pod>>,
+        by: PreemptedBy,
+        committed: bool,
+    },
 }
 
 /// A patch of a pod (the placement record of docs/protocol.md, the scheduling gate).
@@ -146,6 +186,8 @@ pub enum Count {
     PodPlaced,
     /// A pod left to the scheduler.
     LeftToScheduler,
+    /// A preemption planned: its victims and the GPU-seconds of work they lose.
+    Preemption { victims: u64, gpu_seconds: u64 },
 }
 
 /// What was decided.
@@ -184,6 +226,15 @@ pub enum PodVerdict {
     InvalidClaims(String),
     /// The planner's plan.
     Decided(PodPlan),
+    /// The pod fits on no free devices (`plan`) but does once the victims of its
+    /// `nomination` are gone: they are evicted, the devices nominated for the pod. `preemption`:
+    /// the plan made now (`None`: the nomination stands from an earlier decision and the pod
+    /// waits for its victims to release their devices).
+    Preempting {
+        plan: PodPlan,
+        nomination: Nomination,
+        preemption: Option<PreemptionPlan>,
+    },
 }
 
 /// What the controller does with a group.
@@ -198,6 +249,13 @@ pub enum GroupVerdict {
         key: GroupKey,
         by: Waiting,
         message: String,
+    },
+    /// The group fits on no free devices but does once pods of lower priority are gone: the
+    /// plan made now (`preemption`), or the nominations that stand (`None`), in `message`.
+    Preempting {
+        key: GroupKey,
+        message: String,
+        preemption: Option<PreemptionPlan>,
     },
     /// The group's plan; `members` are the gated pods with their claims, in the order tried.
     Decided {

@@ -24,6 +24,10 @@
 //! - [`decide`]: the entry point, a pod alone or with its group;
 //! - [`objects`]: the same decision over a plain set of API objects (explain);
 //! - [`synthetic`]: the GPU node that simulations and benchmarks build their clusters from.
+//! - [`preemption`]: which running pods of lower priority to evict so a pod or gang fits, the
+//!   devices nominated for it meanwhile;
+//! - [`simulation`]: the controller's decisions and preemptions run against a cluster model over
+//!   many steps (the property test over random traces).
 
 pub mod claims;
 pub mod decide;
@@ -36,10 +40,12 @@ pub mod nodes;
 pub mod objects;
 pub mod planner;
 pub mod pods;
+pub mod preemption;
 pub mod protocol;
 pub mod reason;
 pub mod resolve;
 pub mod resources;
+pub mod simulation;
 pub mod synthetic;
 pub mod usage;
 pub mod view;

@@ -6,6 +6,7 @@ use std::cell::OnceCell;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
@@ -14,11 +15,13 @@ use k8s_openapi::jiff::Timestamp;
 use tessera_allocator::DeviceIndex;
 
 use crate::decide::decide;
-use crate::decision::{ClusterSource, Ruling};
-use crate::group::membership::{GroupKey, group_key};
+use crate::decision::{ClusterSource, PreemptionObjects, Ruling};
+use crate::group::membership::{GroupKey, group_key, member_arrival};
 use crate::nodes::NodeFacts;
+use crate::pods::is_candidate;
 use crate::pods::{devices_in_use, node_usage};
-use crate::protocol::is_terminal;
+use crate::preemption::pod_priority;
+use crate::protocol::{is_gated, is_terminal, object_key};
 use crate::view::{ClusterSnapshot, PodContext, Settings};
 
 /// A set of API objects.
@@ -30,6 +33,8 @@ pub struct ClusterObjects {
     pub slices: Vec<ResourceSlice>,
     pub classes: Vec<DeviceClass>,
     pub nodes: Vec<Node>,
+    /// PodDisruptionBudgets, which preemption honours.
+    pub budgets: Vec<PodDisruptionBudget>,
 }
 
 fn in_namespace(
@@ -46,6 +51,28 @@ impl ClusterObjects {
         self.pods
             .iter()
             .find(|p| in_namespace(&p.metadata, namespace, name))
+    }
+
+    /// The gated pods the controller decides before `pod` (gated by `gate`), first in line
+    /// first: those of higher priority, and those of the same priority created earlier (the
+    /// controller's queue order). A group's members are counted each.
+    pub fn ahead_of(&self, pod: &Pod, gate: &str) -> Vec<&Pod> {
+        let rank = |p: &Pod| {
+            (
+                std::cmp::Reverse(pod_priority(p)),
+                member_arrival(p),
+                object_key(&p.metadata),
+            )
+        };
+        let own = rank(pod);
+        let mut ahead: Vec<&Pod> = self
+            .pods
+            .iter()
+            .filter(|p| is_candidate(p, gate) && is_gated(p, gate))
+            .filter(|p| rank(p) < own)
+            .collect();
+        ahead.sort_by_cached_key(|p| rank(p));
+        ahead
     }
 
     /// What the controller configured with `settings` does with `pod` at `now`: alone, or with
@@ -149,5 +176,15 @@ impl ClusterSource for ObjectSource<'_> {
             in_use: &in_use,
             usage: &usage,
         });
+    }
+
+    fn preemption(&self) -> Option<PreemptionObjects> {
+        let objects = self.objects;
+        Some(PreemptionObjects {
+            pods: objects.pods.iter().cloned().map(Arc::new).collect(),
+            claims: objects.claims.iter().cloned().map(Arc::new).collect(),
+            budgets: objects.budgets.iter().cloned().map(Arc::new).collect(),
+            ..PreemptionObjects::default()
+        })
     }
 }

@@ -31,6 +31,13 @@ pub enum PodReason {
     /// Another component's scheduling gate still holds the pod (a queue that has not admitted
     /// it): the controller decides it once its own gate is the last one.
     WaitingForGates,
+    /// The pod fits once pods of lower priority are evicted: they are being evicted, and the
+    /// devices they free are nominated for it.
+    Preempting,
+    /// The pod is evicted to free devices for a pod of higher priority (an event on the victim).
+    Preempted,
+    /// An eviction for the pod was refused (a PodDisruptionBudget): it waits or tries others.
+    PreemptionBlocked,
 }
 
 impl PodReason {
@@ -47,6 +54,9 @@ impl PodReason {
             PodReason::WaitingForGroup => "WaitingForGroup",
             PodReason::GroupUnsatisfiable => "GroupUnsatisfiable",
             PodReason::WaitingForGates => "WaitingForGates",
+            PodReason::Preempting => "Preempting",
+            PodReason::Preempted => "Preempted",
+            PodReason::PreemptionBlocked => "PreemptionBlocked",
         }
     }
 
@@ -74,17 +84,18 @@ impl PodReason {
     }
 
     /// Whether the pod waits because the cluster has no room for it now (alone or with its
-    /// group): what the controller's capacity metric counts and operators alert on.
+    /// group, or only by evictions a disruption budget refuses): what the controller's capacity
+    /// metric counts and operators alert on.
     pub fn lacks_capacity(self) -> bool {
         matches!(
             self,
-            PodReason::Unsatisfiable | PodReason::GroupUnsatisfiable
+            PodReason::Unsatisfiable | PodReason::GroupUnsatisfiable | PodReason::PreemptionBlocked
         )
     }
 }
 
 /// Every reason, in declaration order.
-const ALL: [PodReason; 10] = [
+const ALL: [PodReason; 13] = [
     PodReason::Allocated,
     PodReason::AlreadyAllocated,
     PodReason::LeftToScheduler,
@@ -95,6 +106,9 @@ const ALL: [PodReason; 10] = [
     PodReason::WaitingForGroup,
     PodReason::GroupUnsatisfiable,
     PodReason::WaitingForGates,
+    PodReason::Preempting,
+    PodReason::Preempted,
+    PodReason::PreemptionBlocked,
 ];
 
 impl fmt::Display for PodReason {
@@ -134,6 +148,9 @@ mod tests {
             (PodReason::WaitingForGroup, "WaitingForGroup"),
             (PodReason::GroupUnsatisfiable, "GroupUnsatisfiable"),
             (PodReason::WaitingForGates, "WaitingForGates"),
+            (PodReason::Preempting, "Preempting"),
+            (PodReason::Preempted, "Preempted"),
+            (PodReason::PreemptionBlocked, "PreemptionBlocked"),
         ];
         assert_eq!(all.len(), ALL.len(), "every reason is listed");
         for (reason, wire) in all {
@@ -155,7 +172,11 @@ mod tests {
             .collect();
         assert_eq!(
             capacity,
-            [PodReason::Unsatisfiable, PodReason::GroupUnsatisfiable],
+            [
+                PodReason::Unsatisfiable,
+                PodReason::GroupUnsatisfiable,
+                PodReason::PreemptionBlocked
+            ],
             "only these are a lack of capacity"
         );
         assert_eq!(PodReason::from_wire("Unschedulable"), None);

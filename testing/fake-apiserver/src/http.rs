@@ -28,6 +28,8 @@ struct Route {
     namespace: Option<String>,
     name: Option<String>,
     status: bool,
+    /// `pods/{name}/eviction` (the Eviction API).
+    eviction: bool,
 }
 
 /// Parses `/api/v1/...` and `/apis/<group>/<version>/...` resource paths; `Err` is a 404 for
@@ -63,10 +65,13 @@ fn route(path: &str) -> Result<Route, ApiError> {
         [plural, tail @ ..] => (lookup(plural).ok_or_else(not_found)?, None, tail),
         [] => return Err(not_found()),
     };
-    let (name, status) = match tail {
-        [] => (None, false),
-        [name] => (Some((*name).to_owned()), false),
-        [name, "status"] => (Some((*name).to_owned()), true),
+    let (name, status, eviction) = match tail {
+        [] => (None, false, false),
+        [name] => (Some((*name).to_owned()), false, false),
+        [name, "status"] => (Some((*name).to_owned()), true, false),
+        [name, "eviction"] if resource.plural == "pods" && resource.group.is_empty() => {
+            (Some((*name).to_owned()), false, true)
+        }
         _ => return Err(not_found()),
     };
     if resource.namespaced && name.is_some() && namespace.is_none() {
@@ -77,6 +82,7 @@ fn route(path: &str) -> Result<Route, ApiError> {
         namespace,
         name,
         status,
+        eviction,
     })
 }
 
@@ -86,6 +92,15 @@ fn verb_of(
     query: &HashMap<String, String>,
     content_type: &str,
 ) -> Result<Verb, ApiError> {
+    if route.eviction {
+        return match method.as_str() {
+            "POST" => Ok(Verb::Create),
+            _ => Err(ApiError::new(
+                405,
+                format!("{method} is not allowed on the eviction subresource"),
+            )),
+        };
+    }
     let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
     let verb = match (method.as_str(), route.name.is_some()) {
         ("GET", true) => Verb::Get,
@@ -154,6 +169,8 @@ pub async fn handle(inner: Arc<Inner>, parts: http::request::Parts, body: Bytes)
         resource: route.resource.qualified_plural(),
         subresource: if route.status {
             "status".into()
+        } else if route.eviction {
+            "eviction".into()
         } else {
             String::new()
         },
@@ -184,6 +201,12 @@ fn serve(
     content_type: &str,
     body: Bytes,
 ) -> Response<Body> {
+    if route.eviction {
+        return match evict(inner, route, &body) {
+            Ok(value) => json_response(StatusCode::CREATED, &value),
+            Err(error) => error_response(&error),
+        };
+    }
     let result = match verb {
         Verb::Get => get(inner, route),
         Verb::List => list(inner, route, query),
@@ -445,6 +468,81 @@ fn delete(inner: &Inner, route: &Route, body: &[u8]) -> Result<(StatusCode, Arc<
     };
     let object = inner.mutate(|store, _| write::delete(store, &target, &options))?;
     Ok((StatusCode::OK, object))
+}
+
+/// The Eviction API: the pod is deleted (with the eviction's delete options) unless a
+/// PodDisruptionBudget of its namespace whose `matchLabels` select it has
+/// `status.disruptionsAllowed` 0 (429, as the API server answers); a budget that allows one has
+/// it spent. Like the API server, a pod that is pending, finished or terminating is deleted
+/// whatever the budgets say. Budgets with `matchExpressions` are not evaluated (they select
+/// nothing here).
+fn evict(inner: &Inner, route: &Route, body: &[u8]) -> Result<Value, ApiError> {
+    let eviction = parse_json(body)?;
+    let name = route.name.clone().unwrap_or_default();
+    let namespace = route.namespace.clone().unwrap_or_default();
+    if eviction.pointer("/metadata/name").and_then(Value::as_str) != Some(name.as_str()) {
+        return Err(ApiError::new(
+            400,
+            format!("the name of the eviction must be the pod's ({name})"),
+        ));
+    }
+    let options = eviction.get("deleteOptions").cloned().unwrap_or(json!({}));
+    let target = Target {
+        resource: route.resource,
+        namespace: Some(&namespace),
+        name: Some(&name),
+        status: false,
+        manager: String::new(),
+    };
+    let budgets = resources::by_plural("policy", "v1", "poddisruptionbudgets").expect("served");
+    inner.mutate(|store, _| {
+        let key = target.key(&name);
+        let pod = store
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found("pods", &name))?;
+        let phase = pod.pointer("/status/phase").and_then(Value::as_str);
+        let exempt = matches!(phase, Some("Pending" | "Succeeded" | "Failed"))
+            || pod.pointer("/metadata/deletionTimestamp").is_some();
+        let labels = pod
+            .pointer("/metadata/labels")
+            .cloned()
+            .unwrap_or(json!({}));
+        let covering: Vec<(ObjectKey, Value)> = store
+            .list(budgets, Some(&namespace))
+            .filter(|(_, pdb)| selects_by_labels(pdb, &labels))
+            .map(|(key, pdb)| (key.clone(), pdb.clone()))
+            .collect();
+        if !exempt && let Some((key, pdb)) = covering.first() {
+            let allowed = pdb
+                .pointer("/status/disruptionsAllowed")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if allowed <= 0 {
+                return Err(ApiError::new(
+                    429,
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                ));
+            }
+            let mut spent = pdb.clone();
+            spent["status"]["disruptionsAllowed"] = json!(allowed - 1);
+            store.replace(budgets, key, spent);
+        }
+        write::delete(store, &target, &options)
+    })?;
+    Ok(json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}))
+}
+
+/// Whether the budget's `spec.selector.matchLabels` (all of them, at least one) are among
+/// `labels`.
+fn selects_by_labels(pdb: &Value, labels: &Value) -> bool {
+    let Some(wanted) = pdb
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+    else {
+        return false;
+    };
+    !wanted.is_empty() && wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
 fn delete_collection(

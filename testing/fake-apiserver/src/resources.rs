@@ -215,6 +215,16 @@ pub const BUILTIN_RESOURCES: &[ResourceType] = &[
         status_on_create: StatusOnCreate::Keep,
         field_selectors: &[],
     },
+    ResourceType {
+        group: "policy",
+        version: "v1",
+        plural: "poddisruptionbudgets",
+        kind: "PodDisruptionBudget",
+        namespaced: true,
+        status_subresource: true,
+        status_on_create: StatusOnCreate::Keep,
+        field_selectors: &[],
+    },
 ];
 
 /// Finds a served resource type by group, version and plural.

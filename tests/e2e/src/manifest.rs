@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, Patch, PatchParams};
 use serde::de::DeserializeOwned;
 
@@ -32,6 +33,8 @@ pub enum Object {
     ResourceSlice(ResourceSlice),
     /// A namespace's quota (deploy/examples/gpu-quota).
     ResourceQuota(ResourceQuota),
+    /// Pod priorities (deploy/examples/scavenger).
+    PriorityClass(PriorityClass),
 }
 
 impl Object {
@@ -46,6 +49,7 @@ impl Object {
             Object::Deployment(o) => ("Deployment", &o.metadata),
             Object::ResourceSlice(o) => ("ResourceSlice", &o.metadata),
             Object::ResourceQuota(o) => ("ResourceQuota", &o.metadata),
+            Object::PriorityClass(o) => ("PriorityClass", &o.metadata),
         };
         let name = meta.name.as_deref().unwrap_or("<no name>");
         match &meta.namespace {
@@ -163,6 +167,7 @@ fn object_from_json(json: serde_json::Value) -> anyhow::Result<Object> {
         ("v1", "Pod") => Object::Pod(typed(json, &kind)?),
         ("v1", "ResourceQuota") => Object::ResourceQuota(typed(json, &kind)?),
         ("apps/v1", "Deployment") => Object::Deployment(typed(json, &kind)?),
+        ("scheduling.k8s.io/v1", "PriorityClass") => Object::PriorityClass(typed(json, &kind)?),
         ("resource.k8s.io/v1", "DeviceClass") => Object::DeviceClass(typed(json, &kind)?),
         ("resource.k8s.io/v1", "ResourceClaimTemplate") => {
             Object::ResourceClaimTemplate(typed(json, &kind)?)
@@ -171,8 +176,9 @@ fn object_from_json(json: serde_json::Value) -> anyhow::Result<Object> {
         ("resource.k8s.io/v1", "ResourceSlice") => Object::ResourceSlice(typed(json, &kind)?),
         _ => bail!(
             "apiVersion `{api_version}` kind `{kind}` is not one the e2e suite applies \
-             (v1 Namespace/Pod/ResourceQuota; apps/v1 Deployment; resource.k8s.io/v1 \
-             DeviceClass/ResourceClaimTemplate/ResourceClaim/ResourceSlice)"
+             (v1 Namespace/Pod/ResourceQuota; apps/v1 Deployment; scheduling.k8s.io/v1 \
+             PriorityClass; resource.k8s.io/v1 DeviceClass/ResourceClaimTemplate/ResourceClaim/\
+             ResourceSlice)"
         ),
     })
 }
@@ -250,6 +256,9 @@ async fn apply_one(client: &kube::Client, object: &Object) -> anyhow::Result<()>
         }
         Object::ResourceQuota(o) => {
             apply_namespaced::<ResourceQuota>(client, o, &o.metadata, &params).await
+        }
+        Object::PriorityClass(o) => {
+            apply_cluster_scoped::<PriorityClass>(client, o, &o.metadata, &params).await
         }
     }
 }

@@ -62,6 +62,10 @@ fn undecided(report: &mut GroupReport, verdict: GroupVerdict) {
             report.group = Some(key.to_string());
             ("WaitGroup", PodReason::WaitingBehindGroup, message)
         }
+        GroupVerdict::Preempting { key, message, .. } => {
+            report.group = Some(key.to_string());
+            ("Preempting", PodReason::Preempting, message)
+        }
         GroupVerdict::Decided { .. } => return,
     };
     report.action = action;

@@ -5,11 +5,16 @@ use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::bail;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
+use tessera_placement::preemption::nomination::Nomination;
+use tessera_placement::preemption::pod_priority;
 use tessera_placement::protocol::object_key;
-use tessera_placement::{Action, Placement, PodPlan, PodReason, PodVerdict, Ruling, Settings};
+use tessera_placement::{
+    Action, ClusterObjects, Placement, PodPlan, PodReason, PodVerdict, Ruling, Settings,
+};
 
 use super::claim::result_line;
 use crate::objects::Objects;
@@ -21,7 +26,9 @@ use crate::output::OutputFormat;
 struct PodReport {
     pod: String,
     /// `Place`, `Release`, `LeaveToScheduler`, `CannotPlace`, `Nothing`, `NotCandidate`,
-    /// `WaitingForClaims`, `WaitingForGates`, `WaitingBehindGroup` or `InvalidClaims`.
+    /// `WaitingForClaims`, `WaitingForGates`, `WaitingBehindGroup`, `InvalidClaims` or `Preempting`
+    /// (the pod fits once pods of lower priority are evicted: the plan, or the nomination that
+    /// stands).
     action: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     node: Option<String>,
@@ -45,7 +52,24 @@ struct PodReport {
     /// (`status.extendedResourceClaimStatus`), as NAMESPACE/NAME: `--claim` explains it.
     #[serde(skip_serializing_if = "Option::is_none")]
     extended_resource_claim: Option<String>,
+    /// A gated pod's place in the controller's queue: the gated pods decided before it
+    /// (higher priority, or the same priority and created earlier), first in line first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue: Option<QueueReport>,
 }
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct QueueReport {
+    priority: i32,
+    /// 1: first in line.
+    position: usize,
+    /// Up to [`AHEAD_SHOWN`] of the pods ahead, as `namespace/name (priority p)`.
+    ahead: Vec<String>,
+}
+
+/// How many pods ahead in line explain names.
+const AHEAD_SHOWN: usize = 5;
 
 #[derive(Debug, Serialize)]
 struct ClaimReport {
@@ -55,6 +79,43 @@ struct ClaimReport {
 
 fn names(claims: &[Arc<ResourceClaim>]) -> Vec<String> {
     claims.iter().map(|c| object_key(&c.metadata)).collect()
+}
+
+/// The report of a pod that preempts: the plan made now, or the nomination that stands.
+fn preempting_report(mut report: PodReport, verdict: PodVerdict) -> PodReport {
+    let PodVerdict::Preempting {
+        nomination,
+        preemption,
+        ..
+    } = verdict
+    else {
+        return report;
+    };
+    report.action = PodReason::Preempting.as_str();
+    report.reason = Some(PodReason::Preempting);
+    report.node = Some(nomination.node.clone());
+    report.message = Some(match preemption {
+        Some(plan) => plan.message,
+        None => standing_message(&nomination),
+    });
+    report
+}
+
+/// What a nomination that stands says: the devices, until when, the victims.
+fn standing_message(nomination: &Nomination) -> String {
+    let victims: Vec<&str> = nomination.victims.iter().map(|v| v.pod.as_str()).collect();
+    let devices: Vec<&str> = nomination
+        .devices
+        .iter()
+        .map(|d| d.device.as_str())
+        .collect();
+    format!(
+        "{} of node {} are nominated for it (until {}); preempted for it: {}",
+        devices.join(", "),
+        nomination.node,
+        nomination.expires,
+        victims.join(", ")
+    )
 }
 
 fn report(pod: &str, verdict: PodVerdict) -> PodReport {
@@ -82,6 +143,7 @@ fn report(pod: &str, verdict: PodVerdict) -> PodReport {
             let reason = Some(PodReason::InvalidInput);
             return undecided(report, "InvalidClaims", reason, why);
         }
+        preempting @ PodVerdict::Preempting { .. } => return preempting_report(report, preempting),
     };
     match decision {
         Action::Place(Placement {
@@ -185,6 +247,7 @@ pub fn explain(
         Ruling::Pod(verdict) => verdict,
     };
     let mut report = report(wanted, verdict);
+    report.queue = queue_report(cluster, pod, settings);
     report.extended_resource_claim = pod
         .status
         .as_ref()
@@ -199,9 +262,68 @@ pub fn explain(
             for skipped in &objects.skipped {
                 writeln!(out, "note: skipped {skipped}")?;
             }
-            write_text(out, &report, settings)?;
+            write_report(out, &report, settings)?;
+            if let Some(queue) = &report.queue {
+                write_queue(out, queue)?;
+            }
         }
     }
+    Ok(())
+}
+
+/// A gated pod's place in line.
+fn queue_report(cluster: &ClusterObjects, pod: &Pod, settings: &Settings) -> Option<QueueReport> {
+    if !tessera_placement::protocol::is_gated(pod, &settings.gate) {
+        return None;
+    }
+    let ahead = cluster.ahead_of(pod, &settings.gate);
+    Some(QueueReport {
+        priority: pod_priority(pod),
+        position: ahead.len() + 1,
+        ahead: ahead
+            .iter()
+            .take(AHEAD_SHOWN)
+            .map(|p| format!("{} (priority {})", object_key(&p.metadata), pod_priority(p)))
+            .collect(),
+    })
+}
+
+/// The text report; a preempting pod's in one line.
+fn write_report(out: &mut impl Write, r: &PodReport, settings: &Settings) -> anyhow::Result<()> {
+    if r.action != PodReason::Preempting.as_str() {
+        return write_text(out, r, settings);
+    }
+    writeln!(
+        out,
+        "pod {} fits on no free devices but does once pods of lower priority are gone: {}",
+        r.pod,
+        r.message.as_deref().unwrap_or_default()
+    )?;
+    Ok(())
+}
+
+fn write_queue(out: &mut impl Write, queue: &QueueReport) -> anyhow::Result<()> {
+    if queue.position == 1 {
+        writeln!(
+            out,
+            "  queue: first in line (priority {}): no gated pod is decided before it",
+            queue.priority
+        )?;
+        return Ok(());
+    }
+    let more = queue.position - 1 - queue.ahead.len();
+    writeln!(
+        out,
+        "  queue: position {} (priority {}); decided before it: {}{}",
+        queue.position,
+        queue.priority,
+        queue.ahead.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    )?;
     Ok(())
 }
 

@@ -11,9 +11,10 @@ use tessera_api::names::GROUP_LABEL;
 
 use crate::claims::PodClaims;
 use crate::decide::pod::{
-    decide_alone, held_back, in_context, placed_message, placement_steps, resolve, undo_steps,
-    waiting_decision, waits,
+    decide_alone, held_back, placed_message, placement_steps, resolve, waiting_decision,
 };
+use crate::decide::preempt::{self, Preemption};
+use crate::decide::steps::{in_context, undo_steps, waits};
 use crate::decision::{
     ClusterSource, Count, Decision, GroupVerdict, Notice, PodPatch, Ruling, Step, Then,
 };
@@ -25,6 +26,8 @@ use crate::group::score::GroupScore;
 use crate::group::search::{GroupInput, GroupOutcome, GroupPlan, Member, decide_group};
 use crate::group::starvation::{Waiting, fits_when_free};
 use crate::planner::Action;
+use crate::preemption::nomination::Nomination;
+use crate::preemption::pod_priority;
 use crate::protocol::{PodPlacement, foreign_gates, is_gated, object_key};
 use crate::reason::{EventKind, PodReason};
 use crate::resolve::{PodClaim, Resolution};
@@ -117,12 +120,22 @@ pub fn decide_for_group(
     first.extend(fits_free.map(|fits_when_free| {
         Step::Remember(Waiting {
             key: group.key.clone(),
+            priority: pod_priority(pod),
             arrived: group.arrived,
             since: now,
             fits_when_free,
         })
     }));
-    let (more, per_pod, then) = steps(&group, &resolved, &plan, settings);
+    let plan = match preempt_or(plan, &input, &resolved, source, settings, now) {
+        Ok(plan) => plan,
+        Err(mut decision) => {
+            first.append(&mut decision.first);
+            decision.first = first;
+            return *decision;
+        }
+    };
+    let (more, mut per_pod, then) = steps(&group, &resolved, &plan, settings);
+    per_pod.extend(withdrawn(&resolved));
     first.extend(more);
     let verdict = GroupVerdict::Decided {
         key: group.key.clone(),
@@ -140,6 +153,55 @@ pub fn decide_for_group(
         per_pod,
         then,
     }
+}
+
+/// For a group that does not fit for want of capacity: the decision that preempts for it (or
+/// waits for its victims), or the plan with why preemption does not help.
+fn preempt_or(
+    mut plan: GroupPlan,
+    input: &GroupInput<'_>,
+    resolved: &[Resolved],
+    source: &dyn ClusterSource,
+    settings: &Settings,
+    now: Timestamp,
+) -> Result<GroupPlan, Box<Decision>> {
+    let capacity = matches!(
+        plan.outcome,
+        GroupOutcome::Wait {
+            reason: PodReason::GroupUnsatisfiable,
+            ..
+        }
+    );
+    if !capacity {
+        return Ok(plan);
+    }
+    let pods: Vec<Arc<Pod>> = resolved.iter().map(|r| r.pod.clone()).collect();
+    match preempt::for_group(input, &pods, source, settings, now) {
+        Some(Preemption::Decide(decision)) => Err(decision),
+        Some(Preemption::Why(why)) => {
+            if let GroupOutcome::Wait { message, .. } = &mut plan.outcome {
+                message.push_str("; ");
+                message.push_str(&why);
+            }
+            Ok(plan)
+        }
+        None => Ok(plan),
+    }
+}
+
+/// The nominations left on members once no preemption stands for the group (placed, or no
+/// plan any more): removed, so the devices are nobody's to keep.
+fn withdrawn(resolved: &[Resolved]) -> Vec<Vec<Step>> {
+    resolved
+        .iter()
+        .filter(|r| Nomination::of(&r.pod).is_some())
+        .map(|r| {
+            vec![Step::Nominate {
+                pod: r.pod.clone(),
+                nomination: None,
+            }]
+        })
+        .collect()
 }
 
 /// The group waits behind `by`, which arrived earlier: every gated member is told so.

@@ -2,10 +2,14 @@
 //! carries it out, `tessera explain --pod` prints its ruling — so the two cannot disagree.
 //!
 //! A gated pod of a group (gang) is decided with its group ([`group`]), every other pod alone
-//! ([`pod`]). Both end in the planner: [`crate::view::decide_pod`] for each pod.
+//! ([`pod`]). Both end in the planner: [`crate::view::decide_pod`] for each pod. A gated pod
+//! alone that fits on no free devices may preempt pods of lower priority ([`preempt`]). What they
+//! share: [`steps`].
 
 pub mod group;
 pub mod pod;
+pub mod preempt;
+pub mod steps;
 
 use std::sync::Arc;
 

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::decide::preempt::{self, Preemption};
+use crate::decide::steps::{in_context, undo_steps, waits};
 use crate::decision::{
     ClusterSource, Count, Decision, Notice, PodPatch, PodVerdict, Ruling, Step, Then,
 };
@@ -14,6 +16,8 @@ use crate::group::membership::{GroupKey, member_arrival};
 use crate::group::starvation::{Waiting, held_back_by};
 use crate::message::claim_list;
 use crate::planner::{Action, Placement, PodPlan};
+use crate::preemption::nomination::Nomination;
+use crate::preemption::pod_priority;
 use crate::protocol::{PodPlacement, is_gated};
 use crate::reason::{EventKind, PodReason};
 use crate::resolve::{PodClaim, Resolution, resolve_claims};
@@ -69,9 +73,25 @@ pub fn decide_alone(
             return waiting_decision(verdict, forget, count, vec![report]);
         }
     };
-    let plan = plan(pod, &claims, source, settings, now);
-    let (first, per_pod, then) = steps(pod, gated.then_some(settings.gate.as_str()), &plan);
+    let mut plan = plan(pod, &claims, source, settings, now);
+    match preempt::for_pod(pod, &claims, &plan, source, settings, now) {
+        Some(Preemption::Decide(mut decision)) => {
+            forget.append(&mut decision.first);
+            decision.first = forget;
+            return *decision;
+        }
+        Some(Preemption::Why(why)) => plan = preempt::with_reason(plan, &why),
+        None => {}
+    }
+    let (first, mut per_pod, then) = steps(pod, gated.then_some(settings.gate.as_str()), &plan);
     forget.extend(first);
+    if gated && Nomination::of(pod).is_some() {
+        // Placed, or no plan stands any more: the devices are nobody's to keep.
+        per_pod.push(Step::Nominate {
+            pod: pod.clone(),
+            nomination: None,
+        });
+    }
     Decision {
         ruling: Ruling::Pod(PodVerdict::Decided(plan)),
         first: forget,
@@ -130,23 +150,6 @@ fn plan(
     in_context(source, uid, |context| {
         decide_pod(pod, claims, context, settings, now)
     })
-}
-
-/// What `decide` answers with the cluster of `source` (what the pods on each node request, less
-/// the pod with UID `except`).
-pub(crate) fn in_context<T>(
-    source: &dyn ClusterSource,
-    except: &str,
-    decide: impl FnOnce(&crate::view::PodContext<'_>) -> T,
-) -> T {
-    let mut decide = Some(decide);
-    let mut answer = None;
-    source.with_context(except, &mut |context| {
-        if let Some(decide) = decide.take() {
-            answer = Some(decide(context));
-        }
-    });
-    answer.expect("ClusterSource::with_context calls its function once")
 }
 
 /// The steps of `plan` for `pod` (`gate`: the scheduling gate the pod carries, if any): the
@@ -242,32 +245,6 @@ pub(crate) fn placement_steps(pod: &Arc<Pod>, placement: &Placement) -> Vec<Step
     steps
 }
 
-/// Undoing the controller's own allocations of `claims` for `pod`.
-pub(crate) fn undo_steps(
-    pod: &Arc<Pod>,
-    claims: &[Arc<k8s_openapi::api::resource::v1::ResourceClaim>],
-) -> Vec<Step> {
-    claims
-        .iter()
-        .map(|claim| Step::Undo {
-            pod: pod.clone(),
-            claim: claim.clone(),
-        })
-        .collect()
-}
-
-/// A report on `pod` that it waits.
-pub(crate) fn waits(pod: &Arc<Pod>, reason: PodReason, message: &str, kind: EventKind) -> Step {
-    Step::Notify {
-        pod: pod.clone(),
-        notice: Notice {
-            reason,
-            message: message.to_owned(),
-            kind,
-        },
-    }
-}
-
 /// A decision that parks the pod(s): `first`, then `count` (an attempt that did not place the
 /// pod, by reason), then one report per pod.
 pub(crate) fn waiting_decision(
@@ -308,7 +285,15 @@ pub(crate) fn held_back(
             forget.push(Step::Forget(w.key.clone()));
         }
     }
-    held_back_by(member_arrival(pod), own, still, now, settings.group_hold).cloned()
+    held_back_by(
+        pod_priority(pod),
+        member_arrival(pod),
+        own,
+        still,
+        now,
+        settings.group_hold,
+    )
+    .cloned()
 }
 
 /// `allocated claims ns/a (gpu-4, gpu-5), ns/b (gpu-6) on node n (topology-aware, score …)`.

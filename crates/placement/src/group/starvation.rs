@@ -1,6 +1,7 @@
 //! No starvation: a group that could run on the cluster's devices when free and has waited longer
-//! than the hold time holds back every pod and group that arrived after it, so devices that free
-//! up are not taken by later arrivals (docs/protocol.md, "Groups").
+//! than the hold time holds back every pod and group of lower priority, and those of its own
+//! priority that arrived after it, so devices that free up are not taken by later arrivals
+//! (docs/protocol.md, "Groups"). A pod or group of higher priority is never held back.
 
 use std::collections::HashMap;
 
@@ -40,6 +41,8 @@ pub fn fits_when_free(
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Waiting {
     pub key: GroupKey,
+    /// Its priority (`spec.priority` of its pods, the lowest if they differ).
+    pub priority: i32,
     /// When its oldest pod was created: its place in line.
     pub arrived: Timestamp,
     /// When it was first found waiting for capacity.
@@ -48,11 +51,14 @@ pub struct Waiting {
     pub fits_when_free: bool,
 }
 
-/// The group that holds back a pod (or group) that `arrived` at that time: the earliest-arrived
-/// group that arrived before it, could run on the free cluster, and has waited at least `hold`.
-/// Holding back later arrivals is what guarantees the group runs once the work that arrived
-/// before it has freed enough devices; a group that could never run holds back nothing.
+/// The group that holds back a pod (or group) of `priority` that `arrived` at that time: among
+/// the groups that could run on the free cluster and have waited at least `hold`, those of higher
+/// priority, or of the same priority that arrived before it — the first in line (highest
+/// priority, then earliest arrival). Holding back what comes after it in line is what guarantees
+/// the group runs once the work before it has freed enough devices; a group that could never run
+/// holds back nothing, and nothing of higher priority waits behind a group.
 pub fn held_back_by<'w>(
+    priority: i32,
     arrived: Timestamp,
     own: Option<&GroupKey>,
     waiting: impl IntoIterator<Item = &'w Waiting>,
@@ -64,8 +70,14 @@ pub fn held_back_by<'w>(
         .filter(|w| {
             w.fits_when_free
                 && Some(&w.key) != own
-                && w.arrived < arrived
+                && (w.priority > priority || (w.priority == priority && w.arrived < arrived))
                 && now.duration_since(w.since) >= hold
         })
-        .min_by(|a, b| (a.arrived, &a.key).cmp(&(b.arrived, &b.key)))
+        .min_by(|a, b| {
+            (std::cmp::Reverse(a.priority), a.arrived, &a.key).cmp(&(
+                std::cmp::Reverse(b.priority),
+                b.arrived,
+                &b.key,
+            ))
+        })
 }

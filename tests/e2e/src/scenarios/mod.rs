@@ -14,6 +14,7 @@ mod mps_restart;
 mod queues;
 mod quota;
 mod restart;
+mod scavenger;
 mod shared_devices;
 mod sharing;
 mod slices;
@@ -185,6 +186,11 @@ fn controller_and_restarts() -> Vec<Scenario> {
             "gpu-quota",
             "deploy/examples/gpu-quota: a namespace's ResourceQuota of 4 GPUs; a fifth (claim, device-plugin pod, template claim) is refused naming the quota",
             quota::gpu_quota
+        ),
+        scenario!(
+            "scavenger",
+            "deploy/examples/scavenger: priority -10 batch pods fill the managed GPUs; a priority-1000 4-GPU pod evicts some (Preempted events naming it) and lands on one island and NUMA node; the batch comes back when it goes",
+            scavenger::scavenger
         ),
         scenario!(
             "topology-aware",
