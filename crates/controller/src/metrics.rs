@@ -56,7 +56,7 @@ pub struct Metrics {
     /// Events not published because their queue was full ([`crate::events`]).
     pub events_dropped: Counter,
     /// Gated pods the cluster has no room for now, by reason (`Unsatisfiable`,
-    /// `GroupUnsatisfiable`): read from the pods' conditions when scraped.
+    /// `GroupUnsatisfiable`, `PreemptionBlocked`): read from the pods' conditions when scraped.
     pub pods_waiting_for_capacity: Family<ReasonLabel, Gauge>,
     /// How long the pod that has waited longest for room has waited, seconds.
     pub capacity_wait_longest: Gauge<f64, AtomicU64>,

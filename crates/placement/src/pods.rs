@@ -55,7 +55,7 @@ pub fn is_candidate(pod: &Pod, gate: &str) -> bool {
 /// Why `pod` waits for room, and since when: a pod the controller works on, still gated by
 /// `gate`, whose condition [`PLACEMENT_CONDITION`] is `False` with a reason that is a lack of
 /// capacity ([`PodReason::lacks_capacity`]: `Unsatisfiable` alone, `GroupUnsatisfiable` with its
-/// group). `since`: the condition's `lastTransitionTime` (when the pod stopped being placed or
+/// group, `PreemptionBlocked` when only evictions a disruption budget refuses would make room). `since`: the condition's `lastTransitionTime` (when the pod stopped being placed or
 /// started waiting), if set.
 pub fn capacity_wait(pod: &Pod, gate: &str) -> Option<(PodReason, Option<Timestamp>)> {
     if !is_candidate(pod, gate) || !is_gated(pod, gate) {
@@ -77,7 +77,8 @@ pub fn capacity_wait(pod: &Pod, gate: &str) -> Option<(PodReason, Option<Timesta
 /// The pods that wait for room ([`capacity_wait`]): how many per reason, and the longest wait.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CapacityWaits {
-    /// Pods per reason (`Unsatisfiable`, `GroupUnsatisfiable`), both always present.
+    /// Pods per reason (`Unsatisfiable`, `GroupUnsatisfiable`, `PreemptionBlocked`), each always
+    /// present.
     pub pods: BTreeMap<PodReason, u64>,
     /// How long the pod that has waited longest has waited, at the time given.
     pub longest: SignedDuration,
@@ -90,6 +91,7 @@ impl CapacityWaits {
             pods: BTreeMap::from([
                 (PodReason::Unsatisfiable, 0),
                 (PodReason::GroupUnsatisfiable, 0),
+                (PodReason::PreemptionBlocked, 0),
             ]),
             longest: SignedDuration::ZERO,
         };
@@ -237,13 +239,15 @@ mod tests {
             pod(true, "False", "Unsatisfiable", "2026-11-22T09:00:00Z"),
             pod(true, "False", "Unsatisfiable", "2026-11-22T09:50:00Z"),
             pod(true, "False", "WaitingForGates", "2026-11-22T08:00:00Z"),
+            pod(true, "False", "PreemptionBlocked", "2026-11-22T09:30:00Z"),
         ];
         let waits = CapacityWaits::of(&pods, GATE, at("2026-11-22T10:00:00Z"));
         assert_eq!(
             waits.pods,
             BTreeMap::from([
                 (PodReason::Unsatisfiable, 2),
-                (PodReason::GroupUnsatisfiable, 0)
+                (PodReason::GroupUnsatisfiable, 0),
+                (PodReason::PreemptionBlocked, 1)
             ])
         );
         assert_eq!(waits.longest, SignedDuration::from_hours(1));
