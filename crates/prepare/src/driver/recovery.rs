@@ -222,6 +222,8 @@ async fn attempt(
     };
     let recovering = Arc::clone(core);
     let report = tokio::task::spawn_blocking(move || {
+        // Converges the state as it is on disk now (another plugin process may share it).
+        let _state = recovering.store.hold()?;
         recovering.recover(rebuild_from, &mut report)?;
         let errors = report.errors.len() as u64;
         recovering
