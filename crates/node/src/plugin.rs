@@ -58,6 +58,8 @@ use crate::publish::{Publisher, PublisherConfig, watch_node};
 pub struct NodePluginConfig {
     /// The node this plugin runs on.
     pub node_name: String,
+    /// This plugin pod's UID: per-pod kubelet socket names, for rolling updates with surge.
+    pub pod_uid: Option<String>,
     /// Where the kubelet looks for plugin registration sockets.
     pub kubelet_registrar_dir: PathBuf,
     /// The kubelet's plugins directory (the DRA socket goes into `<dir>/<driver>/`).
@@ -151,12 +153,17 @@ impl NodePlugin {
             Arc::new(move || driver.holders())
         };
         let driver = InstrumentedDriver::new(driver, metrics.clone(), Some(NodeDriver::stats));
-        let kubelet = PluginConfig::new(DRIVER_NAME)
+        let mut kubelet = PluginConfig::new(DRIVER_NAME)
             .registrar_dir(&config.kubelet_registrar_dir)
             .plugins_dir(&config.kubelet_plugins_dir)
             .shutdown_grace(config.shutdown_grace)
-            // The driver locks per claim: calls on other claims need not wait for each other.
-            .serialize_calls(false)
+            // The driver locks per claim (and per node across plugin processes): calls on
+            // other claims need not wait for each other.
+            .serialize_calls(false);
+        if let Some(pod_uid) = &config.pod_uid {
+            kubelet = kubelet.rolling_update(pod_uid);
+        }
+        let kubelet = kubelet
             .bind(Arc::new(WithDeviceHealth::new(driver, kubelet_health_feed)))
             .map_err(PluginError::Sockets)?;
 

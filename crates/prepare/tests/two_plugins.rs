@@ -46,7 +46,11 @@ async fn a_claim_unprepared_by_the_other_plugin_is_prepared_again_not_answered_f
 
     // The old plugin prepared it last, but the other one took it back since.
     prepared(&old, &claim).await;
-    assert_eq!(h.spec_uids(), vec![claim.uid.to_string()], "its spec is back");
+    assert_eq!(
+        h.spec_uids(),
+        vec![claim.uid.to_string()],
+        "its spec is back"
+    );
     let checkpoint = h.read_checkpoint();
     assert_eq!(
         checkpoint.claims[&claim.uid].state,

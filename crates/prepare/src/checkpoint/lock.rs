@@ -159,7 +159,11 @@ mod tests {
         drop(second);
         assert_eq!(lock.holders(), 0);
         let _again = lock.hold(read).unwrap();
-        assert_eq!(reads.load(Ordering::SeqCst), 2, "read again after a release");
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            2,
+            "read again after a release"
+        );
     }
 
     #[test]
@@ -209,9 +213,16 @@ mod tests {
                 old_sender.send("old").unwrap();
             })
         };
-        assert!(old_received.recv_timeout(Duration::from_millis(200)).is_err());
+        assert!(
+            old_received
+                .recv_timeout(Duration::from_millis(200))
+                .is_err()
+        );
         drop(old_share);
-        assert_eq!(received.recv_timeout(Duration::from_secs(5)).unwrap(), "new");
+        assert_eq!(
+            received.recv_timeout(Duration::from_secs(5)).unwrap(),
+            "new"
+        );
         assert_eq!(
             old_received.recv_timeout(Duration::from_secs(5)).unwrap(),
             "old"

@@ -661,7 +661,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (old, _, _) = CheckpointStore::open(dir.path(), "boot", &owner()).unwrap();
         let (new, _, _) = CheckpointStore::open(dir.path(), "boot", &owner()).unwrap();
-        assert!(!new.refresh().unwrap(), "nothing changed since it was opened");
+        assert!(
+            !new.refresh().unwrap(),
+            "nothing changed since it was opened"
+        );
         old.update(|claims| claims.insert("a".into(), record("a")))
             .unwrap();
         assert!(!old.refresh().unwrap(), "its own write is what it holds");
@@ -678,7 +681,10 @@ mod tests {
         // A file that does not decode changes nothing and says so.
         fs::write(old.path(), b"garbage").unwrap();
         let error = old.refresh().unwrap_err();
-        assert!(error.to_string().contains("another plugin process"), "{error}");
+        assert!(
+            error.to_string().contains("another plugin process"),
+            "{error}"
+        );
         assert_eq!(old.records().len(), 2);
         // A missing file (moved aside by the other process) keeps the records in memory.
         fs::remove_file(old.path()).unwrap();
