@@ -13,6 +13,7 @@ mod monitoring;
 mod mps_restart;
 mod quota;
 mod restart;
+mod rollout;
 mod shared_devices;
 mod sharing;
 mod slices;
@@ -194,6 +195,11 @@ fn controller_and_restarts() -> Vec<Scenario> {
             "mps-restart",
             "MPS claim: its daemon pod outlives a plugin rollout and pod deletion; unprepare stops it",
             mps_restart::mps_restart
+        ),
+        scenario!(
+            "plugin-rollout",
+            "helm-installed plugin rolled out (surge) on a node while two loops create and delete pods with claims there: the kubelet counts no failed prepare or unprepare and no prepare over 2 s",
+            rollout::plugin_rollout
         ),
     ]
 }
