@@ -281,6 +281,24 @@ impl NodeDriver {
     }
 }
 
+impl NodeDriver {
+    /// While recovery is pending (the API server was away), a prepare of a claim not prepared
+    /// yet asks for a recovery attempt now rather than after the backoff, and waits for it.
+    async fn recover_for(&self, claims: &[ClaimRef]) {
+        if self.core.recovery.pending().is_none() {
+            return;
+        }
+        let completed = self.completed(claims).await;
+        if claims.iter().all(|c| completed.contains_key(&c.uid)) {
+            return; // served from the checkpoint, recovered or not
+        }
+        self.core
+            .recovery
+            .attempt_now(recovery::PREPARE_WAITS_FOR_RECOVERY)
+            .await;
+    }
+}
+
 impl DraDriver for NodeDriver {
     type Error = ClaimError;
 
@@ -288,6 +306,7 @@ impl DraDriver for NodeDriver {
         &self,
         claims: Vec<ClaimRef>,
     ) -> BTreeMap<ClaimUid, PrepareResult<ClaimError>> {
+        self.recover_for(&claims).await;
         let gate = self.core.recovery.gate.read().await;
         // Held from before the reads until the answer: a claim is never read, prepared or
         // unprepared by two calls at once; other claims' calls run in parallel.
