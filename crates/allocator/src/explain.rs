@@ -6,7 +6,7 @@
 //! is unavailable (in use, untolerated taint, counters exhausted, capacity); for every constraint,
 //! how far the available devices are from satisfying it; and pool problems (incomplete, invalid).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::Serialize;
@@ -208,6 +208,10 @@ pub struct RequestAccount {
     pub excluded: Vec<Exclusion>,
     /// Selectors that failed on a device (CEL runtime errors).
     pub selector_errors: Vec<String>,
+    /// When no device matches the request selectors: the MIG profiles (`profile` attribute) of
+    /// the devices that match the class, so a profile the node lacks shows what it has.
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub profiles_on_node: BTreeSet<String>,
 }
 
 impl RequestAccount {
@@ -266,6 +270,13 @@ impl RequestAccount {
         }
         for e in &self.selector_errors {
             lines.push(format!("  selector error: {e}"));
+        }
+        if !self.profiles_on_node.is_empty() {
+            let profiles: Vec<&str> = self.profiles_on_node.iter().map(String::as_str).collect();
+            lines.push(format!(
+                "  MIG profiles of the class's devices on this node: {}",
+                profiles.join(", ")
+            ));
         }
         lines
     }
@@ -418,12 +429,19 @@ fn account(search: &mut NodeSearch<'_>, plan: &Plan<'_>, si: usize, wanted: Want
         available: 0,
         excluded: Vec::new(),
         selector_errors: Vec::new(),
+        profiles_on_node: BTreeSet::new(),
     };
     let mut available = Vec::new();
     for pos in 0..n {
         let index = search.np.candidates[pos];
         match class.verdict(&inv.selectors, &inv.devices, index) {
-            Verdict::Match => public.class_matched += 1,
+            Verdict::Match => {
+                public.class_matched += 1;
+                let profile = search.device(pos).attribute(PROFILE_ATTRIBUTE);
+                if let Some(profile) = profile.and_then(|a| a.string.clone()) {
+                    public.profiles_on_node.insert(profile);
+                }
+            }
             Verdict::NoMatch(_) => continue,
             Verdict::Failed { .. } => {
                 if let Err(e) = search.pairs().verdict(si, pos) {
@@ -453,8 +471,14 @@ fn account(search: &mut NodeSearch<'_>, plan: &Plan<'_>, si: usize, wanted: Want
             }
         }
     }
+    if public.request_matched > 0 {
+        public.profiles_on_node.clear();
+    }
     SlotAccount { public, available }
 }
+
+/// The attribute a MIG device's profile is published as (bare: the device's driver's domain).
+const PROFILE_ATTRIBUTE: &str = "profile";
 
 /// Why a device matching the slot cannot be allocated now, if it cannot.
 fn exclusion(search: &NodeSearch<'_>, si: usize, pos: usize) -> Option<ExclusionReason> {

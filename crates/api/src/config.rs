@@ -298,13 +298,35 @@ pub(crate) fn validate_sharing(sharing: &Sharing) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The largest MPS pinned-memory limit a config may carry: more memory than any GPU has (the
+/// largest have a few hundred GiB). The node plugin holds each limit against its device's own
+/// memory at prepare; this bound is what a check without the device (`tessera validate`, the
+/// decoder) can refuse, and it catches quantities such as `1000000Ei`, which Kubernetes'
+/// quantity parser clamps to the largest representable value instead of refusing.
+pub const PINNED_MEMORY_LIMIT_CEILING_BYTES: u64 = 16 << 40;
+
 fn check_memory_limit(field: &str, limit: &str) -> Result<(), ConfigError> {
+    memory_limit_bytes(field, limit).map(|_| ())
+}
+
+/// An MPS pinned-memory limit in bytes: a quantity greater than zero and at most
+/// [`PINNED_MEMORY_LIMIT_CEILING_BYTES`]. `field` names it in the error.
+pub(crate) fn memory_limit_bytes(field: &str, limit: &str) -> Result<u64, ConfigError> {
     match quantity_bytes(limit) {
-        Ok(bytes) if bytes > 0 => Ok(()),
-        Ok(_) => Err(ConfigError::new(
+        Ok(0) => Err(ConfigError::new(
             field,
             format!("`{limit}` must be greater than zero"),
         )),
+        Ok(bytes) if bytes > PINNED_MEMORY_LIMIT_CEILING_BYTES => Err(ConfigError::new(
+            field,
+            format!(
+                "`{limit}` is more memory than any GPU has (at most {}Ti is accepted, and at \
+                 prepare at most the device's own memory); use a limit such as `10Gi`, or \
+                 remove the field for no limit",
+                PINNED_MEMORY_LIMIT_CEILING_BYTES >> 40
+            ),
+        )),
+        Ok(bytes) => Ok(bytes),
         Err(problem) => Err(ConfigError::new(field, problem)),
     }
 }
@@ -458,6 +480,16 @@ mod tests {
                 json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"defaultPinnedDeviceMemoryLimit": "lots"}}}),
                 "sharing.mps.defaultPinnedDeviceMemoryLimit",
                 "is not a Kubernetes quantity",
+            ),
+            (
+                json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"defaultPinnedDeviceMemoryLimit": "1000000Ei"}}}),
+                "sharing.mps.defaultPinnedDeviceMemoryLimit",
+                "more memory than any GPU has",
+            ),
+            (
+                json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"perDevicePinnedMemoryLimit": {"gpu-0": "17Ti"}}}}),
+                "sharing.mps.perDevicePinnedMemoryLimit.gpu-0",
+                "remove the field for no limit",
             ),
             (
                 json!({"apiVersion": "gpu.tessera.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"defaultPinnedDeviceMemoryLimit": "0"}}}),

@@ -26,8 +26,8 @@ use serde_json::Value;
 
 use crate::config::{
     ConfigError, GPU_CONFIG_KIND, GpuConfig, MIG_DEVICE_CONFIG_KIND, MigDeviceConfig, MpsConfig,
-    OpaqueConfig, Sharing, SharingStrategy, TimeSliceInterval, TimeSlicingConfig, quantity_bytes,
-    take_string, validate_sharing,
+    OpaqueConfig, Sharing, SharingStrategy, TimeSliceInterval, TimeSlicingConfig, take_string,
+    validate_sharing,
 };
 use crate::names::CONFIG_API_VERSION;
 
@@ -340,7 +340,7 @@ fn whole_mebibytes(
             ));
         }
     };
-    let bytes = quantity_bytes(&text).map_err(|problem| ConfigError::new(field, problem))?;
+    let bytes = crate::config::memory_limit_bytes(field, &text)?;
     let mib = bytes >> 20;
     if mib == 0 {
         return Err(ConfigError::new(
@@ -518,6 +518,11 @@ mod tests {
                 json!({"kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "100Ki"}}}),
                 "sharing.mpsConfig.defaultPinnedDeviceMemoryLimit",
                 "less than 1Mi",
+            ),
+            (
+                json!({"kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "1000000Ei"}}}),
+                "sharing.mpsConfig.defaultPinnedDeviceMemoryLimit",
+                "more memory than any GPU has",
             ),
             (
                 json!({"kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPerDevicePinnedMemoryLimit": {"0": "lots"}}}}),

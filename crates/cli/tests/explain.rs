@@ -626,3 +626,76 @@ status: {allocatable: {cpu: "64", memory: 512Gi, pods: "110"}}
         "{text}"
     );
 }
+
+/// A pod without the controller's gate, pending, whose MIG claim asks for an H100 profile on a
+/// node of A100s (NVIDIA's quickstart on the wrong GPUs): explain says why kube-scheduler cannot
+/// allocate the claim, and which profiles the node has.
+#[test]
+fn an_ungated_pending_pod_gets_its_claims_explained_with_the_profiles_present() {
+    let dir = tempfile::tempdir().unwrap();
+    let slices = ok(&tessera(&[
+        "inventory",
+        "--topology",
+        "hgx-a100-mig",
+        "--node-name",
+        "node-m",
+        "-o",
+        "yaml",
+    ]));
+    std::fs::write(dir.path().join("node-m.yaml"), slices).unwrap();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/helm/tessera/files/deviceclasses.yaml");
+    std::fs::copy(shipped, dir.path().join("class.yaml")).unwrap();
+    let pod = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: slice, namespace: team-a}
+spec:
+  devices:
+    requests:
+    - name: mig
+      exactly:
+        deviceClassName: mig.gpu.tessera.dev
+        selectors:
+        - cel: {expression: "device.attributes['gpu.tessera.dev'].profile == '1g.12gb'"}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: quickstart, namespace: team-a, uid: uid-q}
+spec:
+  resourceClaims:
+  - {name: mig, resourceClaimName: slice}
+  containers:
+  - name: ctr
+    resources: {claims: [{name: mig}]}
+status: {phase: Pending}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-m}
+status: {allocatable: {cpu: "64", memory: 512Gi, pods: "110"}}
+"#;
+    std::fs::write(dir.path().join("pod.yaml"), pod).unwrap();
+    let text = ok(&tessera(&[
+        "explain",
+        "pod/quickstart",
+        "-n",
+        "team-a",
+        "--objects",
+        dir.path().to_str().unwrap(),
+    ]));
+    for wanted in [
+        "kube-scheduler places it",
+        "claim team-a/slice: cannot be allocated on any node",
+        "0 match the request selectors",
+        "MIG profiles of the class's devices on this node: 1g.10gb",
+    ] {
+        assert!(text.contains(wanted), "{wanted}:\n{text}");
+    }
+    let report = explain_json(dir.path(), &["--pod", "team-a/quickstart"]);
+    assert_eq!(
+        report["schedulerClaims"][0]["claim"], "team-a/slice",
+        "{report}"
+    );
+    assert!(report["schedulerClaims"][0].get("allocatableOn").is_none());
+}

@@ -3,7 +3,7 @@
 //! and removes the sockets.
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ use crate::registration::{
 };
 use crate::socket::{
     BoundSocket, DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR, DEFAULT_SOCKET_MODE, OwnedSocketPath,
-    SocketError, SocketPaths,
+    SocketError, SocketPaths, remove_dead_sockets,
 };
 use crate::stop::{StopSignal, StopTrigger, stop_signal};
 
@@ -168,6 +168,13 @@ impl PluginConfig {
         if health.is_some() {
             supported_services.push(DRA_RESOURCE_HEALTH_V1.to_owned());
             supported_services.push(DRA_RESOURCE_HEALTH_V1ALPHA1.to_owned());
+        }
+        if self.rolling_update_pod_uid.is_some() {
+            let dra_dir = paths.dra.parent().unwrap_or(Path::new("/"));
+            let registrar_dir = paths.registration.parent().unwrap_or(Path::new("/"));
+            for removed in remove_dead_sockets(&self.driver_name, &paths, registrar_dir, dra_dir) {
+                tracing::info!(path = %removed.display(), "removed the socket of a plugin instance that is gone");
+            }
         }
         let dra_socket = BoundSocket::bind(&paths.dra, self.socket_mode)?;
         let registration_socket = BoundSocket::bind(&paths.registration, self.socket_mode)?;

@@ -4,7 +4,8 @@
 //! - DRA socket: `<plugins dir>/<driver>/dra.sock`, announced to the kubelet by `GetInfo`.
 //!
 //! With rolling updates two plugin pods run side by side on a node, so each uses per-pod
-//! names built from its pod UID (hashed when the plain UID would make the path too long).
+//! names built from its pod UID (hashed when the plain UID would make the path too long), and
+//! removes the sockets of this driver's instances that are gone ([`remove_dead_sockets`]).
 
 use std::fs;
 use std::io;
@@ -417,6 +418,54 @@ pub(crate) fn remove_stale_socket(path: &Path) -> Result<bool, SocketError> {
     }
 }
 
+/// Removes the sockets of this driver's plugin instances that are gone, other than `own`: in
+/// `registrar_dir` those named `<driver>-…reg.sock` (the fixed name and the per-pod names that
+/// carry the driver's name), in `dra_dir` (the driver's own directory) every `dra….sock`. A
+/// socket is gone when connecting to it is refused (nothing listens: its process died without
+/// removing it); a live instance's socket accepts the connection and stays. Per-pod names of
+/// dead pods would otherwise stay forever, since no later pod has the same name. Returns the
+/// sockets removed; what cannot be inspected or removed is logged and left.
+pub(crate) fn remove_dead_sockets(
+    driver_name: &str,
+    own: &SocketPaths,
+    registrar_dir: &Path,
+    dra_dir: &Path,
+) -> Vec<PathBuf> {
+    let registration_prefix = format!("{driver_name}-");
+    let candidates = [
+        (registrar_dir, registration_prefix.as_str(), "reg.sock"),
+        (dra_dir, "dra", ".sock"),
+    ];
+    let mut removed = Vec::new();
+    for (dir, prefix, suffix) in candidates {
+        for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            if !name.starts_with(prefix)
+                || !name.ends_with(suffix)
+                || path == own.registration
+                || path == own.dra
+                || !entry.file_type().is_ok_and(|t| t.is_socket())
+            {
+                continue;
+            }
+            match std::os::unix::net::UnixStream::connect(&path) {
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                    match fs::remove_file(&path) {
+                        Ok(()) => removed.push(path),
+                        Err(error) => {
+                            tracing::warn!(path = %path.display(), %error, "cannot remove the socket of a plugin instance that is gone");
+                        }
+                    }
+                }
+                // Listening (or busy): another instance of this driver is alive.
+                _ => {}
+            }
+        }
+    }
+    removed
+}
+
 /// Removes a file when dropped unless disarmed.
 /// A path removed on drop unless disarmed: a file, or (`true`) a directory and its contents.
 struct RemoveOnDrop(Option<PathBuf>, bool);
@@ -477,6 +526,53 @@ mod tests {
     }
 
     const UID: &str = "0b8e7c1a-3c5e-4d0e-9a57-3c1f4a2b9d10";
+
+    #[test]
+    fn sockets_of_dead_instances_go_and_live_ones_stay() {
+        let root = tempfile::tempdir().unwrap();
+        let (reg, dra) = (root.path().join("reg"), root.path().join("dra"));
+        fs::create_dir_all(&reg).unwrap();
+        fs::create_dir_all(&dra).unwrap();
+        let own = SocketPaths {
+            registration: reg.join("gpu.tessera.dev-own-reg.sock"),
+            dra: dra.join("dra-own.sock"),
+        };
+        // A socket whose process is gone: bound, then its listener closed (the file stays).
+        let dead = |path: &Path| drop(UnixListener::bind(path).unwrap());
+        let dead_paths = [
+            reg.join("gpu.tessera.dev-old-reg.sock"),
+            reg.join("gpu.tessera.dev-reg.sock"),
+            dra.join("dra-old.sock"),
+            dra.join("dra.sock"),
+        ];
+        for path in &dead_paths {
+            dead(path);
+        }
+        let _live = [
+            UnixListener::bind(reg.join("gpu.tessera.dev-peer-reg.sock")).unwrap(),
+            UnixListener::bind(dra.join("dra-peer.sock")).unwrap(),
+        ];
+        // Not this driver's, not a socket, or its own: left alone.
+        dead(&reg.join("other.example.com-reg.sock"));
+        fs::write(reg.join("gpu.tessera.dev-file-reg.sock"), b"").unwrap();
+        dead(&own.registration);
+        dead(&own.dra);
+
+        let mut removed = remove_dead_sockets("gpu.tessera.dev", &own, &reg, &dra);
+        removed.sort();
+        let mut expected = dead_paths.to_vec();
+        expected.sort();
+        assert_eq!(removed, expected);
+        for kept in [
+            "gpu.tessera.dev-peer-reg.sock",
+            "other.example.com-reg.sock",
+            "gpu.tessera.dev-file-reg.sock",
+            "gpu.tessera.dev-own-reg.sock",
+        ] {
+            assert!(reg.join(kept).exists(), "{kept}");
+        }
+        assert!(dra.join("dra-peer.sock").exists() && own.dra.exists());
+    }
 
     #[test]
     fn default_names_follow_the_kubelet_conventions() {

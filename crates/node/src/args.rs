@@ -89,6 +89,14 @@ pub struct Args {
     #[command(flatten)]
     pub client: ClientArgs,
 
+    /// This plugin pod's `metadata.uid` (from the downward API). Set, the kubelet sockets get
+    /// per-pod names, so two plugin pods serve a node side by side during a DaemonSet rolling
+    /// update with `maxSurge` (kubelet 1.33+) and the kubelet switches to the newer one; they
+    /// share the state directory and take turns on it. Unset, the sockets have fixed names and
+    /// one plugin per node may run at a time.
+    #[arg(long, env = "TESSERA_POD_UID")]
+    pub pod_uid: Option<String>,
+
     /// Directory the kubelet watches for plugin registration sockets.
     #[arg(long, env = "TESSERA_KUBELET_REGISTRAR_DIRECTORY_PATH", default_value = DEFAULT_REGISTRAR_DIR)]
     pub kubelet_registrar_directory_path: PathBuf,
@@ -300,6 +308,7 @@ impl Args {
         };
         Ok(NodePluginConfig {
             node_name: self.node_name.clone(),
+            pod_uid: self.pod_uid.clone().filter(|uid| !uid.is_empty()),
             kubelet_registrar_dir: self.kubelet_registrar_directory_path.clone(),
             kubelet_plugins_dir: self.kubelet_plugins_directory_path.clone(),
             cdi_root: self.cdi_root.clone(),
@@ -449,6 +458,27 @@ mod tests {
         assert!(
             error.contains("--topology") && error.contains("--driver-root"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn a_pod_uid_gives_per_pod_sockets_and_an_empty_one_none() {
+        let config = |env_uid: &str| {
+            mock_node_with(&["--pod-uid", env_uid])
+                .unwrap()
+                .plugin_config()
+                .unwrap()
+                .pod_uid
+        };
+        assert_eq!(config("0a0a-11"), Some("0a0a-11".to_owned()));
+        assert_eq!(config(""), None, "the downward API unset gives no UID");
+        assert_eq!(
+            mock_node_with(&[])
+                .unwrap()
+                .plugin_config()
+                .unwrap()
+                .pod_uid,
+            None
         );
     }
 

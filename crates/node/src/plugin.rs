@@ -58,6 +58,8 @@ use crate::publish::{Publisher, PublisherConfig, watch_node};
 pub struct NodePluginConfig {
     /// The node this plugin runs on.
     pub node_name: String,
+    /// This plugin pod's UID: per-pod kubelet socket names, for rolling updates with surge.
+    pub pod_uid: Option<String>,
     /// Where the kubelet looks for plugin registration sockets.
     pub kubelet_registrar_dir: PathBuf,
     /// The kubelet's plugins directory (the DRA socket goes into `<dir>/<driver>/`).
@@ -117,6 +119,22 @@ pub struct NodePlugin {
     endpoints: Option<JoinHandle<std::io::Result<()>>>,
 }
 
+/// The kubelet sockets of this plugin: per pod when it knows its pod's UID (rolling updates
+/// with surge).
+fn kubelet_config(config: &NodePluginConfig) -> PluginConfig {
+    let kubelet = PluginConfig::new(DRIVER_NAME)
+        .registrar_dir(&config.kubelet_registrar_dir)
+        .plugins_dir(&config.kubelet_plugins_dir)
+        .shutdown_grace(config.shutdown_grace)
+        // The driver locks per claim (and per node across plugin processes): calls on other
+        // claims need not wait for each other.
+        .serialize_calls(false);
+    match &config.pod_uid {
+        Some(pod_uid) => kubelet.rolling_update(pod_uid),
+        None => kubelet,
+    }
+}
+
 impl NodePlugin {
     /// Opens the GPUs, recovers claim preparation from whatever a previous run left, binds the
     /// kubelet sockets and starts the publish loop, the Node watch, the health monitor and the
@@ -151,12 +169,7 @@ impl NodePlugin {
             Arc::new(move || driver.holders())
         };
         let driver = InstrumentedDriver::new(driver, metrics.clone(), Some(NodeDriver::stats));
-        let kubelet = PluginConfig::new(DRIVER_NAME)
-            .registrar_dir(&config.kubelet_registrar_dir)
-            .plugins_dir(&config.kubelet_plugins_dir)
-            .shutdown_grace(config.shutdown_grace)
-            // The driver locks per claim: calls on other claims need not wait for each other.
-            .serialize_calls(false)
+        let kubelet = kubelet_config(&config)
             .bind(Arc::new(WithDeviceHealth::new(driver, kubelet_health_feed)))
             .map_err(PluginError::Sockets)?;
 

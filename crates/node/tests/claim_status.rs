@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
 use tessera_kubelet_grpc::{ClaimRef, ClaimUid, DraDriver};
-use tessera_node::claim_status::StatusWriter;
+use tessera_node::claim_status::{MAX_RETRY, StatusWriter, WARNING_INTERVAL};
 use tessera_prepare::device_status::{ClaimStatusSink, RecordedStatus};
 use tessera_prepare::plan::MigMode;
 use tessera_prepare_harness::{Harness, allocated_claim, uid_of};
@@ -186,4 +186,94 @@ async fn the_writer_applies_entries_retries_failures_and_removes_them() {
         .await
         .expect("the writer stops")
         .unwrap();
+}
+
+/// What a claim's one device reports (the writer does not look at it).
+fn an_entry() -> k8s_openapi::api::resource::v1::AllocatedDeviceStatus {
+    serde_json::from_value(json!({
+        "driver": "gpu.tessera.dev", "pool": "node-a", "device": "gpu-0",
+        "data": {"uuid": "GPU-0000", "gpuUUID": "GPU-0000", "minor": 0},
+    }))
+    .unwrap()
+}
+
+/// The API server down (every status write answered 503) while 5,000 claims are prepared and
+/// unprepared and 7 stay prepared: no write is made for a claim no longer prepared, the writer
+/// probes with one write per backoff instead of one per claim, and the log is a few lines. When
+/// the API server is back, the 7 are written. Virtual time: 5 minutes take no wall time.
+#[tokio::test(start_paused = true)]
+async fn with_the_api_server_down_gone_claims_are_not_written_and_the_log_is_bounded() {
+    const GONE: usize = 5_000;
+    const OUTAGE: Duration = Duration::from_secs(300);
+    let server = FakeApiServer::new();
+    let down = Fault::on(Verb::Apply, "resourceclaims/status")
+        .status(503)
+        .times(usize::MAX);
+    server.inject(down);
+    let stop = Stop::new();
+    let (writer, task) = StatusWriter::spawn(server.client(), stop.clone());
+
+    let kept: Vec<ClaimRef> = (0..7)
+        .map(|i| {
+            let name = format!("kept-{i}");
+            server.seed(&allocated_claim(&name, &[("gpu", "gpu-0")], vec![]));
+            ClaimRef::new("ml", &name, uid_of(&name))
+        })
+        .collect();
+    for claim in &kept {
+        writer.prepared(claim.clone(), vec![an_entry()]);
+    }
+    for i in 0..GONE {
+        let name = format!("gone-{i}");
+        let claim = ClaimRef::new("ml", &name, uid_of(&name));
+        writer.prepared(claim.clone(), vec![an_entry()]);
+        if i % 100 == 0 {
+            // Prepares come and go over a minute while the writer probes.
+            tokio::time::sleep(Duration::from_millis(1_200)).await;
+        }
+        writer.unprepared(claim);
+    }
+    assert_eq!(writer.pending(), kept.len(), "gone claims are forgotten");
+    let writes_while_preparing = server.request_count(Verb::Apply, "resourceclaims/status");
+    server.clear_requests();
+    let warnings_before = writer.warnings_logged();
+
+    tokio::time::sleep(OUTAGE).await;
+    let writes: Vec<String> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb == Verb::Apply && r.subresource == "status")
+        .map(|r| r.name)
+        .collect();
+    let gone_written = writes.iter().filter(|n| n.starts_with("gone-")).count();
+    assert_eq!(gone_written, 0, "{writes:?}");
+    // One probe per backoff (1 s doubling to 60 s): at most 300/60 + the 7 steps of the ramp.
+    let most_probes = (OUTAGE.as_secs() / MAX_RETRY.as_secs()) as usize + 7;
+    assert!(
+        writes.len() <= most_probes && writes_while_preparing <= most_probes,
+        "{} writes in the outage, {writes_while_preparing} while preparing",
+        writes.len()
+    );
+    let warnings = writer.warnings_logged() - warnings_before;
+    let most_warnings = OUTAGE.as_secs() / WARNING_INTERVAL.as_secs() + 1;
+    assert!(
+        (1..=most_warnings).contains(&warnings),
+        "{warnings} warning lines"
+    );
+    assert_eq!(writer.pending(), kept.len());
+
+    // The API server is back: the claims still prepared get their entries.
+    server.clear_faults();
+    tokio::time::sleep(MAX_RETRY * 2).await;
+    assert_eq!(writer.pending(), 0);
+    for claim in &kept {
+        assert_eq!(
+            devices_on_server(&server, &claim.name)[0]["data"]["uuid"],
+            json!("GPU-0000"),
+            "{}",
+            claim.name
+        );
+    }
+    stop.cancel();
+    task.await.unwrap();
 }

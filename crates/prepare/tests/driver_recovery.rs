@@ -358,6 +358,46 @@ async fn a_lost_checkpoint_while_the_api_server_is_down_starts_degraded_and_reco
     assert_eq!(recorded, vec![precious.uid.to_string()]);
 }
 
+/// Recovery pending after a long outage (its backoff at the maximum): once the API server is
+/// back, the first prepare triggers an attempt and is served, instead of being refused until
+/// the backoff runs out.
+#[tokio::test(start_paused = true)]
+async fn a_prepare_after_the_api_server_returns_recovers_at_once() {
+    let h = Harness::new("dgx-h100", MigMode::Static);
+    let old = h.claim("old", &[("gpu", "gpu-2")], vec![]);
+    let (driver, _) = h.start().await;
+    driver.prepare(vec![old.clone()]).await[&old.uid]
+        .clone()
+        .unwrap();
+    drop(driver);
+    std::fs::write(h.checkpoint_path(), b"not json").unwrap();
+    h.claims.set_unavailable(true);
+    let (driver, _) = NodeDriver::start(h.config.clone(), h.parts())
+        .await
+        .unwrap();
+    let new = h.claim("new", &[("gpu", "gpu-4")], vec![]);
+    // Two minutes of outage: the retry backoff grows to its 30 s maximum; prepares meanwhile
+    // ask for attempts, fail with them and are refused.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let refused = driver.prepare(vec![new.clone()]).await[&new.uid]
+        .clone()
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("still recovering"), "{refused}");
+    assert!(driver.recovery().borrow().is_some());
+
+    h.claims.set_unavailable(false);
+    let asked = tokio::time::Instant::now();
+    let prepared = driver.prepare(vec![new.clone()]).await;
+    assert!(prepared[&new.uid].is_ok(), "{prepared:?}");
+    assert!(
+        asked.elapsed() <= Duration::from_secs(1),
+        "the prepare waited {:?} for recovery",
+        asked.elapsed()
+    );
+    assert_eq!(*driver.recovery().borrow(), None);
+}
+
 #[tokio::test]
 async fn claims_without_node_local_effects_converge_without_intent_records() {
     let h = Harness::new("dgx-h100", MigMode::Static);

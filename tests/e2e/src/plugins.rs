@@ -104,7 +104,8 @@ impl PluginControl {
 impl PluginControl {
     /// Rolls out the DaemonSet that runs `node`'s plugin as `kubectl rollout restart` does (a new
     /// `kubectl.kubernetes.io/restartedAt` annotation on its pod template), then waits until a
-    /// new pod of it is ready on `node`. Only for the chart's pods. Returns what was replaced.
+    /// new pod of it is ready on `node` and the old one is going (with surge both run for a
+    /// while). Only for the chart's pods. Returns what was replaced.
     pub async fn rollout_restart(&self, node: &str, timeout: Duration) -> anyhow::Result<String> {
         let PluginControl::Pods { client, namespace } = self else {
             bail!("a DaemonSet rollout needs the chart's plugin pods (Tessera installed by helm)");
@@ -138,20 +139,34 @@ impl PluginControl {
             &format!("DaemonSet {namespace}/{daemonset} to replace {old_name} on {node}"),
             timeout,
             || async {
-                let pod = plugin_pod(client, namespace, node).await?;
-                Ok(match pod {
-                    Some(pod)
-                        if pod.metadata.uid.as_deref() != Some(old_uid.as_str())
-                            && is_ready(&pod) =>
-                    {
-                        Progress::Done(pod.metadata.name.unwrap_or_default())
+                // With surge the new pod runs beside the old one until it is ready; the
+                // rollout is done when the old one is going and the new one is ready.
+                let live = live_plugin_pods(client, namespace, node).await?;
+                let old_live = live
+                    .iter()
+                    .any(|p| p.metadata.uid.as_deref() == Some(old_uid.as_str()));
+                let new = live
+                    .iter()
+                    .find(|p| p.metadata.uid.as_deref() != Some(old_uid.as_str()));
+                Ok(match new {
+                    Some(pod) if !old_live && is_ready(pod) => {
+                        Progress::Done(pod.metadata.name.clone().unwrap_or_default())
                     }
                     Some(pod) => Progress::Waiting(format!(
-                        "pod {} ({}ready)",
+                        "pod {} ({}ready){}",
                         pod.metadata.name.as_deref().unwrap_or_default(),
-                        if is_ready(&pod) { "" } else { "not " }
+                        if is_ready(pod) { "" } else { "not " },
+                        if old_live {
+                            ", the old one still live"
+                        } else {
+                            ""
+                        }
                     )),
-                    None => Progress::Waiting("no live plugin pod on the node".to_owned()),
+                    None => Progress::Waiting(if old_live {
+                        "only the old plugin pod on the node".to_owned()
+                    } else {
+                        "no live plugin pod on the node".to_owned()
+                    }),
                 })
             },
         )
@@ -213,6 +228,19 @@ async fn plugin_pod(
     namespace: &str,
     node: &str,
 ) -> anyhow::Result<Option<Pod>> {
+    let mut live = live_plugin_pods(client, namespace, node).await?;
+    if live.len() > 1 {
+        bail!("{} plugin pods run on {node}; expected one", live.len());
+    }
+    Ok(live.pop())
+}
+
+/// The plugin pods on `node` that are not being deleted (two during a surge rollout).
+async fn live_plugin_pods(
+    client: &kube::Client,
+    namespace: &str,
+    node: &str,
+) -> anyhow::Result<Vec<Pod>> {
     let pods = Api::<Pod>::namespaced(client.clone(), namespace)
         .list(
             &ListParams::default()
@@ -221,15 +249,11 @@ async fn plugin_pod(
         )
         .await
         .with_context(|| format!("cannot list plugin pods in {namespace}"))?;
-    let mut live: Vec<Pod> = pods
+    Ok(pods
         .items
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect();
-    if live.len() > 1 {
-        bail!("{} plugin pods run on {node}; expected one", live.len());
-    }
-    Ok(live.pop())
+        .collect())
 }
 
 fn is_ready(pod: &Pod) -> bool {

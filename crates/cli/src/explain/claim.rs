@@ -10,6 +10,7 @@ use tessera_allocator::{
     AllocateOptions, AllocatedState, Allocation, DeviceIndex, Outcome, PlacementMode,
     Unsatisfiable, claim_name,
 };
+use tessera_placement::ClusterObjects;
 use tessera_placement::extended::extended_resource_claim_owner;
 
 use crate::objects::Objects;
@@ -198,4 +199,64 @@ pub(crate) fn result_line(
         "request {} -> {}/{}/{}{extras}",
         r.request, r.driver, r.pool, r.device
     )
+}
+
+/// One claim of a pod as `--claim` explains it: where it can be allocated, or why not on each
+/// node.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ClaimAccount {
+    pub claim: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocatable_on: Option<String>,
+    /// Why not, node by node (`NODE: reason`), when it cannot be allocated.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+}
+
+/// Accounts for `claims` (keys `namespace/name` of `cluster`'s claims), each allocated alone
+/// with `options`, the other claims' allocations counting as in use.
+pub(super) fn accounts(
+    cluster: &ClusterObjects,
+    claims: &[String],
+    options: &AllocateOptions,
+) -> anyhow::Result<Vec<ClaimAccount>> {
+    let inventory = DeviceIndex::from_nodes(
+        cluster.slices.clone(),
+        cluster.classes.clone(),
+        &cluster.nodes,
+    );
+    let mut accounts = Vec::new();
+    for wanted in claims {
+        let Some(target) = cluster.claims.iter().find(|c| qualified(c) == *wanted) else {
+            continue;
+        };
+        let state =
+            AllocatedState::from_claims(cluster.claims.iter().filter(|c| qualified(c) != *wanted))?;
+        let outcome = inventory.allocate(std::slice::from_ref(target), &state, None, options)?;
+        accounts.push(match outcome {
+            Outcome::Allocated(a) => ClaimAccount {
+                claim: wanted.clone(),
+                allocatable_on: Some(a.node.clone()),
+                reasons: Vec::new(),
+            },
+            Outcome::Unsatisfiable(u) => ClaimAccount {
+                claim: wanted.clone(),
+                allocatable_on: None,
+                reasons: match &u.claim_problem {
+                    Some(problem) => vec![problem.to_string()],
+                    None => u
+                        .nodes
+                        .iter()
+                        .flat_map(|n| {
+                            n.reason_lines()
+                                .into_iter()
+                                .map(move |line| format!("{}: {line}", n.node))
+                        })
+                        .collect(),
+                },
+            },
+        });
+    }
+    Ok(accounts)
 }

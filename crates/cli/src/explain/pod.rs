@@ -9,14 +9,17 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
+use tessera_allocator::{AllocateOptions, PlacementMode};
+use tessera_placement::claims::allocation;
 use tessera_placement::preemption::nomination::Nomination;
 use tessera_placement::preemption::pod_priority;
-use tessera_placement::protocol::object_key;
+use tessera_placement::protocol::{is_bound, is_terminal, object_key};
+use tessera_placement::resolve::{Resolution, resolve_claims};
 use tessera_placement::{
     Action, ClusterObjects, Placement, PodPlan, PodReason, PodVerdict, Ruling, Settings,
 };
 
-use super::claim::result_line;
+use super::claim::{ClaimAccount, accounts, result_line};
 use crate::objects::Objects;
 use crate::output::OutputFormat;
 
@@ -56,6 +59,10 @@ struct PodReport {
     /// (higher priority, or the same priority and created earlier), first in line first.
     #[serde(skip_serializing_if = "Option::is_none")]
     queue: Option<QueueReport>,
+    /// A pending pod the controller leaves to kube-scheduler: its unallocated claims as
+    /// `--claim` explains them (first fit, as kube-scheduler allocates).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    scheduler_claims: Vec<ClaimAccount>,
 }
 
 #[derive(Debug, Serialize)]
@@ -253,6 +260,16 @@ pub fn explain(
         .as_ref()
         .and_then(|s| s.extended_resource_claim_status.as_ref())
         .map(|s| format!("{namespace}/{}", s.resource_claim_name));
+    if report.action == "NotCandidate" && is_pending(pod) {
+        let claims = unallocated_claims(cluster, pod)?;
+        let options = AllocateOptions {
+            mode: PlacementMode::FirstFit,
+            step_budget: settings.options.step_budget,
+            explain: true,
+            numa: Default::default(),
+        };
+        report.scheduler_claims = accounts(cluster, &claims, &options)?;
+    }
     match output {
         OutputFormat::Json => {
             serde_json::to_writer_pretty(&mut *out, &report)?;
@@ -327,6 +344,65 @@ fn write_queue(out: &mut impl Write, queue: &QueueReport) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Not bound, finished or being deleted: kube-scheduler still has to place it.
+fn is_pending(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none() && !is_bound(pod) && !is_terminal(pod)
+}
+
+/// The pod's claims (`namespace/name`) that are not allocated yet.
+fn unallocated_claims(cluster: &ClusterObjects, pod: &Pod) -> anyhow::Result<Vec<String>> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let lookup = |name: &str| {
+        cluster
+            .claims
+            .iter()
+            .find(|c| {
+                c.metadata.namespace.as_deref().unwrap_or("default") == namespace
+                    && c.metadata.name.as_deref() == Some(name)
+            })
+            .map(|c| Arc::new(c.clone()))
+    };
+    let template_exists = |name: &str| {
+        cluster.templates.iter().any(|t| {
+            t.metadata.namespace.as_deref().unwrap_or("default") == namespace
+                && t.metadata.name.as_deref() == Some(name)
+        })
+    };
+    match resolve_claims(pod, lookup, template_exists) {
+        Resolution::Resolved(claims) => Ok(claims
+            .iter()
+            .filter(|c| allocation(&c.claim).is_none())
+            .map(|c| object_key(&c.claim.metadata))
+            .collect()),
+        Resolution::Waiting(_) | Resolution::Invalid(_) | Resolution::MissingTemplate { .. } => {
+            Ok(Vec::new())
+        }
+    }
+}
+
+fn write_scheduler_claims(out: &mut impl Write, r: &PodReport) -> anyhow::Result<()> {
+    for account in &r.scheduler_claims {
+        match &account.allocatable_on {
+            Some(node) => writeln!(
+                out,
+                "  claim {}: kube-scheduler can allocate it (first fit: node {node})",
+                account.claim
+            )?,
+            None => {
+                writeln!(
+                    out,
+                    "  claim {}: cannot be allocated on any node (tessera explain --claim {} explains it):",
+                    account.claim, account.claim
+                )?;
+                for reason in &account.reasons {
+                    writeln!(out, "    {reason}")?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn write_text(out: &mut impl Write, r: &PodReport, settings: &Settings) -> anyhow::Result<()> {
     let pod = &r.pod;
     let message = r.message.as_deref().unwrap_or_default();
@@ -374,6 +450,7 @@ fn write_text(out: &mut impl Write, r: &PodReport, settings: &Settings) -> anyho
         )?,
         _ => writeln!(out, "{message}")?,
     }
+    write_scheduler_claims(out, r)?;
     if let Some(claim) = &r.extended_resource_claim {
         writeln!(
             out,

@@ -36,12 +36,20 @@ fn str_at<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
     value.get(key).and_then(Value::as_str)
 }
 
+/// Whether a DeviceClass name is one of NVIDIA's own for what Tessera does not offer (VFIO
+/// passthrough, ComputeDomains). Other `*.nvidia.com` names are classes users wrote for NVIDIA's
+/// devices (NVIDIA's extended-resources example names one `mig-1g-12gb.gpu.nvidia.com`), which
+/// the migration carries.
+fn nvidia_only_class(name: &str) -> bool {
+    name.ends_with(".nvidia.com") && (name.contains("vfio") || name.starts_with("compute-domain"))
+}
+
 /// The Tessera DeviceClass for an NVIDIA one, if there is one.
 fn class_for(name: &str) -> Result<Option<&'static str>, String> {
     match name {
         NVIDIA_DRIVER_NAME => Ok(Some(GPU_DEVICE_CLASS)),
         NVIDIA_MIG_DEVICE_CLASS => Ok(Some(MIG_DEVICE_CLASS)),
-        n if n.ends_with(".nvidia.com") => Err(format!(
+        n if nvidia_only_class(n) => Err(format!(
             "DeviceClass `{n}` is NVIDIA's (VFIO passthrough or ComputeDomains), which Tessera does not offer; the request keeps it and will not be allocated by Tessera"
         )),
         _ => Ok(None),
@@ -184,9 +192,36 @@ fn migrate_device_class(object: &mut Value, notes: &mut Notes) -> bool {
         Ok(None) => {}
     }
     if let Some(spec) = object.get_mut("spec") {
+        if name.ends_with(".nvidia.com") {
+            notes.change(
+                "",
+                format!(
+                    "DeviceClass `{name}` is a class written for NVIDIA's devices{}: carried with its selectors moved to Tessera's devices; its name is kept so the claims naming it keep working",
+                    mig_profile_of(spec)
+                        .map(|p| format!(" (MIG profile `{p}`)"))
+                        .unwrap_or_default()
+                ),
+            );
+        }
         device_class_spec(spec, notes);
     }
     true
+}
+
+/// The MIG profile a class's selectors ask for, when one compares `profile` with a literal
+/// (`device.attributes['gpu.nvidia.com'].profile == '1g.12gb'`).
+fn mig_profile_of(spec: &Value) -> Option<String> {
+    spec.get("selectors")?
+        .as_sequence()?
+        .iter()
+        .filter_map(|s| s.get("cel")?.get("expression")?.as_str())
+        .find_map(|expression| {
+            let (_, after) = expression.split_once("].profile")?;
+            let after = after.trim_start().strip_prefix("==")?.trim_start();
+            let quote = after.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+            let rest = &after[1..];
+            Some(rest[..rest.find(quote)?].to_owned())
+        })
 }
 
 fn device_class_spec(spec: &mut Value, notes: &mut Notes) {
@@ -201,9 +236,13 @@ fn device_class_spec(spec: &mut Value, notes: &mut Notes) {
         && let Some(map) = spec.as_mapping_mut()
     {
         map.remove("extendedResourceName");
+        let serving = match name.strip_prefix("nvidia.com/mig-") {
+            Some(profile) => format!("class `mig-{profile}.gpu.tessera.dev`"),
+            None => "its own classes".to_owned(),
+        };
         notes.change(
             "spec.extendedResourceName",
-            format!("`{name}` removed: Tessera's chart serves it from its own classes (value `extendedResources`); two classes with one name would be ambiguous"),
+            format!("`{name}` removed: Tessera's chart serves it from {serving} (value `extendedResources`); two classes with one name would be ambiguous"),
         );
     }
 }

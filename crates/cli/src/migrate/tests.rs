@@ -329,3 +329,68 @@ fn device_plugin_pods_get_claims_the_gate_and_their_templates() {
         "in.yaml: Deployment/team-a/train: spec.template.spec.containers[main].resources: nvidia.com/gpu: 4 → claim tessera-gpu-c0 from ResourceClaimTemplate tessera-gpu-4 (class gpu.tessera.dev), gate gpu.tessera.dev/topology-aware"
     );
 }
+
+/// NVIDIA's extended-resources MIG example: a user-written class for one MIG profile, with
+/// the extended resource name the device plugin used, and a pod's claim naming it.
+#[test]
+fn a_user_written_mig_profile_class_is_carried_with_tessera_selectors() {
+    let m = migrate(
+        r#"
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: mig-1g-12gb.gpu.nvidia.com
+spec:
+  selectors:
+  - cel:
+      expression: "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig' && device.attributes['gpu.nvidia.com'].profile == '1g.12gb'"
+  extendedResourceName: nvidia.com/mig-1g.12gb
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {namespace: ns, name: slice}
+spec:
+  devices:
+    requests:
+    - name: mig
+      exactly: {deviceClassName: mig-1g-12gb.gpu.nvidia.com}
+"#,
+    );
+    assert!(lines(&m, true).is_empty(), "{:?}", lines(&m, true));
+    let objects = &m.files[0].1;
+    assert_eq!(objects.len(), 2, "both objects are carried");
+    let class = &objects[0];
+    assert_eq!(class["metadata"]["name"], "mig-1g-12gb.gpu.nvidia.com");
+    assert_eq!(
+        class["spec"]["selectors"][0]["cel"]["expression"],
+        "device.driver == 'gpu.tessera.dev' && device.attributes['gpu.tessera.dev'].type == 'mig' && device.attributes['gpu.tessera.dev'].profile == '1g.12gb'"
+    );
+    assert_eq!(class["spec"].get("extendedResourceName"), None);
+    assert_eq!(
+        objects[1]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"],
+        "mig-1g-12gb.gpu.nvidia.com"
+    );
+    let changes = lines(&m, false);
+    for wanted in [
+        "written for NVIDIA's devices (MIG profile `1g.12gb`): carried",
+        "`nvidia.com/mig-1g.12gb` removed: Tessera's chart serves it from class `mig-1g.12gb.gpu.tessera.dev`",
+    ] {
+        assert!(
+            changes.iter().any(|l| l.contains(wanted)),
+            "{wanted}: {changes:?}"
+        );
+    }
+
+    // NVIDIA's own classes for what Tessera does not offer are still dropped.
+    let m = migrate(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: compute-domain-daemon.nvidia.com}\nspec: {}\n",
+    );
+    assert!(m.files[0].1.is_empty());
+    assert!(
+        lines(&m, true)
+            .iter()
+            .any(|l| l.contains("VFIO passthrough or ComputeDomains")),
+        "{:?}",
+        lines(&m, true)
+    );
+}

@@ -321,3 +321,39 @@ spec:
         findings[0]
     );
 }
+
+#[test]
+fn an_mps_limit_beyond_any_gpu_is_refused_naming_the_field() {
+    let yaml = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {namespace: ml, name: mps}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu.tessera.dev}
+    config:
+    - opaque:
+        driver: gpu.tessera.dev
+        parameters:
+          apiVersion: gpu.tessera.dev/v1alpha1
+          kind: GpuConfig
+          sharing: {strategy: MPS, mps: {defaultPinnedDeviceMemoryLimit: 1000000Ei}}
+    - opaque:
+        driver: gpu.tessera.dev
+        parameters:
+          apiVersion: gpu.tessera.dev/v1alpha1
+          kind: GpuConfig
+          sharing: {strategy: MPS, mps: {defaultPinnedDeviceMemoryLimit: 40Gi}}
+"#;
+    let findings = lint(yaml);
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert!(
+        findings[0].starts_with(
+            "f.yaml: ResourceClaim/ml/mps: spec.devices.config[0].opaque.parameters: invalid gpu.tessera.dev configuration: field `sharing.mps.defaultPinnedDeviceMemoryLimit`: `1000000Ei` is more memory than any GPU has"
+        ),
+        "{}",
+        findings[0]
+    );
+}

@@ -4,10 +4,14 @@
 //!
 //! - `format`: the versioned, checksummed schema ([`Checkpoint`], [`ClaimRecord`]) with
 //!   [`encode`], [`decode`] and [`check_owner`]. No IO.
-//! - `store`: the file in the state directory ([`CheckpointStore`]): loaded once at start (a
-//!   file that cannot be trusted is quarantined), rewritten atomically on every change.
+//! - `lock`: the node's state lock, which plugin processes sharing the state directory during
+//!   a rolling update take turns on ([`HeldState`]).
+//! - `store`: the file in the state directory ([`CheckpointStore`]): loaded at start (a file
+//!   that cannot be trusted is quarantined), rewritten atomically on every change, read again
+//!   when another process replaced it.
 
 mod format;
+mod lock;
 mod store;
 
 pub use format::{
@@ -15,6 +19,7 @@ pub use format::{
     DeviceRecord, DeviceShare, DeviceTarget, MigInstanceRecord, MigLifecycle, MpsRecord,
     check_owner, checksum, decode, encode,
 };
+pub use lock::{HeldState, STATE_LOCK_FILE, StateLockError, TURNSTILE_FILE};
 pub use store::{
     CHECKPOINT_FILE, CheckpointOwner, CheckpointStore, CheckpointStoreError, DEFAULT_BOOT_ID_PATH,
     LoadOutcome, quarantined_files, read_boot_id,

@@ -1,5 +1,9 @@
-//! The checkpoint file in the state directory: loaded once at start (a file that cannot be
+//! The checkpoint file in the state directory: loaded at start (a file that cannot be
 //! trusted is quarantined, never crash-looped on), then rewritten atomically on every change.
+//! Two plugin processes may share the file during a rolling update: each reads it again
+//! ([`CheckpointStore::refresh`]) when the other one has replaced it, and the driver holds the
+//! node's state lock (`crate::driver`) around every change, so a change is always made to the
+//! records as they are on disk.
 //!
 //! The schema, version and checksum live in [`super::format`]; this module does the
 //! IO. A write goes to a temporary file in the same directory, is fsynced, renamed over the
@@ -8,16 +12,17 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tessera_kubelet_grpc::ClaimUid;
 
 use super::format::{self, Checkpoint, CheckpointError, ClaimRecord};
+use super::lock::{HeldState, StateLock, StateLockError};
 
 /// The checkpoint's file name in the state directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint.json";
@@ -58,6 +63,19 @@ pub enum CheckpointStoreError {
     /// The boot id could not be read.
     #[error("cannot read the boot id from {path}: {source}")]
     BootId { path: PathBuf, source: io::Error },
+    /// The checkpoint another plugin process wrote cannot be read back; the records in memory
+    /// are kept and nothing is changed until it can.
+    #[error(
+        "the checkpoint {path} changed on disk (another plugin process on this node wrote it) \
+         but cannot be read back: {error}; check the state directory"
+    )]
+    Reread {
+        path: PathBuf,
+        error: CheckpointError,
+    },
+    /// The node's state lock could not be taken.
+    #[error(transparent)]
+    Lock(#[from] StateLockError),
 }
 
 /// What [`CheckpointStore::open`] found.
@@ -94,8 +112,59 @@ pub struct CheckpointStore {
     boot_id: String,
     node_name: String,
     pool_name: String,
-    claims: Mutex<BTreeMap<ClaimUid, ClaimRecord>>,
+    records: Mutex<Records>,
+    lock: Arc<StateLock>,
     writes: AtomicU64,
+    rereads: AtomicU64,
+}
+
+/// The records in memory and which version of the file they are.
+#[derive(Debug, Default)]
+struct Records {
+    claims: BTreeMap<ClaimUid, ClaimRecord>,
+    /// The file the records were read from or written to; `None`: no file.
+    file: Option<FileIdentity>,
+}
+
+/// One version of the checkpoint file. Every write is a new file renamed into place, so a
+/// file another process wrote has another inode, and inode numbers reused after a deletion
+/// differ in size or modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileIdentity {
+    device: u64,
+    inode: u64,
+    size: u64,
+    modified: (i64, i64),
+}
+
+impl FileIdentity {
+    fn of(metadata: &fs::Metadata) -> Self {
+        FileIdentity {
+            device: metadata.dev(),
+            inode: metadata.ino(),
+            size: metadata.size(),
+            modified: (metadata.mtime(), metadata.mtime_nsec()),
+        }
+    }
+}
+
+/// Reads the file at `path` with the identity of exactly what was read (`None`: no file, or
+/// something else than a file).
+fn read_identified(path: &Path) -> io::Result<Option<(Vec<u8>, FileIdentity)>> {
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        // Not a checkpoint any process wrote; writing one over it fails and says so.
+        return Ok(None);
+    }
+    let identity = FileIdentity::of(&metadata);
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(Some((bytes, identity)))
 }
 
 /// Reads the boot id (`/proc/sys/kernel/random/boot_id` by default).
@@ -126,14 +195,17 @@ impl CheckpointStore {
                 source,
             }
         })?;
+        let lock = StateLock::new(state_dir);
+        // Another plugin process may be writing (a rolling update): its temporary file is not
+        // a leftover, nor is its checkpoint half written.
+        let held = lock.hold(|| Ok::<(), CheckpointStoreError>(()))?;
         remove_temp_files(state_dir);
         let path = state_dir.join(CHECKPOINT_FILE);
-        let (loaded, outcome) = match fs::read(&path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                (Checkpoint::default(), LoadOutcome::Missing)
-            }
+        let mut file = None;
+        let (loaded, outcome) = match read_identified(&path) {
+            Ok(None) => (Checkpoint::default(), LoadOutcome::Missing),
             Err(source) => return Err(CheckpointStoreError::Read { path, source }),
-            Ok(bytes) => match format::decode(&bytes).and_then(|loaded| {
+            Ok(Some((bytes, identity))) => match format::decode(&bytes).and_then(|loaded| {
                 format::check_owner(&loaded, &owner.node_name, &owner.pool_name, |uuid| {
                     owner.gpu_uuids.contains(uuid)
                 })
@@ -142,6 +214,7 @@ impl CheckpointStore {
                 Ok(loaded) => {
                     let boot_id = loaded.boot_id.clone();
                     let migrated = loaded.node_name.is_empty();
+                    file = Some(identity);
                     (loaded, LoadOutcome::Loaded { boot_id, migrated })
                 }
                 Err(error) => {
@@ -167,9 +240,15 @@ impl CheckpointStore {
             boot_id: boot_id.to_owned(),
             node_name: owner.node_name.clone(),
             pool_name: owner.pool_name.clone(),
-            claims: Mutex::new(loaded.claims.clone()),
+            records: Mutex::new(Records {
+                claims: loaded.claims.clone(),
+                file,
+            }),
+            lock,
             writes: AtomicU64::new(0),
+            rereads: AtomicU64::new(0),
         };
+        drop(held);
         Ok((store, loaded, outcome))
     }
 
@@ -180,17 +259,55 @@ impl CheckpointStore {
 
     /// The record of claim `uid`, if any.
     pub fn get(&self, uid: &ClaimUid) -> Option<ClaimRecord> {
-        self.lock().get(uid).cloned()
+        self.lock().claims.get(uid).cloned()
     }
 
     /// Every record, by claim UID.
     pub fn records(&self) -> BTreeMap<ClaimUid, ClaimRecord> {
-        self.lock().clone()
+        self.lock().claims.clone()
     }
 
     /// How many checkpoint writes this store made.
     pub fn writes(&self) -> u64 {
         self.writes.load(Ordering::Relaxed)
+    }
+
+    /// How many times the file was read again because another process had replaced it.
+    pub fn rereads(&self) -> u64 {
+        self.rereads.load(Ordering::Relaxed)
+    }
+
+    /// Holds the node's state lock (blocking: call it off the async runtime), reading the file
+    /// again first if another plugin process replaced it. Every change the driver makes to the
+    /// node's claim state happens while it holds this; never call it while holding it already.
+    pub fn hold(&self) -> Result<HeldState, CheckpointStoreError> {
+        self.lock.hold(|| self.refresh().map(drop))
+    }
+
+    /// Reads the file again if it is no longer the version the records in memory came from
+    /// (another plugin process on the node wrote it); returns whether it did. A missing file (or
+    /// something else in its place) leaves the records as they are (they are written again with the next change). A file
+    /// that does not decode is an error and changes nothing.
+    pub fn refresh(&self) -> Result<bool, CheckpointStoreError> {
+        let mut records = self.lock();
+        let read = read_identified(&self.path).map_err(|source| CheckpointStoreError::Read {
+            path: self.path.clone(),
+            source,
+        })?;
+        let Some((bytes, identity)) = read else {
+            return Ok(false);
+        };
+        if records.file == Some(identity) {
+            return Ok(false);
+        }
+        let checkpoint = format::decode(&bytes).map_err(|error| CheckpointStoreError::Reread {
+            path: self.path.clone(),
+            error,
+        })?;
+        records.claims = checkpoint.claims;
+        records.file = Some(identity);
+        self.rereads.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
     }
 
     /// Applies `change` to a copy of the records and persists the result; the in-memory
@@ -201,8 +318,8 @@ impl CheckpointStore {
         &self,
         change: impl FnOnce(&mut BTreeMap<ClaimUid, ClaimRecord>) -> R,
     ) -> Result<R, CheckpointStoreError> {
-        let mut claims = self.lock();
-        let mut next = claims.clone();
+        let mut records = self.lock();
+        let mut next = records.claims.clone();
         let out = change(&mut next);
         let bytes = format::encode(&Checkpoint {
             boot_id: self.boot_id.clone(),
@@ -210,18 +327,19 @@ impl CheckpointStore {
             pool_name: self.pool_name.clone(),
             claims: next,
         });
-        write_atomically(&self.path, &bytes)?;
+        let identity = write_atomically(&self.path, &bytes)?;
         self.writes.fetch_add(1, Ordering::Relaxed);
         // Decode what was written rather than keep `next`: both are equal, and this keeps a
         // single source of truth for the in-memory copy.
-        *claims = format::decode(&bytes).map(|c| c.claims).unwrap_or_default();
+        records.claims = format::decode(&bytes).map(|c| c.claims).unwrap_or_default();
+        records.file = Some(identity);
         Ok(out)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<ClaimUid, ClaimRecord>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Records> {
         // A panic while holding the lock cannot leave the map half-changed: changes are made
         // on a copy. Keep going with the last committed records.
-        self.claims.lock().unwrap_or_else(|e| e.into_inner())
+        self.records.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -274,8 +392,9 @@ fn remove_temp_files(state_dir: &Path) {
 }
 
 /// Writes `bytes` to `path` atomically and durably: temporary file in the same directory,
-/// fsync, rename, fsync of the directory.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CheckpointStoreError> {
+/// fsync, rename, fsync of the directory. Returns the identity of the file written (a rename
+/// keeps the inode and the modification time).
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<FileIdentity, CheckpointStoreError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let temp = dir.join(format!("{TEMP_PREFIX}{}", std::process::id()));
     let failed = |operation: &'static str| {
@@ -301,10 +420,15 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CheckpointStoreErro
             .map_err(failed("write the temporary file"))?;
         file.sync_all()
             .map_err(failed("fsync the temporary file"))?;
+        let identity = file
+            .metadata()
+            .map(|m| FileIdentity::of(&m))
+            .map_err(failed("inspect the temporary file"))?;
         fs::rename(&temp, path).map_err(failed("rename the temporary file over it"))?;
         File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(failed("fsync the state directory"))
+            .map_err(failed("fsync the state directory"))?;
+        Ok(identity)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&temp);
@@ -530,6 +654,42 @@ mod tests {
         assert!(err.to_string().contains("rename"), "{err}");
         assert!(store.get(&"b".into()).is_none());
         assert_eq!(store.get(&"a".into()), Some(record("a")));
+    }
+
+    #[test]
+    fn a_store_reads_the_file_again_once_another_process_replaced_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, _, _) = CheckpointStore::open(dir.path(), "boot", &owner()).unwrap();
+        let (new, _, _) = CheckpointStore::open(dir.path(), "boot", &owner()).unwrap();
+        assert!(
+            !new.refresh().unwrap(),
+            "nothing changed since it was opened"
+        );
+        old.update(|claims| claims.insert("a".into(), record("a")))
+            .unwrap();
+        assert!(!old.refresh().unwrap(), "its own write is what it holds");
+        assert_eq!(new.get(&"a".into()), None, "not read yet");
+        assert!(new.refresh().unwrap());
+        assert_eq!(new.get(&"a".into()), Some(record("a")));
+        assert!(!new.refresh().unwrap());
+        // A change made after the refresh keeps the other process's record.
+        new.update(|claims| claims.insert("b".into(), record("b")))
+            .unwrap();
+        assert!(old.refresh().unwrap());
+        assert_eq!(old.records().len(), 2);
+        assert_eq!((old.rereads(), new.rereads()), (1, 1));
+        // A file that does not decode changes nothing and says so.
+        fs::write(old.path(), b"garbage").unwrap();
+        let error = old.refresh().unwrap_err();
+        assert!(
+            error.to_string().contains("another plugin process"),
+            "{error}"
+        );
+        assert_eq!(old.records().len(), 2);
+        // A missing file (moved aside by the other process) keeps the records in memory.
+        fs::remove_file(old.path()).unwrap();
+        assert!(!old.refresh().unwrap());
+        assert_eq!(old.records().len(), 2);
     }
 
     #[test]

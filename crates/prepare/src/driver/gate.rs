@@ -1,17 +1,19 @@
 //! The start-up recovery gate: whether recovery has finished, and why not yet. Calls hold it
 //! shared; a recovery attempt holds it exclusively (see [`super::recovery`]).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tessera_cdi::SpecDirError;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::checkpoint::CheckpointStoreError;
 use crate::claims::ClaimSourceError;
 
 /// Where start-up recovery stands. Until it has finished, the driver serves what it can
 /// (prepared claims from the checkpoint, unprepare) and refuses new prepares; a task retries
-/// it with backoff, and `/readyz` says why the node is not ready.
+/// it with backoff, at once when a prepare asks for it ([`RecoveryState::attempt_now`]), and
+/// `/readyz` says why the node is not ready.
 pub(super) struct RecoveryState {
     /// Calls hold it shared; a recovery attempt holds it exclusively.
     pub(super) gate: tokio::sync::RwLock<()>,
@@ -24,6 +26,8 @@ pub(super) struct RecoveryState {
     /// during another boot): the first successful attempt writes it. Otherwise an unchanged
     /// checkpoint is not rewritten (a full state directory must not stop the plugin).
     write_needed: AtomicBool,
+    /// Wakes the retrying task for an attempt now (a prepare arrived).
+    pub(super) attempt_wanted: Arc<Notify>,
 }
 
 impl RecoveryState {
@@ -33,6 +37,7 @@ impl RecoveryState {
             pending: watch::channel(Some("recovery has not run yet".to_owned())).0,
             needs_rebuild: AtomicBool::new(needs_rebuild),
             write_needed: AtomicBool::new(write_needed),
+            attempt_wanted: Arc::new(Notify::new()),
         }
     }
 
@@ -64,6 +69,18 @@ impl RecoveryState {
     /// The lost checkpoint has been rebuilt.
     pub(super) fn rebuilt(&self) {
         self.needs_rebuild.store(false, Ordering::Relaxed);
+    }
+
+    /// Asks the retrying task for an attempt now and waits (at most `wait`) for its outcome.
+    /// Returns at once when recovery has finished.
+    pub(super) async fn attempt_now(&self, wait: std::time::Duration) {
+        let mut pending = self.subscribe();
+        if pending.borrow_and_update().is_none() {
+            return;
+        }
+        self.attempt_wanted.notify_one();
+        // The next attempt's outcome (a failed one is recorded too, so this wakes either way).
+        let _ = tokio::time::timeout(wait, pending.changed()).await;
     }
 
     /// Follows [`RecoveryState::pending`].

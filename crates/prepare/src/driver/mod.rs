@@ -59,6 +59,21 @@
 //! MIG instances and MPS daemons are gone, so re-establishing a completed claim recreates them
 //! (new MIG UUIDs; the CDI ids, named after devices, stay the same).
 
+//!
+//! # Two plugin processes on one node
+//!
+//! During a DaemonSet rolling update with surge the old and the new plugin run side by side
+//! and share the state directory, the CDI directory and the GPUs; the kubelet sends each call
+//! to either. Each process keeps the checkpoint in memory, so every part that reads or changes
+//! the node's claim state holds the node's state lock ([`crate::checkpoint::HeldState`]:
+//! `flock(2)`, shared by the calls of one process, taken in turn by the processes): the
+//! answer from the checkpoint for prepared claims, each batch of a prepare or unprepare, each
+//! recovery attempt and the loading of the checkpoint at start. The first holder of a process
+//! reads the checkpoint again if the other process replaced it. So a claim prepared by one
+//! process can be unprepared by the other, a starting process never rolls back a claim the
+//! other is preparing, and no write drops the other's records; calls wait at most for the
+//! other process's batch in flight, and are never refused.
+
 // Bottom-up: error; gate, locks; core; effects, placements; prepare, recovery; this file.
 mod core;
 mod effects;
@@ -75,7 +90,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use tessera_kubelet_grpc::{ClaimRef, ClaimUid, DraDriver, PrepareResult, UnprepareResult};
+use tessera_kubelet_grpc::{
+    ClaimRef, ClaimUid, DraDriver, PrepareResult, PreparedDevice, UnprepareResult,
+};
 
 pub use core::{DriverParts, DriverStats, NodeDriverConfig, StartError};
 pub use error::{ClaimError, ClaimFailure, EffectError};
@@ -238,6 +255,50 @@ impl NodeDriver {
     }
 }
 
+impl NodeDriver {
+    /// The devices of those of `claims` that are prepared, as the checkpoint says under the
+    /// state lock (another plugin process may have changed it). If the lock cannot be taken,
+    /// none: the batch then fails each claim with the reason.
+    async fn completed(&self, claims: &[ClaimRef]) -> BTreeMap<ClaimUid, Vec<PreparedDevice>> {
+        let core = Arc::clone(&self.core);
+        let uids = uids_of(claims);
+        let read = tokio::task::spawn_blocking(move || {
+            let _state = core.store.hold()?;
+            Ok::<_, crate::checkpoint::CheckpointStoreError>(
+                uids.into_iter()
+                    .filter_map(|uid| Some((uid.clone(), core.completed_devices(&uid)?)))
+                    .collect(),
+            )
+        });
+        match read.await {
+            Ok(Ok(completed)) => completed,
+            Ok(Err(error)) => {
+                tracing::warn!(error = %error::logged(&error), "cannot read the checkpoint");
+                BTreeMap::new()
+            }
+            Err(_) => BTreeMap::new(),
+        }
+    }
+}
+
+impl NodeDriver {
+    /// While recovery is pending (the API server was away), a prepare of a claim not prepared
+    /// yet asks for a recovery attempt now rather than after the backoff, and waits for it.
+    async fn recover_for(&self, claims: &[ClaimRef]) {
+        if self.core.recovery.pending().is_none() {
+            return;
+        }
+        let completed = self.completed(claims).await;
+        if claims.iter().all(|c| completed.contains_key(&c.uid)) {
+            return; // served from the checkpoint, recovered or not
+        }
+        self.core
+            .recovery
+            .attempt_now(recovery::PREPARE_WAITS_FOR_RECOVERY)
+            .await;
+    }
+}
+
 impl DraDriver for NodeDriver {
     type Error = ClaimError;
 
@@ -245,6 +306,7 @@ impl DraDriver for NodeDriver {
         &self,
         claims: Vec<ClaimRef>,
     ) -> BTreeMap<ClaimUid, PrepareResult<ClaimError>> {
+        self.recover_for(&claims).await;
         let gate = self.core.recovery.gate.read().await;
         // Held from before the reads until the answer: a claim is never read, prepared or
         // unprepared by two calls at once; other claims' calls run in parallel.
@@ -252,8 +314,9 @@ impl DraDriver for NodeDriver {
         let mut results = BTreeMap::new();
         let mut to_read = Vec::new();
         let recovering = self.core.recovery.pending();
+        let mut completed = self.completed(&claims).await;
         for claim in claims {
-            match (self.core.completed_devices(&claim.uid), &recovering) {
+            match (completed.remove(&claim.uid), &recovering) {
                 (Some(devices), _) => {
                     results.insert(claim.uid.clone(), Ok(devices));
                 }

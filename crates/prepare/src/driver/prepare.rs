@@ -12,7 +12,7 @@ use super::effects::has_node_local_effects;
 use super::error::EffectError;
 use super::error::{ClaimError, ClaimFailure, logged};
 use super::placements::HeldPlacements;
-use crate::checkpoint::CheckpointStoreError;
+use crate::checkpoint::{CheckpointStoreError, HeldState};
 use crate::checkpoint::{ClaimRecord, ClaimState};
 use crate::claims::ClaimSourceError;
 use crate::plan::{PlanContext, PlanError, plan_claim};
@@ -156,10 +156,27 @@ impl Core {
         (error, leftover)
     }
 
+    /// Holds the node's state lock for a batch, or fails every claim of it.
+    fn hold_state<'a, T>(
+        &self,
+        claims: impl IntoIterator<Item = &'a ClaimRef>,
+        operation: &str,
+    ) -> Result<HeldState, BTreeMap<ClaimUid, Result<T, ClaimError>>> {
+        self.store.hold().map_err(|e| {
+            let mut results = BTreeMap::new();
+            fail_all(claims, operation, &Arc::new(e), &mut results);
+            results
+        })
+    }
+
     pub(super) fn prepare_batch(
         &self,
         work: Vec<(ClaimRef, Fetched)>,
     ) -> BTreeMap<ClaimUid, PrepareResult<ClaimError>> {
+        let _state = match self.hold_state(work.iter().map(|(c, _)| c), "preparing") {
+            Ok(held) => held,
+            Err(failed) => return failed,
+        };
         let admission = self.admission.lock().unwrap_or_else(|e| e.into_inner());
         let Admissions {
             mut results,
@@ -312,6 +329,10 @@ impl Core {
         &self,
         claims: Vec<ClaimRef>,
     ) -> BTreeMap<ClaimUid, UnprepareResult<ClaimError>> {
+        let _state = match self.hold_state(&claims, "unpreparing") {
+            Ok(held) => held,
+            Err(failed) => return failed,
+        };
         let (mut results, undoing) = self.sort_unprepare_batch(claims);
         if undoing.is_empty() {
             return results;

@@ -185,14 +185,32 @@ async fn recover_or_retry_later(core: &Arc<Core>, mut report: StartupReport) -> 
 const RETRY_FIRST_DELAY: Duration = Duration::from_millis(500);
 const RETRY_MAX_DELAY: Duration = Duration::from_secs(30);
 
-/// Retries recovery until it finishes or the driver is gone.
+/// How long a prepare that arrives while recovery is pending waits for the attempt it asks for.
+pub(super) const PREPARE_WAITS_FOR_RECOVERY: Duration = Duration::from_secs(10);
+
+/// Retries recovery until it finishes or the driver is gone: after a backoff, or at once when a
+/// prepare asks for it (at most one attempt per [`RETRY_FIRST_DELAY`], so prepares arriving
+/// while the API server is still down do not run attempts back to back).
 async fn retry_recovery(core: Weak<Core>, report: StartupReport) {
+    let Some(wanted) = core
+        .upgrade()
+        .map(|c| Arc::clone(&c.recovery.attempt_wanted))
+    else {
+        return;
+    };
     let mut delay = RETRY_FIRST_DELAY;
+    let mut last_attempt = tokio::time::Instant::now();
     loop {
-        tokio::time::sleep(delay).await;
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = wanted.notified() => {
+                tokio::time::sleep_until(last_attempt + RETRY_FIRST_DELAY).await;
+            }
+        }
         let Some(core) = core.upgrade() else {
             return;
         };
+        last_attempt = tokio::time::Instant::now();
         match attempt(&core, report.clone()).await {
             Ok(report) => {
                 core.recovery.set_pending(None);
@@ -222,6 +240,8 @@ async fn attempt(
     };
     let recovering = Arc::clone(core);
     let report = tokio::task::spawn_blocking(move || {
+        // Converges the state as it is on disk now (another plugin process may share it).
+        let _state = recovering.store.hold()?;
         recovering.recover(rebuild_from, &mut report)?;
         let errors = report.errors.len() as u64;
         recovering

@@ -147,6 +147,17 @@ pub enum PlanError {
          `sharing.mps.defaultActiveThreadPercentage`; use one value per claim"
     )]
     MpsSettingsConflict { first: String, second: String },
+    /// An MPS pinned-memory limit larger than the device's memory.
+    #[error(
+        "`{field}` is {limit_mib}Mi, more than device `{device}` has ({memory_mib}Mi); use at \
+         most {memory_mib}Mi, or remove the field for no limit"
+    )]
+    PinnedMemoryBeyondDevice {
+        device: String,
+        field: String,
+        limit_mib: u64,
+        memory_mib: u64,
+    },
 }
 
 /// A config as its author wrote it: a claim's `spec.devices.config[i]` (`index` counts the

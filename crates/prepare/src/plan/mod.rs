@@ -97,8 +97,11 @@ pub fn plan_claim(
     }
 
     let mut devices = Vec::with_capacity(results.len());
+    let mut memories = Vec::with_capacity(results.len());
     for &(index, result) in &results {
-        devices.push(resolve_result(index, result, asked.uid.as_str(), context)?);
+        let (device, memory_bytes) = resolve_result(index, result, asked.uid.as_str(), context)?;
+        devices.push(device);
+        memories.push(memory_bytes);
     }
     let nvidia_devices = allocation
         .results
@@ -110,12 +113,17 @@ pub fn plan_claim(
         nvidia_devices,
     )?;
     let effective = config::effective_configs(&configs, &devices)?;
-    for ((device, config), &(_, result)) in devices.iter_mut().zip(effective).zip(&results) {
+    for (((device, config), &(_, result)), &memory_bytes) in devices
+        .iter_mut()
+        .zip(effective)
+        .zip(&results)
+        .zip(&memories)
+    {
         // Admin access observes a device another claim uses: never reconfigure it.
         if result.admin_access != Some(true) {
             device.sharing = config.and_then(|c| c.sharing().cloned());
         }
-        check_sharing(device)?;
+        check_sharing(device, memory_bytes)?;
     }
     let mps = mps_record(&devices, asked.uid.as_str(), context.mps_root)?;
     Ok(ClaimRecord {
@@ -132,7 +140,7 @@ fn resolve_result(
     result: &DeviceRequestAllocationResult,
     claim_uid: &str,
     context: PlanContext<'_>,
-) -> Result<DeviceRecord, PlanError> {
+) -> Result<(DeviceRecord, u64), PlanError> {
     if result.pool != context.node_name {
         return Err(PlanError::ForeignPool {
             index,
@@ -151,6 +159,10 @@ fn resolve_result(
         .inventory
         .resolve_device(&result.device)
         .ok_or_else(unknown)?;
+    let memory_bytes = match &resolved {
+        ResolvedDevice::Gpu(gpu) => gpu.memory_bytes,
+        ResolvedDevice::Mig { profile, .. } => profile.memory_bytes,
+    };
     let target = match resolved {
         ResolvedDevice::Gpu(gpu) => DeviceTarget::Gpu {
             uuid: gpu.uuid.clone(),
@@ -171,7 +183,7 @@ fn resolve_result(
             mig_target(result, at, context.mig_mode)?
         }
     };
-    Ok(DeviceRecord {
+    let record = DeviceRecord {
         request: result.request.clone(),
         pool: result.pool.clone(),
         device: result.device.clone(),
@@ -179,7 +191,8 @@ fn resolve_result(
         target,
         sharing: None,
         share: device_share(result, context.total_shares),
-    })
+    };
+    Ok((record, memory_bytes))
 }
 
 /// What a MIG device name resolved to ([`ResolvedDevice::Mig`]).
@@ -265,10 +278,32 @@ fn device_share(
     })
 }
 
-fn check_sharing(device: &DeviceRecord) -> Result<(), PlanError> {
+/// Refuses sharing settings the device cannot honour: a time-slice length on a MIG device, an
+/// MPS pinned-memory limit beyond the device's memory (`memory_bytes`).
+fn check_sharing(device: &DeviceRecord, memory_bytes: u64) -> Result<(), PlanError> {
     let Some(sharing) = &device.sharing else {
         return Ok(());
     };
+    if let Some(mps) = &sharing.mps
+        && let Some(limit) = mps.pinned_memory_limit_bytes(&device.device)
+        && memory_bytes > 0
+        && limit > memory_bytes
+    {
+        let field = if mps
+            .per_device_pinned_memory_limit
+            .contains_key(&device.device)
+        {
+            format!("sharing.mps.perDevicePinnedMemoryLimit.{}", device.device)
+        } else {
+            "sharing.mps.defaultPinnedDeviceMemoryLimit".to_owned()
+        };
+        return Err(PlanError::PinnedMemoryBeyondDevice {
+            device: device.device.clone(),
+            field,
+            limit_mib: limit >> 20,
+            memory_mib: memory_bytes >> 20,
+        });
+    }
     if let (DeviceTarget::Mig { .. }, Some(time_slicing)) =
         (&device.target, sharing.time_slicing.as_ref())
         && time_slicing.interval != TimeSliceInterval::Default

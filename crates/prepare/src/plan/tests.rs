@@ -800,3 +800,70 @@ fn a_lower_configured_mps_limit_wins_and_no_request_means_no_limit() {
     let record = plan_shared(&c, Some(4));
     assert_eq!(record.devices[0].share, None);
 }
+
+#[test]
+fn an_mps_limit_beyond_the_devices_memory_is_refused_naming_the_field() {
+    let dgx = inventory("dgx-h100");
+    let memory_mib = dgx.gpus[0].memory_bytes >> 20;
+    let within = format!("{memory_mib}Mi");
+    let beyond = format!("{}Mi", memory_mib + 1);
+    let planned = |limits: Value| {
+        let mps = gpu_config(json!({"strategy": "MPS", "mps": limits}));
+        plan(
+            &claim(
+                vec![result("gpu", "gpu-0")],
+                vec![config("FromClaim", &[], mps)],
+            ),
+            &dgx,
+            MigMode::Static,
+        )
+    };
+
+    let record = planned(json!({"defaultPinnedDeviceMemoryLimit": within})).unwrap();
+    let daemon = crate::sharing::mps_daemon(UID, &record).unwrap();
+    assert_eq!(
+        daemon.devices[0].pinned_memory_limit_bytes,
+        Some(memory_mib << 20)
+    );
+
+    let error = planned(json!({"defaultPinnedDeviceMemoryLimit": beyond})).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "`sharing.mps.defaultPinnedDeviceMemoryLimit` is {}Mi, more than device `gpu-0` has \
+             ({memory_mib}Mi); use at most {memory_mib}Mi, or remove the field for no limit",
+            memory_mib + 1
+        )
+    );
+    let error = planned(json!({"defaultPinnedDeviceMemoryLimit": "1Gi",
+        "perDevicePinnedMemoryLimit": {"gpu-0": "1Ti"}}))
+    .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("`sharing.mps.perDevicePinnedMemoryLimit.gpu-0` is 1048576Mi"),
+        "{error}"
+    );
+
+    // A MIG device has its profile's memory, not its GPU's.
+    let mig = inventory("hgx-a100-mig");
+    let device = "gpu-3-mig-1g-10gb-2";
+    let Some(ResolvedDevice::Mig { profile, .. }) = mig.resolve_device(device) else {
+        panic!("{device} is not a MIG device of hgx-a100-mig");
+    };
+    let c = claim(
+        vec![result("slice", device)],
+        vec![config(
+            "FromClaim",
+            &[],
+            mig_config(json!({"strategy": "MPS", "mps": {
+                "defaultPinnedDeviceMemoryLimit": format!("{}Mi", (profile.memory_bytes >> 20) + 1)}})),
+        )],
+    );
+    let error = plan(&c, &mig, MigMode::Static).unwrap_err();
+    assert!(
+        matches!(&error, PlanError::PinnedMemoryBeyondDevice { memory_mib, .. }
+            if *memory_mib == profile.memory_bytes >> 20),
+        "{error}"
+    );
+}

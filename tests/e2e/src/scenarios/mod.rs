@@ -14,6 +14,7 @@ mod mps_restart;
 mod queues;
 mod quota;
 mod restart;
+mod rollout;
 mod scavenger;
 mod shared_devices;
 mod sharing;
@@ -216,6 +217,11 @@ fn controller_and_restarts() -> Vec<Scenario> {
             "mps-restart",
             "MPS claim: its daemon pod outlives a plugin rollout and pod deletion; unprepare stops it",
             mps_restart::mps_restart
+        ),
+        scenario!(
+            "plugin-rollout",
+            "helm-installed plugin rolled out (surge) on a node while two loops create and delete pods with claims there: the kubelet counts no failed prepare or unprepare and no prepare over 2 s",
+            rollout::plugin_rollout
         ),
     ]
 }
