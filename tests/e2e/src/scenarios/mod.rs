@@ -8,6 +8,7 @@ mod cross_driver;
 mod examples;
 mod gang;
 mod invalid_config;
+mod kueue_cohort;
 mod live;
 mod monitoring;
 mod mps_restart;
@@ -177,6 +178,11 @@ fn controller_and_restarts() -> Vec<Scenario> {
             "kueue-quota",
             "Kueue (local-up --kueue) with a 4-GPU ClusterQueue: a Job's 4-GPU pod is admitted and placed on one island; a plain pod over quota waits with Kueue's gate, never allocated, until the Job goes",
             queues::kueue_quota
+        ),
+        scenario!(
+            "kueue-cohort",
+            "Kueue (local-up --kueue): two teams' ClusterQueues of 4 GPUs in one cohort; team A's Job of two 4-GPU pods is admitted by borrowing and each pod lands on one NVLink island; team B reclaims its quota, A's Job is evicted whole and B's pod lands on one island",
+            kueue_cohort::kueue_cohort
         ),
         scenario!(
             "device-plugin-conversion",

@@ -39,14 +39,18 @@ const CONDITION: &str = "gpu.tessera.dev/TopologyAwarePlacement";
 /// Kueue's gate on the plain pods it manages.
 const KUEUE_GATE: &str = "kueue.x-k8s.io/admission";
 /// The label tests/e2e/install-kueue.sh restricts Kueue to.
-const KUEUE_MANAGED_LABEL: &str = "tessera.dev/kueue-managed";
+pub(super) const KUEUE_MANAGED_LABEL: &str = "tessera.dev/kueue-managed";
 /// The release's webhook configuration (chart: `<release>-webhook`, release `tessera`).
 const WEBHOOK_CONFIGURATION: &str = "tessera-webhook";
 /// How long a held pod is watched for an allocation it must not get.
 const HELD: Duration = Duration::from_secs(15);
 
 /// A namespace labelled as the suite's, plus `labels`.
-async fn labelled_namespace(ctx: &Ctx, name: &str, labels: &[(&str, &str)]) -> anyhow::Result<()> {
+pub(super) async fn labelled_namespace(
+    ctx: &Ctx,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> anyhow::Result<()> {
     ctx.fresh_namespace(name).await?;
     let mut all = serde_json::Map::new();
     all.insert("app.kubernetes.io/part-of".into(), "tessera-e2e".into());
@@ -142,7 +146,11 @@ async fn stays_held(ctx: &Ctx, namespace: &str, pod: &str, gate: &str) -> anyhow
 }
 
 /// The devices of `claims` all share one NVLink island (and, with `numa`, one NUMA node).
-async fn one_island(ctx: &Ctx, claims: &[AllocatedClaim], numa: bool) -> anyhow::Result<()> {
+pub(super) async fn one_island(
+    ctx: &Ctx,
+    claims: &[AllocatedClaim],
+    numa: bool,
+) -> anyhow::Result<()> {
     let published = ctx.published().await?;
     for claim in claims {
         let devices: Vec<&PublishedDevice> = claim.devices(&published)?;
@@ -163,7 +171,7 @@ async fn one_island(ctx: &Ctx, claims: &[AllocatedClaim], numa: bool) -> anyhow:
 }
 
 /// Skipped unless some node is topology-managed (the controller places only there).
-async fn needs_managed_nodes(ctx: &Ctx) -> anyhow::Result<Option<ScenarioOutcome>> {
+pub(super) async fn needs_managed_nodes(ctx: &Ctx) -> anyhow::Result<Option<ScenarioOutcome>> {
     Ok(ctx.managed_nodes().await?.is_empty().then(|| {
         ScenarioOutcome::Skipped(
             "no node is labelled gpu.tessera.dev/topology-managed=true".to_owned(),
@@ -212,7 +220,7 @@ pub async fn foreign_gate(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
 }
 
 /// Kueue's API resource `kind` (`kueue.x-k8s.io/v1beta2`).
-fn kueue_resource(kind: &str, plural: &str) -> ApiResource {
+pub(super) fn kueue_resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: "kueue.x-k8s.io".into(),
         version: "v1beta2".into(),
@@ -223,7 +231,7 @@ fn kueue_resource(kind: &str, plural: &str) -> ApiResource {
 }
 
 /// Whether the cluster serves Kueue's ClusterQueues (local-up --kueue installs Kueue).
-async fn serves_kueue(ctx: &Ctx) -> anyhow::Result<bool> {
+pub(super) async fn serves_kueue(ctx: &Ctx) -> anyhow::Result<bool> {
     let resource = kueue_resource("ClusterQueue", "clusterqueues");
     let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &resource);
     match api.list(&ListParams::default().limit(1)).await {
@@ -234,7 +242,7 @@ async fn serves_kueue(ctx: &Ctx) -> anyhow::Result<bool> {
 }
 
 /// Creates (or replaces a leftover of) a Kueue object from its JSON.
-async fn create_kueue_object(
+pub(super) async fn create_kueue_object(
     ctx: &Ctx,
     resource: &ApiResource,
     namespace: Option<&str>,
@@ -270,7 +278,11 @@ async fn create_kueue_object(
 }
 
 /// Deletes a cluster-scoped Kueue object, if it exists.
-async fn delete_kueue_object(ctx: &Ctx, resource: &ApiResource, name: &str) -> anyhow::Result<()> {
+pub(super) async fn delete_kueue_object(
+    ctx: &Ctx,
+    resource: &ApiResource,
+    name: &str,
+) -> anyhow::Result<()> {
     let api = Api::<DynamicObject>::all_with(ctx.client.clone(), resource);
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
@@ -340,7 +352,7 @@ async fn create_queues(ctx: &Ctx) -> anyhow::Result<()> {
 }
 
 /// A pod spec (as JSON) with Tessera's gate and a claim from the 4-GPU template.
-fn queued_pod_spec() -> serde_json::Value {
+pub(super) fn queued_pod_spec() -> serde_json::Value {
     json!({
         "terminationGracePeriodSeconds": 5,
         "schedulingGates": [{"name": TOPOLOGY_AWARE_GATE}],
