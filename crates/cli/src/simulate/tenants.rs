@@ -551,18 +551,8 @@ fn metrics(run: &Run<'_>) -> TenantMetrics {
             round2(100.0 * a as f64 / b as f64)
         }
     };
-    let plans = run
-        .controller
-        .events
-        .iter()
-        .filter(|e| matches!(e, Event::Preempted { .. }))
-        .count();
-    let victims = run
-        .controller
-        .events
-        .iter()
-        .filter(|e| matches!(e, Event::Evicted { .. }))
-        .count();
+    let plans = count_events(run, |e| matches!(e, Event::Preempted { .. }));
+    let victims = count_events(run, |e| matches!(e, Event::Evicted { .. }));
     TenantMetrics {
         production: all.len(),
         production_started: run
@@ -584,6 +574,11 @@ fn metrics(run: &Run<'_>) -> TenantMetrics {
         gangs_one_rack_percent: percent(rack_local, gang_started),
         batch_completed: run.batch_completed,
     }
+}
+
+/// The controller's events of one kind.
+fn count_events(run: &Run<'_>, kind: impl Fn(&Event) -> bool) -> usize {
+    run.controller.events.iter().filter(|e| kind(e)).count()
 }
 
 /// The node a pod of started work ran on.
