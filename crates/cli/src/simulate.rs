@@ -1,6 +1,9 @@
 //! `tessera simulate`: placement quality of first fit and topology-aware allocation on a synthetic
 //! cluster (nodes rendered from shipped or custom topologies) under a trace of GPU claims arriving
-//! and departing.
+//! and departing. Its other traces live in submodules: `gangs` (`--gangs`: gangs placed by the
+//! controller's group decision and by per-pod first fit), `sharing` (`--sharing`: GPUs saved by
+//! consumable shares) and `tenants` (`--tenants`: production and scavenger batch by priority,
+//! with and without preemption).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -19,6 +22,7 @@ mod trace;
 
 mod gangs;
 mod sharing;
+mod tenants;
 
 use cluster::{Cluster, cluster};
 use live::LiveClaims;
@@ -73,7 +77,19 @@ its own:
   sharing:
     claims: 3000
     memoryGiB: {5: 40, 10: 30, 20: 20, 40: 10}   # GiB per claim: relative weight
-    lifetime: {min: 1, max: 480}";
+    lifetime: {min: 1, max: 480}
+
+With --tenants it runs a multi-tenant trace on the gang trace's cluster: production inference \
+(single GPUs) and production training gangs (4-GPU pods) of priority 1000, and a scavenger batch \
+Deployment (single GPUs, priority -10, never preempting) asking for more GPUs than are idle, one \
+step a minute (--tenant-minutes, a day by default). It is placed three ways: the controller \
+model with preemption, without it, and per-pod first fit (priority order, no gangs, no \
+preemption for devices). Metrics per mode: productionWaitP50/P99 (minutes from arrival to \
+running; work still waiting at the end counts what it waited), inference and gang p99, \
+gpuUtilizationPercent (GPUs held by pods of running work, mean after the first hour), \
+preemptions (plans), victims, gpuHoursEvicted (GPUs x time the victims had run), \
+gangsOneCliquePercent, gangsOneRackPercent, batchCompleted. All are deterministic for a seed. See \
+docs/benchmarks.md, section Priorities and preemption.";
 
 use crate::output::OutputFormat;
 
@@ -99,6 +115,22 @@ pub struct SimulateArgs {
     /// per-pod first fit.
     #[arg(long, env = "TESSERA_GANGS")]
     pub gangs: bool,
+
+    /// Run the multi-tenant trace instead: production inference and training gangs (priority
+    /// 1000) and scavenger batch (priority -10, never preempting) sharing the gang trace's
+    /// cluster for a day, placed by the controller with preemption, without it, and by per-pod
+    /// first fit.
+    #[arg(long, env = "TESSERA_TENANTS", conflicts_with_all = ["gangs", "sharing"])]
+    pub tenants: bool,
+
+    /// Minutes the multi-tenant trace lasts (one step each).
+    #[arg(
+        long,
+        env = "TESSERA_TENANT_MINUTES",
+        default_value_t = 1440,
+        requires = "tenants"
+    )]
+    pub tenant_minutes: u64,
 
     /// Gangs in the gang trace.
     #[arg(
@@ -365,6 +397,21 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
     } else {
         SimulationScenario::load(Path::new(&args.scenario))?
     };
+    if args.tenants {
+        let scenario = tenants::TenantScenario {
+            steps: args.tenant_minutes,
+            ..tenants::TenantScenario::default()
+        };
+        let report = tenants::run(&scenario, args.seed)?;
+        match args.output.format {
+            OutputFormat::Json => {
+                serde_json::to_writer_pretty(&mut *out, &report)?;
+                writeln!(out)?;
+            }
+            OutputFormat::Text => tenants::write_table(out, &scenario, args.seed, &report)?,
+        }
+        return Ok(());
+    }
     if args.gangs {
         let scenario = gangs::GangScenario {
             gangs: args.gang_count,

@@ -103,15 +103,17 @@ pub struct GangReport {
     pub controller: GangMetrics,
 }
 
-struct Cluster {
-    view: ClusterSnapshot,
+pub(super) struct Cluster {
+    pub(super) view: ClusterSnapshot,
     /// node → (rack, clique).
-    domains: HashMap<String, (String, Option<String>)>,
+    pub(super) domains: HashMap<String, (String, Option<String>)>,
     /// node → its GPUs (the devices of the GPU class that every claim asks for).
-    capacity: BTreeMap<String, usize>,
+    pub(super) capacity: BTreeMap<String, usize>,
 }
 
-fn cluster(s: &GangScenario) -> anyhow::Result<Cluster> {
+/// The gang scenario's cluster: racks of dgx-h100 nodes and GB200 fabric cliques (also the
+/// tenants trace's).
+pub(super) fn cluster(s: &GangScenario) -> anyhow::Result<Cluster> {
     let mut slices: Vec<ResourceSlice> = Vec::new();
     let mut nodes = Vec::new();
     let mut domains = HashMap::new();
