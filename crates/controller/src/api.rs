@@ -239,6 +239,16 @@ impl ApiWriter {
         }
     }
 
+    /// The API of `pod`'s namespace, its name, and how errors name it (`Pod ns/name`).
+    fn pod_target(&self, pod: &Pod) -> (Api<Pod>, String, String) {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        (
+            Api::namespaced(self.client.clone(), namespace),
+            pod.metadata.name.clone().unwrap_or_default(),
+            format!("Pod {}", object_key(&pod.metadata)),
+        )
+    }
+
     /// Merge-patches a pod.
     pub async fn patch_pod(
         &self,
@@ -246,12 +256,7 @@ impl ApiWriter {
         pod: &Pod,
         body: &Value,
     ) -> Result<Pod, WriteError> {
-        let api: Api<Pod> = Api::namespaced(
-            self.client.clone(),
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-        );
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let object = format!("Pod {}", object_key(&pod.metadata));
+        let (api, name, object) = self.pod_target(pod);
         self.send(
             action,
             object,
@@ -267,12 +272,7 @@ impl ApiWriter {
         pod: &Pod,
         body: &Value,
     ) -> Result<Pod, WriteError> {
-        let api: Api<Pod> = Api::namespaced(
-            self.client.clone(),
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-        );
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let object = format!("Pod {}", object_key(&pod.metadata));
+        let (api, name, object) = self.pod_target(pod);
         self.send(
             action,
             object,
@@ -288,9 +288,7 @@ impl ApiWriter {
     /// returns with 201 (a pod covered by several budgets). A pod already gone is evicted.
     pub async fn evict(&self, pod: &Pod) -> Result<(), WriteError> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let object = format!("Pod {}", object_key(&pod.metadata));
+        let (api, name, object) = self.pod_target(pod);
         let body = json!({
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -345,12 +343,7 @@ impl ApiWriter {
                 "lastTransitionTime": since,
             }]},
         });
-        let api: Api<Pod> = Api::namespaced(
-            self.client.clone(),
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-        );
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let object = format!("Pod {}", object_key(&pod.metadata));
+        let (api, name, object) = self.pod_target(pod);
         self.send(
             "set the placement condition of",
             object,
