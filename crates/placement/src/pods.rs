@@ -77,7 +77,7 @@ pub fn capacity_wait(pod: &Pod, gate: &str) -> Option<(PodReason, Option<Timesta
 /// The pods that wait for room ([`capacity_wait`]): how many per reason, and the longest wait.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CapacityWaits {
-    /// Pods per reason (`Unsatisfiable`, `GroupUnsatisfiable`, `PreemptionBlocked`), each always
+    /// Pods per reason that is a lack of capacity ([`PodReason::lacking_capacity`]), each always
     /// present.
     pub pods: BTreeMap<PodReason, u64>,
     /// How long the pod that has waited longest has waited, at the time given.
@@ -88,11 +88,7 @@ impl CapacityWaits {
     /// The waits among `pods` at `now`.
     pub fn of<'p>(pods: impl IntoIterator<Item = &'p Pod>, gate: &str, now: Timestamp) -> Self {
         let mut waits = CapacityWaits {
-            pods: BTreeMap::from([
-                (PodReason::Unsatisfiable, 0),
-                (PodReason::GroupUnsatisfiable, 0),
-                (PodReason::PreemptionBlocked, 0),
-            ]),
+            pods: PodReason::lacking_capacity().map(|r| (r, 0)).collect(),
             longest: SignedDuration::ZERO,
         };
         for (reason, since) in pods.into_iter().filter_map(|p| capacity_wait(p, gate)) {

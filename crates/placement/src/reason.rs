@@ -83,6 +83,12 @@ impl PodReason {
         }
     }
 
+    /// The reasons that are a lack of capacity ([`PodReason::lacks_capacity`]), in declaration
+    /// order.
+    pub fn lacking_capacity() -> impl Iterator<Item = PodReason> {
+        ALL.into_iter().filter(|r| r.lacks_capacity())
+    }
+
     /// Whether the pod waits because the cluster has no room for it now (alone or with its
     /// group, or only by evictions a disruption budget refuses): what the controller's capacity
     /// metric counts and operators alert on.
