@@ -12,6 +12,8 @@ mod kueue_cohort;
 mod live;
 mod monitoring;
 mod mps_restart;
+mod preemption;
+mod priority;
 mod queues;
 mod quota;
 mod restart;
@@ -198,6 +200,26 @@ fn controller_and_restarts() -> Vec<Scenario> {
             "scavenger",
             "deploy/examples/scavenger: priority -10 batch pods fill the managed GPUs; a priority-1000 4-GPU pod evicts some (Preempted events naming it) and lands on one island and NUMA node; the batch comes back when it goes",
             scavenger::scavenger
+        ),
+        scenario!(
+            "priority-order",
+            "two gated 4-GPU pods wait for the managed node's NVLink island: the priority-500 one, arrived second, is ahead in explain's queue and gets gpu-0..3 when the blocker goes; the priority-100 one keeps waiting",
+            priority::priority_order
+        ),
+        scenario!(
+            "preempt-pods",
+            "a priority-1000 4-GPU pod on a full managed node evicts the two priority-0 2-GPU pods of one NUMA node (Preempted events naming it, its Preempting event naming them) and lands on gpu-0..3, one island and NUMA node; the others keep running",
+            preemption::preempt_pods
+        ),
+        scenario!(
+            "preempt-pdb",
+            "preempt-pods with a PodDisruptionBudget allowing 0 disruptions of the two victims: nothing is evicted, the preemptor waits and its event and explain --pod name the budget",
+            preemption::preempt_pdb
+        ),
+        scenario!(
+            "preempt-gang",
+            "a priority-1000 gang of two 2-GPU pods evicts a whole priority-0 gang (both members, though one would free enough) and both its pods are placed",
+            preemption::preempt_gang
         ),
         scenario!(
             "topology-aware",

@@ -1,30 +1,39 @@
 //! `scavenger`: deploy/examples/scavenger — preemptible batch pods (priority -10,
 //! `preemptionPolicy: Never`) fill every free topology-managed GPU, one each; then a production
-//! pod of priority 1000 asks for four GPUs (production/train.yaml). The controller evicts batch
-//! pods for it through the Eviction API — each victim gets a `Preempted` event naming the
-//! production pod — and places it on four GPUs of one NVLink island and NUMA node once their
-//! claims are released. The Deployment's replacements wait, gated, and come back when the
-//! production pod is deleted.
+//! gang of priority 1000 arrives (production/train.yaml: pods `train-0` and `train-1`, four GPUs
+//! of one NVLink island and NUMA node each, named a gang by the label fallback). The controller
+//! evicts batch pods for the gang as one unit through the Eviction API — each victim gets a
+//! `Preempted` event naming a production pod — and places both pods once the victims' claims are
+//! released: on a dgx-h100 node the gang takes the node's NVLink island, one socket per pod. The
+//! Deployment's replacements wait, gated, and all come back when the gang is deleted.
 
 use std::collections::BTreeSet;
 
 use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use tessera_api::names::{TOPOLOGY_AWARE_GATE, TOPOLOGY_MANAGED_TAINT};
 
 use super::outcome::ScenarioOutcome;
 use crate::context::Ctx;
+use crate::devices::Published;
 use crate::manifest::Manifest;
 use crate::steps::{pod_events, wait_allocated, wait_running};
 use crate::wait::{Progress, until};
 
 const EXAMPLE: &str = "scavenger";
 const NAMESPACE: &str = "tessera-example-scavenger";
-const PRODUCTION: &str = "train";
+/// The production gang's pods.
+const PRODUCTION: [&str; 2] = ["train-0", "train-1"];
 const BATCH_SELECTOR: &str = "app=scavenger-batch";
+/// The example's PriorityClasses.
+const CLASSES: [&str; 2] = [
+    "tessera-example-scavenger-batch",
+    "tessera-example-scavenger-production",
+];
 /// The controller's pod condition.
 const CONDITION: &str = "gpu.tessera.dev/TopologyAwarePlacement";
 
@@ -42,8 +51,8 @@ pub async fn scavenger(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
         .filter(|d| d.is_whole_gpu() && d.has_taint(TOPOLOGY_MANAGED_TAINT))
         .count();
     ensure!(
-        managed_gpus >= 4,
-        "the managed nodes publish {managed_gpus} whole GPUs; the scenario needs four"
+        managed_gpus >= 8,
+        "the managed nodes publish {managed_gpus} whole GPUs; the scenario needs eight"
     );
     ctx.fresh_namespace(NAMESPACE).await?;
     let dir = ctx.examples_dir.join(EXAMPLE);
@@ -54,42 +63,72 @@ pub async fn scavenger(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
         "batch: {before} of {managed_gpus} pods Running on managed GPUs"
     ));
     ensure!(
-        before >= 4,
-        "only {before} batch pods run: fewer than four managed GPUs were free"
+        before >= 8,
+        "only {before} batch pods run: fewer than eight managed GPUs were free"
     );
 
     Manifest::read_dir(&dir.join("production"))?
         .apply(&ctx.client)
         .await?;
-    let claims = wait_allocated(ctx, NAMESPACE, PRODUCTION).await?;
-    let claim = claims.first().context("the production pod has no claim")?;
-    let devices = claim.devices(&published)?;
-    ensure!(devices.len() == 4, "{} devices, expected 4", devices.len());
-    let islands: BTreeSet<Option<&str>> = devices.iter().map(|d| d.island()).collect();
-    let numa: BTreeSet<Option<i64>> = devices.iter().map(|d| d.numa_node()).collect();
-    ensure!(
-        islands.len() == 1 && numa.len() == 1,
-        "the production pod's GPUs span NVLink islands {islands:?} / NUMA nodes {numa:?}"
-    );
-    ctx.say(claim.describe(&published));
-    wait_running(ctx, NAMESPACE, PRODUCTION).await?;
+    check_gang_placed(ctx, &published).await?;
     let victims = check_victim_events(ctx).await?;
     ctx.say(format!("preempted: {}", victims.join(", ")));
 
-    // The replacements wait while the production pod runs, then come back.
+    // The replacements wait while the production gang runs, then all come back.
     let during = running_batch(ctx).await?;
     ensure!(
         during + victims.len() <= before,
-        "{during} batch pods run next to the production pod; {before} ran before and {} were evicted",
+        "{during} batch pods run next to the production gang; {before} ran before and {} were evicted",
         victims.len()
     );
-    Api::<Pod>::namespaced(ctx.client.clone(), NAMESPACE)
-        .delete(PRODUCTION, &DeleteParams::default())
-        .await?;
-    let after = wait_batch_settled(ctx, before).await?;
-    ctx.say(format!("batch back: {after} pods Running"));
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), NAMESPACE);
+    for pod in PRODUCTION {
+        pods.delete(pod, &DeleteParams::default()).await?;
+    }
+    wait_batch_running(ctx, before).await?;
+    ctx.say(format!("batch back: {before} pods Running"));
     ctx.delete_namespace(NAMESPACE).await?;
+    delete_classes(ctx).await?;
     Ok(ScenarioOutcome::Passed)
+}
+
+/// Both production pods allocated, each on four GPUs of one NVLink island and NUMA node, and
+/// running.
+async fn check_gang_placed(ctx: &Ctx, published: &Published) -> anyhow::Result<()> {
+    for pod in PRODUCTION {
+        let claims = wait_allocated(ctx, NAMESPACE, pod).await?;
+        let claim = claims.first().context("a production pod has no claim")?;
+        let devices = claim.devices(published)?;
+        ensure!(
+            devices.len() == 4,
+            "{pod}: {} devices, expected 4",
+            devices.len()
+        );
+        let islands: BTreeSet<Option<&str>> = devices.iter().map(|d| d.island()).collect();
+        let numa: BTreeSet<Option<i64>> = devices.iter().map(|d| d.numa_node()).collect();
+        ensure!(
+            islands.len() == 1 && numa.len() == 1,
+            "{pod}'s GPUs span NVLink islands {islands:?} / NUMA nodes {numa:?}"
+        );
+        ctx.say(format!("{pod}: {}", claim.describe(published)));
+    }
+    for pod in PRODUCTION {
+        wait_running(ctx, NAMESPACE, pod).await?;
+    }
+    Ok(())
+}
+
+/// Deletes the example's PriorityClasses (cluster-scoped: the namespace does not take them).
+async fn delete_classes(ctx: &Ctx) -> anyhow::Result<()> {
+    let api = Api::<PriorityClass>::all(ctx.client.clone());
+    for class in CLASSES {
+        match api.delete(class, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(e).context(format!("cannot delete PriorityClass {class}")),
+        }
+    }
+    Ok(())
 }
 
 /// Sets the batch Deployment's replicas to `replicas` (a merge patch: an apply by the suite's
@@ -154,6 +193,23 @@ async fn wait_batch_settled(ctx: &Ctx, wanted: usize) -> anyhow::Result<usize> {
     .await
 }
 
+/// Waits until `wanted` batch pods run (the GPUs the gang gave back are theirs again).
+async fn wait_batch_running(ctx: &Ctx, wanted: usize) -> anyhow::Result<()> {
+    until(
+        &format!("{wanted} batch pods to run again"),
+        ctx.timeouts.run,
+        || async {
+            let running = running_batch(ctx).await?;
+            Ok(if running >= wanted {
+                Progress::Done(())
+            } else {
+                Progress::Waiting(format!("{running} Running"))
+            })
+        },
+    )
+    .await
+}
+
 /// A gated pod whose placement condition says no room (no preemption for its priority).
 fn waits_for_gpus(pod: &Pod) -> bool {
     let gated = pod
@@ -172,10 +228,14 @@ fn waits_for_gpus(pod: &Pod) -> bool {
     gated && unsatisfiable
 }
 
-/// The batch pods with a `Preempted` event naming the production pod (at least one, at most
-/// four: one GPU each); none of them may still run.
+/// The batch pods with a `Preempted` event naming a production pod (eight: the gang takes the
+/// eight GPUs of a node, one batch pod each); none of them may still run.
 async fn check_victim_events(ctx: &Ctx) -> anyhow::Result<Vec<String>> {
-    let preemptor = format!("{NAMESPACE}/{PRODUCTION} (priority 1000)");
+    let named = |m: &str| {
+        PRODUCTION
+            .iter()
+            .any(|p| m.contains(&format!("{NAMESPACE}/{p} (priority 1000)")))
+    };
     let events =
         Api::<k8s_openapi::api::core::v1::Event>::namespaced(ctx.client.clone(), NAMESPACE)
             .list(&ListParams::default().fields("reason=Preempted"))
@@ -183,14 +243,14 @@ async fn check_victim_events(ctx: &Ctx) -> anyhow::Result<Vec<String>> {
             .items;
     let mut victims: Vec<String> = events
         .iter()
-        .filter(|e| e.message.as_deref().is_some_and(|m| m.contains(&preemptor)))
+        .filter(|e| e.message.as_deref().is_some_and(named))
         .filter_map(|e| e.involved_object.name.clone())
         .collect();
     victims.sort();
     victims.dedup();
     ensure!(
-        (1..=4).contains(&victims.len()),
-        "{} batch pods have a Preempted event naming {preemptor}: {victims:?}",
+        victims.len() == 8,
+        "{} batch pods have a Preempted event naming {PRODUCTION:?}, expected 8: {victims:?}",
         victims.len()
     );
     for victim in &victims {
