@@ -53,6 +53,7 @@ pub fn all() -> Vec<Scenario> {
     [
         published_and_basic(),
         configs_and_resources(),
+        queues_and_priorities(),
         controller_and_restarts(),
         consumable_shares(),
     ]
@@ -168,8 +169,8 @@ fn configs_and_resources() -> Vec<Scenario> {
     ]
 }
 
-/// The topology-aware controller (gangs included), then plugin restarts.
-fn controller_and_restarts() -> Vec<Scenario> {
+/// The topology-aware controller with queues, quotas, priorities and preemption.
+fn queues_and_priorities() -> Vec<Scenario> {
     vec![
         scenario!(
             "foreign-gate",
@@ -221,6 +222,12 @@ fn controller_and_restarts() -> Vec<Scenario> {
             "a priority-1000 gang of two 2-GPU pods evicts a whole priority-0 gang (both members, though one would free enough) and both its pods are placed",
             preemption::preempt_gang
         ),
+    ]
+}
+
+/// The topology-aware controller's placement (gangs included), then plugin restarts.
+fn controller_and_restarts() -> Vec<Scenario> {
+    vec![
         scenario!(
             "topology-aware",
             "deploy/examples/topology-aware: the controller places a gated 4-GPU pod",
