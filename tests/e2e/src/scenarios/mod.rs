@@ -199,7 +199,7 @@ fn queues_and_priorities() -> Vec<Scenario> {
         ),
         scenario!(
             "scavenger",
-            "deploy/examples/scavenger: priority -10 batch pods fill the managed GPUs; a priority-1000 4-GPU pod evicts some (Preempted events naming it) and lands on one island and NUMA node; the batch comes back when it goes",
+            "deploy/examples/scavenger: priority -10 batch pods fill the managed GPUs; a priority-1000 gang of two 4-GPU pods evicts eight (Preempted events naming it), both pods land on one island, one NUMA node each; the batch comes back when the gang goes",
             scavenger::scavenger
         ),
         scenario!(
