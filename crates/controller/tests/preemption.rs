@@ -297,6 +297,35 @@ async fn a_budget_that_allows_no_disruption_is_honoured() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_of_a_pod_a_budget_protects_names_the_budget_however_long_the_message() {
+    // Three full nodes: the account of why the pod fits on none of them is longer than an
+    // event's note may be (1 KiB), and the budget is what the user needs to read.
+    let api = cluster(3, 0);
+    let all = [
+        "gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5", "gpu-6", "gpu-7",
+    ];
+    for i in 0..3 {
+        let (name, node) = (format!("guarded-{i}"), format!("dgx-{i}"));
+        running(&api, &name, &node, 0, 5, &all, &[("app", "guarded")]);
+    }
+    budget(&api, "guarded", 0);
+    preemptor(&api, "prod", 1000, 4, None);
+    let controller = start(&api);
+    let (_, message) = condition(&api, "prod", "Unsatisfiable").await;
+    assert!(
+        message.len() > 1024,
+        "the case needs a long message: {message}"
+    );
+    let note = event(&api, "prod", "Unsatisfiable").await;
+    assert!(
+        note.contains("protected by PodDisruptionBudget ml/guarded-budget"),
+        "the event names the budget: {note}"
+    );
+    assert_eq!(evictions(&api), 0);
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_eviction_withdraws_the_plan_and_another_set_is_tried() {
     let api = cluster(1, 0);
     running(

@@ -105,9 +105,32 @@ pub fn truncate(text: &str, limit: usize) -> String {
     format!("{}{MARK}", &text[..end])
 }
 
+/// `note` joined to the first line of `message` (`summary; note`, then the rest): the account
+/// of each node that follows can be long, and a reader cut short — an event's note holds
+/// [`EVENT_NOTE_LIMIT`] bytes — must still see the note (why preemption cannot help: the
+/// budget that protects the pods it would evict).
+pub fn add_to_summary(message: &mut String, note: &str) {
+    let at = message.find('\n').unwrap_or(message.len());
+    message.insert_str(at, &format!("; {note}"));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_note_joins_the_summary_line_before_the_account_of_each_node() {
+        let mut one_line = "claim ns/a cannot be allocated".to_owned();
+        add_to_summary(&mut one_line, "why");
+        assert_eq!(one_line, "claim ns/a cannot be allocated; why");
+        let mut long = format!("summary\nnode n-0: {}", "x".repeat(2000));
+        add_to_summary(&mut long, "protected by PodDisruptionBudget ns/b");
+        assert!(
+            truncate(&long, EVENT_NOTE_LIMIT)
+                .starts_with("summary; protected by PodDisruptionBudget ns/b\nnode n-0: "),
+            "{long}"
+        );
+    }
 
     #[test]
     fn truncation_respects_char_boundaries() {

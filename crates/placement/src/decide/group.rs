@@ -25,6 +25,7 @@ use crate::group::membership::{
 use crate::group::score::GroupScore;
 use crate::group::search::{GroupInput, GroupOutcome, GroupPlan, Member, decide_group};
 use crate::group::starvation::{Waiting, fits_when_free};
+use crate::message::add_to_summary;
 use crate::planner::Action;
 use crate::preemption::nomination::Nomination;
 use crate::preemption::pod_priority;
@@ -180,8 +181,7 @@ fn preempt_or(
         Some(Preemption::Decide(decision)) => Err(decision),
         Some(Preemption::Why(why)) => {
             if let GroupOutcome::Wait { message, .. } = &mut plan.outcome {
-                message.push_str("; ");
-                message.push_str(&why);
+                add_to_summary(message, &why);
             }
             Ok(plan)
         }

@@ -15,6 +15,7 @@ use crate::decision::{
 };
 use crate::group::membership::GroupKey;
 use crate::group::search::GroupInput;
+use crate::message::add_to_summary;
 use crate::planner::{Action, Failure, PodPlan};
 use crate::preemption::nomination::{
     DEFAULT_NOMINATION_MARGIN, Nomination, Nominations, PreemptedBy,
@@ -381,11 +382,10 @@ fn find<'o>(objects: &'o PreemptionObjects, uid: &str) -> Option<&'o Arc<Pod>> {
         .find(|p| p.metadata.uid.as_deref() == Some(uid) && !crate::protocol::is_terminal(p))
 }
 
-/// `plan` with `why` preemption does not help added to its message.
+/// `plan` with `why` preemption does not help added to its message's summary line.
 pub(crate) fn with_reason(mut plan: PodPlan, why: &str) -> PodPlan {
     if let Action::CannotPlace { message, .. } = &mut plan.action {
-        message.push_str("; ");
-        message.push_str(why);
+        add_to_summary(message, why);
     }
     plan
 }

@@ -221,28 +221,8 @@ async fn preempt_pdb_steps(ctx: &Ctx, _node: &str) -> anyhow::Result<()> {
     let budget = format!("PodDisruptionBudget {ns}/victims");
     let message = wait_condition(ctx, ns, PREEMPTOR, "Unsatisfiable").await?;
     ctx.say(format!("{PREEMPTOR}: condition Unsatisfiable: {message}"));
-    let event = until(
-        &format!("an event about {ns}/{PREEMPTOR} naming {budget}"),
-        ctx.timeouts.event,
-        || async {
-            let events = pod_events(ctx, ns, PREEMPTOR).await?;
-            Ok(
-                match events
-                    .iter()
-                    .rev()
-                    .find(|e| e.message.as_deref().is_some_and(|m| m.contains(&budget)))
-                {
-                    Some(e) => Progress::Done(format!(
-                        "{}: {}",
-                        e.reason.clone().unwrap_or_default(),
-                        e.message.clone().unwrap_or_default()
-                    )),
-                    None => Progress::Waiting(format!("{} events, none names it", events.len())),
-                },
-            )
-        },
-    )
-    .await?;
+    // The event's note holds 1 KiB: the budget must be named before the account of each node.
+    let event = wait_event(ctx, (ns, PREEMPTOR), "Unsatisfiable", &[&budget]).await?;
     ctx.say(format!("{PREEMPTOR}: event {event}"));
     nothing_evicted(ctx, ns).await?;
     keeps_waiting(ctx, ns, PREEMPTOR).await?;
@@ -256,8 +236,9 @@ async fn preempt_pdb_steps(ctx: &Ctx, _node: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A budget allowing no disruption of `a` and `b` (`maxUnavailable: 0`); waits until the
-/// disruption controller has counted them.
+/// A budget allowing no disruption of `a` and `b` (`minAvailable: 2`: bare pods have no
+/// controller to count `maxUnavailable` against); waits until the disruption controller has
+/// counted them.
 async fn create_budget(ctx: &Ctx, namespace: &str) -> anyhow::Result<()> {
     let api = Api::<PodDisruptionBudget>::namespaced(ctx.client.clone(), namespace);
     let pdb: PodDisruptionBudget = serde_json::from_value(json!({
@@ -265,7 +246,7 @@ async fn create_budget(ctx: &Ctx, namespace: &str) -> anyhow::Result<()> {
         "kind": "PodDisruptionBudget",
         "metadata": {"namespace": namespace, "name": "victims"},
         "spec": {
-            "maxUnavailable": 0,
+            "minAvailable": 2,
             "selector": {"matchLabels": {VICTIM_LABEL.0: VICTIM_LABEL.1}},
         },
     }))?;
