@@ -7,13 +7,14 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::claims::allocation;
+use crate::claims::{PodClaims, allocation};
 use crate::group::domains::{Domain, Layout, Level, subdomains};
 use crate::group::membership::GroupKey;
 use crate::group::score::{GroupScore, decision_node, score};
 use crate::group::settings::GroupSettings;
 use crate::planner::{Action, Failure, PodPlan};
 use crate::pods::pod_usage_requests;
+use crate::preemption::Demand;
 use crate::protocol::object_key;
 use crate::reason::PodReason;
 use crate::resolve::PodClaim;
@@ -109,9 +110,35 @@ struct Search<'a, 'c> {
     budget: usize,
     steps: usize,
     truncated: bool,
+    /// Domains with fewer free managed devices than this are skipped without an attempt (a
+    /// lower bound on what the members need; 0: every domain is tried).
+    min_free: usize,
+    /// Domains skipped by [`Search::min_free`].
+    skipped: usize,
 }
 
-impl Search<'_, '_> {
+impl<'a, 'c> Search<'a, 'c> {
+    fn new(
+        input: &'a GroupInput<'a>,
+        context: &'a PodContext<'c>,
+        settings: &'a Settings,
+        group: &GroupSettings,
+        now: Timestamp,
+        min_free: usize,
+    ) -> Search<'a, 'c> {
+        Search {
+            input,
+            context,
+            settings,
+            now,
+            budget: group.budget,
+            steps: 0,
+            truncated: false,
+            min_free,
+            skipped: 0,
+        }
+    }
+
     /// Places members in `nodes`, packing them into `subdomains` (groups of `nodes`, in order of
     /// preference; the ones already used come first).
     fn attempt(&mut self, subdomains: &[Vec<usize>]) -> Attempt {
@@ -252,6 +279,12 @@ fn search_level(
             search.truncated = true;
             break;
         }
+        if search.min_free > 0
+            && nodes.iter().map(|&n| layout.free[n]).sum::<usize>() < search.min_free
+        {
+            search.skipped += 1;
+            continue;
+        }
         let attempt = search.attempt(&subdomains(&nodes, sub_level, &layout.free));
         if attempt.placed.len() >= needed {
             let s = score(
@@ -289,33 +322,19 @@ pub fn decide_group(
         return waiting;
     }
     let layout = Layout::new(context, group);
-    let levels = layout.levels();
-    let mut search = Search {
-        input,
-        context,
-        settings,
-        now,
-        budget: group.budget,
-        steps: 0,
-        truncated: false,
-    };
+    let mut search = Search::new(input, context, settings, group, now, 0);
     // The closest failed attempt: most members placed.
     let mut closest: Option<(Domain, Attempt)> = None;
-    for depth in 0..=levels.len() {
-        let (domains, sub_level) = layout.domains(&levels, depth);
-        if let Some((score, domain, attempt)) =
-            search_level(&mut search, &layout, domains, sub_level, &mut closest)
-        {
-            return GroupPlan {
-                outcome: GroupOutcome::Place {
-                    plans: attempt.placed,
-                    domain,
-                    score,
-                },
-                steps: search.steps,
-                truncated: search.truncated,
-            };
-        }
+    if let Some((score, domain, attempt)) = search_levels(&mut search, &layout, &mut closest) {
+        return GroupPlan {
+            outcome: GroupOutcome::Place {
+                plans: attempt.placed,
+                domain,
+                score,
+            },
+            steps: search.steps,
+            truncated: search.truncated,
+        };
     }
     let (steps, truncated) = (search.steps, search.truncated);
     let outcome = wait_outcome(input, context, settings, group, now, closest, truncated);
@@ -324,6 +343,75 @@ pub fn decide_group(
         steps,
         truncated,
     }
+}
+
+/// Where the group would be placed, as [`decide_group`] places it, without the account of why
+/// it does not fit: what the preemption search asks once per set of evicted pods. Domains with
+/// fewer free managed devices than the members need (the `needed` smallest demands, counted as
+/// the preemption search counts them) are skipped without an attempt, so on a full cluster the
+/// cost follows the domains that could hold the group, not all of them.
+pub(crate) fn place_group(
+    input: &GroupInput<'_>,
+    context: &PodContext<'_>,
+    settings: &Settings,
+    group: &GroupSettings,
+    now: Timestamp,
+) -> PlacedGroup {
+    let mut placed = PlacedGroup::default();
+    if short_of_pods(input).is_some() {
+        return placed;
+    }
+    let layout = Layout::new(context, group);
+    let mut search = Search::new(input, context, settings, group, now, least_demand(input));
+    let mut closest = None;
+    let found = search_levels(&mut search, &layout, &mut closest);
+    placed.plans = found.map(|(_, _, attempt)| attempt.placed);
+    placed.steps = search.steps;
+    placed.skipped = search.skipped;
+    placed.truncated = search.truncated;
+    placed
+}
+
+/// What [`place_group`] found, and what it cost.
+#[derive(Default)]
+pub(crate) struct PlacedGroup {
+    /// Each member's decision (index into [`GroupInput::members`]) when the group fits.
+    pub(crate) plans: Option<Vec<(usize, PodPlan)>>,
+    /// Pod decisions taken.
+    pub(crate) steps: usize,
+    /// Domains skipped by counting free devices.
+    pub(crate) skipped: usize,
+    pub(crate) truncated: bool,
+}
+
+/// The fewest devices the group's placement needs: the `needed` smallest member demands.
+fn least_demand(input: &GroupInput<'_>) -> usize {
+    let mut demands: Vec<usize> = input
+        .members
+        .iter()
+        .map(|m| {
+            let sorted = PodClaims::sort(m.pod, m.claims);
+            Demand::of(sorted.own.iter().chain(&sorted.pending)).count
+        })
+        .collect();
+    demands.sort_unstable();
+    demands.iter().take(input.needed()).sum()
+}
+
+/// The best group at the finest level where one fits.
+fn search_levels(
+    search: &mut Search<'_, '_>,
+    layout: &Layout,
+    closest: &mut Option<(Domain, Attempt)>,
+) -> Option<(GroupScore, Domain, Attempt)> {
+    let levels = layout.levels();
+    for depth in 0..=levels.len() {
+        let (domains, sub_level) = layout.domains(&levels, depth);
+        if let Some(found) = search_level(search, layout, domains, sub_level, closest) {
+            return Some(found);
+        }
+    }
+    None
 }
 
 fn pod_name(member: &Member<'_>) -> String {

@@ -16,7 +16,8 @@ use super::plan::{
 use super::priority::{pod_priority, preemption_allowed};
 use super::search::{grace_seconds, placement_devices, remove_pod};
 use crate::claims::allocation;
-use crate::group::{GroupInput, GroupOutcome, GroupPlan, GroupSettings, decide_group};
+use crate::group::search::place_group;
+use crate::group::{GroupInput, GroupSettings};
 use crate::planner::{Action, PodPlan};
 use crate::pods::pod_usage_requests;
 use crate::protocol::object_key;
@@ -160,28 +161,26 @@ impl GangSearch<'_, '_> {
         fits.then_some(new)
     }
 
-    /// The group decision on `evicted`, if it places the gang.
+    /// The group decision on `evicted`, if it places the gang (domains too full to hold it
+    /// are skipped by counting, [`place_group`]).
     fn place(&mut self, evicted: &Evicted<'_>) -> Option<Vec<(usize, PodPlan)>> {
-        self.steps += 1;
         let context = PodContext {
             devices: self.context.devices,
             unmanaged: self.context.unmanaged,
             in_use: &evicted.working,
             usage: &evicted.usage,
         };
-        let decision: GroupPlan = decide_group(
+        let placed = place_group(
             self.group,
             &context,
             self.settings,
             self.group_settings,
             self.now,
         );
-        match decision.outcome {
-            GroupOutcome::Place {
-                plans: decisions, ..
-            } => Some(decisions),
-            GroupOutcome::Wait { .. } => None,
-        }
+        // One group decision, however many pod decisions it took.
+        self.steps += 1;
+        self.truncated |= placed.truncated;
+        placed.plans
     }
 }
 

@@ -53,6 +53,7 @@ pub use plan::{
     Reservation,
 };
 pub use priority::{pod_priority, preemption_allowed};
+pub(crate) use search::Demand;
 pub use search::preempt_pod;
 pub use victims::{Blocked, Exclusions, HeldClaim, ManagedDevices, Unit, VictimPod, Victims};
 
