@@ -110,9 +110,9 @@ struct Search<'a, 'c> {
     budget: usize,
     steps: usize,
     truncated: bool,
-    /// Domains with fewer free managed devices than this are skipped without an attempt (a
-    /// lower bound on what the members need; 0: every domain is tried).
-    min_free: usize,
+    /// Domains that cannot hold this by counting free managed devices are skipped without an
+    /// attempt (the default: every domain is tried).
+    floor: DemandFloor,
     /// Domains skipped by [`Search::min_free`].
     skipped: usize,
 }
@@ -124,7 +124,7 @@ impl<'a, 'c> Search<'a, 'c> {
         settings: &'a Settings,
         group: &GroupSettings,
         now: Timestamp,
-        min_free: usize,
+        floor: DemandFloor,
     ) -> Search<'a, 'c> {
         Search {
             input,
@@ -134,7 +134,7 @@ impl<'a, 'c> Search<'a, 'c> {
             budget: group.budget,
             steps: 0,
             truncated: false,
-            min_free,
+            floor,
             skipped: 0,
         }
     }
@@ -279,9 +279,7 @@ fn search_level(
             search.truncated = true;
             break;
         }
-        if search.min_free > 0
-            && nodes.iter().map(|&n| layout.free[n]).sum::<usize>() < search.min_free
-        {
+        if !search.floor.may_hold(&nodes, &layout.free) {
             search.skipped += 1;
             continue;
         }
@@ -322,7 +320,7 @@ pub fn decide_group(
         return waiting;
     }
     let layout = Layout::new(context, group);
-    let mut search = Search::new(input, context, settings, group, now, 0);
+    let mut search = Search::new(input, context, settings, group, now, DemandFloor::default());
     // The closest failed attempt: most members placed.
     let mut closest: Option<(Domain, Attempt)> = None;
     if let Some((score, domain, attempt)) = search_levels(&mut search, &layout, &mut closest) {
@@ -356,13 +354,14 @@ pub(crate) fn place_group(
     settings: &Settings,
     group: &GroupSettings,
     now: Timestamp,
+    floor: DemandFloor,
 ) -> PlacedGroup {
     let mut placed = PlacedGroup::default();
     if short_of_pods(input).is_some() {
         return placed;
     }
     let layout = Layout::new(context, group);
-    let mut search = Search::new(input, context, settings, group, now, least_demand(input));
+    let mut search = Search::new(input, context, settings, group, now, floor);
     let mut closest = None;
     let found = search_levels(&mut search, &layout, &mut closest);
     placed.plans = found.map(|(_, _, attempt)| attempt.placed);
@@ -384,18 +383,62 @@ pub(crate) struct PlacedGroup {
     pub(crate) truncated: bool,
 }
 
-/// The fewest devices the group's placement needs: the `needed` smallest member demands.
-fn least_demand(input: &GroupInput<'_>) -> usize {
-    let mut demands: Vec<usize> = input
-        .members
-        .iter()
-        .map(|m| {
+/// What any placement of a group needs at least, in managed devices: a domain with fewer free
+/// cannot hold it. Counted from the members' requests as the preemption search counts a pod's
+/// ([`Demand`]); a request of a class that selects no managed device makes it no floor at all
+/// (those devices are not counted free per node).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DemandFloor {
+    /// Devices of the `needed` least demanding members together.
+    pub(crate) total: usize,
+    /// Devices the least demanding of them needs on its one node.
+    pub(crate) smallest: usize,
+    /// Members to place.
+    pub(crate) members: usize,
+}
+
+impl DemandFloor {
+    /// The floor of `input`'s members in `context`.
+    pub(crate) fn of(input: &GroupInput<'_>, context: &PodContext<'_>) -> DemandFloor {
+        let mut managed_class: HashMap<String, bool> = HashMap::new();
+        let mut demands = Vec::new();
+        for m in &input.members {
             let sorted = PodClaims::sort(m.pod, m.claims);
-            Demand::of(sorted.own.iter().chain(&sorted.pending)).count
-        })
-        .collect();
-    demands.sort_unstable();
-    demands.iter().take(input.needed()).sum()
+            let demand = Demand::of(sorted.own.iter().chain(&sorted.pending));
+            for class in &demand.classes {
+                let managed = *managed_class.entry(class.clone()).or_insert_with(|| {
+                    let selected = context.devices.managed.devices_of_class(class);
+                    matches!(selected, Some(Ok(ids)) if !ids.is_empty())
+                });
+                if !managed {
+                    return DemandFloor::default();
+                }
+            }
+            demands.push(demand.count);
+        }
+        demands.sort_unstable();
+        let needed = input.needed();
+        DemandFloor {
+            total: demands.iter().take(needed).sum(),
+            smallest: demands.first().copied().unwrap_or(0),
+            members: needed,
+        }
+    }
+
+    /// Whether `nodes`, with `free` managed devices each, may hold the members: enough free
+    /// devices in all, and enough nodes each with room for the least demanding member (every
+    /// member's devices are on its one node).
+    pub(crate) fn may_hold(&self, nodes: &[usize], free: &[usize]) -> bool {
+        if self.total == 0 {
+            return true;
+        }
+        let total: usize = nodes.iter().map(|&n| free[n]).sum();
+        let slots: usize = nodes
+            .iter()
+            .map(|&n| free[n] / self.smallest.max(1))
+            .sum();
+        total >= self.total && slots >= self.members
+    }
 }
 
 /// The best group at the finest level where one fits.

@@ -16,7 +16,7 @@ use super::plan::{
 use super::priority::{pod_priority, preemption_allowed};
 use super::search::{grace_seconds, placement_devices, remove_pod};
 use crate::claims::allocation;
-use crate::group::search::place_group;
+use crate::group::search::{DemandFloor, place_group};
 use crate::group::{GroupInput, GroupSettings};
 use crate::planner::{Action, PodPlan};
 use crate::pods::pod_usage_requests;
@@ -97,6 +97,8 @@ struct GangSearch<'a, 'c> {
     settings: &'a Settings,
     group_settings: &'a GroupSettings,
     now: Timestamp,
+    /// What the gang needs at least, counted once ([`DemandFloor`]).
+    floor: DemandFloor,
     steps: usize,
     truncated: bool,
 }
@@ -176,6 +178,7 @@ impl GangSearch<'_, '_> {
             self.settings,
             self.group_settings,
             self.now,
+            self.floor,
         );
         // One group decision, however many pod decisions it took.
         self.steps += 1;
@@ -240,6 +243,7 @@ pub fn preempt_group(
         settings,
         group_settings,
         now,
+        floor: DemandFloor::of(group, context),
         steps: 0,
         truncated: false,
     };
