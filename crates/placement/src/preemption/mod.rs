@@ -43,7 +43,12 @@ mod search;
 mod victims;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::jiff::Timestamp;
 use tessera_allocator::DeviceId;
 
 pub use budgets::{DisruptionBudgets, covers, selects};
@@ -103,4 +108,28 @@ pub struct PreemptionInput<'a> {
     /// UIDs of pods whose eviction was refused recently.
     pub refused: &'a HashSet<String>,
     pub settings: &'a PreemptionSettings,
+}
+
+/// The victim index of a cluster at `now` ([`Victims::new`]): the running pods of `pods` that
+/// hold the managed `devices` through `claims`, with the `budgets` covering them; the victims of
+/// nominations that stand (on pods gated by `gate`) are nobody else's. What one decision reads,
+/// and what a caller that sees every change keeps across decisions.
+pub fn victim_index(
+    devices: &ManagedDevices,
+    pods: &[Arc<Pod>],
+    claims: &[Arc<ResourceClaim>],
+    budgets: &[Arc<PodDisruptionBudget>],
+    gate: &str,
+    now: Timestamp,
+) -> Victims {
+    let pods = || pods.iter().map(AsRef::as_ref);
+    let nominations = nomination::Nominations::from_pods(pods(), gate, now);
+    Victims::new(
+        devices,
+        pods(),
+        claims.iter().cloned(),
+        DisruptionBudgets::new(budgets.iter().map(AsRef::as_ref)),
+        &nominations.promised(),
+        now,
+    )
 }
