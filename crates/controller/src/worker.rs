@@ -208,11 +208,15 @@ impl ClusterSource for Caches<'_> {
 
     fn preemption(&self) -> Option<PreemptionObjects> {
         let budgets = self.cluster.budgets();
-        let victims = self
-            .cluster
-            .victims(self.inventory(), &budgets, self.gate, Timestamp::now(), || {
+        let victims = self.cluster.victims(
+            self.inventory(),
+            &budgets,
+            self.gate,
+            Timestamp::now(),
+            || {
                 tracing::debug!("victim index built again: pods, claims or budgets changed");
-            });
+            },
+        );
         Some(PreemptionObjects {
             pods: self.cluster.pods(),
             claims: self.cluster.claims(),

@@ -123,7 +123,11 @@ fn the_victim_index_is_built_again_only_when_its_inputs_change() {
     assert_eq!(world.search(&[], soon), 6, "the inventory changed");
 
     let late = soon.checked_add(VICTIMS_MAX_AGE).unwrap();
-    assert_eq!(world.search(&[], late), 7, "too old: work lost follows the clock");
+    assert_eq!(
+        world.search(&[], late),
+        7,
+        "too old: work lost follows the clock"
+    );
     assert_eq!(world.search(&[], late), 7);
     assert_eq!(world.search(&[], t0), 8, "the clock went back");
 }

@@ -16,9 +16,7 @@ use crate::decision::{
 use crate::group::membership::GroupKey;
 use crate::group::search::GroupInput;
 use crate::planner::{Action, Failure, PodPlan};
-use crate::preemption::nomination::{
-    DEFAULT_NOMINATION_MARGIN, Nomination, PreemptedBy,
-};
+use crate::preemption::nomination::{DEFAULT_NOMINATION_MARGIN, Nomination, PreemptedBy};
 use crate::preemption::{
     ManagedDevices, PreemptionInput, PreemptionOutcome, PreemptionPlan, Victims, preempt_group,
     preempt_pod, preemption_allowed, victim_index,

@@ -433,10 +433,7 @@ impl DemandFloor {
             return true;
         }
         let total: usize = nodes.iter().map(|&n| free[n]).sum();
-        let slots: usize = nodes
-            .iter()
-            .map(|&n| free[n] / self.smallest.max(1))
-            .sum();
+        let slots: usize = nodes.iter().map(|&n| free[n] / self.smallest.max(1)).sum();
         total >= self.total && slots >= self.members
     }
 }
