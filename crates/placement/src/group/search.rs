@@ -279,7 +279,10 @@ fn search_level(
             search.truncated = true;
             break;
         }
-        if !search.floor.may_hold(&nodes, &layout.free) {
+        // A domain the floor rules out places fewer members than any attempt already made
+        // (none, for a floor of one member): it is skipped once there is a closest attempt.
+        if (search.floor.whole || closest.is_some()) && !search.floor.may_hold(&nodes, &layout.free)
+        {
             search.skipped += 1;
             continue;
         }
@@ -320,7 +323,8 @@ pub fn decide_group(
         return waiting;
     }
     let layout = Layout::new(context, group);
-    let mut search = Search::new(input, context, settings, group, now, DemandFloor::default());
+    let floor = DemandFloor::of(input, context).one_member();
+    let mut search = Search::new(input, context, settings, group, now, floor);
     // The closest failed attempt: most members placed.
     let mut closest: Option<(Domain, Attempt)> = None;
     if let Some((score, domain, attempt)) = search_levels(&mut search, &layout, &mut closest) {
@@ -384,8 +388,8 @@ pub(crate) struct PlacedGroup {
 }
 
 /// What any placement of a group needs at least, in managed devices: a domain with fewer free
-/// cannot hold it. Counted from the members' requests as the preemption search counts a pod's
-/// ([`Demand`]); a request of a class that selects no managed device makes it no floor at all
+/// cannot hold it. Counted from the members' pending claims as the preemption search counts a
+/// pod's ([`Demand`]); a request of a class that selects no managed device makes it no floor at all
 /// (those devices are not counted free per node).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct DemandFloor {
@@ -395,6 +399,9 @@ pub(crate) struct DemandFloor {
     pub(crate) smallest: usize,
     /// Members to place.
     pub(crate) members: usize,
+    /// Whether the floor is the whole group's (a domain below it cannot hold the group) or one
+    /// member's (a domain below it places nobody).
+    pub(crate) whole: bool,
 }
 
 impl DemandFloor {
@@ -404,7 +411,9 @@ impl DemandFloor {
         let mut demands = Vec::new();
         for m in &input.members {
             let sorted = PodClaims::sort(m.pod, m.claims);
-            let demand = Demand::of(sorted.own.iter().chain(&sorted.pending));
+            // Claims allocated for the member already (its own, undone to place it again) hold
+            // devices that are not free but are the member's: only the pending ones count.
+            let demand = Demand::of(&sorted.pending);
             for class in &demand.classes {
                 let managed = *managed_class.entry(class.clone()).or_insert_with(|| {
                     let selected = context.devices.managed.devices_of_class(class);
@@ -422,6 +431,17 @@ impl DemandFloor {
             total: demands.iter().take(needed).sum(),
             smallest: demands.first().copied().unwrap_or(0),
             members: needed,
+            whole: true,
+        }
+    }
+
+    /// The floor of the least demanding member alone.
+    pub(crate) fn one_member(self) -> DemandFloor {
+        DemandFloor {
+            total: self.smallest,
+            smallest: self.smallest,
+            members: self.members.min(1),
+            whole: false,
         }
     }
 
@@ -429,7 +449,7 @@ impl DemandFloor {
     /// devices in all, and enough nodes each with room for the least demanding member (every
     /// member's devices are on its one node).
     pub(crate) fn may_hold(&self, nodes: &[usize], free: &[usize]) -> bool {
-        if self.total == 0 {
+        if self.total == 0 || self.smallest == 0 {
             return true;
         }
         let total: usize = nodes.iter().map(|&n| free[n]).sum();
