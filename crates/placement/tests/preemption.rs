@@ -468,3 +468,50 @@ fn a_waiting_gang_holds_back_lower_and_later_equal_priorities_but_never_a_higher
     );
     assert!(node_of(&model, &later).is_some(), "no longer held back");
 }
+
+/// Runs a 2-GPU pod of priority 0 on `devices` of dgx-000, started `minutes` before now.
+fn run_for(model: &mut ClusterModel, name: &str, devices: [&str; 2], minutes: i64) -> String {
+    let now = model.now;
+    model.now = now
+        .checked_sub(k8s_openapi::jiff::SignedDuration::from_mins(minutes))
+        .unwrap();
+    let devices: Vec<String> = devices.iter().map(|d| (*d).to_owned()).collect();
+    let uid = model
+        .run_placed(&batch(name, 0, 2), "dgx-000", &devices)
+        .expect("free devices");
+    model.now = now;
+    uid
+}
+
+#[test]
+fn among_equally_many_victims_of_equal_priority_topology_wins_over_a_few_gpu_hours() {
+    // gpu-0..3 are NUMA node 0, gpu-4..7 NUMA node 1. The two pods that ran least hold gpu-2,3
+    // and gpu-4,5: evicting them loses the fewest GPU-hours but frees devices on both NUMA nodes.
+    let mut model = cluster(1, 1);
+    run_for(&mut model, "b0", ["gpu-0", "gpu-1"], 240);
+    run_for(&mut model, "b1", ["gpu-2", "gpu-3"], 10);
+    run_for(&mut model, "b2", ["gpu-4", "gpu-5"], 11);
+    run_for(&mut model, "b3", ["gpu-6", "gpu-7"], 180);
+    let prod = model.create(&PodTemplate::new("prod", 1000, 4));
+    let PreemptionOutcome::Preempt(plan) = search(&model, &prod) else {
+        panic!("two victims make room");
+    };
+    let victims: Vec<&str> = plan.victims.iter().map(|v| v.pod.as_str()).collect();
+    assert_eq!(
+        victims,
+        ["sim/b2", "sim/b3"],
+        "one NUMA node (the one whose pods ran least), not the cheapest set across both: {}",
+        plan.message
+    );
+    assert_eq!(
+        plan.reservations[0].devices.len(),
+        4,
+        "the preemptor's four devices"
+    );
+    let names: Vec<&str> = plan.reservations[0]
+        .devices
+        .iter()
+        .map(|d| d.device())
+        .collect();
+    assert_eq!(names, ["gpu-4", "gpu-5", "gpu-6", "gpu-7"]);
+}

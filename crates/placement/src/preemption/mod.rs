@@ -18,10 +18,13 @@
 //! nodes are taken cheapest bound first, and on each node victim sets are enumerated in order of
 //! [`PreemptionCost`] (fewest victims, then lowest highest priority, then lowest priority sum,
 //! then least work lost), each checked by the pod's own decision
-//! ([`crate::view::decide_pod_within`]) on the devices in use less what the set frees. The first
-//! set that fits is the node's best; ties go to the better topology score. The search stops when
-//! no remaining node can beat the best, after [`PreemptionSettings::candidate_nodes`] nodes with
-//! a plan (as kube-scheduler samples candidates), or at its budgets — deterministically.
+//! ([`crate::view::decide_pod_within`]) on the devices in use less what the set frees. Plans
+//! compare by victims, highest priority and priority sum first; among plans equal there, the
+//! better connected placement (one NVLink island, one NUMA node) wins over less work lost, so a
+//! few sets of the same rank after a node's first plan, and a few nodes of the same rank after
+//! the best one, are still checked. The search stops when no remaining node can beat the best,
+//! after [`PreemptionSettings::candidate_nodes`] nodes with a plan (as kube-scheduler samples
+//! candidates), or at its budgets — deterministically.
 //!
 //! **Gangs** ([`preempt_group`]): the group decision ([`crate::group::decide_group`]) on the
 //! devices in use less the eligible units, priority level by level (lowest first) until the gang
