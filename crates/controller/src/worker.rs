@@ -42,6 +42,8 @@ pub struct Worker {
     pub waiting: WaitingGroups,
     /// Evictions refused recently (left out of preemption searches a while).
     pub refused: RefusedEvictions,
+    /// Whether pods preempt (`--preemption`); off, they still go by priority.
+    pub preemption: bool,
 }
 
 impl Worker {
@@ -94,6 +96,7 @@ impl Worker {
             pod: &pod,
             gate: &self.config.gate,
             refused: &self.refused,
+            preemption: self.preemption,
             inventory: OnceLock::new(),
         };
         let waiting = self.waiting.all();
@@ -137,6 +140,8 @@ struct Caches<'a> {
     pod: &'a Arc<Pod>,
     gate: &'a str,
     refused: &'a RefusedEvictions,
+    /// Whether the decision may preempt.
+    preemption: bool,
     /// The inventory of this decision, taken at its first use: every read of one decision (the
     /// contexts, the victim index whose node indices point into it) sees the same one.
     inventory: OnceLock<Arc<InventorySnapshot>>,
@@ -207,6 +212,9 @@ impl ClusterSource for Caches<'_> {
     }
 
     fn preemption(&self) -> Option<PreemptionObjects> {
+        if !self.preemption {
+            return None;
+        }
         let budgets = self.cluster.budgets();
         let victims = self.cluster.victims(
             self.inventory(),
