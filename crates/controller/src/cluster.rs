@@ -17,6 +17,7 @@ use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::Event;
 use tessera_allocator::{AllocatedState, DeviceIndex};
+use tessera_api::names::{NOMINATION_ANNOTATION, PREEMPTED_BY_ANNOTATION};
 use tessera_placement::ClusterSnapshot;
 use tessera_placement::group::{GroupKey, group_key};
 use tessera_placement::nodes::NodeFacts;
@@ -149,6 +150,16 @@ fn report_unreadable(u: &UnreadableAllocation) {
         "allocation does not parse; treating its devices as exclusively in use");
 }
 
+/// Whether the victim index may read `pod`: bound to a node, or carrying a nomination or the mark
+/// of a victim.
+fn may_be_read_by_victims(pod: &Pod) -> bool {
+    let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+    let marked = pod.metadata.annotations.as_ref().is_some_and(|a| {
+        a.contains_key(NOMINATION_ANNOTATION) || a.contains_key(PREEMPTED_BY_ANNOTATION)
+    });
+    bound || marked
+}
+
 fn name_of<K: Resource>(object: &K) -> (String, String) {
     key_of(object.meta())
 }
@@ -207,10 +218,17 @@ impl Tracked {
     }
 
     /// The pod `namespace/name` changed in `cache` or was assumed: its newest version counts.
+    /// A change to a pending pod that is neither nominated nor marked is not counted in
+    /// [`Tracked::changes`]: the victim index reads only running pods and those marks (a pod
+    /// whose nomination was withdrawn keeps its victims out of other plans until the index is
+    /// built again, at most [`VICTIMS_MAX_AGE`] later).
     pub fn pod_changed(&self, cache: &Store<Pod>, namespace: &str, name: &str) {
-        let mut usage = self.change();
+        let mut usage = self.usage();
         let cached = cache.get(&ObjectRef::new(name).within(namespace));
         let newest = self.pods.newest(cached, namespace, name);
+        if newest.as_deref().is_none_or(may_be_read_by_victims) {
+            self.changes.fetch_add(1, Ordering::AcqRel);
+        }
         usage.set_pod(&format!("{namespace}/{name}"), newest.as_deref());
     }
 

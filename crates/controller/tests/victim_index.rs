@@ -1,12 +1,12 @@
 //! The victim index the controller keeps across preemption searches (`Cluster::victims`) is built
-//! again exactly when what it was built from may have changed: a counted claim or pod change, a
-//! budget, the inventory, or its age — and never otherwise (counted, not timed).
+//! again exactly when what it was built from may have changed: a claim, a running pod, a budget,
+//! the inventory, or its age — and never otherwise (counted, not timed).
 
 use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -69,9 +69,13 @@ impl World {
         self.builds.get()
     }
 
-    fn pod_changed(&mut self, name: &str, rv: &str) {
+    fn pod_changed(&mut self, name: &str, rv: &str, node: Option<&str>) {
         let event = Event::Apply(Pod {
             metadata: meta(name, rv),
+            spec: Some(PodSpec {
+                node_name: node.map(str::to_owned),
+                ..Default::default()
+            }),
             ..Default::default()
         });
         self.pods.apply_watcher_event(&event);
@@ -109,8 +113,14 @@ fn the_victim_index_is_built_again_only_when_its_inputs_change() {
     assert_eq!(world.search(&budgets, soon), 1, "kept: nothing changed");
     assert_eq!(world.search(&budgets, soon), 1, "kept for every search");
 
-    world.pod_changed("a", "2");
-    assert_eq!(world.search(&budgets, soon), 2, "a pod changed");
+    world.pod_changed("pending", "2", None);
+    assert_eq!(
+        world.search(&budgets, soon),
+        1,
+        "a pending pod is nobody's victim"
+    );
+    world.pod_changed("a", "2", Some("node-0"));
+    assert_eq!(world.search(&budgets, soon), 2, "a running pod changed");
     assert_eq!(world.search(&budgets, soon), 2);
     world.claim_changed("c", "3");
     assert_eq!(world.search(&budgets, soon), 3, "a claim changed");
