@@ -113,8 +113,6 @@ struct Search<'a, 'c> {
     /// Domains that cannot hold this by counting free managed devices are skipped without an
     /// attempt (the default: every domain is tried).
     floor: DemandFloor,
-    /// Domains skipped by [`Search::min_free`].
-    skipped: usize,
 }
 
 impl<'a, 'c> Search<'a, 'c> {
@@ -135,7 +133,6 @@ impl<'a, 'c> Search<'a, 'c> {
             steps: 0,
             truncated: false,
             floor,
-            skipped: 0,
         }
     }
 
@@ -283,7 +280,6 @@ fn search_level(
         // (none, for a floor of one member): it is skipped once there is a closest attempt.
         if (search.floor.whole || closest.is_some()) && !search.floor.may_hold(&nodes, &layout.free)
         {
-            search.skipped += 1;
             continue;
         }
         let attempt = search.attempt(&subdomains(&nodes, sub_level, &layout.free));
@@ -370,7 +366,6 @@ pub(crate) fn place_group(
     let found = search_levels(&mut search, &layout, &mut closest);
     placed.plans = found.map(|(_, _, attempt)| attempt.placed);
     placed.steps = search.steps;
-    placed.skipped = search.skipped;
     placed.truncated = search.truncated;
     placed
 }
@@ -382,8 +377,6 @@ pub(crate) struct PlacedGroup {
     pub(crate) plans: Option<Vec<(usize, PodPlan)>>,
     /// Pod decisions taken.
     pub(crate) steps: usize,
-    /// Domains skipped by counting free devices.
-    pub(crate) skipped: usize,
     pub(crate) truncated: bool,
 }
 

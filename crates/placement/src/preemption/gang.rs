@@ -100,6 +100,8 @@ struct GangSearch<'a, 'c> {
     /// What the gang needs at least, counted once ([`DemandFloor`]).
     floor: DemandFloor,
     steps: usize,
+    /// Pod decisions taken, in group decisions and in reprieves.
+    pod_decisions: usize,
     truncated: bool,
 }
 
@@ -128,6 +130,7 @@ impl GangSearch<'_, '_> {
                     continue;
                 }
                 self.steps += 1;
+                self.pod_decisions += 1;
                 let member = &self.group.members[*i];
                 let context = PodContext {
                     devices: self.context.devices,
@@ -182,6 +185,7 @@ impl GangSearch<'_, '_> {
         );
         // One group decision, however many pod decisions it took.
         self.steps += 1;
+        self.pod_decisions += placed.steps;
         self.truncated |= placed.truncated;
         placed.plans
     }
@@ -245,6 +249,7 @@ pub fn preempt_group(
         now,
         floor: DemandFloor::of(group, context),
         steps: 0,
+        pod_decisions: 0,
         truncated: false,
     };
     let Some(first) = evict_by_level(&mut search, &mut evicted, &candidates) else {
@@ -255,6 +260,7 @@ pub fn preempt_group(
         let mut decision =
             PreemptionDecision::not_possible(not_possible_message(&why, &exclusions));
         decision.steps = search.steps;
+        decision.pod_decisions = search.pod_decisions;
         return decision;
     };
     let decisions = reprieve(&mut search, &mut evicted, &candidates, first);
@@ -280,6 +286,7 @@ pub fn preempt_group(
         outcome,
         steps: search.steps,
         combinations: 0,
+        pod_decisions: search.pod_decisions,
         truncated: search.truncated,
     }
 }

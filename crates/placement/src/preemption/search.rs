@@ -123,6 +123,13 @@ impl Found {
     }
 }
 
+/// A placement on one NUMA node with every device beside an NVLink peer: no other victim set
+/// can place the pod better connected.
+fn well_connected(placement: &Placement) -> bool {
+    let (_, numa_crossings, nvlink_stranded, numa_nodes) = placement.score.connectivity();
+    numa_crossings == 0 && nvlink_stranded == 0 && numa_nodes <= 1
+}
+
 /// What a plan's victims cost before topology is looked at: how many, their highest priority,
 /// the sum of their priorities. Work lost (GPU-hours) is weighed after the placement's
 /// connectivity: a few GPU-hours never buy a placement across NUMA nodes or NVLink islands.
@@ -472,7 +479,7 @@ impl Search<'_, '_> {
     /// Whether the search must stop before looking at a node whose plans cost at least `bound`.
     fn done_before(&mut self, bound: &PreemptionCost, cap: usize) -> bool {
         if let Some(best) = &self.best {
-            if rank(bound) > rank(&best.cost) || self.tie_nodes == 0 {
+            if self.beyond(bound, best) || self.tie_nodes == 0 {
                 return true;
             }
             if rank(bound) == rank(&best.cost) {
@@ -566,13 +573,19 @@ impl Search<'_, '_> {
     /// Whether a set costing `cost` can no longer be the best (it ranks below the best found on
     /// this node or overall; an equal rank may still win on topology, [`Found::better_than`]).
     fn beaten(&self, node_best: &Option<Found>, cost: &PreemptionCost) -> bool {
-        node_best
-            .as_ref()
-            .is_some_and(|b| rank(cost) > rank(&b.cost))
-            || self
-                .best
-                .as_ref()
-                .is_some_and(|b| rank(cost) > rank(&b.cost))
+        node_best.as_ref().is_some_and(|b| self.beyond(cost, b))
+            || self.best.as_ref().is_some_and(|b| self.beyond(cost, b))
+    }
+
+    /// Whether plans costing at least `cost` cannot beat `best`: they rank below it, or its
+    /// placement is as well connected as a placement gets ([`well_connected`]) and they cost
+    /// more (only work lost is left to compare).
+    fn beyond(&self, cost: &PreemptionCost, best: &Found) -> bool {
+        if well_connected(&best.placement) {
+            *cost > best.cost
+        } else {
+            rank(cost) > rank(&best.cost)
+        }
     }
 
     /// The pod's placement on the candidate's node once `units` are gone, if it fits.
@@ -655,6 +668,8 @@ impl Search<'_, '_> {
             outcome,
             steps: self.steps,
             combinations: self.combinations,
+            // One pod decision per victim set checked.
+            pod_decisions: self.steps,
             truncated: self.truncated,
         }
     }
