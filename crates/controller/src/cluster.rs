@@ -4,7 +4,7 @@
 //! the watches and the controller's own writes rather than rebuilt for every decision), and the
 //! device inventory rebuilt when slices, classes or nodes change.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -143,6 +143,9 @@ pub struct Tracked {
     /// Bumped on every claim or pod change counted (under the same lock as the count): what the
     /// kept victim index is checked against ([`Cluster::victims`]).
     changes: AtomicU64,
+    /// Keys (`namespace/name`) of the pods whose newest version carries a nomination, kept with
+    /// the count: the devices nominated for others are found without a scan of every pod.
+    nominated: Mutex<BTreeSet<String>>,
 }
 
 fn report_unreadable(u: &UnreadableAllocation) {
@@ -150,14 +153,24 @@ fn report_unreadable(u: &UnreadableAllocation) {
         "allocation does not parse; treating its devices as exclusively in use");
 }
 
+/// Whether `pod` carries a nomination (what [`Tracked::nominated`] lists).
+fn is_nominated(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(NOMINATION_ANNOTATION))
+}
+
 /// Whether the victim index may read `pod`: bound to a node, or carrying a nomination or the mark
 /// of a victim.
 fn may_be_read_by_victims(pod: &Pod) -> bool {
     let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
-    let marked = pod.metadata.annotations.as_ref().is_some_and(|a| {
-        a.contains_key(NOMINATION_ANNOTATION) || a.contains_key(PREEMPTED_BY_ANNOTATION)
-    });
-    bound || marked
+    let marked = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(PREEMPTED_BY_ANNOTATION));
+    bound || marked || is_nominated(pod)
 }
 
 fn name_of<K: Resource>(object: &K) -> (String, String) {
@@ -229,7 +242,25 @@ impl Tracked {
         if newest.as_deref().is_none_or(may_be_read_by_victims) {
             self.changes.fetch_add(1, Ordering::AcqRel);
         }
-        usage.set_pod(&format!("{namespace}/{name}"), newest.as_deref());
+        let key = format!("{namespace}/{name}");
+        self.note_nomination(&key, newest.as_deref());
+        usage.set_pod(&key, newest.as_deref());
+    }
+
+    /// Records whether the pod `key` (newest version `pod`) carries a nomination.
+    fn note_nomination(&self, key: &str, pod: Option<&Pod>) {
+        let mut nominated = self.nominated.lock().unwrap_or_else(|e| e.into_inner());
+        if pod.is_some_and(is_nominated) {
+            nominated.insert(key.to_owned());
+        } else {
+            nominated.remove(key);
+        }
+    }
+
+    /// Keys of the pods whose newest version carries a nomination.
+    pub fn nominated(&self) -> Vec<String> {
+        let nominated = self.nominated.lock().unwrap_or_else(|e| e.into_inner());
+        nominated.iter().cloned().collect()
     }
 
     /// Counts every claim of `cache` again (after a relist, or after the assumed ones were
@@ -246,6 +277,13 @@ impl Tracked {
     pub fn pods_listed(&self, cache: &Store<Pod>) {
         let mut usage = self.change();
         let pods = self.pods.overlay(cache.state());
+        let nominated: BTreeSet<String> = pods
+            .iter()
+            .filter(|p| is_nominated(p))
+            .map(|p| key_of(&p.metadata))
+            .map(|(namespace, name)| format!("{namespace}/{name}"))
+            .collect();
+        *self.nominated.lock().unwrap_or_else(|e| e.into_inner()) = nominated;
         usage.rebuild_pods(pods.iter().map(|p| &**p));
     }
 }
@@ -429,6 +467,18 @@ impl Cluster {
             victims: victims.clone(),
         });
         victims
+    }
+
+    /// The pods that carry a nomination, newest versions (found without a scan of every pod).
+    pub fn nominated_pods(&self) -> Vec<Arc<Pod>> {
+        self.tracked
+            .nominated()
+            .iter()
+            .filter_map(|key| {
+                let (namespace, name) = key.split_once('/')?;
+                self.pod(namespace, name)
+            })
+            .collect()
     }
 
     /// A pod, newest version.

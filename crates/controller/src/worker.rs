@@ -159,7 +159,7 @@ impl Caches<'_> {
     /// The devices nominated for other pods that the pod decided for (with its gang) may not
     /// take ([`Nominations::reserved_against`]).
     fn reserved(&self) -> Vec<DeviceId> {
-        let pods = self.cluster.pods();
+        let pods = self.cluster.nominated_pods();
         let nominations =
             Nominations::from_pods(pods.iter().map(AsRef::as_ref), self.gate, Timestamp::now());
         if nominations.standing().next().is_none() {

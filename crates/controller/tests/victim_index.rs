@@ -1,6 +1,7 @@
-//! The victim index the controller keeps across preemption searches (`Cluster::victims`) is built
-//! again exactly when what it was built from may have changed: a claim, a running pod, a budget,
-//! the inventory, or its age — and never otherwise (counted, not timed).
+//! What the controller keeps across preemption searches: the victim index (`Cluster::victims`),
+//! built again exactly when what it was built from may have changed — a claim, a running pod, a
+//! budget, the inventory, or its age — and never otherwise (counted, not timed); and the pods that
+//! carry a nomination (`Cluster::nominated_pods`), kept with every change.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher::Event;
+use tessera_api::names::NOMINATION_ANNOTATION;
 use tessera_controller::cluster::{Cluster, Stores, Tracked, VICTIMS_MAX_AGE};
 use tessera_controller::slices::SliceCache;
 
@@ -84,6 +86,14 @@ impl World {
             .pod_event(&event, &self.cluster.stores.pods);
     }
 
+    fn apply_pod(&mut self, pod: Pod) {
+        let event = Event::Apply(pod);
+        self.pods.apply_watcher_event(&event);
+        self.cluster
+            .tracked
+            .pod_event(&event, &self.cluster.stores.pods);
+    }
+
     fn claim_changed(&mut self, name: &str, rv: &str) {
         let event = Event::Apply(ResourceClaim {
             metadata: meta(name, rv),
@@ -140,4 +150,54 @@ fn the_victim_index_is_built_again_only_when_its_inputs_change() {
     );
     assert_eq!(world.search(&[], late), 7);
     assert_eq!(world.search(&[], t0), 8, "the clock went back");
+}
+
+#[test]
+fn nominated_pods_are_listed_without_a_scan_and_follow_every_change() {
+    let mut world = World::new();
+    let nominated = |world: &World| -> Vec<String> {
+        let mut names: Vec<String> = world
+            .cluster
+            .nominated_pods()
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        names.sort();
+        names
+    };
+    let pod = |name: &str, rv: &str, nominated: bool| {
+        let mut metadata = meta(name, rv);
+        if nominated {
+            metadata.annotations = Some(
+                [(NOMINATION_ANNOTATION.to_owned(), "{}".to_owned())]
+                    .into_iter()
+                    .collect(),
+            );
+        }
+        Pod {
+            metadata,
+            ..Default::default()
+        }
+    };
+    world.apply_pod(pod("a", "1", true));
+    world.apply_pod(pod("b", "2", false));
+    world.apply_pod(pod("c", "3", true));
+    assert_eq!(nominated(&world), ["a", "c"]);
+    world.apply_pod(pod("a", "4", false));
+    assert_eq!(nominated(&world), ["c"], "the nomination was withdrawn");
+    world.apply_pod(pod("b", "5", true));
+    assert_eq!(nominated(&world), ["b", "c"]);
+    let gone = Event::Delete(pod("c", "6", true));
+    world.pods.apply_watcher_event(&gone);
+    world
+        .cluster
+        .tracked
+        .pod_event(&gone, &world.cluster.stores.pods);
+    assert_eq!(nominated(&world), ["b"], "deleted");
+    // A relist counts every pod again.
+    world
+        .cluster
+        .tracked
+        .pods_listed(&world.cluster.stores.pods);
+    assert_eq!(nominated(&world), ["b"]);
 }

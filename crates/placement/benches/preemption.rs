@@ -42,7 +42,7 @@ use tessera_placement::group::{
     GroupInput, GroupKey, GroupSettings, GroupSource, Member, group_key,
 };
 use tessera_placement::nodes::NodeFacts;
-use tessera_placement::preemption::nomination::{Nominations, with_reserved};
+use tessera_placement::preemption::nomination::{Nomination, Nominations, with_reserved};
 use tessera_placement::preemption::{
     ManagedDevices, PreemptionDecision, PreemptionInput, PreemptionSettings, Victims,
     preempt_group, preempt_pod, victim_index,
@@ -194,11 +194,12 @@ impl Case {
 }
 
 /// The controller's caches as one decision reads them (`crates/controller/src/worker.rs`): devices
-/// in use and node usage kept current (here computed before the decision, untimed), the devices
-/// nominated for others found by a scan of the pods, the victim index kept across decisions.
+/// in use, node usage and the pods carrying a nomination kept current (here computed before the
+/// decision, untimed), the victim index kept across decisions.
 struct BenchSource<'a> {
     snapshot: &'a ClusterSnapshot,
     pods: Vec<Arc<Pod>>,
+    nominated: Vec<Arc<Pod>>,
     claims: HashMap<String, Arc<ResourceClaim>>,
     budgets: Vec<Arc<PodDisruptionBudget>>,
     in_use: Arc<AllocatedState>,
@@ -229,8 +230,8 @@ impl ClusterSource for BenchSource<'_> {
     }
 
     fn with_context(&self, _: &str, decide: &mut dyn FnMut(&PodContext<'_>)) {
-        // As the controller: the nominations of every pod, scanned once per context.
-        let pods = self.pods.iter().map(AsRef::as_ref);
+        // As the controller: the nominations of the pods that carry one, read per context.
+        let pods = self.nominated.iter().map(AsRef::as_ref);
         let nominations = Nominations::from_pods(pods, TOPOLOGY_AWARE_GATE, self.now);
         let reserved = nominations.reserved_against(i32::MAX, &[], None);
         let in_use = with_reserved(&self.in_use, &reserved);
@@ -331,9 +332,15 @@ fn decide_once(
         model.now,
     );
     let index_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let nominated = pods
+        .iter()
+        .filter(|p| Nomination::of(p).is_some())
+        .cloned()
+        .collect();
     let source = BenchSource {
         snapshot: &model.snapshot,
         pods,
+        nominated,
         claims,
         budgets,
         in_use: Arc::new(model.in_use()),
