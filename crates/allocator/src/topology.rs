@@ -198,6 +198,18 @@ pub struct TopologyScore {
 }
 
 impl TopologyScore {
+    /// How well the allocated devices are connected, packing aside (communication cost, NUMA
+    /// crossings, devices without an NVLink peer, NUMA nodes spanned), lower is better: what
+    /// tells one NVLink island and one NUMA node from a spread, whatever is left free around.
+    pub fn connectivity(&self) -> (u64, u32, u32, u32) {
+        (
+            self.comm_cost,
+            self.numa_crossings,
+            self.nvlink_stranded,
+            self.numa_nodes_spanned,
+        )
+    }
+
     fn key(&self) -> (u64, u32, u32, u32, u32, u32, u32, u32) {
         (
             self.comm_cost,

@@ -4,22 +4,25 @@
 //! the watches and the controller's own writes rather than rebuilt for every decision), and the
 //! device inventory rebuilt when slices, classes or nodes change.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::Event;
 use tessera_allocator::{AllocatedState, DeviceIndex};
+use tessera_api::names::{NOMINATION_ANNOTATION, PREEMPTED_BY_ANNOTATION};
 use tessera_placement::ClusterSnapshot;
 use tessera_placement::group::{GroupKey, group_key};
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::pods::{CapacityWaits, UnreadableAllocation};
+use tessera_placement::preemption::{ManagedDevices, Victims, victim_index};
 use tessera_placement::protocol::is_terminal;
 use tessera_placement::resources::NodeUsage;
 use tessera_placement::usage::ClusterUse;
@@ -137,11 +140,37 @@ pub struct Tracked {
     pub claims: Assumed<ResourceClaim>,
     pub pods: Assumed<Pod>,
     usage: Mutex<ClusterUse>,
+    /// Bumped on every claim or pod change counted (under the same lock as the count): what the
+    /// kept victim index is checked against ([`Cluster::victims`]).
+    changes: AtomicU64,
+    /// Keys (`namespace/name`) of the pods whose newest version carries a nomination, kept with
+    /// the count: the devices nominated for others are found without a scan of every pod.
+    nominated: Mutex<BTreeSet<String>>,
 }
 
 fn report_unreadable(u: &UnreadableAllocation) {
     tracing::warn!(claim = %u.claim, error = %u.error,
         "allocation does not parse; treating its devices as exclusively in use");
+}
+
+/// Whether `pod` carries a nomination (what [`Tracked::nominated`] lists).
+fn is_nominated(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(NOMINATION_ANNOTATION))
+}
+
+/// Whether the victim index may read `pod`: bound to a node, or carrying a nomination or the mark
+/// of a victim.
+fn may_be_read_by_victims(pod: &Pod) -> bool {
+    let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+    let marked = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(PREEMPTED_BY_ANNOTATION));
+    bound || marked || is_nominated(pod)
 }
 
 fn name_of<K: Resource>(object: &K) -> (String, String) {
@@ -151,6 +180,19 @@ fn name_of<K: Resource>(object: &K) -> (String, String) {
 impl Tracked {
     fn usage(&self) -> MutexGuard<'_, ClusterUse> {
         self.usage.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The count, to change: the change is counted in [`Tracked::changes`] before the lock is
+    /// released.
+    fn change(&self) -> MutexGuard<'_, ClusterUse> {
+        let usage = self.usage();
+        self.changes.fetch_add(1, Ordering::AcqRel);
+        usage
+    }
+
+    /// How many claim and pod changes were counted so far.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// After the claim watch applied `event` to `cache`.
@@ -180,7 +222,7 @@ impl Tracked {
 
     /// The claim `namespace/name` changed in `cache` or was assumed: its newest version counts.
     pub fn claim_changed(&self, cache: &Store<ResourceClaim>, namespace: &str, name: &str) {
-        let mut usage = self.usage();
+        let mut usage = self.change();
         let cached = cache.get(&ObjectRef::new(name).within(namespace));
         let newest = self.claims.newest(cached, namespace, name);
         if let Some(u) = usage.set_claim(&format!("{namespace}/{name}"), newest.as_deref()) {
@@ -189,17 +231,42 @@ impl Tracked {
     }
 
     /// The pod `namespace/name` changed in `cache` or was assumed: its newest version counts.
+    /// A change to a pending pod that is neither nominated nor marked is not counted in
+    /// [`Tracked::changes`]: the victim index reads only running pods and those marks (a pod
+    /// whose nomination was withdrawn keeps its victims out of other plans until the index is
+    /// built again, at most [`VICTIMS_MAX_AGE`] later).
     pub fn pod_changed(&self, cache: &Store<Pod>, namespace: &str, name: &str) {
         let mut usage = self.usage();
         let cached = cache.get(&ObjectRef::new(name).within(namespace));
         let newest = self.pods.newest(cached, namespace, name);
-        usage.set_pod(&format!("{namespace}/{name}"), newest.as_deref());
+        if newest.as_deref().is_none_or(may_be_read_by_victims) {
+            self.changes.fetch_add(1, Ordering::AcqRel);
+        }
+        let key = format!("{namespace}/{name}");
+        self.note_nomination(&key, newest.as_deref());
+        usage.set_pod(&key, newest.as_deref());
+    }
+
+    /// Records whether the pod `key` (newest version `pod`) carries a nomination.
+    fn note_nomination(&self, key: &str, pod: Option<&Pod>) {
+        let mut nominated = self.nominated.lock().unwrap_or_else(|e| e.into_inner());
+        if pod.is_some_and(is_nominated) {
+            nominated.insert(key.to_owned());
+        } else {
+            nominated.remove(key);
+        }
+    }
+
+    /// Keys of the pods whose newest version carries a nomination.
+    pub fn nominated(&self) -> Vec<String> {
+        let nominated = self.nominated.lock().unwrap_or_else(|e| e.into_inner());
+        nominated.iter().cloned().collect()
     }
 
     /// Counts every claim of `cache` again (after a relist, or after the assumed ones were
     /// forgotten).
     pub fn claims_listed(&self, cache: &Store<ResourceClaim>) {
-        let mut usage = self.usage();
+        let mut usage = self.change();
         let claims = self.claims.overlay(cache.state());
         for u in usage.rebuild_claims(claims.iter().map(|c| &**c)) {
             report_unreadable(&u);
@@ -208,8 +275,15 @@ impl Tracked {
 
     /// Counts every pod of `cache` again.
     pub fn pods_listed(&self, cache: &Store<Pod>) {
-        let mut usage = self.usage();
+        let mut usage = self.change();
         let pods = self.pods.overlay(cache.state());
+        let nominated: BTreeSet<String> = pods
+            .iter()
+            .filter(|p| is_nominated(p))
+            .map(|p| key_of(&p.metadata))
+            .map(|(namespace, name)| format!("{namespace}/{name}"))
+            .collect();
+        *self.nominated.lock().unwrap_or_else(|e| e.into_inner()) = nominated;
         usage.rebuild_pods(pods.iter().map(|p| &**p));
     }
 }
@@ -220,6 +294,8 @@ pub struct InventorySnapshot {
     /// Topology-managed devices, nodes with them, every node's facts.
     pub devices: ClusterSnapshot,
     unmanaged: OnceLock<Arc<DeviceIndex>>,
+    /// The managed devices by pool, for the victim index (built at the first preemption search).
+    managed: OnceLock<ManagedDevices>,
     slices: Vec<EncodedSlice>,
     classes: Vec<DeviceClass>,
 }
@@ -243,6 +319,7 @@ impl InventorySnapshot {
             generation,
             devices: ClusterSnapshot::new(decode(&slices), classes.clone(), nodes),
             unmanaged: OnceLock::new(),
+            managed: OnceLock::new(),
             slices,
             classes,
         }
@@ -259,6 +336,50 @@ impl InventorySnapshot {
             })
             .clone()
     }
+
+    /// The managed devices by pool (built on first use).
+    pub fn managed(&self) -> &ManagedDevices {
+        self.managed
+            .get_or_init(|| ManagedDevices::new(&self.devices))
+    }
+}
+
+/// How long a kept victim index serves when nothing changed: its work-lost figures and which
+/// nominations stand follow the clock.
+pub const VICTIMS_MAX_AGE: SignedDuration = SignedDuration::from_secs(10);
+
+/// What a kept victim index was built from: the inventory's generation, the claim and pod
+/// changes counted, the budgets' versions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct VictimsKey {
+    inventory: u64,
+    changes: u64,
+    budgets: u64,
+}
+
+/// The victim index kept across decisions, with what it was built from and when.
+struct KeptVictims {
+    key: VictimsKey,
+    built: Timestamp,
+    victims: Arc<Victims>,
+}
+
+/// A fingerprint of the budgets' identities and versions.
+fn budgets_fingerprint(budgets: &[Arc<PodDisruptionBudget>]) -> u64 {
+    let mut versions: Vec<(&str, &str)> = budgets
+        .iter()
+        .map(|b| {
+            let meta = &b.metadata;
+            (
+                meta.uid.as_deref().unwrap_or_default(),
+                meta.resource_version.as_deref().unwrap_or_default(),
+            )
+        })
+        .collect();
+    versions.sort_unstable();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    versions.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The view the worker decides from.
@@ -269,6 +390,8 @@ pub struct Cluster {
     /// Bumped by the watches whenever slices, classes or nodes change.
     pub inventory_generation: Arc<AtomicU64>,
     snapshot: Mutex<Option<Arc<InventorySnapshot>>>,
+    /// The victim index of the last preemption search ([`Cluster::victims`]).
+    victims: Mutex<Option<KeptVictims>>,
 }
 
 impl Cluster {
@@ -283,6 +406,7 @@ impl Cluster {
             tracked,
             inventory_generation,
             snapshot: Mutex::new(None),
+            victims: Mutex::new(None),
         }
     }
 
@@ -300,6 +424,61 @@ impl Cluster {
         let built = Arc::new(InventorySnapshot::build(generation, &self.stores));
         *snapshot = Some(built.clone());
         built
+    }
+
+    /// The victim index of the pods, claims and `budgets` on `inventory` at `now` (pods gated by
+    /// `gate` hold nominations), kept across decisions: built again (`rebuilt` told) only when a
+    /// claim or pod change was counted since, a budget or the inventory changed, or it is older
+    /// than [`VICTIMS_MAX_AGE`]. The change count is read before the objects, so a change made
+    /// while it is built makes the next search build it again.
+    pub fn victims(
+        &self,
+        inventory: &InventorySnapshot,
+        budgets: &[Arc<PodDisruptionBudget>],
+        gate: &str,
+        now: Timestamp,
+        rebuilt: impl FnOnce(),
+    ) -> Arc<Victims> {
+        let key = VictimsKey {
+            inventory: inventory.generation,
+            changes: self.tracked.changes(),
+            budgets: budgets_fingerprint(budgets),
+        };
+        let mut kept = self.victims.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh = |k: &KeptVictims| {
+            k.key == key && now.duration_since(k.built) < VICTIMS_MAX_AGE && k.built <= now
+        };
+        if let Some(k) = kept.as_ref().filter(|k| fresh(k)) {
+            return k.victims.clone();
+        }
+        rebuilt();
+        *kept = None;
+        let victims = Arc::new(victim_index(
+            inventory.managed(),
+            &self.pods(),
+            &self.claims(),
+            budgets,
+            gate,
+            now,
+        ));
+        *kept = Some(KeptVictims {
+            key,
+            built: now,
+            victims: victims.clone(),
+        });
+        victims
+    }
+
+    /// The pods that carry a nomination, newest versions (found without a scan of every pod).
+    pub fn nominated_pods(&self) -> Vec<Arc<Pod>> {
+        self.tracked
+            .nominated()
+            .iter()
+            .filter_map(|key| {
+                let (namespace, name) = key.split_once('/')?;
+                self.pod(namespace, name)
+            })
+            .collect()
     }
 
     /// A pod, newest version.

@@ -60,6 +60,9 @@ pub struct ControllerConfig {
     pub group_hold: Duration,
     /// The admission webhook every replica serves; `None`: none.
     pub webhook: Option<WebhookConfig>,
+    /// Whether pods that fit on no free devices preempt lower-priority pods (`--preemption`);
+    /// off, pods still go by priority but nobody is evicted.
+    pub preemption: bool,
 }
 
 impl ControllerConfig {
@@ -76,6 +79,7 @@ impl ControllerConfig {
             group_budget: DEFAULT_GROUP_BUDGET,
             group_hold: DEFAULT_GROUP_HOLD.unsigned_abs(),
             webhook: None,
+            preemption: true,
         }
     }
 
@@ -250,6 +254,7 @@ impl Controller {
             config: self.config.settings(),
             waiting: WaitingGroups::default(),
             refused: RefusedEvictions::default(),
+            preemption: self.config.preemption,
         };
         self.work(&worker, shutdown).await;
         // The events still queued are published while the Lease is held, for a bounded time.

@@ -98,6 +98,11 @@ struct Args {
     #[arg(long, env = "TESSERA_NUMA_POLICY", default_value = "align")]
     numa_policy: tessera_allocator::NumaPolicy,
 
+    /// Whether a pod that fits on no free devices preempts running pods of lower priority that
+    /// hold GPUs. Off, pods still go by priority, and nobody is evicted.
+    #[arg(long, env = "TESSERA_PREEMPTION", default_value_t = true, action = ArgAction::Set)]
+    preemption: bool,
+
     #[command(flatten)]
     webhook: WebhookArgs,
 
@@ -216,6 +221,7 @@ async fn main() -> anyhow::Result<()> {
         Hierarchy::parse(&args.topology_levels).context("--topology-levels")?;
     config.group_budget = args.group_budget;
     config.group_hold = args.group_hold;
+    config.preemption = args.preemption;
     let namespace = namespace(&args);
     // The Service and Secret live where the controller runs, which the lease need not.
     let own_namespace = std::env::var("TESSERA_NAMESPACE")
@@ -233,7 +239,8 @@ async fn main() -> anyhow::Result<()> {
     let controller = Controller::new(client, config, metrics.clone());
     let endpoints = EndpointServer::bind(args.metrics_address, controller.endpoints()).await?;
     tracing::info!(address = %args.metrics_address, gate = %args.gate_name, identity = %identity,
-        leader_elect = args.leader_elect, "tessera-controller starting");
+        leader_elect = args.leader_elect, preemption = args.preemption,
+        "tessera-controller starting");
     let stop = Stop::new();
     let http = tokio::spawn(endpoints.serve(stop.clone().cancelled_owned()));
     controller.run(tessera_process::termination()).await;
@@ -254,6 +261,9 @@ mod tests {
         let args = Args::try_parse_from(["tessera-controller", "--avoid-node-for", "90s"]).unwrap();
         assert_eq!(args.avoid_node_for, Duration::from_secs(90));
         assert_eq!(args.numa_policy, tessera_allocator::NumaPolicy::Align);
+        assert!(args.preemption, "preemption is on by default");
+        let args = Args::try_parse_from(["tessera-controller", "--preemption=false"]).unwrap();
+        assert!(!args.preemption);
         let args = Args::try_parse_from(["tessera-controller", "--numa-policy", "pack"]).unwrap();
         assert_eq!(args.numa_policy, tessera_allocator::NumaPolicy::Pack);
         let error = Args::try_parse_from(["tessera-controller", "--numa-policy", "packed"])

@@ -3,7 +3,7 @@
 //! group's) [`Decision`]; [`crate::execute`] carries it out. The only place decisions meet IO.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -21,7 +21,7 @@ use tessera_placement::preemption::{PreemptionSettings, pod_priority};
 use tessera_placement::view::{PodContext, Settings};
 
 use crate::api::ApiWriter;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, InventorySnapshot};
 use crate::events::Events;
 use crate::execute::{Execution, Targets, write_failed};
 use crate::metrics::Metrics;
@@ -42,6 +42,8 @@ pub struct Worker {
     pub waiting: WaitingGroups,
     /// Evictions refused recently (left out of preemption searches a while).
     pub refused: RefusedEvictions,
+    /// Whether pods preempt (`--preemption`); off, they still go by priority.
+    pub preemption: bool,
 }
 
 impl Worker {
@@ -94,6 +96,8 @@ impl Worker {
             pod: &pod,
             gate: &self.config.gate,
             refused: &self.refused,
+            preemption: self.preemption,
+            inventory: OnceLock::new(),
         };
         let waiting = self.waiting.all();
         let decision = decide(&pod, &caches, &waiting, &self.config, Timestamp::now());
@@ -136,13 +140,26 @@ struct Caches<'a> {
     pod: &'a Arc<Pod>,
     gate: &'a str,
     refused: &'a RefusedEvictions,
+    /// Whether the decision may preempt.
+    preemption: bool,
+    /// The inventory of this decision, taken at its first use: every read of one decision (the
+    /// contexts, the victim index whose node indices point into it) sees the same one.
+    inventory: OnceLock<Arc<InventorySnapshot>>,
 }
 
 impl Caches<'_> {
+    fn inventory(&self) -> &Arc<InventorySnapshot> {
+        self.inventory.get_or_init(|| {
+            self.cluster.inventory(|| {
+                self.metrics.inventory_rebuilds.inc();
+            })
+        })
+    }
+
     /// The devices nominated for other pods that the pod decided for (with its gang) may not
     /// take ([`Nominations::reserved_against`]).
     fn reserved(&self) -> Vec<DeviceId> {
-        let pods = self.cluster.pods();
+        let pods = self.cluster.nominated_pods();
         let nominations =
             Nominations::from_pods(pods.iter().map(AsRef::as_ref), self.gate, Timestamp::now());
         if nominations.standing().next().is_none() {
@@ -180,9 +197,7 @@ impl ClusterSource for Caches<'_> {
     }
 
     fn with_context(&self, except: &str, decide: &mut dyn FnMut(&PodContext<'_>)) {
-        let snapshot = self.cluster.inventory(|| {
-            self.metrics.inventory_rebuilds.inc();
-        });
+        let snapshot = self.inventory();
         let in_use = self.cluster.devices_in_use();
         let reserved = self.reserved();
         let in_use = with_reserved(&in_use, &reserved);
@@ -197,12 +212,26 @@ impl ClusterSource for Caches<'_> {
     }
 
     fn preemption(&self) -> Option<PreemptionObjects> {
+        if !self.preemption {
+            return None;
+        }
+        let budgets = self.cluster.budgets();
+        let victims = self.cluster.victims(
+            self.inventory(),
+            &budgets,
+            self.gate,
+            Timestamp::now(),
+            || {
+                tracing::debug!("victim index built again: pods, claims or budgets changed");
+            },
+        );
         Some(PreemptionObjects {
             pods: self.cluster.pods(),
             claims: self.cluster.claims(),
-            budgets: self.cluster.budgets(),
+            budgets,
             refused: self.refused.recent(),
             settings: PreemptionSettings::default(),
+            victims: Some(victims),
         })
     }
 }

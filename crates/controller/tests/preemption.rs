@@ -15,7 +15,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use support::harness::*;
 use support::*;
-use tessera_api::names::{GROUP_LABEL, NOMINATION_ANNOTATION, PREEMPTED_BY_ANNOTATION};
+use tessera_api::names::{
+    GROUP_LABEL, NOMINATION_ANNOTATION, PREEMPTED_BY_ANNOTATION, TOPOLOGY_AWARE_GATE,
+};
+use tessera_controller::ControllerConfig;
 use tessera_fake_apiserver::{FakeApiServer, Fault, Verb};
 
 /// A running pod on `node` of `priority`, started `minutes` ago, holding `devices` through its
@@ -207,6 +210,25 @@ async fn equal_priority_and_policy_never_preempt_nobody() {
     let controller = start(&api);
     let (_, message) = condition(&api, "polite", "Unsatisfiable").await;
     assert!(message.contains("preemptionPolicy is Never"), "{message}");
+    assert_eq!(evictions(&api), 0);
+    assert!(!gone(&api, "batch"));
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_preemption_off_nobody_is_evicted() {
+    let api = cluster(1, 0);
+    let all = [
+        "gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5", "gpu-6", "gpu-7",
+    ];
+    running(&api, "batch", "dgx-0", 0, 60, &all, &[]);
+    preemptor(&api, "prod", 1000, 4, None);
+    let mut config = ControllerConfig::new(TOPOLOGY_AWARE_GATE);
+    config.preemption = false;
+    let controller = start_with(&api, config);
+    let (_, message) = condition(&api, "prod", "Unsatisfiable").await;
+    assert!(!message.contains("would preempt"), "{message}");
+    assert!(!message.contains("preempting"), "{message}");
     assert_eq!(evictions(&api), 0);
     assert!(!gone(&api, "batch"));
     controller.stop().await;

@@ -25,6 +25,7 @@ use crate::group::membership::GroupKey;
 use crate::group::search::GroupPlan;
 use crate::group::starvation::Waiting;
 use crate::planner::{ClaimWrite, PodPlan};
+use crate::preemption::Victims;
 use crate::preemption::nomination::{Nomination, PreemptedBy};
 use crate::preemption::{PreemptionPlan, PreemptionSettings};
 use crate::protocol::PodPlacement;
@@ -63,6 +64,11 @@ pub struct PreemptionObjects {
     /// UIDs of pods whose eviction was refused recently: nobody's victims for a while.
     pub refused: HashSet<String>,
     pub settings: PreemptionSettings,
+    /// The victim index of these objects on the devices the source's context gives, when the
+    /// source keeps one across decisions (the controller rebuilds it only when pods, claims,
+    /// budgets or the inventory changed); `None`: each search builds its own
+    /// ([`crate::preemption::victim_index`]).
+    pub victims: Option<Arc<Victims>>,
 }
 
 /// What the controller does, in order (see the module's docs for what a failure does).

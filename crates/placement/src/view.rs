@@ -10,7 +10,7 @@
 //! state the previous ones leave.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
@@ -74,6 +74,9 @@ pub struct ClusterSnapshot {
     pub nodes: Vec<NodeFacts>,
     /// The extended resources the classes stand for.
     pub extended: ExtendedResources,
+    /// Each node's fabric clique (indexed like [`ClusterSnapshot::nodes`]), found at the first
+    /// group decision: the same for every decision on this snapshot.
+    cliques: OnceLock<Vec<Option<String>>>,
 }
 
 impl ClusterSnapshot {
@@ -98,7 +101,17 @@ impl ClusterSnapshot {
             managed_nodes,
             nodes,
             extended,
+            cliques: OnceLock::new(),
         }
+    }
+
+    /// Each node's fabric clique, computed once per snapshot by `find` (a node's clique is a
+    /// property of its devices, which a snapshot never changes).
+    pub(crate) fn cliques(
+        &self,
+        find: impl FnOnce(&ClusterSnapshot) -> Vec<Option<String>>,
+    ) -> &[Option<String>] {
+        self.cliques.get_or_init(|| find(self))
     }
 
     /// The devices the scheduler allocates (untainted, any driver), from the same `slices` and

@@ -8,11 +8,12 @@ use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::Pod;
 use tessera_api::names::TOPOLOGY_AWARE_GATE;
+use tessera_placement::group::{GroupInput, GroupKey, GroupSettings, GroupSource, Member};
 use tessera_placement::planner::Action;
 use tessera_placement::preemption::nomination::{Nomination, Nominations, with_reserved};
 use tessera_placement::preemption::{
-    DisruptionBudgets, ManagedDevices, PreemptionInput, PreemptionOutcome, PreemptionSettings,
-    Victims, pod_priority, preempt_pod,
+    DisruptionBudgets, ManagedDevices, PreemptionDecision, PreemptionInput, PreemptionOutcome,
+    PreemptionSettings, Victims, pod_priority, preempt_group, preempt_pod,
 };
 use tessera_placement::simulation::{BudgetTemplate, ClusterModel, PodTemplate};
 use tessera_placement::view::{PodContext, Settings, decide_pod};
@@ -467,4 +468,219 @@ fn a_waiting_gang_holds_back_lower_and_later_equal_priorities_but_never_a_higher
         "the gang runs"
     );
     assert!(node_of(&model, &later).is_some(), "no longer held back");
+}
+
+/// Runs a 2-GPU pod of priority 0 on `devices` of dgx-000, started `minutes` before now.
+fn run_for(model: &mut ClusterModel, name: &str, devices: [&str; 2], minutes: i64) -> String {
+    let now = model.now;
+    model.now = now
+        .checked_sub(k8s_openapi::jiff::SignedDuration::from_mins(minutes))
+        .unwrap();
+    let devices: Vec<String> = devices.iter().map(|d| (*d).to_owned()).collect();
+    let uid = model
+        .run_placed(&batch(name, 0, 2), "dgx-000", &devices)
+        .expect("free devices");
+    model.now = now;
+    uid
+}
+
+#[test]
+fn among_equally_many_victims_of_equal_priority_topology_wins_over_a_few_gpu_hours() {
+    // gpu-0..3 are NUMA node 0, gpu-4..7 NUMA node 1. The two pods that ran least hold gpu-2,3
+    // and gpu-4,5: evicting them loses the fewest GPU-hours but frees devices on both NUMA nodes.
+    let mut model = cluster(1, 1);
+    run_for(&mut model, "b0", ["gpu-0", "gpu-1"], 240);
+    run_for(&mut model, "b1", ["gpu-2", "gpu-3"], 10);
+    run_for(&mut model, "b2", ["gpu-4", "gpu-5"], 11);
+    run_for(&mut model, "b3", ["gpu-6", "gpu-7"], 180);
+    let prod = model.create(&PodTemplate::new("prod", 1000, 4));
+    let PreemptionOutcome::Preempt(plan) = search(&model, &prod) else {
+        panic!("two victims make room");
+    };
+    let victims: Vec<&str> = plan.victims.iter().map(|v| v.pod.as_str()).collect();
+    assert_eq!(
+        victims,
+        ["sim/b2", "sim/b3"],
+        "one NUMA node (the one whose pods ran least), not the cheapest set across both: {}",
+        plan.message
+    );
+    assert_eq!(
+        plan.reservations[0].devices.len(),
+        4,
+        "the preemptor's four devices"
+    );
+    let names: Vec<&str> = plan.reservations[0]
+        .devices
+        .iter()
+        .map(|d| d.device())
+        .collect();
+    assert_eq!(names, ["gpu-4", "gpu-5", "gpu-6", "gpu-7"]);
+}
+
+/// `nodes` dgx-h100 nodes in racks of 8, every GPU held by a 2-GPU pod (started 1 to 8 hours
+/// ago): on each node one of priority -10 on gpu-0,1, three of priority 0.
+fn full_cluster(nodes: usize) -> ClusterModel {
+    let mut model = cluster(nodes, 8);
+    let now = model.now;
+    for n in 0..nodes {
+        for p in 0..4 {
+            model.now = now
+                .checked_sub(k8s_openapi::jiff::SignedDuration::from_mins(
+                    60 + ((n * 4 + p) * 37 % 420) as i64,
+                ))
+                .unwrap();
+            let devices = vec![format!("gpu-{}", 2 * p), format!("gpu-{}", 2 * p + 1)];
+            model
+                .run_placed(
+                    &batch(&format!("b{n}-{p}"), if p == 0 { -10 } else { 0 }, 2),
+                    &format!("dgx-{n:03}"),
+                    &devices,
+                )
+                .expect("free devices");
+        }
+    }
+    model.now = now;
+    model
+}
+
+/// The search for the gang of pods `uids` (all of group `name`).
+fn search_group(model: &ClusterModel, name: &str, uids: &[String]) -> PreemptionDecision {
+    let pods: Vec<Pod> = uids.iter().map(|u| model.pod(u).unwrap().clone()).collect();
+    let claims: Vec<_> = pods.iter().map(|p| model.claims_of(p)).collect();
+    let victims = Victims::new(
+        &ManagedDevices::new(&model.snapshot),
+        model.pods(),
+        model.claims().cloned(),
+        DisruptionBudgets::new(model.budgets()),
+        &HashSet::new(),
+        model.now,
+    );
+    let in_use = model.in_use();
+    let usage = model.usage();
+    let unmanaged = std::sync::Arc::new(tessera_allocator::DeviceIndex::new(
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    ));
+    let unmanaged_fn = || unmanaged.clone();
+    let context = PodContext {
+        devices: &model.snapshot,
+        unmanaged: &unmanaged_fn,
+        in_use: &in_use,
+        usage: &usage,
+    };
+    let settings = PreemptionSettings::default();
+    let input = PreemptionInput {
+        victims: &victims,
+        reserved: &[],
+        refused: &HashSet::new(),
+        settings: &settings,
+    };
+    let key = GroupKey {
+        namespace: tessera_placement::simulation::NAMESPACE.into(),
+        name: name.into(),
+        source: GroupSource::Label,
+    };
+    let group = GroupInput {
+        key: &key,
+        min_count: uids.len() as u32,
+        placed: 0,
+        members: pods
+            .iter()
+            .zip(&claims)
+            .map(|(pod, claims)| Member { pod, claims })
+            .collect(),
+        unresolved: 0,
+        held: 0,
+    };
+    preempt_group(
+        &group,
+        &context,
+        &Settings::new(TOPOLOGY_AWARE_GATE),
+        &GroupSettings::default(),
+        &input,
+        model.now,
+    )
+}
+
+#[test]
+fn on_a_full_cluster_the_search_takes_few_pod_decisions() {
+    // 64 full nodes in 8 racks: the work of a search, counted, not timed. The bounds are what the
+    // search takes today; a search that looks at every node or domain again fails them (the
+    // gang's first group decision, with the priority -10 pods gone, finds no node with 8 free
+    // GPUs: every domain is ruled out by counting instead of attempted).
+    let mut model = full_cluster(64);
+    let prod = model.create(&PodTemplate::new("prod", 1000, 4));
+    let pod = model.pod(&prod).unwrap().clone();
+    let decision = search_pod(&model, &pod);
+    let plan = decision.plan().expect("two victims make room");
+    assert_eq!(plan.victims.len(), 2);
+    assert!(
+        decision.pod_decisions <= 2 && decision.combinations <= 4,
+        "{} pod decisions, {} victim sets",
+        decision.pod_decisions,
+        decision.combinations
+    );
+    model.remove(&prod);
+
+    let mut gang = Vec::new();
+    for i in 0..2 {
+        let mut t = PodTemplate::new(&format!("train-{i}"), 1000, 8);
+        t.group = Some(("train".into(), 2));
+        gang.push(model.create(&t));
+    }
+    let decision = search_group(&model, "train", &gang);
+    let plan = decision.plan().expect("two nodes' pods make room");
+    assert_eq!(
+        plan.victims.len(),
+        8,
+        "four 2-GPU pods on each of two nodes"
+    );
+    assert!(
+        decision.pod_decisions <= 16,
+        "{} pod decisions ({} group decisions)",
+        decision.pod_decisions,
+        decision.steps
+    );
+}
+
+/// The search for `pod` with its decision's counts.
+fn search_pod(model: &ClusterModel, pod: &Pod) -> PreemptionDecision {
+    let victims = Victims::new(
+        &ManagedDevices::new(&model.snapshot),
+        model.pods(),
+        model.claims().cloned(),
+        DisruptionBudgets::new(model.budgets()),
+        &HashSet::new(),
+        model.now,
+    );
+    let in_use = model.in_use();
+    let usage = model.usage();
+    let unmanaged = std::sync::Arc::new(tessera_allocator::DeviceIndex::new(
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    ));
+    let unmanaged_fn = || unmanaged.clone();
+    let context = PodContext {
+        devices: &model.snapshot,
+        unmanaged: &unmanaged_fn,
+        in_use: &in_use,
+        usage: &usage,
+    };
+    let settings = PreemptionSettings::default();
+    let input = PreemptionInput {
+        victims: &victims,
+        reserved: &[],
+        refused: &HashSet::new(),
+        settings: &settings,
+    };
+    preempt_pod(
+        pod,
+        &model.claims_of(pod),
+        &context,
+        &Settings::new(TOPOLOGY_AWARE_GATE),
+        &input,
+        model.now,
+    )
 }

@@ -17,12 +17,10 @@ use crate::group::membership::GroupKey;
 use crate::group::search::GroupInput;
 use crate::message::add_to_summary;
 use crate::planner::{Action, Failure, PodPlan};
-use crate::preemption::nomination::{
-    DEFAULT_NOMINATION_MARGIN, Nomination, Nominations, PreemptedBy,
-};
+use crate::preemption::nomination::{DEFAULT_NOMINATION_MARGIN, Nomination, PreemptedBy};
 use crate::preemption::{
-    DisruptionBudgets, ManagedDevices, PreemptionInput, PreemptionOutcome, PreemptionPlan, Victims,
-    preempt_group, preempt_pod, preemption_allowed,
+    ManagedDevices, PreemptionInput, PreemptionOutcome, PreemptionPlan, Victims, preempt_group,
+    preempt_pod, preemption_allowed, victim_index,
 };
 use crate::protocol::{is_gated, object_key};
 use crate::reason::{EventKind, PodReason};
@@ -88,23 +86,25 @@ pub(crate) fn for_pod(
 }
 
 /// The running pods holding managed devices, in units, with the budgets covering them; the
-/// victims of nominations that stand are nobody else's.
+/// victims of nominations that stand are nobody else's. The index `objects` carries when the
+/// source keeps one, else built now.
 fn victims_of(
     context: &PodContext<'_>,
     objects: &PreemptionObjects,
     settings: &Settings,
     now: Timestamp,
-) -> Victims {
-    let pods = || objects.pods.iter().map(AsRef::as_ref);
-    let nominations = Nominations::from_pods(pods(), &settings.gate, now);
-    Victims::new(
+) -> Arc<Victims> {
+    if let Some(kept) = &objects.victims {
+        return kept.clone();
+    }
+    Arc::new(victim_index(
         &ManagedDevices::new(context.devices),
-        pods(),
-        objects.claims.iter().cloned(),
-        DisruptionBudgets::new(objects.budgets.iter().map(AsRef::as_ref)),
-        &nominations.promised(),
+        &objects.pods,
+        &objects.claims,
+        &objects.budgets,
+        &settings.gate,
         now,
-    )
+    ))
 }
 
 fn input_of<'a>(victims: &'a Victims, objects: &'a PreemptionObjects) -> PreemptionInput<'a> {

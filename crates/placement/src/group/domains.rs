@@ -37,15 +37,17 @@ pub(crate) struct Level {
 
 /// Each node's fabric clique: the `fabricClique` attribute of its first managed device.
 fn clique_level(devices: &ClusterSnapshot) -> Option<Level> {
-    let qualified = format!("{DRIVER_NAME}/{}", attr::FABRIC_CLIQUE);
-    let of_node: Vec<Option<String>> = devices
-        .nodes
-        .iter()
-        .map(|n| node_clique(&devices.managed, &n.info.name, &qualified))
-        .collect();
+    let of_node = devices.cliques(|devices| {
+        let qualified = format!("{DRIVER_NAME}/{}", attr::FABRIC_CLIQUE);
+        devices
+            .nodes
+            .iter()
+            .map(|n| node_clique(&devices.managed, &n.info.name, &qualified))
+            .collect()
+    });
     of_node.iter().any(Option::is_some).then(|| Level {
         name: attr::FABRIC_CLIQUE.to_owned(),
-        of_node,
+        of_node: of_node.to_vec(),
     })
 }
 

@@ -7,13 +7,14 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::claims::allocation;
+use crate::claims::{PodClaims, allocation};
 use crate::group::domains::{Domain, Layout, Level, subdomains};
 use crate::group::membership::GroupKey;
 use crate::group::score::{GroupScore, decision_node, score};
 use crate::group::settings::GroupSettings;
 use crate::planner::{Action, Failure, PodPlan};
 use crate::pods::pod_usage_requests;
+use crate::preemption::Demand;
 use crate::protocol::object_key;
 use crate::reason::PodReason;
 use crate::resolve::PodClaim;
@@ -109,9 +110,32 @@ struct Search<'a, 'c> {
     budget: usize,
     steps: usize,
     truncated: bool,
+    /// Domains that cannot hold this by counting free managed devices are skipped without an
+    /// attempt (the default: every domain is tried).
+    floor: DemandFloor,
 }
 
-impl Search<'_, '_> {
+impl<'a, 'c> Search<'a, 'c> {
+    fn new(
+        input: &'a GroupInput<'a>,
+        context: &'a PodContext<'c>,
+        settings: &'a Settings,
+        group: &GroupSettings,
+        now: Timestamp,
+        floor: DemandFloor,
+    ) -> Search<'a, 'c> {
+        Search {
+            input,
+            context,
+            settings,
+            now,
+            budget: group.budget,
+            steps: 0,
+            truncated: false,
+            floor,
+        }
+    }
+
     /// Places members in `nodes`, packing them into `subdomains` (groups of `nodes`, in order of
     /// preference; the ones already used come first).
     fn attempt(&mut self, subdomains: &[Vec<usize>]) -> Attempt {
@@ -252,6 +276,12 @@ fn search_level(
             search.truncated = true;
             break;
         }
+        // A domain the floor rules out places fewer members than any attempt already made
+        // (none, for a floor of one member): it is skipped once there is a closest attempt.
+        if (search.floor.whole || closest.is_some()) && !search.floor.may_hold(&nodes, &layout.free)
+        {
+            continue;
+        }
         let attempt = search.attempt(&subdomains(&nodes, sub_level, &layout.free));
         if attempt.placed.len() >= needed {
             let s = score(
@@ -289,33 +319,20 @@ pub fn decide_group(
         return waiting;
     }
     let layout = Layout::new(context, group);
-    let levels = layout.levels();
-    let mut search = Search {
-        input,
-        context,
-        settings,
-        now,
-        budget: group.budget,
-        steps: 0,
-        truncated: false,
-    };
+    let floor = DemandFloor::of(input, context).one_member();
+    let mut search = Search::new(input, context, settings, group, now, floor);
     // The closest failed attempt: most members placed.
     let mut closest: Option<(Domain, Attempt)> = None;
-    for depth in 0..=levels.len() {
-        let (domains, sub_level) = layout.domains(&levels, depth);
-        if let Some((score, domain, attempt)) =
-            search_level(&mut search, &layout, domains, sub_level, &mut closest)
-        {
-            return GroupPlan {
-                outcome: GroupOutcome::Place {
-                    plans: attempt.placed,
-                    domain,
-                    score,
-                },
-                steps: search.steps,
-                truncated: search.truncated,
-            };
-        }
+    if let Some((score, domain, attempt)) = search_levels(&mut search, &layout, &mut closest) {
+        return GroupPlan {
+            outcome: GroupOutcome::Place {
+                plans: attempt.placed,
+                domain,
+                score,
+            },
+            steps: search.steps,
+            truncated: search.truncated,
+        };
     }
     let (steps, truncated) = (search.steps, search.truncated);
     let outcome = wait_outcome(input, context, settings, group, now, closest, truncated);
@@ -324,6 +341,130 @@ pub fn decide_group(
         steps,
         truncated,
     }
+}
+
+/// Where the group would be placed, as [`decide_group`] places it, without the account of why
+/// it does not fit: what the preemption search asks once per set of evicted pods. Domains with
+/// fewer free managed devices than the members need (the `needed` smallest demands, counted as
+/// the preemption search counts them) are skipped without an attempt, so on a full cluster the
+/// cost follows the domains that could hold the group, not all of them.
+pub(crate) fn place_group(
+    input: &GroupInput<'_>,
+    context: &PodContext<'_>,
+    settings: &Settings,
+    group: &GroupSettings,
+    now: Timestamp,
+    floor: DemandFloor,
+) -> PlacedGroup {
+    let mut placed = PlacedGroup::default();
+    if short_of_pods(input).is_some() {
+        return placed;
+    }
+    let layout = Layout::new(context, group);
+    let mut search = Search::new(input, context, settings, group, now, floor);
+    let mut closest = None;
+    let found = search_levels(&mut search, &layout, &mut closest);
+    placed.plans = found.map(|(_, _, attempt)| attempt.placed);
+    placed.steps = search.steps;
+    placed.truncated = search.truncated;
+    placed
+}
+
+/// What [`place_group`] found, and what it cost.
+#[derive(Default)]
+pub(crate) struct PlacedGroup {
+    /// Each member's decision (index into [`GroupInput::members`]) when the group fits.
+    pub(crate) plans: Option<Vec<(usize, PodPlan)>>,
+    /// Pod decisions taken.
+    pub(crate) steps: usize,
+    pub(crate) truncated: bool,
+}
+
+/// What any placement of a group needs at least, in managed devices: a domain with fewer free
+/// cannot hold it. Counted from the members' pending claims as the preemption search counts a
+/// pod's ([`Demand`]); a request of a class that selects no managed device makes it no floor at all
+/// (those devices are not counted free per node).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DemandFloor {
+    /// Devices of the `needed` least demanding members together.
+    pub(crate) total: usize,
+    /// Devices the least demanding of them needs on its one node.
+    pub(crate) smallest: usize,
+    /// Members to place.
+    pub(crate) members: usize,
+    /// Whether the floor is the whole group's (a domain below it cannot hold the group) or one
+    /// member's (a domain below it places nobody).
+    pub(crate) whole: bool,
+}
+
+impl DemandFloor {
+    /// The floor of `input`'s members in `context`.
+    pub(crate) fn of(input: &GroupInput<'_>, context: &PodContext<'_>) -> DemandFloor {
+        let mut managed_class: HashMap<String, bool> = HashMap::new();
+        let mut demands = Vec::new();
+        for m in &input.members {
+            let sorted = PodClaims::sort(m.pod, m.claims);
+            // Claims allocated for the member already (its own, undone to place it again) hold
+            // devices that are not free but are the member's: only the pending ones count.
+            let demand = Demand::of(&sorted.pending);
+            for class in &demand.classes {
+                let managed = *managed_class.entry(class.clone()).or_insert_with(|| {
+                    let selected = context.devices.managed.devices_of_class(class);
+                    matches!(selected, Some(Ok(ids)) if !ids.is_empty())
+                });
+                if !managed {
+                    return DemandFloor::default();
+                }
+            }
+            demands.push(demand.count);
+        }
+        demands.sort_unstable();
+        let needed = input.needed();
+        DemandFloor {
+            total: demands.iter().take(needed).sum(),
+            smallest: demands.first().copied().unwrap_or(0),
+            members: needed,
+            whole: true,
+        }
+    }
+
+    /// The floor of the least demanding member alone.
+    pub(crate) fn one_member(self) -> DemandFloor {
+        DemandFloor {
+            total: self.smallest,
+            smallest: self.smallest,
+            members: self.members.min(1),
+            whole: false,
+        }
+    }
+
+    /// Whether `nodes`, with `free` managed devices each, may hold the members: enough free
+    /// devices in all, and enough nodes each with room for the least demanding member (every
+    /// member's devices are on its one node).
+    pub(crate) fn may_hold(&self, nodes: &[usize], free: &[usize]) -> bool {
+        if self.total == 0 || self.smallest == 0 {
+            return true;
+        }
+        let total: usize = nodes.iter().map(|&n| free[n]).sum();
+        let slots: usize = nodes.iter().map(|&n| free[n] / self.smallest.max(1)).sum();
+        total >= self.total && slots >= self.members
+    }
+}
+
+/// The best group at the finest level where one fits.
+fn search_levels(
+    search: &mut Search<'_, '_>,
+    layout: &Layout,
+    closest: &mut Option<(Domain, Attempt)>,
+) -> Option<(GroupScore, Domain, Attempt)> {
+    let levels = layout.levels();
+    for depth in 0..=levels.len() {
+        let (domains, sub_level) = layout.domains(&levels, depth);
+        if let Some(found) = search_level(search, layout, domains, sub_level, closest) {
+            return Some(found);
+        }
+    }
+    None
 }
 
 fn pod_name(member: &Member<'_>) -> String {

@@ -16,7 +16,8 @@ use super::plan::{
 use super::priority::{pod_priority, preemption_allowed};
 use super::search::{grace_seconds, placement_devices, remove_pod};
 use crate::claims::allocation;
-use crate::group::{GroupInput, GroupOutcome, GroupPlan, GroupSettings, decide_group};
+use crate::group::search::{DemandFloor, place_group};
+use crate::group::{GroupInput, GroupSettings};
 use crate::planner::{Action, PodPlan};
 use crate::pods::pod_usage_requests;
 use crate::protocol::object_key;
@@ -96,7 +97,11 @@ struct GangSearch<'a, 'c> {
     settings: &'a Settings,
     group_settings: &'a GroupSettings,
     now: Timestamp,
+    /// What the gang needs at least, counted once ([`DemandFloor`]).
+    floor: DemandFloor,
     steps: usize,
+    /// Pod decisions taken, in group decisions and in reprieves.
+    pod_decisions: usize,
     truncated: bool,
 }
 
@@ -125,6 +130,7 @@ impl GangSearch<'_, '_> {
                     continue;
                 }
                 self.steps += 1;
+                self.pod_decisions += 1;
                 let member = &self.group.members[*i];
                 let context = PodContext {
                     devices: self.context.devices,
@@ -160,28 +166,28 @@ impl GangSearch<'_, '_> {
         fits.then_some(new)
     }
 
-    /// The group decision on `evicted`, if it places the gang.
+    /// The group decision on `evicted`, if it places the gang (domains too full to hold it
+    /// are skipped by counting, [`place_group`]).
     fn place(&mut self, evicted: &Evicted<'_>) -> Option<Vec<(usize, PodPlan)>> {
-        self.steps += 1;
         let context = PodContext {
             devices: self.context.devices,
             unmanaged: self.context.unmanaged,
             in_use: &evicted.working,
             usage: &evicted.usage,
         };
-        let decision: GroupPlan = decide_group(
+        let placed = place_group(
             self.group,
             &context,
             self.settings,
             self.group_settings,
             self.now,
+            self.floor,
         );
-        match decision.outcome {
-            GroupOutcome::Place {
-                plans: decisions, ..
-            } => Some(decisions),
-            GroupOutcome::Wait { .. } => None,
-        }
+        // One group decision, however many pod decisions it took.
+        self.steps += 1;
+        self.pod_decisions += placed.steps;
+        self.truncated |= placed.truncated;
+        placed.plans
     }
 }
 
@@ -241,7 +247,9 @@ pub fn preempt_group(
         settings,
         group_settings,
         now,
+        floor: DemandFloor::of(group, context),
         steps: 0,
+        pod_decisions: 0,
         truncated: false,
     };
     let Some(first) = evict_by_level(&mut search, &mut evicted, &candidates) else {
@@ -252,6 +260,7 @@ pub fn preempt_group(
         let mut decision =
             PreemptionDecision::not_possible(not_possible_message(&why, &exclusions));
         decision.steps = search.steps;
+        decision.pod_decisions = search.pod_decisions;
         return decision;
     };
     let decisions = reprieve(&mut search, &mut evicted, &candidates, first);
@@ -277,6 +286,7 @@ pub fn preempt_group(
         outcome,
         steps: search.steps,
         combinations: 0,
+        pod_decisions: search.pod_decisions,
         truncated: search.truncated,
     }
 }

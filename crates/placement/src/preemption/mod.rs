@@ -18,10 +18,13 @@
 //! nodes are taken cheapest bound first, and on each node victim sets are enumerated in order of
 //! [`PreemptionCost`] (fewest victims, then lowest highest priority, then lowest priority sum,
 //! then least work lost), each checked by the pod's own decision
-//! ([`crate::view::decide_pod_within`]) on the devices in use less what the set frees. The first
-//! set that fits is the node's best; ties go to the better topology score. The search stops when
-//! no remaining node can beat the best, after [`PreemptionSettings::candidate_nodes`] nodes with
-//! a plan (as kube-scheduler samples candidates), or at its budgets — deterministically.
+//! ([`crate::view::decide_pod_within`]) on the devices in use less what the set frees. Plans
+//! compare by victims, highest priority and priority sum first; among plans equal there, the
+//! better connected placement (one NVLink island, one NUMA node) wins over less work lost, so a
+//! few sets of the same rank after a node's first plan, and a few nodes of the same rank after
+//! the best one, are still checked. The search stops when no remaining node can beat the best,
+//! after [`PreemptionSettings::candidate_nodes`] nodes with a plan (as kube-scheduler samples
+//! candidates), or at its budgets — deterministically.
 //!
 //! **Gangs** ([`preempt_group`]): the group decision ([`crate::group::decide_group`]) on the
 //! devices in use less the eligible units, priority level by level (lowest first) until the gang
@@ -43,7 +46,12 @@ mod search;
 mod victims;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::jiff::Timestamp;
 use tessera_allocator::DeviceId;
 
 pub use budgets::{DisruptionBudgets, covers, selects};
@@ -53,6 +61,7 @@ pub use plan::{
     Reservation,
 };
 pub use priority::{pod_priority, preemption_allowed};
+pub(crate) use search::Demand;
 pub use search::preempt_pod;
 pub use victims::{Blocked, Exclusions, HeldClaim, ManagedDevices, Unit, VictimPod, Victims};
 
@@ -102,4 +111,28 @@ pub struct PreemptionInput<'a> {
     /// UIDs of pods whose eviction was refused recently.
     pub refused: &'a HashSet<String>,
     pub settings: &'a PreemptionSettings,
+}
+
+/// The victim index of a cluster at `now` ([`Victims::new`]): the running pods of `pods` that
+/// hold the managed `devices` through `claims`, with the `budgets` covering them; the victims of
+/// nominations that stand (on pods gated by `gate`) are nobody else's. What one decision reads,
+/// and what a caller that sees every change keeps across decisions.
+pub fn victim_index(
+    devices: &ManagedDevices,
+    pods: &[Arc<Pod>],
+    claims: &[Arc<ResourceClaim>],
+    budgets: &[Arc<PodDisruptionBudget>],
+    gate: &str,
+    now: Timestamp,
+) -> Victims {
+    let pods = || pods.iter().map(AsRef::as_ref);
+    let nominations = nomination::Nominations::from_pods(pods(), gate, now);
+    Victims::new(
+        devices,
+        pods(),
+        claims.iter().cloned(),
+        DisruptionBudgets::new(budgets.iter().map(AsRef::as_ref)),
+        &nominations.promised(),
+        now,
+    )
 }

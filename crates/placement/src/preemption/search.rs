@@ -70,8 +70,12 @@ impl Demand {
     }
 }
 
-/// Sets of the same cost as a node's first plan that are still checked for a better topology.
+/// Sets of the same [`rank`] as a node's first plan that are still checked for a better topology.
 const TIE_CHECKS: usize = 4;
+
+/// Nodes whose bound ranks the same as the best plan found that are still searched for a better
+/// topology, once there is a best plan.
+const TIE_NODES: usize = 8;
 
 /// A held claim with devices on one node, and how many of them the preemptor could use.
 struct NodeClaim {
@@ -101,11 +105,36 @@ struct Found {
 }
 
 impl Found {
+    /// Fewer victims and lower priorities first ([`rank`]); among plans that tie there, the
+    /// better connected placement (one NVLink island, one NUMA node) before less work lost, then
+    /// the rest of the topology score, then the node's name.
     fn better_than(&self, other: &Found, nodes: &[NodeFacts]) -> bool {
         let name = |n: usize| nodes[n].info.name.as_str();
-        (self.cost, self.placement.score, name(self.node))
-            < (other.cost, other.placement.score, name(other.node))
+        let key = |f: &Found| {
+            (
+                rank(&f.cost),
+                f.placement.score.connectivity(),
+                f.cost.gpu_seconds,
+                f.placement.score,
+                name(f.node),
+            )
+        };
+        key(self) < key(other)
     }
+}
+
+/// A placement on one NUMA node with every device beside an NVLink peer: no other victim set
+/// can place the pod better connected.
+fn well_connected(placement: &Placement) -> bool {
+    let (_, numa_crossings, nvlink_stranded, numa_nodes) = placement.score.connectivity();
+    numa_crossings == 0 && nvlink_stranded == 0 && numa_nodes <= 1
+}
+
+/// What a plan's victims cost before topology is looked at: how many, their highest priority,
+/// the sum of their priorities. Work lost (GPU-hours) is weighed after the placement's
+/// connectivity: a few GPU-hours never buy a placement across NUMA nodes or NVLink islands.
+fn rank(cost: &PreemptionCost) -> (usize, i32, i64) {
+    (cost.victims, cost.max_priority, cost.priority_sum)
 }
 
 /// The search's shared state.
@@ -120,6 +149,8 @@ struct Search<'a, 'c> {
     working: AllocatedState,
     reserved: &'a HashSet<&'a DeviceId>,
     best: Option<Found>,
+    /// Nodes left to search that rank no better than the best plan ([`TIE_NODES`]).
+    tie_nodes: usize,
     feasible_nodes: usize,
     steps: usize,
     combinations: usize,
@@ -193,6 +224,7 @@ pub fn preempt_pod(
         working,
         reserved: &reserved,
         best: None,
+        tie_nodes: TIE_NODES,
         feasible_nodes: 0,
         steps: 0,
         combinations: 0,
@@ -446,7 +478,15 @@ impl Search<'_, '_> {
 
     /// Whether the search must stop before looking at a node whose plans cost at least `bound`.
     fn done_before(&mut self, bound: &PreemptionCost, cap: usize) -> bool {
-        if self.best.as_ref().is_some_and(|b| *bound > b.cost) || self.feasible_nodes >= cap {
+        if let Some(best) = &self.best {
+            if self.beyond(bound, best) || self.tie_nodes == 0 {
+                return true;
+            }
+            if rank(bound) == rank(&best.cost) {
+                self.tie_nodes -= 1;
+            }
+        }
+        if self.feasible_nodes >= cap {
             return true;
         }
         if self.steps >= self.input.settings.step_budget
@@ -530,11 +570,22 @@ impl Search<'_, '_> {
         best
     }
 
-    /// Whether a set costing `cost` can no longer be the best (it costs more than the best found
-    /// on this node or overall; an equal cost may still win on topology).
+    /// Whether a set costing `cost` can no longer be the best (it ranks below the best found on
+    /// this node or overall; an equal rank may still win on topology, [`Found::better_than`]).
     fn beaten(&self, node_best: &Option<Found>, cost: &PreemptionCost) -> bool {
-        node_best.as_ref().is_some_and(|b| *cost > b.cost)
-            || self.best.as_ref().is_some_and(|b| *cost > b.cost)
+        node_best.as_ref().is_some_and(|b| self.beyond(cost, b))
+            || self.best.as_ref().is_some_and(|b| self.beyond(cost, b))
+    }
+
+    /// Whether plans costing at least `cost` cannot beat `best`: they rank below it, or its
+    /// placement is as well connected as a placement gets ([`well_connected`]) and they cost
+    /// more (only work lost is left to compare).
+    fn beyond(&self, cost: &PreemptionCost, best: &Found) -> bool {
+        if well_connected(&best.placement) {
+            *cost > best.cost
+        } else {
+            rank(cost) > rank(&best.cost)
+        }
     }
 
     /// The pod's placement on the candidate's node once `units` are gone, if it fits.
@@ -617,6 +668,8 @@ impl Search<'_, '_> {
             outcome,
             steps: self.steps,
             combinations: self.combinations,
+            // One pod decision per victim set checked.
+            pod_decisions: self.steps,
             truncated: self.truncated,
         }
     }

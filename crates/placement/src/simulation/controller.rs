@@ -461,6 +461,7 @@ impl ControllerModel {
                     },
                     steps: 0,
                     combinations: 0,
+                    pod_decisions: 0,
                     truncated: false,
                 },
             },
