@@ -16,17 +16,10 @@
 //! off, which would strand it.
 
 use serde_json::Value;
+use tessera_api::names::{CONFIG_VALIDATION_DISABLED, CONFIG_VALIDATION_LABEL};
 use tessera_api::nvidia::{NVIDIA_CONFIG_API_VERSION, NVIDIA_DRIVER_NAME, decode_accepting_nvidia};
 
 use crate::review::{AdmissionRequest, AdmissionResponse};
-
-/// The label that exempts one ResourceClaim or ResourceClaimTemplate (or, on a Namespace, every
-/// one in it) from the validating webhook: `gpu.tessera.dev/config-validation: disabled`. The
-/// chart's ValidatingWebhookConfiguration selects on it; its configs are then checked at prepare
-/// only, as before the webhook existed.
-pub const CONFIG_VALIDATION_LABEL: &str = "gpu.tessera.dev/config-validation";
-/// The value of [`CONFIG_VALIDATION_LABEL`] that opts out.
-pub const CONFIG_VALIDATION_DISABLED: &str = "disabled";
 
 /// One invalid configuration: the field path of its parameters and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]

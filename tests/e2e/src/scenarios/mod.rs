@@ -4,6 +4,7 @@
 mod example;
 mod outcome;
 
+mod config_check;
 mod cross_driver;
 mod examples;
 mod gang;
@@ -160,8 +161,13 @@ fn configs_and_resources() -> Vec<Scenario> {
         ),
         scenario!(
             "invalid-config",
-            "deploy/examples/invalid-config: prepare refused, the pod event names the field",
+            "deploy/examples/invalid-config (opted out of the admission check): prepare refused, the pod event names the field",
             invalid_config::invalid_config
+        ),
+        scenario!(
+            "config-refused",
+            "deploy/examples/invalid-config's template without its opt-out label, and a claim with its config, are refused at a server-side apply with tessera validate's message; opted out, or valid, they are created",
+            config_check::config_refused
         ),
     ]
 }
