@@ -11,7 +11,8 @@
 //! judge and are never looked at.
 //!
 //! The webhook ([`review_claim_configs`]) answers CREATE of ResourceClaims and
-//! ResourceClaimTemplates only: their specs are immutable, and checking an UPDATE would refuse
+//! ResourceClaimTemplates only, and lets claims made from a template for a pod pass (the
+//! template was checked): their specs are immutable, and checking an UPDATE would refuse
 //! the finalizer and metadata writes Kubernetes makes to a claim admitted while the webhook was
 //! off, which would strand it.
 
@@ -113,6 +114,18 @@ pub fn claim_config_problems(kind: ClaimKind, object: &Value) -> Vec<ConfigProbl
     config_list_problems(&kind.devices(object)["config"], &path)
 }
 
+/// The annotation Kubernetes puts on the claims it makes from a pod's ResourceClaimTemplate.
+pub const POD_CLAIM_NAME_ANNOTATION: &str = "resource.kubernetes.io/pod-claim-name";
+
+/// Whether `claim` was made by Kubernetes from a template for a pod: its config is the template's,
+/// checked (or opted out) when the template was created, and refusing it would leave the pod
+/// waiting for a claim that is never made. The template's own labels are not copied onto it.
+fn is_generated(claim: &Value) -> bool {
+    claim["metadata"]["annotations"]
+        .get(POD_CLAIM_NAME_ANNOTATION)
+        .is_some()
+}
+
 /// The validating webhook's answer: a CREATE of a ResourceClaim or ResourceClaimTemplate with an
 /// invalid Tessera or NVIDIA-schema configuration is refused (400) with each problem as
 /// `tessera validate` prints it, the object named; everything else is allowed. A dry run gets the
@@ -129,6 +142,9 @@ pub fn review_claim_configs(request: &AdmissionRequest) -> AdmissionResponse {
     else {
         return allow;
     };
+    if kind == ClaimKind::ResourceClaim && is_generated(object) {
+        return allow;
+    }
     let problems = claim_config_problems(kind, object);
     if problems.is_empty() {
         return allow;

@@ -132,3 +132,16 @@ fn a_config_list_of_the_wrong_shape_has_no_config_problems() {
     assert!(config_list_problems(&json!({"not": "a list"}), "spec.devices.config").is_empty());
     assert!(config_list_problems(&Value::Null, "spec.devices.config").is_empty());
 }
+
+#[test]
+fn claims_made_from_a_template_for_a_pod_pass() {
+    let mut object = claim(json!([
+        {"opaque": {"driver": "gpu.tessera.dev", "parameters": time_slicing("Forever")}}
+    ]));
+    assert!(!review_claim_configs(&request("ResourceClaim", "CREATE", object.clone())).allowed);
+    object["metadata"]["annotations"] = json!({"resource.kubernetes.io/pod-claim-name": "gpu"});
+    assert_eq!(
+        review_claim_configs(&request("ResourceClaim", "CREATE", object)),
+        AdmissionResponse::allow("u-1")
+    );
+}
