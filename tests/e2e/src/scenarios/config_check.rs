@@ -42,7 +42,7 @@ pub async fn config_refused(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     let dir = ctx.examples_dir.join(EXAMPLE);
     let problem = validate_problem(&dir)?;
     ctx.say(format!("tessera validate: {problem}"));
-    ctx.fresh_namespace(NAMESPACE).await?;
+    super::queues::labelled_namespace(ctx, NAMESPACE, &[]).await?;
 
     let mut template = example_template(&dir)?;
     template.metadata.namespace = Some(NAMESPACE.to_owned());
