@@ -22,6 +22,7 @@ mod shared_devices;
 mod sharing;
 mod slices;
 mod topology;
+mod two_claims;
 
 use futures::future::BoxFuture;
 
@@ -97,6 +98,11 @@ fn published_and_basic() -> Vec<Scenario> {
             "cel-selectors",
             "deploy/examples/cel-selectors: memory, product and driverVersion selectors",
             examples::cel_selectors
+        ),
+        scenario!(
+            "two-claims",
+            "one container with two one-GPU claims: its device nodes are both claims', and CUDA in it lists both claims' UUIDs (the checker's report)",
+            two_claims::two_claims
         ),
         scenario!(
             "shared-claim",
