@@ -10,6 +10,7 @@ use tessera_driver_root::devices::{cap_node, standard_mig_cap_minor};
 use tessera_kubelet_grpc::{ClaimRef, DraDriver};
 use tessera_prepare::NodeDriver;
 use tessera_prepare::checkpoint::ClaimState;
+use tessera_prepare::injection::{CurrentInjection, DriverInjection};
 use tessera_prepare::plan::MigMode;
 use tessera_prepare::sharing::{GpuCall, GpuOperation};
 use tessera_prepare_harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
@@ -817,4 +818,41 @@ async fn the_last_claim_of_a_shared_gpu_resets_its_time_slice() {
         .clone()
         .unwrap();
     assert!(h.gpu.non_default_time_slices().is_empty());
+}
+
+#[tokio::test]
+async fn a_replaced_injection_reaches_the_next_claims_spec_only() {
+    let mut h = Harness::new("dgx-h100", MigMode::Static);
+    let current = CurrentInjection::new(DriverInjection::none());
+    h.config = h.config.clone().current_injection(current.clone());
+    let (driver, _) = h.start().await;
+    let before = h.claim("before", &[("gpus", "gpu-0")], vec![]);
+    assert!(driver.prepare(vec![before.clone()]).await[&before.uid].is_ok());
+
+    // The driver under the root was upgraded: its files are mounted from elsewhere.
+    let mut upgraded = DriverInjection::none();
+    upgraded.edits.mounts.push(tessera_cdi::Mount {
+        host_path: "/usr/lib64/libcuda.so.590.10.01".into(),
+        container_path: "/usr/lib64/libcuda.so.590.10.01".into(),
+        options: vec!["ro".into()],
+        mount_type: None,
+    });
+    current.replace(upgraded);
+    let after = h.claim("after", &[("gpus", "gpu-1")], vec![]);
+    assert!(driver.prepare(vec![after.clone()]).await[&after.uid].is_ok());
+
+    let mounted = |uid: &str| -> Vec<String> {
+        h.spec(uid)["containerEdits"]["mounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| m["hostPath"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        mounted(after.uid.as_str()),
+        vec!["/usr/lib64/libcuda.so.590.10.01"]
+    );
+    // A claim already prepared keeps the spec its containers were started with.
+    assert!(mounted(before.uid.as_str()).is_empty());
 }
