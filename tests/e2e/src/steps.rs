@@ -2,7 +2,6 @@
 //! check what its containers received, check the plugin prepared and later unprepared its
 //! claims. Every failure says what was expected and what was seen.
 
-
 use anyhow::{Context, bail, ensure};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
