@@ -6,6 +6,7 @@ mod outcome;
 
 mod config_check;
 mod cross_driver;
+mod driver_upgrade;
 mod examples;
 mod gang;
 mod invalid_config;
@@ -98,6 +99,11 @@ fn published_and_basic() -> Vec<Scenario> {
             "cel-selectors",
             "deploy/examples/cel-selectors: memory, product and driverVersion selectors",
             examples::cel_selectors
+        ),
+        scenario!(
+            "driver-upgrade",
+            "a new driver version laid in a node's fake driver root under the running plugin: the plugin reads it (tessera_node_driver_reloads_total), the next claim's spec and container get its libcuda.so, the claim from before keeps the old one",
+            driver_upgrade::driver_upgrade
         ),
         scenario!(
             "two-claims",
