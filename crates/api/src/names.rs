@@ -26,6 +26,14 @@ pub const TOPOLOGY_AWARE_GATE: &str = "gpu.tessera.dev/topology-aware";
 /// nodes fill first); the controller's `--numa-policy` when absent.
 pub const NUMA_POLICY_ANNOTATION: &str = "gpu.tessera.dev/numa-policy";
 
+/// Label (value [`CONFIG_VALIDATION_DISABLED`]) that exempts a ResourceClaim or
+/// ResourceClaimTemplate, or on a Namespace every one in it, from the check of opaque
+/// configurations at creation (the controller's validating webhook): they are checked at prepare
+/// only (docs/operations.md, "Admission checks").
+pub const CONFIG_VALIDATION_LABEL: &str = "gpu.tessera.dev/config-validation";
+/// The value of [`CONFIG_VALIDATION_LABEL`] that opts out.
+pub const CONFIG_VALIDATION_DISABLED: &str = "disabled";
+
 /// Namespace label (value [`DEVICE_PLUGIN_CONVERSION_ENABLED`]) that opts a namespace into the
 /// device-plugin conversion: pods created there asking for `nvidia.com/gpu` (or a MIG profile's
 /// extended resource) get a claim from a ResourceClaimTemplate and Tessera's gate instead

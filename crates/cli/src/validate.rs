@@ -23,7 +23,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde_json::Value;
-use tessera_api::nvidia::{NVIDIA_CONFIG_API_VERSION, NVIDIA_DRIVER_NAME};
 use tessera_cel::SelectorCompiler;
 
 use objects::{ObjectRef, documents, selector_fields};
@@ -292,27 +291,8 @@ impl Linter {
                 findings.push(finding(path, problem));
             }
         }
-        for (path, parameters) in fields.tessera_configs {
-            // What the node plugin accepts: ours, or NVIDIA's read as ours.
-            if let Err(e) = tessera_api::nvidia::decode_accepting_nvidia(&parameters) {
-                findings.push(finding(
-                    path,
-                    format!("invalid {} configuration: {e}", tessera_api::DRIVER_NAME),
-                ));
-            }
-        }
-        for (path, parameters) in fields.nvidia_configs {
-            // The node plugin takes these as its own (same decoder) when the claim gets no device
-            // of NVIDIA's driver: what it would refuse at prepare is refused here.
-            if let Err(e) = tessera_api::nvidia::decode_accepting_nvidia(&parameters) {
-                findings.push(finding(
-                    path,
-                    format!(
-                        "invalid {NVIDIA_CONFIG_API_VERSION} configuration (driver {NVIDIA_DRIVER_NAME}, which the {} node plugin reads as its own): {e}",
-                        tessera_api::DRIVER_NAME
-                    ),
-                ));
-            }
+        for (path, problem) in fields.config_problems {
+            findings.push(finding(path, problem));
         }
         findings
     }

@@ -117,8 +117,8 @@ struct Args {
 /// The admission webhook (docs/admission.md): served by every replica when an address is given.
 #[derive(Debug, clap::Args)]
 struct WebhookArgs {
-    /// Serve the admission webhook (the device-plugin conversion) over HTTPS on this address,
-    /// e.g. 0.0.0.0:9443; unset: no webhook.
+    /// Serve the admission webhooks (the device-plugin conversion, the check of claims'
+    /// configurations) over HTTPS on this address, e.g. 0.0.0.0:9443; unset: no webhook.
     #[arg(long, env = "TESSERA_WEBHOOK_ADDRESS")]
     webhook_address: Option<SocketAddr>,
 
@@ -145,13 +145,23 @@ struct WebhookArgs {
     #[arg(long, env = "TESSERA_WEBHOOK_NAMESPACE")]
     webhook_namespace: Option<String>,
 
-    /// The MutatingWebhookConfiguration whose caBundle the controller writes.
+    /// The MutatingWebhookConfiguration (the device-plugin conversion) whose caBundle the
+    /// controller writes; empty: none.
     #[arg(
         long,
         env = "TESSERA_WEBHOOK_CONFIGURATION",
         default_value = "tessera-device-plugin-conversion"
     )]
     webhook_configuration: String,
+
+    /// The ValidatingWebhookConfiguration (the check of claims' opaque configurations) whose
+    /// caBundle the controller writes; empty: none.
+    #[arg(
+        long,
+        env = "TESSERA_WEBHOOK_VALIDATING_CONFIGURATION",
+        default_value = ""
+    )]
+    webhook_validating_configuration: String,
 }
 
 impl WebhookArgs {
@@ -167,6 +177,7 @@ impl WebhookArgs {
             service: self.webhook_service.clone(),
             secret: self.webhook_secret.clone(),
             configuration: self.webhook_configuration.clone(),
+            validating_configuration: self.webhook_validating_configuration.clone(),
         })
     }
 }
@@ -341,6 +352,7 @@ mod tests {
                 service: "tessera-webhook".into(),
                 secret: "tessera-webhook-certificates".into(),
                 configuration: "tessera-device-plugin-conversion".into(),
+                validating_configuration: String::new(),
             })
         );
         let args = Args::try_parse_from([

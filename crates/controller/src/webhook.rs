@@ -5,12 +5,14 @@
 //!   certificate and creates it, the others read it; whoever finds them due renews them under the
 //!   same CA ([`tessera_webhook::certificates`]); writes are guarded by `resourceVersion`, so two
 //!   replicas never both win;
-//! - the CA bundle is written into the MutatingWebhookConfiguration's `caBundle` (a JSON patch
-//!   guarded by `resourceVersion`), and written again when a `helm upgrade` or anyone else
-//!   changed it;
+//! - the CA bundle is written into the `caBundle` of the MutatingWebhookConfiguration (the
+//!   conversion) and of the ValidatingWebhookConfiguration (the config check), each when named (a
+//!   JSON patch guarded by `resourceVersion`), and written again when a `helm upgrade` or anyone
+//!   else changed it;
 //! - the server ([`tessera_webhook::server`]) answers the device-plugin conversion at
-//!   [`CONVERSION_PATH`] from the DeviceClass cache: the table of what converts comes from the
-//!   classes that exist.
+//!   [`CONVERSION_PATH`] from the DeviceClass cache (the table of what converts comes from the
+//!   classes that exist), and the check of claims' opaque configurations at [`CONFIG_CHECK_PATH`]
+//!   ([`tessera_admission::claim_config`], what `tessera validate` reports).
 //!
 //! Both are checked again every [`KEEP_EVERY`]. The templates converted pods name are created by
 //! the leader, as a step of the pod's decision (`tessera_placement::decide`).
@@ -22,7 +24,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::resource::v1::DeviceClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -31,6 +35,7 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client};
 use serde_json::json;
 use tessera_admission::ConversionTable;
+use tessera_admission::claim_config::review_claim_configs;
 use tessera_admission::conversion::{MANAGED_BY, MANAGED_BY_LABEL};
 use tessera_admission::review::{AdmissionRequest, AdmissionResponse, convert_pod_request};
 use tessera_api::names::FIELD_MANAGER;
@@ -41,6 +46,8 @@ use tessera_webhook::server::{
 
 /// The path the device-plugin conversion is served at.
 pub const CONVERSION_PATH: &str = "/convert-device-plugin-pods";
+/// The path the check of claims' and claim templates' opaque configurations is served at.
+pub const CONFIG_CHECK_PATH: &str = "/validate-claim-configs";
 /// How often the Secret and the `caBundle` are checked again.
 pub const KEEP_EVERY: Duration = Duration::from_secs(60);
 /// Attempts at settling the Secret when other replicas write it at the same time.
@@ -57,8 +64,10 @@ pub struct WebhookConfig {
     pub service: String,
     /// The Secret holding the certificates.
     pub secret: String,
-    /// The MutatingWebhookConfiguration whose `caBundle` the controller writes.
+    /// The MutatingWebhookConfiguration whose `caBundle` the controller writes; empty: none.
     pub configuration: String,
+    /// The ValidatingWebhookConfiguration whose `caBundle` the controller writes; empty: none.
+    pub validating_configuration: String,
 }
 
 /// Why keeping the certificates failed (the webhook is retried at the next check).
@@ -75,9 +84,10 @@ pub enum WebhookError {
         "Secret {namespace}/{name} kept changing under {SECRET_ATTEMPTS} attempts to settle it"
     )]
     SecretContended { namespace: String, name: String },
-    #[error("{action} MutatingWebhookConfiguration {name}: {source}")]
+    #[error("{action} {kind} {name}: {source}")]
     Configuration {
         action: &'static str,
+        kind: &'static str,
         name: String,
         source: kube::Error,
     },
@@ -109,6 +119,19 @@ impl Review for DevicePluginConversion {
     }
 }
 
+/// The check of claims' opaque configurations: refuses at creation what prepare would refuse.
+pub struct ClaimConfigCheck;
+
+impl Review for ClaimConfigCheck {
+    fn name(&self) -> &'static str {
+        "claim-config-check"
+    }
+
+    fn review(&self, request: &AdmissionRequest) -> AdmissionResponse {
+        review_claim_configs(request)
+    }
+}
+
 /// Serves the webhooks until `stop` completes: certificates first (retried until they are
 /// settled), then the server, then the periodic checks. `ready` turns true once it serves.
 pub async fn serve(
@@ -128,10 +151,12 @@ pub async fn serve(
             _ = stop.cancelled() => return Ok(()),
         }
     }
-    let server = WebhookServer::new(reviews).route(
-        CONVERSION_PATH,
-        Arc::new(DevicePluginConversion { classes }),
-    );
+    let server = WebhookServer::new(reviews)
+        .route(
+            CONVERSION_PATH,
+            Arc::new(DevicePluginConversion { classes }),
+        )
+        .route(CONFIG_CHECK_PATH, Arc::new(ClaimConfigCheck));
     let (address, serving) = server
         .bind(
             config.address,
@@ -160,10 +185,11 @@ pub async fn serve(
     }
 }
 
-/// Keeps the Secret and the webhook configuration's `caBundle`.
+/// Keeps the Secret and the webhook configurations' `caBundle`.
 pub struct Keeper {
     secrets: Api<Secret>,
     configurations: Api<MutatingWebhookConfiguration>,
+    validating_configurations: Api<ValidatingWebhookConfiguration>,
     config: WebhookConfig,
     dns_names: Vec<String>,
 }
@@ -172,7 +198,8 @@ impl Keeper {
     pub fn new(client: Client, config: &WebhookConfig) -> Keeper {
         Keeper {
             secrets: Api::namespaced(client.clone(), &config.namespace),
-            configurations: Api::all(client),
+            configurations: Api::all(client.clone()),
+            validating_configurations: Api::all(client),
             dns_names: service_dns_names(&config.service, &config.namespace),
             config: config.clone(),
         }
@@ -284,62 +311,109 @@ impl Keeper {
         }
     }
 
-    /// Writes `bundle` into every webhook of the configuration whose `caBundle` differs. A missing
-    /// configuration is logged, not an error: the server still serves (the chart may install
-    /// the configuration later, or not at all).
+    /// Writes `bundle` into every webhook of both configurations whose `caBundle` differs.
     pub async fn write_ca_bundle(&self, bundle: &str) -> Result<(), WebhookError> {
-        let name = &self.config.configuration;
-        let error = |action, source| WebhookError::Configuration {
-            action,
-            name: name.clone(),
-            source,
-        };
-        let Some(found) = self
-            .configurations
-            .get_opt(name)
-            .await
-            .map_err(|e| error("read", e))?
-        else {
-            tracing::warn!(configuration = %name, "admission webhook: MutatingWebhookConfiguration not found; the API server does not call this webhook");
-            return Ok(());
-        };
-        let Some(patch) = ca_bundle_patch(&found, bundle) else {
-            return Ok(());
-        };
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        };
-        match self
-            .configurations
-            .patch(name, &params, &Patch::Json::<()>(patch))
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(configuration = %name, "admission webhook: caBundle written");
-                Ok(())
-            }
-            // Changed since it was read (the resourceVersion test failed): the next check writes it.
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => Ok(()),
-            Err(e) => Err(error("patch", e)),
+        write_ca_bundle(&self.configurations, &self.config.configuration, bundle).await?;
+        write_ca_bundle(
+            &self.validating_configurations,
+            &self.config.validating_configuration,
+            bundle,
+        )
+        .await
+    }
+}
+
+/// A webhook configuration, mutating or validating: the `caBundle`s its webhooks carry.
+pub trait WebhookConfiguration:
+    kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug
+{
+    const KIND: &'static str;
+    /// The `caBundle` of each webhook, in order.
+    fn ca_bundles(&self) -> Vec<Option<&ByteString>>;
+}
+
+impl WebhookConfiguration for MutatingWebhookConfiguration {
+    const KIND: &'static str = "MutatingWebhookConfiguration";
+    fn ca_bundles(&self) -> Vec<Option<&ByteString>> {
+        self.webhooks
+            .iter()
+            .flatten()
+            .map(|w| w.client_config.ca_bundle.as_ref())
+            .collect()
+    }
+}
+
+impl WebhookConfiguration for ValidatingWebhookConfiguration {
+    const KIND: &'static str = "ValidatingWebhookConfiguration";
+    fn ca_bundles(&self) -> Vec<Option<&ByteString>> {
+        self.webhooks
+            .iter()
+            .flatten()
+            .map(|w| w.client_config.ca_bundle.as_ref())
+            .collect()
+    }
+}
+
+/// Writes `bundle` into every webhook of configuration `name` (empty: none) whose `caBundle`
+/// differs. A missing configuration is logged, not an error: the server still serves (the chart
+/// may install the configuration later, or not at all).
+async fn write_ca_bundle<C: WebhookConfiguration>(
+    configurations: &Api<C>,
+    name: &str,
+    bundle: &str,
+) -> Result<(), WebhookError> {
+    if name.is_empty() {
+        return Ok(());
+    }
+    let error = |action, source| WebhookError::Configuration {
+        action,
+        kind: C::KIND,
+        name: name.to_owned(),
+        source,
+    };
+    let Some(found) = configurations
+        .get_opt(name)
+        .await
+        .map_err(|e| error("read", e))?
+    else {
+        tracing::warn!(configuration = %name, kind = C::KIND, "admission webhook: configuration not found; the API server does not call this webhook");
+        return Ok(());
+    };
+    let Some(patch) = ca_bundle_patch(&found, bundle) else {
+        return Ok(());
+    };
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    match configurations
+        .patch(name, &params, &Patch::Json::<()>(patch))
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(configuration = %name, kind = C::KIND, "admission webhook: caBundle written");
+            Ok(())
         }
+        // Changed since it was read (the resourceVersion test failed): the next check writes it.
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => Ok(()),
+        Err(e) => Err(error("patch", e)),
     }
 }
 
 /// The JSON patch writing `bundle` (PEM) into each webhook of `configuration` that does not
 /// trust it yet, guarded by the configuration's `resourceVersion`; `None` when all do.
-pub fn ca_bundle_patch(
-    configuration: &MutatingWebhookConfiguration,
+pub fn ca_bundle_patch<C: WebhookConfiguration>(
+    configuration: &C,
     bundle: &str,
 ) -> Option<json_patch::Patch> {
     let wanted = ByteString(bundle.as_bytes().to_vec());
     let mut ops = vec![json!({
         "op": "test",
         "path": "/metadata/resourceVersion",
-        "value": configuration.metadata.resource_version.clone().unwrap_or_default(),
+        "value": configuration.meta().resource_version.clone().unwrap_or_default(),
     })];
-    for (index, webhook) in configuration.webhooks.iter().flatten().enumerate() {
-        if webhook.client_config.ca_bundle.as_ref() != Some(&wanted) {
+    for (index, ca_bundle) in configuration.ca_bundles().into_iter().enumerate() {
+        if ca_bundle != Some(&wanted) {
             ops.push(json!({
                 "op": "add",
                 "path": format!("/webhooks/{index}/clientConfig/caBundle"),

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, ValidatingWebhook,
+    ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -25,6 +26,7 @@ fn config() -> WebhookConfig {
         service: "tessera-webhook".into(),
         secret: "tessera-webhook-certificates".into(),
         configuration: "tessera-device-plugin-conversion".into(),
+        validating_configuration: String::new(),
     }
 }
 
@@ -154,4 +156,44 @@ fn the_bundle_patch_touches_only_webhooks_that_lack_it_and_tests_the_version() {
     );
     found.webhooks.as_mut().unwrap()[0].client_config.ca_bundle = Some(ByteString(b"PEM".to_vec()));
     assert_eq!(ca_bundle_patch(&found, "PEM"), None);
+}
+
+#[tokio::test]
+async fn the_validating_configuration_gets_the_bundle_too_and_an_unnamed_one_is_left_alone() {
+    let api = FakeApiServer::new();
+    let name = "tessera-webhook";
+    api.seed(&ValidatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        webhooks: Some(vec![ValidatingWebhook {
+            name: "claim-configs.gpu.tessera.dev".into(),
+            admission_review_versions: vec!["v1".into()],
+            side_effects: "None".into(),
+            client_config: WebhookClientConfig::default(),
+            ..ValidatingWebhook::default()
+        }]),
+    });
+    // The conversion is off: no MutatingWebhookConfiguration is named (or exists).
+    let only_validating = WebhookConfig {
+        configuration: String::new(),
+        validating_configuration: name.into(),
+        ..config()
+    };
+    let made = Keeper::new(api.client(), &only_validating)
+        .keep(&ServingCertificate::default())
+        .await
+        .unwrap();
+    let found = api
+        .get::<ValidatingWebhookConfiguration>(None, name)
+        .unwrap();
+    assert_eq!(
+        found.webhooks.unwrap()[0].client_config.ca_bundle,
+        Some(ByteString(made.ca_bundle.into_bytes()))
+    );
+    assert!(
+        api.get::<MutatingWebhookConfiguration>(None, &config().configuration)
+            .is_none()
+    );
 }

@@ -38,6 +38,8 @@ use tessera_process::{
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::backend::driver_root::DriverRootError;
+use crate::backend::driver_watch::DriverWatch;
 use crate::backend::{Backend, BackendConfig, BackendContext, BackendError};
 use crate::claim_status::StatusWriter;
 use crate::claims::KubeClaimSource;
@@ -52,6 +54,7 @@ use crate::metrics::instrumented::InstrumentedDriver;
 use crate::metrics::readiness::Readiness;
 use crate::publish::runner::{PublishLoop, max_silence};
 use crate::publish::{Publisher, PublisherConfig, watch_node};
+use tessera_prepare::injection::CurrentInjection;
 
 /// How the node plugin runs (the binary fills it from its flags).
 #[derive(Debug, Clone)]
@@ -149,7 +152,8 @@ impl NodePlugin {
             state_dir: &config.state_dir,
             client: &clients.requests,
         };
-        let backend = Backend::open(&config.backend, context)?;
+        let backend = open_backend(&config.backend, context).await?;
+        let injection = CurrentInjection::new(backend.injection.clone());
         let mut registry = Registry::default();
         tessera_process::build::register(&mut registry);
         let metrics = NodeMetrics::new(&mut registry);
@@ -160,7 +164,7 @@ impl NodePlugin {
         // status.devices of prepared claims, written in the background (prepare never waits).
         let (status_writer, status_task) =
             StatusWriter::spawn(clients.requests.clone(), stop.clone());
-        let driver = start_driver(&config, &clients.requests, &backend)
+        let driver = start_driver(&config, &clients.requests, &backend, injection.clone())
             .await?
             .report_status(status_writer);
         let recovery = driver.recovery();
@@ -188,6 +192,12 @@ impl NodePlugin {
         background.publish(&shared, &kubelet, kubelet_health, published);
         if let Some(events) = backend.health_events {
             background.monitor(&shared, events);
+        }
+        if let (Some(root), Some(version)) = (&config.backend.driver_root, backend.driver_version) {
+            let watch = DriverWatch::new(root.clone(), version, injection, metrics.clone());
+            background
+                .parts
+                .push(("driver root watch", watch.spawn(stop.clone())));
         }
         if let Some(telemetry) = backend.telemetry {
             background.gpu_monitor(&shared, telemetry, holders, gpu_metrics);
@@ -343,12 +353,41 @@ impl Background {
     }
 }
 
+/// How often a driver root without a complete driver is looked at again at start.
+const DRIVER_ROOT_RETRY: Duration = Duration::from_secs(5);
+
+/// Opens the backend, waiting while the driver root holds no complete driver (the GPU
+/// operator's driver container is still laying its files): the plugin is not ready meanwhile
+/// (nothing answers `/readyz` yet) and says why every [`DRIVER_ROOT_RETRY`] at most once a minute.
+async fn open_backend(
+    config: &BackendConfig,
+    context: BackendContext<'_>,
+) -> Result<Backend, PluginError> {
+    let mut said: Option<std::time::Instant> = None;
+    loop {
+        match Backend::open(config, context) {
+            Err(BackendError::DriverRoot {
+                driver_root,
+                source: DriverRootError::Discovery(error),
+            }) => {
+                if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                    tracing::warn!(driver_root = %driver_root.display(), %error, "waiting for a complete NVIDIA driver under the driver root; not ready until then");
+                    said = Some(std::time::Instant::now());
+                }
+                tokio::time::sleep(DRIVER_ROOT_RETRY).await;
+            }
+            other => return other.map_err(PluginError::from),
+        }
+    }
+}
+
 /// Starts claim preparation: loads the checkpoint and recovers from whatever a previous run
 /// left (see [`tessera_prepare::driver`]).
 async fn start_driver(
     config: &NodePluginConfig,
     client: &kube::Client,
     backend: &Backend,
+    injection: CurrentInjection,
 ) -> Result<NodeDriver, PluginError> {
     let mig_mode = if config.dynamic_mig {
         MigMode::Dynamic
@@ -359,7 +398,7 @@ async fn start_driver(
         NodeDriverConfig::new(&config.node_name, &config.cdi_root, &config.state_dir)
             .mig_mode(mig_mode)
             .consumable_shares(config.consumable_shares)
-            .injection(backend.injection.clone());
+            .current_injection(injection);
     let parts = DriverParts {
         inventory: Arc::clone(&backend.inventory),
         claims: Arc::new(

@@ -88,8 +88,7 @@ fn api_with_a_dynamic_claim() -> FakeApiServer {
     api
 }
 
-/// The claim's spec makes the small instance visible to CUDA and the big one to the NVIDIA
-/// runtime, with the big one's GPU and capability device nodes.
+/// The claim's spec gives each instance its GPU's and its own capability device nodes.
 fn assert_the_spec_names_the_instances(
     h: &Harness,
     claim: &ClaimRef,
@@ -97,9 +96,27 @@ fn assert_the_spec_names_the_instances(
     big: &MigInstance,
 ) {
     let spec = h.spec(claim.uid.as_str());
-    assert!(env_of(&spec, 0).contains(&format!("CUDA_VISIBLE_DEVICES={}", small.uuid)));
-    assert!(env_of(&spec, 1).contains(&format!("NVIDIA_VISIBLE_DEVICES={}", big.uuid)));
     let caps = MigCapMinors::standard();
+    // CUDA sees a MIG device through its capability nodes, not a variable.
+    assert!(
+        env_of(&spec, 0)
+            .iter()
+            .all(|e| !e.contains("VISIBLE_DEVICES"))
+    );
+    assert_eq!(
+        nodes_of(&spec, 0)[1..],
+        [
+            format!(
+                "/dev/nvidia-caps/nvidia-cap{}",
+                caps.gpu_instance(1, small.gpu_instance_id).unwrap()
+            ),
+            format!(
+                "/dev/nvidia-caps/nvidia-cap{}",
+                caps.compute_instance(1, small.gpu_instance_id, small.compute_instance_id)
+                    .unwrap()
+            ),
+        ]
+    );
     assert_eq!(
         nodes_of(&spec, 1),
         vec![

@@ -3,11 +3,15 @@
 //! daemon sockets, the loader-cache hook) and the control device nodes that exist under the
 //! device root.
 //!
-//! The node plugin reads the driver root once per start and builds the injection from it
-//! (`tessera_node::backend::driver_root`). Without a driver root (mock nodes without a fake
-//! driver) specs carry the device nodes and environment only ([`DriverInjection::none`]).
+//! The node plugin reads the driver root at start and builds the injection from it
+//! (`tessera_node::backend::driver_root`), and reads it again when the driver under the root
+//! changes version: [`CurrentInjection`] is the injection specs are written with now, replaced
+//! while claims are prepared (a spec is built from one injection, the old or the new). Without a
+//! driver root (mock nodes without a fake driver) specs carry the device nodes and environment
+//! only ([`DriverInjection::none`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use tessera_cdi::{ContainerEdits, DeviceNode};
 use tessera_driver_root::devices::CONTROL_NODES;
@@ -22,6 +26,27 @@ pub struct DriverInjection {
     pub control_nodes: Vec<DeviceNode>,
     /// The device root on the host (`/` on real nodes).
     pub dev_root: PathBuf,
+}
+
+/// The injection claim specs are written with now; clones share it, and [`CurrentInjection::replace`]
+/// changes it for every spec built afterwards.
+#[derive(Debug, Clone, Default)]
+pub struct CurrentInjection(Arc<RwLock<Arc<DriverInjection>>>);
+
+impl CurrentInjection {
+    pub fn new(injection: DriverInjection) -> Self {
+        CurrentInjection(Arc::new(RwLock::new(Arc::new(injection))))
+    }
+
+    /// The injection now.
+    pub fn get(&self) -> Arc<DriverInjection> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Specs built from now on inject `injection`.
+    pub fn replace(&self, injection: DriverInjection) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(injection);
+    }
 }
 
 impl Default for DriverInjection {

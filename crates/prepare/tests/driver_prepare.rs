@@ -6,9 +6,11 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 use tessera_api::config::TimeSliceInterval;
+use tessera_driver_root::devices::{cap_node, standard_mig_cap_minor};
 use tessera_kubelet_grpc::{ClaimRef, DraDriver};
 use tessera_prepare::NodeDriver;
 use tessera_prepare::checkpoint::ClaimState;
+use tessera_prepare::injection::{CurrentInjection, DriverInjection};
 use tessera_prepare::plan::MigMode;
 use tessera_prepare::sharing::{GpuCall, GpuOperation};
 use tessera_prepare_harness::{Harness, allocated_claim, claim_config, env_of, nodes_of, uid_of};
@@ -34,9 +36,23 @@ async fn whole_gpus_are_prepared_once_and_unprepared() {
 
     let spec = h.spec(uid.as_str());
     assert_eq!(spec["kind"], "gpu.tessera.dev/claim");
-    let visible = format!("{},{}", h.gpu_uuid(0), h.gpu_uuid(3));
-    assert!(env_of(&spec, 0).contains(&format!("NVIDIA_VISIBLE_DEVICES={visible}")));
-    assert!(env_of(&spec, 1).contains(&format!("CUDA_VISIBLE_DEVICES={visible}")));
+    // What CUDA sees follows from the device nodes; no per-claim list of UUIDs (docs: a
+    // container with two claims must see both).
+    assert!(
+        env_of(&spec, 0)
+            .iter()
+            .all(|e| !e.contains("VISIBLE_DEVICES"))
+    );
+    assert!(
+        env_of(&spec, 1)
+            .iter()
+            .all(|e| !e.contains("VISIBLE_DEVICES"))
+    );
+    assert_eq!(
+        spec["containerEdits"]["env"],
+        json!(["NVIDIA_VISIBLE_DEVICES=void"])
+    );
+    assert_eq!(nodes_of(&spec, 0), vec!["/dev/nvidia0"]);
     assert_eq!(nodes_of(&spec, 1), vec!["/dev/nvidia3"]);
     assert_eq!(
         spec["containerEdits"]["deviceNodes"],
@@ -316,12 +332,28 @@ async fn dynamic_mig_creates_on_prepare_and_destroys_on_unprepare() {
     let instances = h.mig.all_instances()[&gpu].clone();
     assert_eq!(instances.len(), 2);
     let spec = h.spec(&uid);
-    let visible: Vec<&str> = instances.iter().map(|i| i.uuid.as_str()).collect();
-    assert!(
-        env_of(&spec, 0).contains(&format!("CUDA_VISIBLE_DEVICES={}", visible.join(","))),
-        "{:?} vs {visible:?}",
-        env_of(&spec, 0)
-    );
+    // Each MIG device is named by its own capability nodes (what CUDA enumerates by).
+    let caps = |device: usize| -> Vec<String> {
+        nodes_of(&spec, device)
+            .into_iter()
+            .filter(|n| n.starts_with("/dev/nvidia-caps/"))
+            .collect()
+    };
+    let wanted = |i: usize| -> Vec<String> {
+        let instance = &instances[i];
+        [None, Some(instance.compute_instance_id)]
+            .into_iter()
+            .map(|ci| {
+                let minor = standard_mig_cap_minor(1, instance.gpu_instance_id, ci).unwrap();
+                cap_node(minor)
+            })
+            .collect()
+    };
+    let mut named = vec![caps(0), caps(1)];
+    named.sort();
+    let mut expected = vec![wanted(0), wanted(1)];
+    expected.sort();
+    assert_eq!(named, expected);
     let nodes = nodes_of(&spec, 0);
     assert_eq!(nodes[0], "/dev/nvidia1");
     assert!(
@@ -786,4 +818,41 @@ async fn the_last_claim_of_a_shared_gpu_resets_its_time_slice() {
         .clone()
         .unwrap();
     assert!(h.gpu.non_default_time_slices().is_empty());
+}
+
+#[tokio::test]
+async fn a_replaced_injection_reaches_the_next_claims_spec_only() {
+    let mut h = Harness::new("dgx-h100", MigMode::Static);
+    let current = CurrentInjection::new(DriverInjection::none());
+    h.config = h.config.clone().current_injection(current.clone());
+    let (driver, _) = h.start().await;
+    let before = h.claim("before", &[("gpus", "gpu-0")], vec![]);
+    assert!(driver.prepare(vec![before.clone()]).await[&before.uid].is_ok());
+
+    // The driver under the root was upgraded: its files are mounted from elsewhere.
+    let mut upgraded = DriverInjection::none();
+    upgraded.edits.mounts.push(tessera_cdi::Mount {
+        host_path: "/usr/lib64/libcuda.so.590.10.01".into(),
+        container_path: "/usr/lib64/libcuda.so.590.10.01".into(),
+        options: vec!["ro".into()],
+        mount_type: None,
+    });
+    current.replace(upgraded);
+    let after = h.claim("after", &[("gpus", "gpu-1")], vec![]);
+    assert!(driver.prepare(vec![after.clone()]).await[&after.uid].is_ok());
+
+    let mounted = |uid: &str| -> Vec<String> {
+        h.spec(uid)["containerEdits"]["mounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| m["hostPath"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        mounted(after.uid.as_str()),
+        vec!["/usr/lib64/libcuda.so.590.10.01"]
+    );
+    // A claim already prepared keeps the spec its containers were started with.
+    assert!(mounted(before.uid.as_str()).is_empty());
 }

@@ -5,13 +5,14 @@
 use std::time::Duration;
 
 use serde_json::json;
+use tessera_driver_root::devices::{cap_node, standard_mig_cap_minor};
 use tessera_kubelet_grpc::DraDriver;
 use tessera_prepare::NodeDriver;
 use tessera_prepare::checkpoint::{ClaimState, DeviceTarget};
 use tessera_prepare::checkpoint::{LoadOutcome, quarantined_files};
 use tessera_prepare::mig::MigControl;
 use tessera_prepare::plan::MigMode;
-use tessera_prepare_harness::{Harness, claim_config, env_of};
+use tessera_prepare_harness::{Harness, claim_config, nodes_of};
 
 /// A claim with a dynamic MIG device, MPS and a whole GPU with a time slice: every kind of
 /// side effect.
@@ -192,10 +193,19 @@ async fn after_a_reboot_mig_devices_and_daemons_are_recreated() {
     assert_eq!(h.gpu.running_daemons().len(), 1);
     assert_eq!(h.gpu.non_default_time_slices().len(), 1);
     let spec = h.spec(claim.uid.as_str());
-    assert!(
-        env_of(&spec, 1).contains(&format!("CUDA_VISIBLE_DEVICES={}", new_instance.uuid)),
+    // The rewritten spec names the new instance's capability nodes (what CUDA enumerates by).
+    let gi_cap = standard_mig_cap_minor(1, new_instance.gpu_instance_id, None).unwrap();
+    let ci_cap = standard_mig_cap_minor(
+        1,
+        new_instance.gpu_instance_id,
+        Some(new_instance.compute_instance_id),
+    )
+    .unwrap();
+    assert_eq!(
+        nodes_of(&spec, 1)[1..],
+        [cap_node(gi_cap), cap_node(ci_cap)],
         "{:?}",
-        env_of(&spec, 1)
+        nodes_of(&spec, 1)
     );
     let checkpoint = h.read_checkpoint();
     assert_eq!(checkpoint.boot_id, "boot-2");

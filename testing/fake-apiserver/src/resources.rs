@@ -166,6 +166,16 @@ pub const BUILTIN_RESOURCES: &[ResourceType] = &[
         field_selectors: &[],
     },
     ResourceType {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        plural: "validatingwebhookconfigurations",
+        kind: "ValidatingWebhookConfiguration",
+        namespaced: false,
+        status_subresource: false,
+        status_on_create: StatusOnCreate::Keep,
+        field_selectors: &[],
+    },
+    ResourceType {
         group: "coordination.k8s.io",
         version: "v1",
         plural: "leases",

@@ -12,9 +12,10 @@
 //! Where the answers come from, as a real libcuda gets them from the kernel driver:
 //! `libnvidia-ml.so.1` (found through the dynamic loader, like the real one; a fake driver root's
 //! copy knows the node's GPUs and reports those whose device nodes the process sees), then the
-//! rules of [`devices`] (MIG GPUs expose their MIG devices, `CUDA_VISIBLE_DEVICES` selects and
-//! orders), and MPS ([`mps`]): when a control daemon listens in the pipe directory, `cuInit`
-//! attaches to it and `CU_DEVICE_ATTRIBUTE_MPS_ENABLED` reads 1.
+//! rules of [`devices`] (MIG GPUs expose their MIG devices, those whose capability nodes the
+//! process sees as the fake NVML reports them; `CUDA_VISIBLE_DEVICES` selects and orders), and
+//! MPS ([`mps`]): when a control daemon listens in the pipe directory, `cuInit` attaches to it
+//! and `CU_DEVICE_ATTRIBUTE_MPS_ENABLED` reads 1.
 
 pub mod devices;
 pub mod exports;

@@ -13,7 +13,9 @@
 //! With embedded data the fake behaves like NVML in a container: it shows only the GPUs whose
 //! device node it can see (`/dev/nvidia<minor>`, or `<dev root>/dev/nvidia<minor>` under the
 //! stand-in device root the data names, which is how the host and the node plugin see them), and
-//! numbers them `0..n` in that order.
+//! numbers them `0..n` in that order; of a MIG GPU it shows the MIG devices whose GPU- and
+//! compute-instance capability nodes (`/dev/nvidia-caps/nvidia-cap<N>`, standard layout) it can
+//! see, as the driver lets a container open only the MIG devices whose capabilities it was given.
 //!
 //! Hand-written because it is a property of this fake, not a general mechanism. The region is read
 //! with volatile reads: its initial content is a compile-time constant, which the compiler could
@@ -23,6 +25,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use tessera_driver_root::devices::{cap_node, standard_mig_cap_minor};
 use tessera_gpu_inventory::GpuInventory;
 
 /// The first bytes of the region; [`patch`] looks for them in the library file.
@@ -133,12 +136,36 @@ pub fn device_node_visible(minor: u32, dev_root: Option<&Path>) -> bool {
         || dev_root.is_some_and(|root| root.join("dev").join(&name).exists())
 }
 
+/// Whether `node` (`/dev/...`) exists where this process looks for it.
+fn node_visible(node: &str, dev_root: Option<&Path>) -> bool {
+    Path::new(node).exists()
+        || dev_root.is_some_and(|root| root.join(node.trim_start_matches('/')).exists())
+}
+
+/// Whether both capability nodes of MIG device (GPU instance `gi`, compute instance `ci`) on GPU
+/// minor `minor` exist where this process looks for them.
+pub fn mig_caps_visible(minor: u32, gi: u32, ci: u32, dev_root: Option<&Path>) -> bool {
+    [None, Some(ci)].into_iter().all(|ci| {
+        standard_mig_cap_minor(minor, gi, ci)
+            .is_some_and(|cap| node_visible(&cap_node(cap), dev_root))
+    })
+}
+
 /// The GPUs of `inventory` this process can see (their device nodes exist), numbered `0..n` in
-/// the inventory's order, as NVML in a container numbers them.
+/// the inventory's order, as NVML in a container numbers them, each with the MIG devices whose
+/// capability nodes it can see.
 pub fn visible_inventory(mut inventory: GpuInventory, dev_root: Option<&Path>) -> GpuInventory {
     inventory
         .gpus
         .retain(|gpu| device_node_visible(gpu.minor, dev_root));
+    for gpu in &mut inventory.gpus {
+        let minor = gpu.minor;
+        if let Some(mig) = gpu.mig.as_mut() {
+            mig.instances.retain(|i| {
+                mig_caps_visible(minor, i.gpu_instance_id, i.compute_instance_id, dev_root)
+            });
+        }
+    }
     for (index, gpu) in inventory.gpus.iter_mut().enumerate() {
         gpu.index = index as u32;
     }
@@ -241,5 +268,47 @@ mod tests {
         for (index, gpu) in visible.gpus.iter().enumerate() {
             assert_eq!(gpu.index, index as u32);
         }
+    }
+
+    #[test]
+    fn of_a_mig_gpu_only_mig_devices_with_both_capability_nodes_are_visible() {
+        let inventory = tessera_gpu_inventory::MockSource::new("hgx-a100-mig")
+            .unwrap()
+            .inventory()
+            .unwrap();
+        let gpu = inventory
+            .gpus
+            .iter()
+            .find(|g| g.mig.as_ref().is_some_and(|m| m.instances.len() >= 2))
+            .unwrap();
+        let instances = &gpu.mig.as_ref().unwrap().instances;
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("dev/nvidia-caps")).unwrap();
+        std::fs::write(root.path().join(format!("dev/nvidia{}", gpu.minor)), b"").unwrap();
+        let give = |gi: u32, ci: Option<u32>| {
+            let cap = standard_mig_cap_minor(gpu.minor, gi, ci).unwrap();
+            std::fs::write(root.path().join(cap_node(cap).trim_start_matches('/')), b"").unwrap();
+        };
+        // The first device gets both of its nodes; the second only its GPU instance's.
+        give(instances[0].gpu_instance_id, None);
+        give(
+            instances[0].gpu_instance_id,
+            Some(instances[0].compute_instance_id),
+        );
+        give(instances[1].gpu_instance_id, None);
+        let visible = visible_inventory(inventory.clone(), Some(root.path()));
+        let seen = visible
+            .gpus
+            .iter()
+            .find(|g| g.uuid == gpu.uuid)
+            .and_then(|g| g.mig.as_ref())
+            .map(|m| {
+                m.instances
+                    .iter()
+                    .map(|i| i.uuid.as_str())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap();
+        assert_eq!(seen, vec![instances[0].uuid.as_str()]);
     }
 }

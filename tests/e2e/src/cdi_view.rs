@@ -125,18 +125,6 @@ fn apply_env(
     Ok(())
 }
 
-/// Splits a `NVIDIA_VISIBLE_DEVICES`-style list (`a,b`), ignoring blanks, sorted.
-pub fn split_list(value: &str) -> Vec<String> {
-    let mut items: Vec<String> = value
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect();
-    items.sort();
-    items
-}
-
 #[cfg(test)]
 mod tests {
     use pretty_assertions::assert_eq;
@@ -173,10 +161,6 @@ mod tests {
         assert_eq!(env["SPEC_WIDE"], "1");
         // The last device's value wins.
         assert_eq!(env["NVIDIA_VISIBLE_DEVICES"], "GPU-b,GPU-a");
-        assert_eq!(
-            split_list(&env["NVIDIA_VISIBLE_DEVICES"]),
-            ["GPU-a", "GPU-b"]
-        );
         assert_eq!(specs.files_with_device_prefix("uid1-").len(), 1);
         assert!(specs.files_with_device_prefix("uid2-").is_empty());
     }

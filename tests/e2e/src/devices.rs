@@ -99,7 +99,7 @@ impl PublishedDevice {
         self.kind() == Some(device_type::MIG)
     }
 
-    /// The UUID a container sees in `NVIDIA_VISIBLE_DEVICES` (the MIG device's own for MIG).
+    /// The UUID CUDA lists in a container holding the device (the MIG device's own for MIG).
     pub fn uuid(&self) -> Option<&str> {
         self.string(attr::UUID)
     }

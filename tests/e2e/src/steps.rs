@@ -2,14 +2,11 @@
 //! check what its containers received, check the plugin prepared and later unprepared its
 //! claims. Every failure says what was expected and what was seen.
 
-use std::collections::BTreeSet;
-
 use anyhow::{Context, bail, ensure};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{Api, DeleteParams, ListParams};
 
-use crate::cdi_view::split_list;
 use crate::checker;
 use crate::claims::{AllocatedDevice, AllocationStatus, container_claims, get_claim, pod_claims};
 use crate::context::Ctx;
@@ -257,23 +254,6 @@ fn container_devices<'a>(
     Ok(devices)
 }
 
-/// The UUIDs a container using `uses` (claim entry, optional request) should see.
-fn expected_uuids(
-    pod: &Pod,
-    uses: &[(String, Option<String>)],
-    claims: &[AllocatedClaim],
-    published: &Published,
-) -> anyhow::Result<BTreeSet<String>> {
-    let mut uuids = BTreeSet::new();
-    for (device, _) in container_devices(pod, uses, claims, published)? {
-        let uuid = device
-            .uuid()
-            .with_context(|| format!("device {} has no uuid attribute", device.name))?;
-        uuids.insert(uuid.to_owned());
-    }
-    Ok(uuids)
-}
-
 /// What the checker in a container using `uses` must report: the devices' nodes and UUIDs,
 /// and MPS settings when a config of the claim shares them through MPS (the last config wins,
 /// as in the plugin).
@@ -357,8 +337,9 @@ pub async fn check_unclaimed_pod(ctx: &Ctx, node: &str) -> anyhow::Result<()> {
 }
 
 /// For every container of `pod` that uses a claim: waits until the runtime saw it, then checks
-/// that the CDI ids it got resolve (local cluster) and that its `NVIDIA_VISIBLE_DEVICES` and
-/// `CUDA_VISIBLE_DEVICES` list exactly the UUIDs of its allocated devices.
+/// that the CDI ids it got resolve (local cluster), that no variable narrows its GPUs, and (with
+/// the in-container checker) that CUDA lists exactly the UUIDs of its allocated devices, of
+/// every claim it uses.
 pub async fn check_containers(
     ctx: &Ctx,
     pod: &Pod,
@@ -390,20 +371,16 @@ async fn check_container(
     if uses.is_empty() {
         return Ok(());
     }
-    let expected = expected_uuids(pod, &uses, claims, published)?;
     let view = received_container(ctx, pod, container).await?;
-    for variable in ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"] {
-        let seen: BTreeSet<String> = view
-            .env
-            .get(variable)
-            .map(|v| split_list(v).into_iter().collect())
-            .unwrap_or_default();
-        ensure!(
-            seen == expected,
-            "container {pod_name}/{container}: {variable} lists {seen:?}, expected the allocated devices' UUIDs {expected:?} (seen in {})",
-            view.source
-        );
-    }
+    // No variable narrows what CUDA sees (it enumerates the injected device nodes: every claim's
+    // of the container), and the toolkit's variable says `void` so its legacy hook adds nothing.
+    ensure!(
+        view.env.get("NVIDIA_VISIBLE_DEVICES").map(String::as_str) == Some("void")
+            && !view.env.contains_key("CUDA_VISIBLE_DEVICES"),
+        "container {pod_name}/{container}: GPU environment {:?}, expected NVIDIA_VISIBLE_DEVICES=void and no CUDA_VISIBLE_DEVICES (seen in {})",
+        view.env,
+        view.source
+    );
     if ctx.observer.expects_checker() {
         let expected = expected_check(pod, &uses, claims, published)?;
         check_report(ctx, &view, &expected, &format!("{pod_name}/{container}"))?;

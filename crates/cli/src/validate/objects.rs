@@ -4,7 +4,6 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde_json::Value;
-use tessera_api::nvidia::{NVIDIA_CONFIG_API_VERSION, NVIDIA_DRIVER_NAME};
 
 /// Parses every document of a multi-document YAML text, flattening `List` objects. Empty
 /// documents are skipped.
@@ -113,12 +112,11 @@ pub struct Fields {
     pub selectors: Vec<(String, String)>,
     /// `(path, fully qualified attribute name)` of `matchAttribute` / `distinctAttribute`.
     pub constraint_attributes: Vec<(String, String)>,
-    /// `(path of the parameters, parameters)` of opaque configurations for Tessera's driver.
-    pub tessera_configs: Vec<(String, Value)>,
-    /// `(path of the parameters, parameters)` of `resource.nvidia.com/v1beta1` configurations
-    /// for NVIDIA's driver (`gpu.nvidia.com`), which the node plugin takes as its own when no
-    /// device of the claim is NVIDIA's driver's.
-    pub nvidia_configs: Vec<(String, Value)>,
+    /// `(path of the parameters, problem)` of opaque configurations for Tessera's driver, or
+    /// NVIDIA's `resource.nvidia.com/v1beta1` ones for NVIDIA's driver (`gpu.nvidia.com`), which
+    /// the node plugin takes as its own when no device of the claim is NVIDIA's driver's; the
+    /// same check the validating webhook makes ([`tessera_admission::claim_config`]).
+    pub config_problems: Vec<(String, String)>,
     /// `(path, problem)` for fields of the wrong shape.
     pub malformed: Vec<(String, String)>,
 }
@@ -175,20 +173,13 @@ fn selectors(value: &Value, path: &str, fields: &mut Fields) {
 }
 
 fn configs(value: &Value, path: &str, fields: &mut Fields) {
-    for (i, config) in entries(value, path, fields).iter().enumerate() {
-        let opaque = &config["opaque"];
-        let path = format!("{path}[{i}].opaque.parameters");
-        let parameters = opaque["parameters"].clone();
-        match opaque["driver"].as_str() {
-            Some(tessera_api::DRIVER_NAME) => fields.tessera_configs.push((path, parameters)),
-            Some(NVIDIA_DRIVER_NAME)
-                if parameters["apiVersion"].as_str() == Some(NVIDIA_CONFIG_API_VERSION) =>
-            {
-                fields.nvidia_configs.push((path, parameters))
-            }
-            _ => {}
-        }
-    }
+    // The shape first (a present non-list is malformed), then the webhook's own check.
+    entries(value, path, fields);
+    fields.config_problems.extend(
+        tessera_admission::claim_config::config_list_problems(value, path)
+            .into_iter()
+            .map(|p| (p.path, p.problem)),
+    );
 }
 
 /// `spec.devices` of a claim: requests (v1 `exactly`, v1beta1 inline, `firstAvailable`),

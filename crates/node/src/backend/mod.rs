@@ -9,6 +9,7 @@
 //! | mock | the topology | simulated in a file under the state directory | a fake driver root's tools, else simulated in files | none; telemetry from a fake driver root's NVML |
 
 pub mod driver_root;
+pub mod driver_watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -100,6 +101,8 @@ pub struct Backend {
     pub gpu: Arc<dyn GpuControl>,
     pub mig: Arc<dyn MigControl>,
     pub injection: DriverInjection,
+    /// The version of the driver under the driver root (none without one).
+    pub driver_version: Option<String>,
     pub health_events: Option<HealthEvents>,
     pub telemetry: Option<Arc<dyn TelemetrySource>>,
 }
@@ -121,7 +124,7 @@ impl Backend {
         config: &BackendConfig,
         place: BackendContext<'_>,
     ) -> Result<Backend, BackendError> {
-        let (injection, tools, nvml_library) = load_driver_root(config)?;
+        let (injection, tools, nvml_library, driver_version) = load_driver_root(config)?;
         let mut devices = config.devices.clone();
         let driver_root = config.driver_root.as_ref().map(|d| d.driver_root.clone());
         default_nvml_library(&mut devices, nvml_library, driver_root)?;
@@ -132,14 +135,14 @@ impl Backend {
                 .map(|tools| driver_sharing(config, place, tools, privileged))
                 .transpose()
         };
-        match &devices {
+        let mut backend = match &devices {
             GpuBackend::Mock { topology } => {
                 let mut backend = Backend::mock(place, topology, sharing(false)?, injection)?;
                 backend.telemetry = tools
                     .as_ref()
                     .and_then(|tools| tools.nvml.as_deref())
                     .and_then(driver_root_telemetry);
-                Ok(backend)
+                backend
             }
             GpuBackend::Nvml {
                 library,
@@ -148,9 +151,11 @@ impl Backend {
                 let library = library.as_deref().ok_or(BackendError::NoNvmlLibrary {
                     driver_root: config.driver_root.as_ref().map(|d| d.driver_root.clone()),
                 })?;
-                Backend::nvml(library, sysfs_root, sharing(true)?, injection)
+                Backend::nvml(library, sysfs_root, sharing(true)?, injection)?
             }
-        }
+        };
+        backend.driver_version = driver_version;
+        Ok(backend)
     }
 
     fn mock(
@@ -185,6 +190,7 @@ impl Backend {
             )),
             inventory,
             injection,
+            driver_version: None,
             health_events: None,
             telemetry: None,
         })
@@ -222,6 +228,7 @@ impl Backend {
             },
             mig: Arc::new(NvmlMig(nvml.clone())),
             injection,
+            driver_version: None,
             health_events,
             telemetry: Some(nvml as Arc<dyn TelemetrySource>),
         })
@@ -304,9 +311,18 @@ fn default_nvml_library(
 
 /// The NVIDIA driver: what claim specs inject, its tools for sharing (with a driver root), and
 /// its `libnvidia-ml.so.1` (this process's view).
+#[allow(clippy::type_complexity)]
 fn load_driver_root(
     config: &BackendConfig,
-) -> Result<(DriverInjection, Option<DriverTools>, Option<PathBuf>), BackendError> {
+) -> Result<
+    (
+        DriverInjection,
+        Option<DriverTools>,
+        Option<PathBuf>,
+        Option<String>,
+    ),
+    BackendError,
+> {
     let Some(driver) = &config.driver_root else {
         if matches!(config.devices, GpuBackend::Nvml { .. }) {
             tracing::warn!(
@@ -314,7 +330,12 @@ fn load_driver_root(
                  none of the driver's libraries or binaries (set kubeletPlugin.driverRoot)"
             );
         }
-        return Ok((DriverInjection::devices_only(&config.dev_root), None, None));
+        return Ok((
+            DriverInjection::devices_only(&config.dev_root),
+            None,
+            None,
+            None,
+        ));
     };
     let (injection, tools, summary) =
         driver_root::load(driver).map_err(|source| BackendError::DriverRoot {
@@ -335,7 +356,12 @@ fn load_driver_root(
     for missing in &summary.missing_control_nodes {
         tracing::warn!(node = %missing, "driver device node missing; containers will not get it");
     }
-    Ok((injection, Some(tools), summary.nvml_library))
+    Ok((
+        injection,
+        Some(tools),
+        summary.nvml_library,
+        Some(summary.version),
+    ))
 }
 
 /// Sharing through the driver's tools: MPS daemons as processes of the plugin's, or in pods of

@@ -138,6 +138,7 @@ pub struct NodeMetrics {
     inventory_scans: Family<ResultLabels, Counter>,
     health_events: Family<HealthLabels, Counter>,
     unhealthy_devices: Gauge,
+    driver_reloads: Family<ResultLabels, Counter>,
 }
 
 impl NodeMetrics {
@@ -154,6 +155,7 @@ impl NodeMetrics {
             inventory_scans: Family::default(),
             health_events: Family::default(),
             unhealthy_devices: Gauge::default(),
+            driver_reloads: Family::default(),
         };
         let node = registry.sub_registry_with_prefix("tessera_node");
         node.register(
@@ -206,7 +208,19 @@ impl NodeMetrics {
             "Devices currently tainted by health monitoring (XID/ECC findings, lost GPUs)",
             metrics.unhealthy_devices.clone(),
         );
+        node.register(
+            "driver_reloads",
+            "Re-reads of the driver root after the NVIDIA driver under it changed version",
+            metrics.driver_reloads.clone(),
+        );
         metrics
+    }
+
+    /// Counts one re-read of the driver root after its driver changed version.
+    pub fn driver_reload(&self, result: ResultLabel) {
+        self.driver_reloads
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     /// Counts one claim of a prepare or unprepare call.

@@ -9,14 +9,21 @@
 //! - Per device: `/dev/nvidia<minor>` of the (parent) GPU; for a MIG device also its GPU- and
 //!   compute-instance capability nodes `/dev/nvidia-caps/nvidia-cap<N>` (host paths under the
 //!   device root when it is not `/`);
-//!   `NVIDIA_VISIBLE_DEVICES` and `CUDA_VISIBLE_DEVICES` listing, by UUID (MIG device UUIDs for
-//!   MIG), the devices of the same request. The kubelet hands a container either every device
-//!   of the claim or those of one request; runtimes apply env entries in order, last one wins, so
-//!   a container using one request sees exactly that request's devices. (A container that uses
-//!   a whole claim with several requests sees the last request's list: name the request.)
+//!   no device list in the environment (below).
+//! - Which GPUs a container's CUDA sees follows from the device nodes it got, not from a variable:
+//!   libcuda enumerates the GPUs whose `/dev/nvidia<minor>` the container can open, and of a MIG
+//!   GPU the MIG devices whose two capability nodes it can open. So a container that lists two
+//!   claims (or several requests of one) sees the union of their devices. A variable cannot say
+//!   that: each claim's spec is written alone (the kubelet hands the same CDI ids to every
+//!   container using the claim, whatever else they use), and runtimes apply CDI env entries in
+//!   order, the last value of a name winning, so per-claim `CUDA_VISIBLE_DEVICES` lists hid every
+//!   claim's GPUs but the last one's. The spec-level edits set `NVIDIA_VISIBLE_DEVICES=void`,
+//!   the same value in every claim's spec, as NVIDIA's container toolkit does in CDI mode: CUDA
+//!   images set `NVIDIA_VISIBLE_DEVICES=all`, and a node whose default runtime is the toolkit's
+//!   legacy hook would otherwise add every GPU of the node to the container.
 //! - A claim's part of a shared device (consumable shares) is told in `TESSERA_GPU_MEMORY_LIMIT`
 //!   (bytes consumed) and, with N shares, `TESSERA_GPU_SHARES` / `TESSERA_GPU_SHARES_TOTAL`,
-//!   per request like the visible devices.
+//!   per request, in claim order (with several claims in one container, the last claim's values).
 //! - Devices shared with MPS also get `CUDA_MPS_PIPE_DIRECTORY` / `CUDA_MPS_LOG_DIRECTORY` and
 //!   bind mounts of the claim's MPS directories from the host.
 
@@ -86,23 +93,21 @@ fn bind_mount(host: &str, container: &str) -> Mount {
     }
 }
 
-/// The UUIDs of the devices serving `request`, in claim order.
-fn visible_uuids(record: &ClaimRecord, request: &str) -> Result<String, CdiSpecError> {
-    let mut uuids = Vec::new();
-    for device in record.devices.iter().filter(|d| d.request == request) {
-        uuids.push(visible_uuid(device)?);
-    }
-    Ok(uuids.join(","))
-}
-
-fn visible_uuid(device: &DeviceRecord) -> Result<&str, CdiSpecError> {
+/// Fails for a MIG device whose instance does not exist yet (the spec must not be written before
+/// it is created).
+fn check_instance(device: &DeviceRecord) -> Result<(), CdiSpecError> {
     device
         .target
         .visible_uuid()
+        .map(|_| ())
         .ok_or_else(|| CdiSpecError::NoMigInstance {
             device: device.device.clone(),
         })
 }
+
+/// The variable the spec-level edits set: NVIDIA's container toolkit, if it runs as the node's
+/// runtime hook, leaves the container's devices to CDI.
+pub const VISIBLE_DEVICES_VOID: &str = "NVIDIA_VISIBLE_DEVICES=void";
 
 fn device_nodes(
     device: &DeviceRecord,
@@ -137,7 +142,7 @@ fn device_nodes(
 }
 
 /// What a container is told of its part of shared devices (consumable shares): for the devices of
-/// `request` in order, like `NVIDIA_VISIBLE_DEVICES`, the memory consumed in bytes
+/// `request` in claim order, the memory consumed in bytes
 /// ([`ENV_MEMORY_LIMIT`]; the device's whole memory is not known here, so a device with no
 /// consumed memory is `0`), and in the N-shares mode the shares consumed and the N
 /// ([`ENV_SHARES`], [`ENV_SHARES_TOTAL`]). Nothing when no device of the request is shared.
@@ -175,12 +180,8 @@ pub fn claim_spec(
 ) -> Result<Spec, CdiSpecError> {
     let mut devices = Vec::with_capacity(record.devices.len());
     for device in &record.devices {
-        let uuids = visible_uuids(record, &device.request)?;
+        check_instance(device)?;
         let mut edits = ContainerEdits {
-            env: vec![
-                format!("NVIDIA_VISIBLE_DEVICES={uuids}"),
-                format!("CUDA_VISIBLE_DEVICES={uuids}"),
-            ],
             device_nodes: device_nodes(device, caps, injection)?,
             ..ContainerEdits::default()
         };
@@ -212,10 +213,12 @@ pub fn claim_spec(
         });
     }
     let mut spec = Spec::new(kind(), devices);
-    spec.container_edits = ContainerEdits {
+    let mut edits = ContainerEdits {
         device_nodes: injection.control_nodes.clone(),
         ..injection.edits.clone()
     };
+    edits.env.push(VISIBLE_DEVICES_VOID.to_owned());
+    spec.container_edits = edits;
     spec.set_minimum_version();
     Ok(spec)
 }

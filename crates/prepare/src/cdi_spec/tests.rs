@@ -129,12 +129,17 @@ fn static_mig_uses_the_listed_capabilities() {
             "/dev/nvidia-caps/nvidia-cap301"
         ]
     );
+    // Which MIG device CUDA sees follows from the capability nodes; no variable narrows it.
     assert!(
         device
             .container_edits
             .env
-            .contains(&"CUDA_VISIBLE_DEVICES=MIG-389f749c-615a-52bd-a919-5f5c1dc31183".to_owned())
+            .iter()
+            .all(|e| !e.contains("VISIBLE_DEVICES")),
+        "{:?}",
+        device.container_edits.env
     );
+    assert_eq!(spec.container_edits.env, vec![VISIBLE_DEVICES_VOID]);
     let err = claim_spec(
         UID,
         &record,
@@ -233,4 +238,51 @@ fn a_driver_root_adds_its_files_and_takes_device_nodes_from_the_device_root() {
             ),
         ]
     );
+}
+
+/// The environment a runtime gives a container from the CDI edits of `specs` applied in order:
+/// spec-level edits, then each device's; a later value of a name replaces an earlier one.
+fn applied_env(specs: &[&Spec]) -> std::collections::BTreeMap<String, String> {
+    let mut env = std::collections::BTreeMap::new();
+    for spec in specs {
+        let edits = std::iter::once(&spec.container_edits)
+            .chain(spec.devices.iter().map(|d| &d.container_edits));
+        for entry in edits.flat_map(|e| e.env.iter()) {
+            let (name, value) = entry.split_once('=').unwrap();
+            env.insert(name.to_owned(), value.to_owned());
+        }
+    }
+    env
+}
+
+#[test]
+fn a_container_with_two_claims_is_not_narrowed_to_the_last_claims_gpus() {
+    let first = planned(json!([result("gpu", "gpu-6")]), json!([]));
+    let second = planned(json!([result("gpu", "gpu-7")]), json!([]));
+    let injection = DriverInjection::none();
+    let caps = MigCapMinors::standard();
+    let a = claim_spec(UID, &first, &caps, &injection).unwrap();
+    let b = claim_spec(
+        "4f7c2a10-0000-4000-8000-00000000000b",
+        &second,
+        &caps,
+        &injection,
+    )
+    .unwrap();
+    for order in [[&a, &b], [&b, &a]] {
+        let env = applied_env(&order);
+        // CUDA enumerates the device nodes the container got: both claims' GPUs.
+        assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), None, "{env:?}");
+        assert_eq!(
+            env.get("NVIDIA_VISIBLE_DEVICES").map(String::as_str),
+            Some("void")
+        );
+    }
+    let nodes: Vec<&str> = [&a, &b]
+        .iter()
+        .flat_map(|s| s.devices.iter())
+        .flat_map(|d| d.container_edits.device_nodes.iter())
+        .map(|n| n.path.as_str())
+        .collect();
+    assert_eq!(nodes, vec!["/dev/nvidia6", "/dev/nvidia7"]);
 }

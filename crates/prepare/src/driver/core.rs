@@ -14,7 +14,7 @@ use super::locks::ClaimLocks;
 use crate::checkpoint::{CheckpointStore, CheckpointStoreError, DEFAULT_BOOT_ID_PATH};
 use crate::claims::ClaimSource;
 use crate::device_status::device_statuses;
-use crate::injection::DriverInjection;
+use crate::injection::{CurrentInjection, DriverInjection};
 use crate::inventory::NodeInventory;
 use crate::mig::{DEFAULT_MIG_MINORS_PATH, MigCapMinors, MigControl};
 use crate::plan::MigMode;
@@ -36,8 +36,9 @@ pub struct NodeDriverConfig {
     pub boot_id_path: PathBuf,
     /// Where the driver lists MIG capability minors.
     pub mig_minors_path: PathBuf,
-    /// What claim specs inject of the NVIDIA driver (none without a driver root).
-    pub injection: DriverInjection,
+    /// What claim specs inject of the NVIDIA driver (none without a driver root), replaceable
+    /// while the driver runs (the node plugin re-reads an upgraded driver root).
+    pub injection: CurrentInjection,
     /// How the node's devices are published for sharing (the N of a claim's shares).
     pub consumable_shares: ConsumableShares,
 }
@@ -56,7 +57,7 @@ impl NodeDriverConfig {
             mig_mode: MigMode::Static,
             boot_id_path: PathBuf::from(DEFAULT_BOOT_ID_PATH),
             mig_minors_path: PathBuf::from(DEFAULT_MIG_MINORS_PATH),
-            injection: DriverInjection::none(),
+            injection: CurrentInjection::new(DriverInjection::none()),
             consumable_shares: ConsumableShares::Disabled,
         }
     }
@@ -69,6 +70,13 @@ impl NodeDriverConfig {
 
     /// Injects the driver's files and device nodes as `injection` says.
     pub fn injection(mut self, injection: DriverInjection) -> Self {
+        self.injection = CurrentInjection::new(injection);
+        self
+    }
+
+    /// Injects what `injection` holds when each spec is built: whoever holds a clone may
+    /// replace it (a driver upgraded under the driver root).
+    pub fn current_injection(mut self, injection: CurrentInjection) -> Self {
         self.injection = injection;
         self
     }
@@ -136,7 +144,7 @@ pub(crate) struct Core {
     pub(super) mps_root: PathBuf,
     pub(super) caps: MigCapMinors,
     pub(super) inventory: Arc<NodeInventory>,
-    pub(super) injection: DriverInjection,
+    pub(super) injection: CurrentInjection,
     pub(super) claims: Arc<dyn ClaimSource>,
     pub(super) gpu: Arc<dyn GpuControl>,
     pub(super) mig: Arc<dyn MigControl>,

@@ -160,7 +160,8 @@ impl Core {
         uid: &ClaimUid,
         record: &ClaimRecord,
     ) -> Result<Option<Spec>, EffectError> {
-        let spec = cdi_spec::claim_spec(uid.as_str(), record, &self.caps, &self.injection)?;
+        let injection = self.injection.get();
+        let spec = cdi_spec::claim_spec(uid.as_str(), record, &self.caps, &injection)?;
         let current = self.specs.read(uid.as_str())?;
         Ok((current.as_ref() != Some(&spec)).then_some(spec))
     }

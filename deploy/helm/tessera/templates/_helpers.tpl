@@ -43,7 +43,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-controller" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* The admission webhook's Service, Secret (<name>-certificates) and configuration. */}}
+{{/* Whether the controller serves an admission webhook: the conversion, the config check, or both. */}}
+{{- define "tessera.webhook.enabled" -}}
+{{- $controller := .Values.controller }}
+{{- if and $controller.enabled (or $controller.devicePluginConversion.enabled $controller.configValidation.enabled) }}true{{ end }}
+{{- end }}
+
+{{/* The admission webhook's Service, Secret (<name>-certificates) and configurations. */}}
 {{- define "tessera.webhook.name" -}}
 {{- printf "%s-webhook" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}

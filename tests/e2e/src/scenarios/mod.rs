@@ -4,7 +4,9 @@
 mod example;
 mod outcome;
 
+mod config_check;
 mod cross_driver;
+mod driver_upgrade;
 mod examples;
 mod gang;
 mod invalid_config;
@@ -23,6 +25,7 @@ mod shared_devices;
 mod sharing;
 mod slices;
 mod topology;
+mod two_claims;
 
 use futures::future::BoxFuture;
 
@@ -101,6 +104,16 @@ fn published_and_basic() -> Vec<Scenario> {
             examples::cel_selectors
         ),
         scenario!(
+            "driver-upgrade",
+            "a new driver version laid in a node's fake driver root under the running plugin: the plugin reads it (tessera_node_driver_reloads_total), the next claim's spec and container get its libcuda.so, the claim from before keeps the old one",
+            driver_upgrade::driver_upgrade
+        ),
+        scenario!(
+            "two-claims",
+            "one container with two one-GPU claims: its device nodes are both claims', and CUDA in it lists both claims' UUIDs (the checker's report)",
+            two_claims::two_claims
+        ),
+        scenario!(
             "shared-claim",
             "deploy/examples/shared-claim: one GPU for two containers and two pods",
             examples::shared_claim
@@ -163,8 +176,13 @@ fn configs_and_resources() -> Vec<Scenario> {
         ),
         scenario!(
             "invalid-config",
-            "deploy/examples/invalid-config: prepare refused, the pod event names the field",
+            "deploy/examples/invalid-config (opted out of the admission check): prepare refused, the pod event names the field",
             invalid_config::invalid_config
+        ),
+        scenario!(
+            "config-refused",
+            "deploy/examples/invalid-config's template without its opt-out label, and a claim with its config, are refused at a server-side apply with tessera validate's message; opted out, or valid, they are created",
+            config_check::config_refused
         ),
     ]
 }
