@@ -282,19 +282,13 @@ struct Timed {
     decision_ms: f64,
 }
 
-/// One decision for a new preemptor of `case` (created gated in `model`): the victim index built
-/// (as the controller does after a pod or claim changed), then the controller's whole decision
-/// for the preemptor ([`decide`]: claims resolved, planned on free devices, the preemption
-/// search, the decision's steps) with that index kept. With `counts`, the search again, untimed,
-/// for its counts and message.
-fn decide_once(
+/// Creates the gated preemptors of `case` (a new group for each run): its key, their UIDs, the
+/// pods.
+fn create_preemptors(
     model: &mut ClusterModel,
-    cached: &Cached,
-    devices: &ManagedDevices,
     case: &Case,
     run: usize,
-    counts: bool,
-) -> (Timed, Option<PreemptionDecision>) {
+) -> (GroupKey, Vec<String>, Vec<Arc<Pod>>) {
     let key = GroupKey {
         namespace: tessera_placement::simulation::NAMESPACE.into(),
         name: format!("prod-{}-{}-{run}", case.members, case.gpus),
@@ -312,6 +306,23 @@ fn decide_once(
         .iter()
         .map(|u| Arc::new(model.pod(u).unwrap().clone()))
         .collect();
+    (key, uids, preemptors)
+}
+
+/// One decision for a new preemptor of `case` (created gated in `model`): the victim index built
+/// (as the controller does after a pod or claim changed), then the controller's whole decision
+/// for the preemptor ([`decide`]: claims resolved, planned on free devices, the preemption
+/// search, the decision's steps) with that index kept. With `counts`, the search again, untimed,
+/// for its counts and message.
+fn decide_once(
+    model: &mut ClusterModel,
+    cached: &Cached,
+    devices: &ManagedDevices,
+    case: &Case,
+    run: usize,
+    counts: bool,
+) -> (Timed, Option<PreemptionDecision>) {
+    let (key, uids, preemptors) = create_preemptors(model, case, run);
     let mut pods = cached.pods.clone();
     pods.extend(preemptors.iter().cloned());
     let mut claims = cached.claims.clone();
