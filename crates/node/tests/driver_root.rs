@@ -668,40 +668,47 @@ async fn an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim() {
     drop(plugin);
 }
 
-async fn a_root_without_a_driver_stops_the_plugin_with_the_reason() {
-    let empty = tempfile::tempdir().unwrap();
+async fn a_root_without_a_driver_waits_with_the_reason_and_starts_once_it_is_there() {
+    let fake = FakeDriver::new();
+    // The GPU operator's driver container has not laid its files yet.
+    let laid = fake.root.with_extension("laid");
+    std::fs::rename(&fake.root, &laid).unwrap();
+    std::fs::create_dir(&fake.root).unwrap();
     let (_server, http, _) = api_server_with_node().await;
     let dirs = PluginDirs::new();
-    let root = empty.path().display().to_string();
-    let plugin = PluginProcess::start(
-        http.kubeconfig_path(),
-        &dirs,
-        &[
-            "--topology",
-            TOPOLOGY,
-            "--driver-root",
-            &root,
-            "--cdi-hook-path",
-            &root,
-        ],
-        &[],
-    );
+    let flags = fake.flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &flags, &[]);
+    let root = fake.root.display().to_string();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = plugin.child.lock().unwrap().try_wait().unwrap() {
-            break status;
+    loop {
+        let logs = plugin_logs(&dirs);
+        if logs.contains("waiting for a complete NVIDIA driver") {
+            assert!(
+                logs.contains("no NVIDIA driver under") && logs.contains(&root),
+                "{logs}"
+            );
+            break;
         }
         assert!(
-            std::time::Instant::now() < deadline,
-            "the plugin kept running"
+            plugin.child.lock().unwrap().try_wait().unwrap().is_none(),
+            "the plugin stopped instead of waiting: {logs}"
         );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(!status.success());
-    let logs = plugin_logs(&dirs);
+        assert!(std::time::Instant::now() < deadline, "{logs}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(
-        logs.contains("no NVIDIA driver under") && logs.contains(&root),
-        "{logs}"
+        plugin.child.lock().unwrap().try_wait().unwrap().is_none(),
+        "the plugin must wait, not stop"
+    );
+    // The driver arrives: the plugin starts and registers with the kubelet.
+    std::fs::remove_dir(&fake.root).unwrap();
+    std::fs::rename(&laid, &fake.root).unwrap();
+    let _kubelet = register(&dirs).await;
+    assert!(
+        plugin_logs(&dirs).contains("NVIDIA driver found"),
+        "{}",
+        plugin_logs(&dirs)
     );
 }
 
@@ -738,8 +745,12 @@ fn main() -> ExitCode {
                 },
             ),
             (
-                "a_root_without_a_driver_stops_the_plugin_with_the_reason",
-                &|| runtime.block_on(a_root_without_a_driver_stops_the_plugin_with_the_reason()),
+                "a_root_without_a_driver_waits_with_the_reason_and_starts_once_it_is_there",
+                &|| {
+                    runtime.block_on(
+                        a_root_without_a_driver_waits_with_the_reason_and_starts_once_it_is_there(),
+                    )
+                },
             ),
         ],
     )
