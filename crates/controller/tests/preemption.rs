@@ -307,7 +307,7 @@ async fn a_budget_that_allows_no_disruption_is_honoured() {
     budget(&api, "guarded", 0);
     preemptor(&api, "prod", 1000, 4, None);
     let controller = start(&api);
-    let (_, message) = condition(&api, "prod", "Unsatisfiable").await;
+    let (_, message) = condition(&api, "prod", "PreemptionBlocked").await;
     assert!(message.contains("preemption cannot make room"), "{message}");
     assert!(
         message.contains("guarded-budget"),
@@ -333,12 +333,12 @@ async fn the_event_of_a_pod_a_budget_protects_names_the_budget_however_long_the_
     budget(&api, "guarded", 0);
     preemptor(&api, "prod", 1000, 4, None);
     let controller = start(&api);
-    let (_, message) = condition(&api, "prod", "Unsatisfiable").await;
+    let (_, message) = condition(&api, "prod", "PreemptionBlocked").await;
     assert!(
         message.len() > 1024,
         "the case needs a long message: {message}"
     );
-    let note = event(&api, "prod", "Unsatisfiable").await;
+    let note = event(&api, "prod", "PreemptionBlocked").await;
     assert!(
         note.contains("protected by PodDisruptionBudget ml/guarded-budget"),
         "the event names the budget: {note}"

@@ -486,7 +486,7 @@ fn measure(
         rebuilt_p99_ms: percentile(&mut rebuilt, 0.99),
         message: match &searched.outcome {
             tessera_placement::preemption::PreemptionOutcome::Preempt(p) => p.message.clone(),
-            tessera_placement::preemption::PreemptionOutcome::NotPossible { message } => {
+            tessera_placement::preemption::PreemptionOutcome::NotPossible { message, .. } => {
                 message.clone()
             }
         },

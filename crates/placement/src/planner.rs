@@ -112,6 +112,9 @@ pub enum Failure {
     Unsatisfiable,
     /// The input is wrong (unknown class, CEL error, invalid claim): retry when objects change.
     InvalidInput,
+    /// Only evicting pods that disruption budgets protect (or whose eviction was refused) could
+    /// make room: retry when the cluster or the budgets change.
+    PreemptionBlocked,
 }
 
 impl Failure {
@@ -120,6 +123,7 @@ impl Failure {
         match self {
             Failure::Unsatisfiable => PodReason::Unsatisfiable,
             Failure::InvalidInput => PodReason::InvalidInput,
+            Failure::PreemptionBlocked => PodReason::PreemptionBlocked,
         }
     }
 }

@@ -178,7 +178,7 @@ fn a_budget_that_allows_no_disruption_blocks_its_pods_and_the_message_names_it()
     let prod = model.create(&PodTemplate::new("prod", 1000, 4));
     let decision = search(&model, &prod);
     match decision {
-        PreemptionOutcome::NotPossible { message } => assert!(
+        PreemptionOutcome::NotPossible { message, .. } => assert!(
             message.contains(
                 "4 are protected by PodDisruptionBudget sim/keep-batch (0 disruption(s) allowed)"
             ),

@@ -179,9 +179,15 @@ fn preempt_or(
     let pods: Vec<Arc<Pod>> = resolved.iter().map(|r| r.pod.clone()).collect();
     match preempt::for_group(input, &pods, source, settings, now) {
         Some(Preemption::Decide(decision)) => Err(decision),
-        Some(Preemption::Why(why)) => {
-            if let GroupOutcome::Wait { message, .. } = &mut plan.outcome {
+        Some(Preemption::Why { why, budgets }) => {
+            if let GroupOutcome::Wait {
+                message, reason, ..
+            } = &mut plan.outcome
+            {
                 add_to_summary(message, &why);
+                if budgets {
+                    *reason = PodReason::PreemptionBlocked;
+                }
             }
             Ok(plan)
         }

@@ -80,7 +80,7 @@ pub fn decide_alone(
             decision.first = forget;
             return *decision;
         }
-        Some(Preemption::Why(why)) => plan = preempt::with_reason(plan, &why),
+        Some(Preemption::Why { why, budgets }) => plan = preempt::with_reason(plan, &why, budgets),
         None => {}
     }
     let (first, mut per_pod, then) = steps(pod, gated.then_some(settings.gate.as_str()), &plan);

@@ -31,8 +31,9 @@ use crate::view::{PodContext, Settings};
 pub(crate) enum Preemption {
     /// Carry this decision out instead (a plan made now, or a nomination that stands).
     Decide(Box<Decision>),
-    /// No plan: why, for the pod's message.
-    Why(String),
+    /// No plan: why, for the pod's message; `budgets`: disruption budgets set victims aside
+    /// (the condition says `PreemptionBlocked`).
+    Why { why: String, budgets: bool },
 }
 
 /// Preemption for `pod` (its claims resolved, `plan` the planner's plan on free devices), or
@@ -62,9 +63,10 @@ pub(crate) fn for_pod(
         return Some(Preemption::Decide(Box::new(decision)));
     }
     if !preemption_allowed(pod) {
-        return Some(Preemption::Why(
-            "no preemption: its preemptionPolicy is Never, so it preempts nobody".into(),
-        ));
+        return Some(Preemption::Why {
+            why: "no preemption: its preemptionPolicy is Never, so it preempts nobody".into(),
+            budgets: false,
+        });
     }
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let searched = in_context(source, uid, |context| {
@@ -77,7 +79,10 @@ pub(crate) fn for_pod(
         Some(preempt_pod(pod, claims, context, settings, &input, now))
     })?;
     match searched.outcome {
-        PreemptionOutcome::NotPossible { message } => Some(Preemption::Why(message)),
+        PreemptionOutcome::NotPossible { message, budgets } => Some(Preemption::Why {
+            why: message,
+            budgets,
+        }),
         PreemptionOutcome::Preempt(preemption) => {
             planned(pod, plan, preemption, &objects, undo, now)
                 .map(|d| Preemption::Decide(Box::new(d)))
@@ -151,7 +156,10 @@ pub(crate) fn for_group(
         ))
     })?;
     match searched.outcome {
-        PreemptionOutcome::NotPossible { message } => Some(Preemption::Why(message)),
+        PreemptionOutcome::NotPossible { message, budgets } => Some(Preemption::Why {
+            why: message,
+            budgets,
+        }),
         PreemptionOutcome::Preempt(plan) => group_planned(input.key, gated, plan, &objects, now)
             .map(|d| Preemption::Decide(Box::new(d))),
     }
@@ -382,10 +390,17 @@ fn find<'o>(objects: &'o PreemptionObjects, uid: &str) -> Option<&'o Arc<Pod>> {
         .find(|p| p.metadata.uid.as_deref() == Some(uid) && !crate::protocol::is_terminal(p))
 }
 
-/// `plan` with `why` preemption does not help added to its message's summary line.
-pub(crate) fn with_reason(mut plan: PodPlan, why: &str) -> PodPlan {
-    if let Action::CannotPlace { message, .. } = &mut plan.action {
+/// `plan` with `why` preemption does not help added to its message's summary line; when
+/// disruption budgets set victims aside (`budgets`) the pod waits on them, not on capacity.
+pub(crate) fn with_reason(mut plan: PodPlan, why: &str, budgets: bool) -> PodPlan {
+    if let Action::CannotPlace {
+        message, failure, ..
+    } = &mut plan.action
+    {
         add_to_summary(message, why);
+        if budgets && *failure == Failure::Unsatisfiable {
+            *failure = Failure::PreemptionBlocked;
+        }
     }
     plan
 }

@@ -11,7 +11,7 @@ use tessera_allocator::{AllocatedState, DeviceId};
 use super::PreemptionInput;
 use super::plan::{
     PreemptionCost, PreemptionDecision, PreemptionOutcome, PreemptionPlan, Reservation,
-    not_possible_message, plan_message, planned_victims,
+    not_possible, plan_message, planned_victims,
 };
 use super::priority::{pod_priority, preemption_allowed};
 use super::search::{grace_seconds, placement_devices, remove_pod};
@@ -257,8 +257,8 @@ pub fn preempt_group(
             "{} does not fit even with every pod of lower priority that may be evicted gone",
             group.key
         );
-        let mut decision =
-            PreemptionDecision::not_possible(not_possible_message(&why, &exclusions));
+        let mut decision = PreemptionDecision::not_possible(String::new());
+        decision.outcome = not_possible(&why, &exclusions);
         decision.steps = search.steps;
         decision.pod_decisions = search.pod_decisions;
         return decision;
@@ -273,11 +273,13 @@ pub fn preempt_group(
         // Nothing needs to go (the gang fits on free devices): not a preemption.
         PreemptionOutcome::NotPossible {
             message: format!("{} fits without preempting anyone", group.key),
+            budgets: false,
         }
     } else if !victims.within_budgets(out.iter().copied()) {
         let why = "the victims it needs would exceed a PodDisruptionBudget";
         PreemptionOutcome::NotPossible {
-            message: not_possible_message(why, &exclusions),
+            message: format!("preemption cannot make room: {why}"),
+            budgets: true,
         }
     } else {
         PreemptionOutcome::Preempt(group_plan(group, context, input, &out, &decisions))

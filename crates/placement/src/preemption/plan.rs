@@ -91,9 +91,12 @@ pub struct PreemptionPlan {
 #[derive(Clone, Debug, PartialEq)]
 pub enum PreemptionOutcome {
     Preempt(PreemptionPlan),
-    /// No set of victims makes room; the message says why.
+    /// No set of victims makes room; the message says why. `budgets`: pods that disruption
+    /// budgets protect (or whose eviction was refused) were set aside, so the pod's condition
+    /// says `PreemptionBlocked` rather than `Unsatisfiable`.
     NotPossible {
         message: String,
+        budgets: bool,
     },
 }
 
@@ -115,7 +118,10 @@ pub struct PreemptionDecision {
 impl PreemptionDecision {
     pub(crate) fn not_possible(message: String) -> PreemptionDecision {
         PreemptionDecision {
-            outcome: PreemptionOutcome::NotPossible { message },
+            outcome: PreemptionOutcome::NotPossible {
+                message,
+                budgets: false,
+            },
             steps: 0,
             combinations: 0,
             pod_decisions: 0,
@@ -242,13 +248,17 @@ pub(crate) fn plan_message(
     )
 }
 
-/// Why no plan exists: the search's account and the pods it could not consider.
-pub(crate) fn not_possible_message(why: &str, exclusions: &Exclusions) -> String {
+/// No plan: the search's account and the pods it could not consider.
+pub(crate) fn not_possible(why: &str, exclusions: &Exclusions) -> PreemptionOutcome {
     let excluded = exclusions.summary();
-    if excluded.is_empty() {
+    let message = if excluded.is_empty() {
         format!("preemption cannot make room: {why}")
     } else {
         format!("preemption cannot make room: {why}; {excluded}")
+    };
+    PreemptionOutcome::NotPossible {
+        message,
+        budgets: exclusions.budgets_set_aside(),
     }
 }
 

@@ -14,7 +14,7 @@ use tessera_allocator::{AllocatedState, DeviceId};
 use super::PreemptionInput;
 use super::plan::{
     PreemptionCost, PreemptionDecision, PreemptionOutcome, PreemptionPlan, Reservation,
-    not_possible_message, plan_message, planned_victims,
+    not_possible, plan_message, planned_victims,
 };
 use super::priority::{pod_priority, preemption_allowed};
 use super::victims::Victims;
@@ -208,7 +208,9 @@ pub fn preempt_pod(
             "no node has {} device(s) for the pod once lower-priority pods that may be evicted are gone",
             demand.count
         );
-        return PreemptionDecision::not_possible(not_possible_message(&why, &exclusions));
+        let mut decision = PreemptionDecision::not_possible(String::new());
+        decision.outcome = not_possible(&why, &exclusions);
+        return decision;
     }
     let mut working = context.in_use.clone();
     for id in input.reserved {
@@ -659,9 +661,7 @@ impl Search<'_, '_> {
                 } else {
                     "no set of lower-priority victims lets the pod fit with its placement requirements"
                 };
-                PreemptionOutcome::NotPossible {
-                    message: not_possible_message(why, exclusions),
-                }
+                not_possible(why, exclusions)
             }
         };
         PreemptionDecision {

@@ -158,6 +158,12 @@ impl Exclusions {
         }
         parts.join(", ")
     }
+
+    /// Lower-priority pods were set aside because a budget protects them or their eviction was
+    /// refused: the pod waits on disruption budgets rather than on capacity alone.
+    pub fn budgets_set_aside(&self) -> bool {
+        !self.protected.is_empty() || self.refused > 0
+    }
 }
 
 /// The seconds from `since` to `now`, 0 if unknown or in the future.

@@ -458,6 +458,7 @@ impl ControllerModel {
                 None => PreemptionDecision {
                     outcome: PreemptionOutcome::NotPossible {
                         message: "the group is incomplete".into(),
+                        budgets: false,
                     },
                     steps: 0,
                     combinations: 0,

@@ -219,10 +219,12 @@ async fn preempt_pdb_steps(ctx: &Ctx, _node: &str) -> anyhow::Result<()> {
     create_budget(ctx, ns).await?;
     preemptor(ns).create(ctx).await?;
     let budget = format!("PodDisruptionBudget {ns}/victims");
-    let message = wait_condition(ctx, ns, PREEMPTOR, "Unsatisfiable").await?;
-    ctx.say(format!("{PREEMPTOR}: condition Unsatisfiable: {message}"));
+    let message = wait_condition(ctx, ns, PREEMPTOR, "PreemptionBlocked").await?;
+    ctx.say(format!(
+        "{PREEMPTOR}: condition PreemptionBlocked: {message}"
+    ));
     // The event's note holds 1 KiB: the budget must be named before the account of each node.
-    let event = wait_event(ctx, (ns, PREEMPTOR), "Unsatisfiable", &[&budget]).await?;
+    let event = wait_event(ctx, (ns, PREEMPTOR), "PreemptionBlocked", &[&budget]).await?;
     ctx.say(format!("{PREEMPTOR}: event {event}"));
     nothing_evicted(ctx, ns).await?;
     keeps_waiting(ctx, ns, PREEMPTOR).await?;
