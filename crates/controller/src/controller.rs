@@ -14,10 +14,12 @@ use tessera_placement::Settings;
 use tessera_placement::group::{DEFAULT_GROUP_BUDGET, DEFAULT_GROUP_HOLD, Hierarchy};
 
 use crate::waiting::WaitingGroups;
+use tessera_gpu_inventory::ServerVersion;
 use tessera_process::{Endpoints, Heartbeat, Liveness, Probe};
 use tokio::sync::watch;
 
 use crate::api::ApiWriter;
+use crate::channels::ChannelSettings;
 use crate::cluster::{Cluster, Tracked};
 use crate::events::{EVENT_QUEUE, Events, publish_all};
 use crate::leader::{LeaderElector, Leadership, LeaseConfig};
@@ -60,6 +62,8 @@ pub struct ControllerConfig {
     pub group_hold: Duration,
     /// The admission webhook every replica serves; `None`: none.
     pub webhook: Option<WebhookConfig>,
+    /// IMEX channels published per fabric clique ([`crate::channels`]); 0 publishes none.
+    pub imex_channels: u32,
 }
 
 impl ControllerConfig {
@@ -76,6 +80,7 @@ impl ControllerConfig {
             group_budget: DEFAULT_GROUP_BUDGET,
             group_hold: DEFAULT_GROUP_HOLD.unsigned_abs(),
             webhook: None,
+            imex_channels: tessera_api::imex::DEFAULT_CHANNELS,
         }
     }
 
@@ -198,8 +203,20 @@ impl Controller {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let tracked = Arc::new(Tracked::default());
         let (stores, watches) = start(&self.client, &self.signals, &tracked);
+        let channels = crate::channels::run(
+            self.client.clone(),
+            stores.slices.clone(),
+            self.signals.clone(),
+            self.leadership.clone(),
+            ChannelSettings {
+                channels: self.config.imex_channels,
+                server_version: ServerVersion::V1_35,
+            },
+        );
         // Dropping `run` (a crash, in tests) stops every task it started, as a process exit would.
-        let _watch_tasks = Tasks(watches.into_iter().map(tokio::spawn).collect());
+        let mut watch_tasks = Tasks(watches.into_iter().map(tokio::spawn).collect());
+        watch_tasks.0.push(tokio::spawn(channels));
+        let _watch_tasks = watch_tasks;
         let cluster = Arc::new(Cluster::new(
             stores,
             tracked,

@@ -369,6 +369,7 @@ async fn start_driver(
         ),
         gpu: Arc::clone(&backend.gpu),
         mig: Arc::clone(&backend.mig),
+        imex: Arc::new(tessera_prepare::imex::NoImex),
     };
     let (driver, report) = NodeDriver::start(driver_config, parts)
         .await
