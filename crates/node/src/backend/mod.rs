@@ -21,6 +21,7 @@ use tessera_prepare::mig::{MigControl, MigError, SimulatedMig};
 use tessera_prepare::sharing::{GpuControl, SimulatedGpuControl, SystemGpuControl};
 
 use crate::gpu_metrics::TelemetrySource;
+use crate::imex_pods::{ImexPodTemplate, PodImexControl};
 use crate::mps_pods::{MpsPodTemplate, PodMpsControl};
 use driver_root::{DriverRootConfig, DriverRootError, DriverTools};
 
@@ -102,6 +103,9 @@ pub struct Backend {
     pub injection: DriverInjection,
     pub health_events: Option<HealthEvents>,
     pub telemetry: Option<Arc<dyn TelemetrySource>>,
+    /// IMEX daemons in pods, where daemons run in pods and the driver root has `nvidia-imex`;
+    /// `None`: IMEX channel claims fail with a reason.
+    pub imex: Option<PodImexControl>,
 }
 
 /// Where this node keeps what the backend needs besides its flags.
@@ -132,14 +136,18 @@ impl Backend {
                 .map(|tools| driver_sharing(config, place, tools, privileged))
                 .transpose()
         };
-        match &devices {
+        let mock = matches!(devices, GpuBackend::Mock { .. });
+        let imex = tools
+            .as_ref()
+            .and_then(|tools| imex_pods(config, place, tools, !mock));
+        let mut backend = match &devices {
             GpuBackend::Mock { topology } => {
                 let mut backend = Backend::mock(place, topology, sharing(false)?, injection)?;
                 backend.telemetry = tools
                     .as_ref()
                     .and_then(|tools| tools.nvml.as_deref())
                     .and_then(driver_root_telemetry);
-                Ok(backend)
+                backend
             }
             GpuBackend::Nvml {
                 library,
@@ -148,9 +156,11 @@ impl Backend {
                 let library = library.as_deref().ok_or(BackendError::NoNvmlLibrary {
                     driver_root: config.driver_root.as_ref().map(|d| d.driver_root.clone()),
                 })?;
-                Backend::nvml(library, sysfs_root, sharing(true)?, injection)
+                Backend::nvml(library, sysfs_root, sharing(true)?, injection)?
             }
-        }
+        };
+        backend.imex = imex;
+        Ok(backend)
     }
 
     fn mock(
@@ -187,6 +197,7 @@ impl Backend {
             injection,
             health_events: None,
             telemetry: None,
+            imex: None,
         })
     }
 
@@ -224,6 +235,7 @@ impl Backend {
             injection,
             health_events,
             telemetry: Some(nvml as Arc<dyn TelemetrySource>),
+            imex: None,
         })
     }
 }
@@ -382,6 +394,53 @@ fn driver_sharing(
         system,
         template,
     )))
+}
+
+/// IMEX daemons in pods ([`crate::imex_pods`]): where the plugin runs daemons in pods (the MPS
+/// pods' image, namespace and priority) and the driver root has `nvidia-imex` and
+/// `nvidia-imex-ctl` (fabric nodes' drivers do).
+fn imex_pods(
+    config: &BackendConfig,
+    place: BackendContext<'_>,
+    tools: &DriverTools,
+    privileged: bool,
+) -> Option<PodImexControl> {
+    let (Some(pods), Some(driver)) = (&config.mps_pods, &config.driver_root) else {
+        return None;
+    };
+    let (Some(daemon), Some(ctl)) = (&tools.imex_daemon, &tools.imex_ctl) else {
+        tracing::info!("the driver root has no nvidia-imex: IMEX channel claims fail on this node");
+        return None;
+    };
+    let in_root = |path: &Path| {
+        Path::new("/").join(
+            path.strip_prefix(&driver.container_driver_root)
+                .unwrap_or(path),
+        )
+    };
+    let template = ImexPodTemplate {
+        node_name: place.node_name.to_owned(),
+        namespace: pods.namespace.clone(),
+        image: pods.image.clone(),
+        priority_class: pods.priority_class.clone(),
+        privileged,
+        driver_root: driver.driver_root.clone(),
+        dev_root: config.dev_root.clone(),
+        daemon: in_root(daemon),
+        library_dirs: std::env::split_paths(&tools.library_path)
+            .filter(|d| !d.as_os_str().is_empty())
+            .map(|d| in_root(&d))
+            .collect(),
+    };
+    tracing::info!(namespace = %pods.namespace, "IMEX daemons run in pods of their own");
+    Some(PodImexControl::new(
+        place.client.clone(),
+        tokio::runtime::Handle::current(),
+        template,
+        place.state_dir.join(tessera_prepare::imex::IMEX_DIRECTORY),
+        ctl.clone(),
+        tools.library_path.clone(),
+    ))
 }
 
 /// The driver's own tools, from the driver root.

@@ -137,11 +137,8 @@ fn apply_configs(
         nvidia_devices,
     )?;
     let effective = config::effective_configs(&configs, devices)?;
-    for (((device, config), &(_, result)), &memory_bytes) in devices
-        .iter_mut()
-        .zip(effective)
-        .zip(results)
-        .zip(memories)
+    for (((device, config), &(_, result)), &memory_bytes) in
+        devices.iter_mut().zip(effective).zip(results).zip(memories)
     {
         // Admin access observes a device another claim uses: never reconfigure it.
         if result.admin_access != Some(true) {
