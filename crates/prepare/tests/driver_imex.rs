@@ -138,7 +138,7 @@ async fn a_restart_stops_the_daemons_of_domains_no_record_holds() {
     };
     h.imex.start(&stray).unwrap();
     let (_driver, report) = h.start().await;
-    assert_eq!(report.stopped_imex, [stray.claim_uid.clone()]);
+    assert_eq!(report.stopped_imex, std::slice::from_ref(&stray.claim_uid));
     assert_eq!(
         h.imex.running().into_iter().collect::<Vec<_>>(),
         [kept.uid.to_string()],

@@ -13,7 +13,7 @@
 //! 3. the pod `tessera-imex-<claim uid>` on this node (host network) running the driver root's
 //!    `nvidia-imex`; a pod started with other peers is replaced;
 //! 4. readiness: the plugin asks the daemon with the driver root's `nvidia-imex-ctl -q` on its
-//!    command socket until it answers `READY`, within [`START_TIMEOUT`] of the kubelet's 45 s; a
+//!    command socket until it answers `READY`, within [`START_TIMEOUT`] (a failed start is undone within the kubelet's 45 s); a
 //!    pod that cannot run (image, crash loop: for instance a host `nvidia-imex` holding the node)
 //!    fails prepare early with why. The kubelet retries.
 //!
@@ -42,9 +42,9 @@ use tessera_prepare::imex::{
 pub use pod::*;
 
 /// How long a daemon may take to answer `READY` (the kubelet gives prepare 45 s).
-pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a deleted daemon pod may take to go.
-const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(200);
 
 /// [`ImexControl`] with daemons in pods.
