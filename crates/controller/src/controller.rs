@@ -26,7 +26,7 @@ use crate::leader::{LeaderElector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::queue::Processed;
 use crate::refusals::RefusedEvictions;
-use crate::watch::{Signals, WATCHES, start};
+use crate::watch::{Signals, WATCHES, WatchTask, start};
 use crate::webhook::WebhookConfig;
 use crate::worker::Worker;
 
@@ -199,24 +199,38 @@ impl Controller {
         self.leadership.clone()
     }
 
-    /// Runs until `shutdown` completes, then stops in order.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let tracked = Arc::new(Tracked::default());
-        let (stores, watches) = start(&self.client, &self.signals, &tracked);
-        let channels = crate::channels::run(
+    /// Spawns the watches and the publisher of the fabric cliques' IMEX channels
+    /// ([`crate::channels`]).
+    fn spawn_watches(
+        &self,
+        watches: Vec<WatchTask>,
+        slices: &Arc<crate::slices::SliceCache>,
+    ) -> Tasks {
+        let channels: WatchTask = Box::pin(crate::channels::run(
             self.client.clone(),
-            stores.slices.clone(),
+            slices.clone(),
             self.signals.clone(),
             self.leadership.clone(),
             ChannelSettings {
                 channels: self.config.imex_channels,
                 server_version: ServerVersion::V1_35,
             },
-        );
+        ));
+        Tasks(
+            watches
+                .into_iter()
+                .chain([channels])
+                .map(tokio::spawn)
+                .collect(),
+        )
+    }
+
+    /// Runs until `shutdown` completes, then stops in order.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let tracked = Arc::new(Tracked::default());
+        let (stores, watches) = start(&self.client, &self.signals, &tracked);
         // Dropping `run` (a crash, in tests) stops every task it started, as a process exit would.
-        let mut watch_tasks = Tasks(watches.into_iter().map(tokio::spawn).collect());
-        watch_tasks.0.push(tokio::spawn(channels));
-        let _watch_tasks = watch_tasks;
+        let _watch_tasks = self.spawn_watches(watches, &stores.slices);
         let cluster = Arc::new(Cluster::new(
             stores,
             tracked,

@@ -192,27 +192,30 @@ fn daemons_of_three_trays_find_each_other_and_follow_their_knobs() {
         ]
     );
 
-    // A failure set by the test shows at once and goes with the knob.
-    std::fs::create_dir_all(trays[2].state_dir()).unwrap();
-    std::fs::write(
-        trays[2].state_dir().join(KNOB_FILE),
-        r#"{"fail": "link down"}"#,
-    )
-    .unwrap();
+    failure_knob_shows_and_goes(&trays[2]);
+    a_second_daemon_on_a_node_is_refused(&trays[1]);
+}
+
+/// A failure set by the test shows at once and goes with the knob.
+fn failure_knob_shows_and_goes(tray: &Tray) {
+    std::fs::create_dir_all(tray.state_dir()).unwrap();
+    std::fs::write(tray.state_dir().join(KNOB_FILE), r#"{"fail": "link down"}"#).unwrap();
     assert_eq!(
-        trays[2].report().unwrap().state,
+        tray.report().unwrap().state,
         DaemonState::Unavailable("link down".into())
     );
-    let failed = trays[2].ctl(&["-q"]);
+    let failed = tray.ctl(&["-q"]);
     assert_eq!(
         String::from_utf8_lossy(&failed.stdout),
         "UNAVAILABLE link down\n"
     );
-    std::fs::remove_file(trays[2].state_dir().join(KNOB_FILE)).unwrap();
-    assert!(trays[2].ctl(&["-q"]).status.success());
+    std::fs::remove_file(tray.state_dir().join(KNOB_FILE)).unwrap();
+    assert!(tray.ctl(&["-q"]).status.success());
+}
 
-    // One daemon per node: a second one on tray 1 is refused, naming the first.
-    let other = trays[1].imex_dir.join("second");
+/// One daemon per node: a second one on the tray is refused, naming the first.
+fn a_second_daemon_on_a_node_is_refused(tray: &Tray) {
+    let other = tray.imex_dir.join("second");
     std::fs::create_dir_all(&other).unwrap();
     std::fs::write(other.join("nodes.cfg"), "127.0.21.2\n").unwrap();
     let second_config = other.join("config.cfg");
@@ -221,12 +224,12 @@ fn daemons_of_three_trays_find_each_other_and_follow_their_knobs() {
         format!("IMEX_NODE_CONFIG_FILE={}/nodes.cfg\n", other.display()),
     )
     .unwrap();
-    let second = Command::new(trays[1].binary("nvidia-imex"))
+    let second = Command::new(tray.binary("nvidia-imex"))
         .args(["-c", &second_config.display().to_string()])
         .output()
         .unwrap();
     assert!(!second.status.success());
-    let holder = std::fs::read_to_string(trays[1].state_dir().join(HOLDER_FILE)).unwrap();
+    let holder = std::fs::read_to_string(tray.state_dir().join(HOLDER_FILE)).unwrap();
     assert!(
         String::from_utf8_lossy(&second.stderr).contains(holder.trim()),
         "{second:?}"
