@@ -150,9 +150,11 @@ fn selected_nodes(slice: &ResourceSlice) -> Vec<String> {
 
 /// Writes (or removes) the fake driver's IMEX knob of `node`.
 fn set_knob(node: &Node, fail: Option<&str>) -> anyhow::Result<()> {
-    let path = node.dev_root.join("tessera-fake-gpu-state/imex.json");
+    let dir = node.dev_root.join("tessera-fake-gpu-state");
+    let path = dir.join("imex.json");
     match fail {
-        Some(reason) => std::fs::write(&path, serde_json::json!({"fail": reason}).to_string())
+        Some(reason) => std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&path, serde_json::json!({"fail": reason}).to_string()))
             .with_context(|| format!("cannot write {}", path.display())),
         None => match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
