@@ -103,21 +103,44 @@ async fn setting(ctx: &Ctx) -> anyhow::Result<Result<Setting<'_>, String>> {
             "needs containerd and a fake NVIDIA driver on every node".into(),
         ));
     }
-    let slices = Api::<ResourceSlice>::all(ctx.client.clone())
-        .list(&ListParams::default().fields(&format!("spec.driver={DRIVER_NAME}")))
-        .await?;
-    let Some(clique) = slices
-        .items
-        .iter()
-        .filter(|s| s.spec.pool.name.starts_with(POOL_PREFIX))
-        .map(selected_nodes)
-        .max_by_key(Vec::len)
-        .filter(|nodes| nodes.len() >= 4)
-    else {
-        return Ok(Err(
-            "needs 4 nodes in one NVLink fabric clique (local-up --layout gb200)".into(),
-        ));
-    };
+    let published = ctx.published().await?;
+    let fabric_nodes = published
+        .nodes()
+        .into_iter()
+        .filter(|n| {
+            published
+                .on_node(n)
+                .any(|d| d.attribute("fabricClique").is_some())
+        })
+        .count();
+    if fabric_nodes < 4 {
+        return Ok(Err(format!(
+            "needs 4 nodes in one NVLink fabric clique (local-up --layout gb200); {fabric_nodes} publish a fabricClique"
+        )));
+    }
+    // The controller publishes the clique's channels once it leads and has seen the slices.
+    let clique = until(
+        "the controller to publish the clique's IMEX channels",
+        ctx.timeouts.allocate,
+        || async {
+            let slices = Api::<ResourceSlice>::all(ctx.client.clone())
+                .list(&ListParams::default().fields(&format!("spec.driver={DRIVER_NAME}")))
+                .await?;
+            let nodes = slices
+                .items
+                .iter()
+                .filter(|s| s.spec.pool.name.starts_with(POOL_PREFIX))
+                .map(selected_nodes)
+                .max_by_key(Vec::len)
+                .unwrap_or_default();
+            Ok(if nodes.len() >= 4 {
+                Progress::Done(nodes)
+            } else {
+                Progress::Waiting(format!("channel slices select {nodes:?}"))
+            })
+        },
+    )
+    .await?;
     let mut nodes = Vec::new();
     for name in clique.into_iter().take(4) {
         let node = local.node(&name)?;
