@@ -17,11 +17,15 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::Store;
 use tessera_api::imex::{CHANNEL_TYPE, clique_of_pool};
 use tessera_api::names::{DRIVER_NAME, FIELD_MANAGER, TOPOLOGY_MANAGED_TAINT, attr};
-use tessera_gpu_inventory::{ChannelPool, RenderError, ServerVersion, render_channel_slices};
+use tessera_gpu_inventory::{
+    ChannelPool, HOSTNAME_LABEL, RenderError, ServerVersion, render_channel_slices,
+};
 
 use crate::leader::Leadership;
 use crate::slices::{SliceCache, decode};
@@ -53,8 +57,24 @@ struct Clique {
     managed: bool,
 }
 
-/// The cliques of the GPUs Tessera publishes: each node's devices with a `fabricClique`.
-fn cliques(slices: &[ResourceSlice]) -> BTreeMap<String, Clique> {
+/// Each node's `kubernetes.io/hostname` label, by node name: what a channel slice selects nodes by.
+pub type Hostnames = BTreeMap<String, String>;
+
+/// The hostname labels of `nodes`.
+pub fn hostnames(nodes: &[Arc<Node>]) -> Hostnames {
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let name = n.metadata.name.clone()?;
+            let label = n.metadata.labels.as_ref()?.get(HOSTNAME_LABEL)?.clone();
+            Some((name, label))
+        })
+        .collect()
+}
+
+/// The cliques of the GPUs Tessera publishes: each node's devices with a `fabricClique`; nodes
+/// by their hostname label (their name where they have none).
+fn cliques(slices: &[ResourceSlice], hostnames: &Hostnames) -> BTreeMap<String, Clique> {
     let mut cliques: BTreeMap<String, Clique> = BTreeMap::new();
     for slice in slices.iter().filter(|s| s.spec.driver == DRIVER_NAME) {
         let Some(node) = slice.spec.node_name.as_ref().filter(|n| !n.is_empty()) else {
@@ -74,7 +94,9 @@ fn cliques(slices: &[ResourceSlice]) -> BTreeMap<String, Clique> {
                 continue;
             };
             let entry = cliques.entry(clique.to_owned()).or_default();
-            entry.nodes.insert(node.clone());
+            entry
+                .nodes
+                .insert(hostnames.get(node).unwrap_or(node).clone());
             entry.managed |= device
                 .taints
                 .iter()
@@ -95,7 +117,11 @@ fn same_content(a: &ResourceSlice, b: &ResourceSlice) -> bool {
 }
 
 /// The channel slices there should be, compared with those that are.
-pub fn plan(slices: &[ResourceSlice], settings: &ChannelSettings) -> ChannelPlan {
+pub fn plan(
+    slices: &[ResourceSlice],
+    hostnames: &Hostnames,
+    settings: &ChannelSettings,
+) -> ChannelPlan {
     let existing: BTreeMap<&str, Vec<&ResourceSlice>> = slices
         .iter()
         .filter(|s| s.spec.driver == DRIVER_NAME && s.spec.node_name.is_none())
@@ -109,7 +135,7 @@ pub fn plan(slices: &[ResourceSlice], settings: &ChannelSettings) -> ChannelPlan
     let wanted = if settings.channels == 0 {
         BTreeMap::new()
     } else {
-        cliques(slices)
+        cliques(slices, hostnames)
     };
     for (name, clique) in wanted {
         let old = existing.get(name.as_str()).cloned().unwrap_or_default();
@@ -164,6 +190,7 @@ const TICK: Duration = Duration::from_secs(2);
 pub async fn run(
     client: kube::Client,
     slices: Arc<SliceCache>,
+    nodes: Store<Node>,
     signals: Arc<Signals>,
     leadership: Leadership,
     settings: ChannelSettings,
@@ -179,7 +206,11 @@ pub async fn run(
         if !due || !signals.is_synced() || !leadership.is_leader() {
             continue;
         }
-        let plan = plan(&decode(&slices.encoded()), &settings);
+        let plan = plan(
+            &decode(&slices.encoded()),
+            &hostnames(&nodes.state()),
+            &settings,
+        );
         if publish(&api, &plan, &leadership).await {
             seen = Some(generation);
         }

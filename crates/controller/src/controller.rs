@@ -201,14 +201,11 @@ impl Controller {
 
     /// Spawns the watches and the publisher of the fabric cliques' IMEX channels
     /// ([`crate::channels`]).
-    fn spawn_watches(
-        &self,
-        watches: Vec<WatchTask>,
-        slices: &Arc<crate::slices::SliceCache>,
-    ) -> Tasks {
+    fn spawn_watches(&self, watches: Vec<WatchTask>, stores: &crate::cluster::Stores) -> Tasks {
         let channels: WatchTask = Box::pin(crate::channels::run(
             self.client.clone(),
-            slices.clone(),
+            stores.slices.clone(),
+            stores.nodes.clone(),
             self.signals.clone(),
             self.leadership.clone(),
             ChannelSettings {
@@ -230,7 +227,7 @@ impl Controller {
         let tracked = Arc::new(Tracked::default());
         let (stores, watches) = start(&self.client, &self.signals, &tracked);
         // Dropping `run` (a crash, in tests) stops every task it started, as a process exit would.
-        let _watch_tasks = self.spawn_watches(watches, &stores.slices);
+        let _watch_tasks = self.spawn_watches(watches, &stores);
         let cluster = Arc::new(Cluster::new(
             stores,
             tracked,

@@ -3,7 +3,7 @@
 //! clique changes, deleted when it is gone.
 
 use k8s_openapi::api::resource::v1::ResourceSlice;
-use tessera_controller::channels::{ChannelSettings, plan};
+use tessera_controller::channels::{ChannelSettings, Hostnames, plan};
 use tessera_gpu_inventory::{
     DeviceSource, MockSource, RenderOptions, ServerVersion, render_slices,
 };
@@ -38,7 +38,7 @@ fn selected_nodes(slice: &ResourceSlice) -> Vec<String> {
         .as_ref()
         .unwrap()
         .node_selector_terms[0]
-        .match_fields
+        .match_expressions
         .as_ref()
         .unwrap()[0]
         .values
@@ -55,7 +55,9 @@ fn one_pool_per_clique_written_once_and_rewritten_when_the_clique_changes() {
         dgx("dgx-1"),
     ]
     .concat();
-    let first = plan(&cluster, &SETTINGS);
+    // tray-2's hostname label differs from its name: the selector names the label's value.
+    let hostnames = Hostnames::from([("tray-2".to_owned(), "tray-2.rack-a".to_owned())]);
+    let first = plan(&cluster, &hostnames, &SETTINGS);
     assert!(first.delete.is_empty() && first.refused.is_empty());
     let pools: Vec<(&str, i64, usize)> = first
         .apply
@@ -78,32 +80,33 @@ fn one_pool_per_clique_written_once_and_rewritten_when_the_clique_changes() {
         ],
         "managed trays' channels are tainted (64 a slice); the dgx has no fabric"
     );
-    assert_eq!(selected_nodes(&first.apply[0]), ["tray-1", "tray-2"]);
+    assert_eq!(selected_nodes(&first.apply[0]), ["tray-1", "tray-2.rack-a"]);
     assert_eq!(selected_nodes(&first.apply[2]), ["tray-3"]);
 
     // Published: nothing more to do.
     cluster.extend(first.apply.clone());
-    assert_eq!(plan(&cluster, &SETTINGS), Default::default());
+    assert_eq!(plan(&cluster, &hostnames, &SETTINGS), Default::default());
 
     // A third tray joins clique 7: its pool is rewritten with the next generation.
     cluster.extend(tray("tray-4", 7, true));
-    let grown = plan(&cluster, &SETTINGS);
+    let grown = plan(&cluster, &hostnames, &SETTINGS);
     assert_eq!(grown.apply.len(), 2);
     assert!(grown.apply.iter().all(|s| s.spec.pool.generation == 2));
     assert_eq!(
         selected_nodes(&grown.apply[0]),
-        ["tray-1", "tray-2", "tray-4"]
+        ["tray-1", "tray-2.rack-a", "tray-4"]
     );
     assert!(grown.delete.is_empty());
 
     // Clique 9's only tray goes: its channels go with it.
     cluster.retain(|s| s.spec.node_name.as_deref() != Some("tray-3"));
-    let shrunk = plan(&cluster, &SETTINGS);
+    let shrunk = plan(&cluster, &hostnames, &SETTINGS);
     assert_eq!(shrunk.delete, [format!("{}-gpu.tessera.dev-0", clique(9))]);
 
     // Publishing turned off: every channel slice goes.
     let off = plan(
         &cluster,
+        &hostnames,
         &ChannelSettings {
             channels: 0,
             ..SETTINGS

@@ -193,8 +193,8 @@ pub fn channel_claim(name: &str, channels: &[u32]) -> ResourceClaim {
         "status": {
             "allocation": {
                 "devices": {"results": results},
-                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                    {"key": "metadata.name", "operator": "In", "values": [NODE, "node-b"]}]}]},
+                "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE, "node-b"]}]}]},
             },
             "reservedFor": [{"resource": "pods", "name": format!("{name}-pod"), "uid": "p0d"}],
         },

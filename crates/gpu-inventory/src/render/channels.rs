@@ -1,8 +1,9 @@
 //! The IMEX channels of one fabric clique → the slices of its pool `imex-<clique>`: devices
 //! `channel-0` … `channel-<n-1>` (attributes `type: imex-channel`, `channel`, `fabricClique`),
-//! network-attached: each slice's `nodeSelector` admits exactly the clique's nodes (`matchFields`
-//! on `metadata.name`), so a claim allocated one of them may be used on every node of the clique
-//! and on no other. Every slice passes [`check_slice`] and the pool passes [`check_pool`].
+//! network-attached: each slice's `nodeSelector` admits exactly the clique's nodes (one term,
+//! `kubernetes.io/hostname In [...]`: the API server allows one node name per `matchFields`
+//! requirement and one term per slice), so a claim allocated one of them may be used on every
+//! node of the clique and on no other. Every slice passes [`check_slice`] and the pool passes [`check_pool`].
 
 use std::collections::BTreeMap;
 
@@ -31,7 +32,8 @@ pub struct ChannelPool {
     pub driver: String,
     /// `<clusterUUID>.<cliqueId>`, the GPUs' `fabricClique`.
     pub clique: String,
-    /// The clique's nodes (sorted and deduplicated when rendered).
+    /// The clique's nodes, as their `kubernetes.io/hostname` label values (sorted and
+    /// deduplicated when rendered).
     pub nodes: Vec<String>,
     /// How many channels to publish.
     pub channels: u32,
@@ -79,19 +81,23 @@ fn channel_device(pool: &ChannelPool, channel: u32) -> Device {
     }
 }
 
-/// The selector of exactly `nodes` (sorted, without repeats).
-pub fn nodes_selector(nodes: &[String]) -> NodeSelector {
-    let mut values = nodes.to_vec();
+/// The node label a channel slice selects its nodes by.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// The selector of exactly the nodes whose `kubernetes.io/hostname` is one of `hostnames`
+/// (sorted, without repeats).
+pub fn nodes_selector(hostnames: &[String]) -> NodeSelector {
+    let mut values = hostnames.to_vec();
     values.sort();
     values.dedup();
     NodeSelector {
         node_selector_terms: vec![NodeSelectorTerm {
-            match_fields: Some(vec![NodeSelectorRequirement {
-                key: "metadata.name".to_owned(),
+            match_expressions: Some(vec![NodeSelectorRequirement {
+                key: HOSTNAME_LABEL.to_owned(),
                 operator: "In".to_owned(),
                 values: Some(values),
             }]),
-            match_expressions: None,
+            match_fields: None,
         }],
     }
 }
@@ -203,9 +209,10 @@ mod tests {
             .as_ref()
             .unwrap()
             .node_selector_terms[0]
-            .match_fields
+            .match_expressions
             .as_ref()
             .unwrap()[0];
+        assert_eq!(requirement.key, HOSTNAME_LABEL);
         assert_eq!(
             requirement.values.as_deref(),
             Some(&["tray-1".to_owned(), "tray-2".to_owned()][..])

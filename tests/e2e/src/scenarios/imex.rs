@@ -159,14 +159,16 @@ async fn setting(ctx: &Ctx) -> anyhow::Result<Result<Setting<'_>, String>> {
     }))
 }
 
-/// The nodes a network-attached slice selects (`matchFields` on `metadata.name`).
+/// The nodes a network-attached slice selects (`kubernetes.io/hostname In [...]`; the local
+/// cluster's hostname labels are the node names).
 fn selected_nodes(slice: &ResourceSlice) -> Vec<String> {
     slice
         .spec
         .node_selector
         .iter()
         .flat_map(|s| &s.node_selector_terms)
-        .flat_map(|t| t.match_fields.iter().flatten())
+        .flat_map(|t| t.match_expressions.iter().flatten())
+        .filter(|r| r.key == "kubernetes.io/hostname")
         .flat_map(|r| r.values.iter().flatten().cloned())
         .collect()
 }
