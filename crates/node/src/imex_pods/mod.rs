@@ -29,6 +29,7 @@ mod pod;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -59,6 +60,9 @@ pub struct PodImexControl {
     /// `nvidia-imex-ctl` as this process sees it, and the driver's libraries.
     ctl: PathBuf,
     library_path: String,
+    /// Held by start, stop and refresh: a refresh never replaces a pod that a stop is deleting
+    /// (which would leave a daemon no claim holds).
+    serial: Arc<Mutex<()>>,
 }
 
 impl PodImexControl {
@@ -78,7 +82,12 @@ impl PodImexControl {
             imex_root,
             ctl,
             library_path,
+            serial: Arc::default(),
         }
+    }
+
+    fn serial(&self) -> MutexGuard<'_, ()> {
+        self.serial.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The address of node `name`.
@@ -272,6 +281,7 @@ impl PodImexControl {
     /// Restarts, with their new peers, the daemons whose domain grew or shrank; returns the
     /// domains restarted. A failure is logged and retried at the next refresh.
     pub fn refresh(&self) -> Vec<String> {
+        let _serial = self.serial();
         let pods = match self.daemon_pods() {
             Ok(pods) => pods,
             Err(e) => {
@@ -331,6 +341,7 @@ impl ImexControl for PodImexControl {
             channel: domain.channel,
             reason,
         };
+        let _serial = self.serial();
         let peers = self
             .peers(&domain.namespace, &domain.name)
             .map_err(failed)?;
@@ -346,6 +357,7 @@ impl ImexControl for PodImexControl {
             reason,
         };
         let name = pod_name(claim_uid);
+        let _serial = self.serial();
         self.runtime
             .block_on(async {
                 let deadline = Instant::now() + STOP_TIMEOUT;
