@@ -79,7 +79,7 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 }
 
 fn peers_of_daemon_pod(server: &FakeApiServer) -> Option<String> {
-    let pod = server.get_json("pods", Some("tessera-system"), &pod_name(UID))?;
+    let pod = server.get_json("pods", Some("tessera-system"), &pod_name(UID, "tray-1"))?;
     pod["metadata"]["annotations"][PEERS_ANNOTATION]
         .as_str()
         .map(str::to_owned)
@@ -150,7 +150,7 @@ async fn a_domains_daemon_follows_its_pods_nodes_and_stops_with_its_directory() 
         .unwrap();
     assert_eq!(stopped, json!(true));
     assert_eq!(
-        server.get_json("pods", Some("tessera-system"), &pod_name(UID)),
+        server.get_json("pods", Some("tessera-system"), &pod_name(UID, "tray-1")),
         None
     );
     assert!(!the_domain.directory.exists());

@@ -10,7 +10,7 @@
 //! 2. the domain's directory `<state dir>/imex/<claim uid>`: `config.cfg` (this node's address,
 //!    the nodes config and the command socket as a container sees them under `/etc/nvidia-imex`)
 //!    and `nodes_config.cfg` (the peers);
-//! 3. the pod `tessera-imex-<claim uid>` on this node (host network) running the driver root's
+//! 3. the pod `tessera-imex-<claim uid>-<node hash>` on this node (host network) running the driver root's
 //!    `nvidia-imex`; a pod started with other peers is replaced;
 //! 4. readiness: the plugin asks the daemon with the driver root's `nvidia-imex-ctl -q` on its
 //!    command socket until it answers `READY`, within [`START_TIMEOUT`] (a failed start is undone within the kubelet's 45 s); a
@@ -145,14 +145,15 @@ impl PodImexControl {
         write(CONFIG_FILE, config_text(&own))
     }
 
-    fn api_error(claim_uid: &str, action: &str, e: kube::Error) -> String {
-        format!("{action} the IMEX daemon pod {}: {e}", pod_name(claim_uid))
+    fn api_error(&self, claim_uid: &str, action: &str, e: kube::Error) -> String {
+        let name = pod_name(claim_uid, &self.template.node_name);
+        format!("{action} the IMEX daemon pod {name}: {e}")
     }
 
     /// Makes sure the domain's pod runs with `peers`: created, or replaced when it is finished,
     /// being deleted or started with other peers.
     fn ensure_pod(&self, domain: &ImexDomain, peers: &BTreeSet<String>) -> Result<(), String> {
-        let name = pod_name(&domain.claim_uid);
+        let name = pod_name(&domain.claim_uid, &self.template.node_name);
         let uid = &domain.claim_uid;
         self.runtime.block_on(async {
             let deadline = Instant::now() + START_TIMEOUT;
@@ -161,13 +162,13 @@ impl PodImexControl {
                     .pods
                     .get_opt(&name)
                     .await
-                    .map_err(|e| Self::api_error(uid, "reading", e))?;
+                    .map_err(|e| self.api_error(uid, "reading", e))?;
                 let Some(pod) = existing else {
                     let wanted = daemon_pod(&self.template, domain, peers);
                     match self.pods.create(&PostParams::default(), &wanted).await {
                         Ok(_) => return Ok(()),
                         Err(kube::Error::Api(e)) if e.code == 409 => continue,
-                        Err(e) => return Err(Self::api_error(uid, "creating", e)),
+                        Err(e) => return Err(self.api_error(uid, "creating", e)),
                     }
                 };
                 let deleting = pod.metadata.deletion_timestamp.is_some();
@@ -194,12 +195,15 @@ impl PodImexControl {
     async fn delete_pod(&self, claim_uid: &str) -> Result<bool, String> {
         match self
             .pods
-            .delete(&pod_name(claim_uid), &DeleteParams::default())
+            .delete(
+                &pod_name(claim_uid, &self.template.node_name),
+                &DeleteParams::default(),
+            )
             .await
         {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-            Err(e) => Err(Self::api_error(claim_uid, "deleting", e)),
+            Err(e) => Err(self.api_error(claim_uid, "deleting", e)),
         }
     }
 
@@ -222,7 +226,7 @@ impl PodImexControl {
 
     /// Waits until the domain's daemon answers `READY`; fails early when its pod cannot run.
     fn wait_ready(&self, domain: &ImexDomain) -> Result<(), String> {
-        let name = pod_name(&domain.claim_uid);
+        let name = pod_name(&domain.claim_uid, &self.template.node_name);
         let deadline = Instant::now() + START_TIMEOUT;
         let mut checked = Instant::now();
         loop {
@@ -233,7 +237,7 @@ impl PodImexControl {
             if checked.elapsed() > Duration::from_secs(1) {
                 checked = Instant::now();
                 let pod = self.runtime.block_on(self.pods.get_opt(&name));
-                match pod.map_err(|e| Self::api_error(&domain.claim_uid, "reading", e))? {
+                match pod.map_err(|e| self.api_error(&domain.claim_uid, "reading", e))? {
                     None => return Err(format!("the IMEX daemon pod {name} disappeared")),
                     Some(pod) => {
                         if let Some(reason) = broken(&pod) {
@@ -356,7 +360,7 @@ impl ImexControl for PodImexControl {
             claim_uid: claim_uid.to_owned(),
             reason,
         };
-        let name = pod_name(claim_uid);
+        let name = pod_name(claim_uid, &self.template.node_name);
         let _serial = self.serial();
         self.runtime
             .block_on(async {
@@ -366,7 +370,7 @@ impl ImexControl for PodImexControl {
                     .pods
                     .get_opt(&name)
                     .await
-                    .map_err(|e| Self::api_error(claim_uid, "reading", e))?
+                    .map_err(|e| self.api_error(claim_uid, "reading", e))?
                     .is_some()
                 {
                     if Instant::now() > deadline {

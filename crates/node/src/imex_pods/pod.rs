@@ -51,9 +51,14 @@ pub struct ImexPodTemplate {
     pub library_dirs: Vec<PathBuf>,
 }
 
-/// The daemon pod of domain `claim_uid` on this node (one daemon per node and domain).
-pub fn pod_name(claim_uid: &str) -> String {
-    format!("tessera-imex-{claim_uid}")
+/// The daemon pod of domain `claim_uid` on node `node`: the pods of all nodes share the plugin's
+/// namespace, so the name carries the node (as a short hash: a node name may be 253 characters).
+pub fn pod_name(claim_uid: &str, node: &str) -> String {
+    // FNV-1a: stable across releases and platforms, unlike the standard library's hasher.
+    let hash = node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("tessera-imex-{claim_uid}-{:08x}", hash as u32)
 }
 
 fn in_pod(path: &Path) -> String {
@@ -148,7 +153,7 @@ pub fn daemon_pod(
     ]);
     Pod {
         metadata: ObjectMeta {
-            name: Some(pod_name(&domain.claim_uid)),
+            name: Some(pod_name(&domain.claim_uid, &template.node_name)),
             namespace: Some(template.namespace.clone()),
             labels: Some(labels),
             annotations: Some(annotations),
@@ -320,9 +325,19 @@ mod tests {
         let peers = BTreeSet::from(["10.0.0.2".to_owned(), "10.0.0.1".to_owned()]);
         let json =
             serde_json::to_value(daemon_pod(&template("/mock/dev"), &domain(), &peers)).unwrap();
+        let name = json["metadata"]["name"].as_str().unwrap();
         assert_eq!(
-            json["metadata"]["name"],
-            "tessera-imex-4f7c2a10-0000-4000-8000-00000000000a"
+            name,
+            "tessera-imex-4f7c2a10-0000-4000-8000-00000000000a-1b188f83"
+        );
+        assert_eq!(
+            name,
+            pod_name("4f7c2a10-0000-4000-8000-00000000000a", "tray-1")
+        );
+        assert_ne!(
+            pod_name("4f7c2a10-0000-4000-8000-00000000000a", "tray-2"),
+            name,
+            "one pod per domain and node, in one namespace"
         );
         assert_eq!(
             json["metadata"]["labels"][DOMAIN_LABEL],
