@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use tessera_fake_driver::imex::config::{HOLDER_FILE, KNOB_FILE};
-use tessera_fake_driver::imex::protocol::{DaemonState, PeerStatus, StatusReport};
+use tessera_fake_driver::imex::protocol::{ImexState, PeerStatus, StatusReport};
 use tessera_fake_driver::layout::{self, Artifacts, Layout, NodeKind};
 use tessera_gpu_inventory::{DeviceSource, MockSource};
 
@@ -202,7 +202,7 @@ fn failure_knob_shows_and_goes(tray: &Tray) {
     std::fs::write(tray.state_dir().join(KNOB_FILE), r#"{"fail": "link down"}"#).unwrap();
     assert_eq!(
         tray.report().unwrap().state,
-        DaemonState::Unavailable("link down".into())
+        ImexState::Unavailable("link down".into())
     );
     let failed = tray.ctl(&["-q"]);
     assert_eq!(

@@ -44,7 +44,7 @@ pub struct ImexConfig {
 
 /// A configuration the stand-ins cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
+pub enum ImexConfigError {
     #[error("cannot read {}: {reason}", path.display())]
     Read { path: PathBuf, reason: String },
     #[error("{}: {key}={value} is not a valid {what}", path.display())]
@@ -60,8 +60,8 @@ pub enum ConfigError {
     NoNodes(PathBuf),
 }
 
-fn read(path: &Path) -> Result<String, ConfigError> {
-    fs::read_to_string(path).map_err(|e| ConfigError::Read {
+fn read(path: &Path) -> Result<String, ImexConfigError> {
+    fs::read_to_string(path).map_err(|e| ImexConfigError::Read {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })
@@ -79,18 +79,18 @@ fn pairs(text: &str) -> BTreeMap<String, String> {
 
 impl ImexConfig {
     /// Reads `path`.
-    pub fn read(path: &Path) -> Result<ImexConfig, ConfigError> {
+    pub fn read(path: &Path) -> Result<ImexConfig, ImexConfigError> {
         ImexConfig::parse(path, &read(path)?)
     }
 
     /// Parses the text of `path`.
-    pub fn parse(path: &Path, text: &str) -> Result<ImexConfig, ConfigError> {
+    pub fn parse(path: &Path, text: &str) -> Result<ImexConfig, ImexConfigError> {
         let values = pairs(text);
         let get = |key: &str| values.get(key).filter(|v| !v.is_empty()).cloned();
-        let port = |key: &str, default: Option<u16>| -> Result<Option<u16>, ConfigError> {
+        let port = |key: &str, default: Option<u16>| -> Result<Option<u16>, ImexConfigError> {
             match get(key) {
                 None => Ok(default),
-                Some(v) => v.parse().map(Some).map_err(|_| ConfigError::Value {
+                Some(v) => v.parse().map(Some).map_err(|_| ImexConfigError::Value {
                     path: path.to_path_buf(),
                     key: key.to_owned(),
                     value: v,
@@ -100,7 +100,7 @@ impl ImexConfig {
         };
         let nodes_file = get("IMEX_NODE_CONFIG_FILE")
             .map(PathBuf::from)
-            .ok_or_else(|| ConfigError::NoNodesFile(path.to_path_buf()))?;
+            .ok_or_else(|| ImexConfigError::NoNodesFile(path.to_path_buf()))?;
         Ok(ImexConfig {
             nodes_file,
             bind_ip: get("BIND_INTERFACE_IP"),
@@ -115,10 +115,10 @@ impl ImexConfig {
     }
 
     /// The node addresses of the nodes config, in file order, without repeats.
-    pub fn nodes(&self) -> Result<Vec<String>, ConfigError> {
+    pub fn nodes(&self) -> Result<Vec<String>, ImexConfigError> {
         let nodes = parse_nodes(&read(&self.nodes_file)?);
         if nodes.is_empty() {
-            return Err(ConfigError::NoNodes(self.nodes_file.clone()));
+            return Err(ImexConfigError::NoNodes(self.nodes_file.clone()));
         }
         Ok(nodes)
     }
@@ -226,11 +226,11 @@ mod tests {
         );
         assert_eq!(
             ImexConfig::parse(path, "SERVER_PORT=5\n"),
-            Err(ConfigError::NoNodesFile(path.into()))
+            Err(ImexConfigError::NoNodesFile(path.into()))
         );
         assert!(matches!(
             ImexConfig::parse(path, "IMEX_NODE_CONFIG_FILE=/x\nSERVER_PORT=lots\n"),
-            Err(ConfigError::Value { key, .. }) if key == "SERVER_PORT"
+            Err(ImexConfigError::Value { key, .. }) if key == "SERVER_PORT"
         ));
     }
 

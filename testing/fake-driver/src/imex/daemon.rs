@@ -15,10 +15,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::config::{
-    ConfigError, DEFAULT_CONFIG, HOLDER_FILE, ImexConfig, Knobs, LOCK_FILE, map_fingerprint,
+    DEFAULT_CONFIG, HOLDER_FILE, ImexConfig, ImexConfigError, Knobs, LOCK_FILE, map_fingerprint,
     state_dir,
 };
-use super::protocol::{DaemonState, NodeReport, PeerStatus, StatusReport};
+use super::protocol::{ImexState, PeerReport, PeerStatus, StatusReport};
 
 /// How often the daemon asks its peers.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
@@ -36,19 +36,19 @@ struct Shared {
 
 impl Shared {
     /// The daemon's state now, from the knobs (read again each time).
-    fn state(&self) -> DaemonState {
+    fn state(&self) -> ImexState {
         let knobs = Knobs::read(self.state_dir.as_deref());
         if let Some(reason) = knobs.fail {
-            return DaemonState::Unavailable(reason);
+            return ImexState::Unavailable(reason);
         }
         let elapsed = self.started.elapsed().as_millis();
         if elapsed < u128::from(knobs.ready_after_ms) {
-            return DaemonState::NotReady(format!(
+            return ImexState::NotReady(format!(
                 "starting ({elapsed} of {} ms)",
                 knobs.ready_after_ms
             ));
         }
-        DaemonState::Ready
+        ImexState::Ready
     }
 
     fn report(&self) -> StatusReport {
@@ -58,7 +58,7 @@ impl Shared {
             address: self.own.clone(),
             nodes: peers
                 .into_iter()
-                .map(|(address, status)| NodeReport { address, status })
+                .map(|(address, status)| PeerReport { address, status })
                 .collect(),
         }
     }
@@ -103,7 +103,7 @@ fn run(config_path: &Path) -> Result<(), String> {
             config_path.display()
         ));
     }
-    let nodes = config.nodes().map_err(|e: ConfigError| e.to_string())?;
+    let nodes = config.nodes().map_err(|e: ImexConfigError| e.to_string())?;
     let state_dir = state_dir();
     // Held until the process ends: the kernel drops the lock with it.
     let _lock = match &state_dir {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 /// The daemon's state, as `nvidia-imex-ctl -q` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", content = "reason", rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum DaemonState {
+pub enum ImexState {
     Ready,
     /// Still starting (the knob `readyAfterMs`).
     NotReady(String),
@@ -14,13 +14,13 @@ pub enum DaemonState {
     Unavailable(String),
 }
 
-impl DaemonState {
+impl ImexState {
     /// `READY`, `NOT_READY <why>` or `UNAVAILABLE <why>`.
     pub fn line(&self) -> String {
         match self {
-            DaemonState::Ready => "READY".into(),
-            DaemonState::NotReady(why) => format!("NOT_READY {why}"),
-            DaemonState::Unavailable(why) => format!("UNAVAILABLE {why}"),
+            ImexState::Ready => "READY".into(),
+            ImexState::NotReady(why) => format!("NOT_READY {why}"),
+            ImexState::Unavailable(why) => format!("UNAVAILABLE {why}"),
         }
     }
 }
@@ -53,7 +53,7 @@ impl PeerStatus {
 
 /// One node in the report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeReport {
+pub struct PeerReport {
     pub address: String,
     pub status: PeerStatus,
 }
@@ -62,10 +62,10 @@ pub struct NodeReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusReport {
     #[serde(flatten)]
-    pub state: DaemonState,
+    pub state: ImexState,
     /// This daemon's address.
     pub address: String,
-    pub nodes: Vec<NodeReport>,
+    pub nodes: Vec<PeerReport>,
 }
 
 #[cfg(test)]
@@ -75,14 +75,14 @@ mod tests {
     #[test]
     fn report_json_shape() {
         let report = StatusReport {
-            state: DaemonState::Unavailable("told to fail".into()),
+            state: ImexState::Unavailable("told to fail".into()),
             address: "10.0.0.1".into(),
             nodes: vec![
-                NodeReport {
+                PeerReport {
                     address: "10.0.0.1".into(),
                     status: PeerStatus::Self_,
                 },
-                NodeReport {
+                PeerReport {
                     address: "10.0.0.2".into(),
                     status: PeerStatus::Connected,
                 },
@@ -94,9 +94,9 @@ mod tests {
             r#"{"state":"UNAVAILABLE","reason":"told to fail","address":"10.0.0.1","nodes":[{"address":"10.0.0.1","status":"SELF"},{"address":"10.0.0.2","status":"CONNECTED"}]}"#
         );
         assert_eq!(serde_json::from_str::<StatusReport>(&json).unwrap(), report);
-        assert_eq!(DaemonState::Ready.line(), "READY");
+        assert_eq!(ImexState::Ready.line(), "READY");
         let ready: StatusReport =
             serde_json::from_str(r#"{"state":"READY","address":"a","nodes":[]}"#).unwrap();
-        assert_eq!(ready.state, DaemonState::Ready);
+        assert_eq!(ready.state, ImexState::Ready);
     }
 }
