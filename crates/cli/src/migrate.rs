@@ -14,6 +14,7 @@
 
 mod notes;
 
+mod compute_domains;
 mod device_plugin;
 mod manifests;
 mod pods;
@@ -63,6 +64,9 @@ pub struct Migration {
     pub unreadable: usize,
     /// `--convert-device-plugin-pods`: the conversion's table (the chart's classes).
     pub pod_conversion: Option<tessera_admission::ConversionTable>,
+    /// The channel templates of the inputs' ComputeDomains: pods naming one share the domain's
+    /// claim instead ([`compute_domains`]).
+    pub channel_templates: std::collections::BTreeSet<compute_domains::ChannelTemplate>,
 }
 
 /// `Kind/namespace/name` of an object, for the report.
@@ -143,8 +147,17 @@ pub fn migrate_text(migration: &mut Migration, file: &Path, text: &str) {
             return;
         }
     };
+    migration
+        .channel_templates
+        .extend(compute_domains::channel_templates(&docs));
     let mut objects = Vec::new();
     for doc in docs {
+        if compute_domains::is_compute_domain(&doc) {
+            let mut notes = Notes::default();
+            objects.extend(compute_domains::migrate_compute_domain(&doc, &mut notes));
+            report(migration, &name, &describe(&doc), notes);
+            continue;
+        }
         if device_plugin::is_device_plugin_config(&doc) {
             let mut notes = Notes::default();
             device_plugin::migrate_config(&doc, &mut migration.values, &mut notes);
@@ -177,6 +190,13 @@ pub fn migrate_text(migration: &mut Migration, file: &Path, text: &str) {
         let mut templates = Vec::new();
         if let (Some(table), Some(object)) = (&migration.pod_conversion, &mut migrated.object) {
             templates = pods::convert_object(object, table, &mut notes);
+        }
+        if let Some(object) = &mut migrated.object {
+            compute_domains::rewrite_pod_references(
+                object,
+                &migration.channel_templates,
+                &mut notes,
+            );
         }
         report(migration, &name, &what, notes);
         objects.extend(migrated.object);
@@ -274,8 +294,20 @@ pub fn run(
         pod_conversion: args.convert_device_plugin_pods.then(pods::chart_table),
         ..Migration::default()
     };
-    for file in &args.files {
-        match std::fs::read_to_string(file) {
+    let texts: Vec<(&PathBuf, std::io::Result<String>)> = args
+        .files
+        .iter()
+        .map(|file| (file, std::fs::read_to_string(file)))
+        .collect();
+    // ComputeDomains first: their pods may be in other files.
+    for text in texts.iter().filter_map(|(_, t)| t.as_ref().ok()) {
+        let docs = documents(text).unwrap_or_default();
+        migration
+            .channel_templates
+            .extend(compute_domains::channel_templates(&docs));
+    }
+    for (file, text) in texts {
+        match text {
             Ok(text) => migrate_text(&mut migration, file, &text),
             Err(e) => {
                 migration

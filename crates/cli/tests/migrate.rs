@@ -238,3 +238,54 @@ spec:
     let missing = tessera(&["migrate", "/nonexistent/file.yaml"]);
     assert_eq!(missing.status.code(), Some(2));
 }
+
+#[test]
+fn a_compute_domain_and_its_job_in_two_files_become_one_shared_claim_that_validates() {
+    let dir = fixtures().join("compute-domain");
+    let inputs: Vec<String> = manifests(&dir)
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    assert_eq!(inputs.len(), 2, "{inputs:?}");
+    let out = tempfile::tempdir().unwrap();
+    let mut args = vec!["migrate", "-o", out.path().to_str().unwrap()];
+    args.extend(inputs.iter().map(String::as_str));
+    let migrated = tessera(&args);
+    let stderr = text(&migrated.stderr);
+    // spec.numNodes is the one thing not carried over.
+    assert_eq!(migrated.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("1 thing(s) not carried over"), "{stderr}");
+    assert!(stderr.contains("spec.numNodes"), "{stderr}");
+    let domain = std::fs::read_to_string(out.path().join("compute-domain.yaml")).unwrap();
+    assert!(domain.contains("kind: ResourceClaim\n"), "{domain}");
+    assert!(domain.contains("name: nvlink-job-channel"), "{domain}");
+    assert!(
+        domain.contains("deviceClassName: imex.gpu.tessera.dev"),
+        "{domain}"
+    );
+    let job = std::fs::read_to_string(out.path().join("job.yaml")).unwrap();
+    assert!(
+        job.contains("resourceClaimName: nvlink-job-channel"),
+        "{job}"
+    );
+    assert!(
+        !job.contains("resourceClaimTemplateName: nvlink-job-channel"),
+        "{job}"
+    );
+    assert!(
+        job.contains("resourceClaimTemplateName: four-gpus"),
+        "{job}"
+    );
+    assert!(!job.contains("gpu.nvidia.com"), "{job}");
+    let written: Vec<PathBuf> = manifests(out.path());
+    let mut validate = vec!["validate".to_owned()];
+    validate.extend(written.iter().map(|p| p.display().to_string()));
+    let validate: Vec<&str> = validate.iter().map(String::as_str).collect();
+    let after = tessera(&validate);
+    assert_eq!(
+        (after.status.code(), text(&after.stdout)),
+        (Some(0), String::new()),
+        "the migrated objects do not validate: {}",
+        text(&after.stderr)
+    );
+}

@@ -39,7 +39,7 @@ fn accepts_the_shipped_device_classes() {
     assert_eq!(stdout(&out), "");
     // gpu.tessera.dev, shared.gpu.tessera.dev, mig.gpu.tessera.dev and one class per MIG profile.
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("30 object(s) in 1 file(s): no findings")
+        String::from_utf8_lossy(&out.stderr).contains("31 object(s) in 1 file(s): no findings")
     );
 }
 
@@ -139,7 +139,7 @@ fn unreadable_input_is_exit_status_two() {
     assert!(stderr.contains("broken.yaml: not valid YAML"), "{stderr}");
     assert!(stderr.contains("missing.yaml: cannot read"), "{stderr}");
     assert!(
-        stderr.contains("30 object(s) in 1 file(s): no findings; 2 file(s) could not be checked"),
+        stderr.contains("31 object(s) in 1 file(s): no findings; 2 file(s) could not be checked"),
         "{stderr}"
     );
 }

@@ -14,17 +14,19 @@ use tessera_placement::Settings;
 use tessera_placement::group::{DEFAULT_GROUP_BUDGET, DEFAULT_GROUP_HOLD, Hierarchy};
 
 use crate::waiting::WaitingGroups;
+use tessera_gpu_inventory::ServerVersion;
 use tessera_process::{Endpoints, Heartbeat, Liveness, Probe};
 use tokio::sync::watch;
 
 use crate::api::ApiWriter;
+use crate::channels::ChannelSettings;
 use crate::cluster::{Cluster, Tracked};
 use crate::events::{EVENT_QUEUE, Events, publish_all};
 use crate::leader::{LeaderElector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::queue::Processed;
 use crate::refusals::RefusedEvictions;
-use crate::watch::{Signals, WATCHES, start};
+use crate::watch::{Signals, WATCHES, WatchTask, start};
 use crate::webhook::WebhookConfig;
 use crate::worker::Worker;
 
@@ -63,6 +65,8 @@ pub struct ControllerConfig {
     /// Whether pods that fit on no free devices preempt lower-priority pods (`--preemption`);
     /// off, pods still go by priority but nobody is evicted.
     pub preemption: bool,
+    /// IMEX channels published per fabric clique ([`crate::channels`]); 0 publishes none.
+    pub imex_channels: u32,
 }
 
 impl ControllerConfig {
@@ -80,6 +84,7 @@ impl ControllerConfig {
             group_hold: DEFAULT_GROUP_HOLD.unsigned_abs(),
             webhook: None,
             preemption: true,
+            imex_channels: tessera_api::imex::DEFAULT_CHANNELS,
         }
     }
 
@@ -198,12 +203,35 @@ impl Controller {
         self.leadership.clone()
     }
 
+    /// Spawns the watches and the publisher of the fabric cliques' IMEX channels
+    /// ([`crate::channels`]).
+    fn spawn_watches(&self, watches: Vec<WatchTask>, stores: &crate::cluster::Stores) -> Tasks {
+        let channels: WatchTask = Box::pin(crate::channels::run(
+            self.client.clone(),
+            stores.slices.clone(),
+            stores.nodes.clone(),
+            self.signals.clone(),
+            self.leadership.clone(),
+            ChannelSettings {
+                channels: self.config.imex_channels,
+                server_version: ServerVersion::V1_35,
+            },
+        ));
+        Tasks(
+            watches
+                .into_iter()
+                .chain([channels])
+                .map(tokio::spawn)
+                .collect(),
+        )
+    }
+
     /// Runs until `shutdown` completes, then stops in order.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let tracked = Arc::new(Tracked::default());
         let (stores, watches) = start(&self.client, &self.signals, &tracked);
         // Dropping `run` (a crash, in tests) stops every task it started, as a process exit would.
-        let _watch_tasks = Tasks(watches.into_iter().map(tokio::spawn).collect());
+        let _watch_tasks = self.spawn_watches(watches, &stores);
         let cluster = Arc::new(Cluster::new(
             stores,
             tracked,

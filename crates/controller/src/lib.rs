@@ -24,6 +24,7 @@
 //! - [`cluster`]: the caches, the objects written and not yet seen back, what the cluster uses,
 //!   the device inventory;
 //! - [`watch`]: the watches that fill the caches and wake the queue;
+//! - [`channels`]: the IMEX channels of every fabric clique, published while leading;
 //! - [`waiting`]: the groups waiting for capacity (the starvation policy's memory);
 //! - [`refusals`]: evictions refused recently, left out of preemption searches a while;
 //! - [`execute`]: carrying a decision out, step by step, with undo;
@@ -34,6 +35,7 @@
 //!   client, logging and signals are `tessera-process`'s.
 
 pub mod api;
+pub mod channels;
 pub mod cluster;
 pub mod controller;
 pub mod events;

@@ -102,6 +102,11 @@ struct Args {
     /// hold GPUs. Off, pods still go by priority, and nobody is evicted.
     #[arg(long, env = "TESSERA_PREEMPTION", default_value_t = true, action = ArgAction::Set)]
     preemption: bool,
+    /// IMEX channels published per fabric clique (docs/user-guide.md, "Jobs across NVLink racks
+    /// (IMEX)"); 0 publishes none and deletes those published.
+    #[arg(long, env = "TESSERA_IMEX_CHANNELS", default_value_t = tessera_api::imex::DEFAULT_CHANNELS,
+        value_parser = clap::value_parser!(u32).range(0..=i64::from(tessera_api::imex::MAX_CHANNELS)))]
+    imex_channels: u32,
 
     #[command(flatten)]
     webhook: WebhookArgs,
@@ -239,6 +244,7 @@ async fn main() -> anyhow::Result<()> {
         .or_else(|_| std::env::var("POD_NAMESPACE"))
         .unwrap_or_else(|_| namespace.clone());
     config.webhook = args.webhook.config(&own_namespace);
+    config.imex_channels = args.imex_channels;
     if args.leader_elect {
         let mut lease = LeaseConfig::new(&namespace, &args.lease_name, &identity);
         lease.lease_duration = args.lease_duration;
@@ -339,6 +345,8 @@ mod tests {
             None,
             "no webhook unless asked"
         );
+        assert_eq!(args.imex_channels, 128);
+        assert!(Args::try_parse_from(["tessera-controller", "--imex-channels=2049"]).is_err());
         let args = Args::try_parse_from(["tessera-controller", "--leader-elect=false"]).unwrap();
         assert!(!args.leader_elect);
         let args =

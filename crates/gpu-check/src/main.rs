@@ -13,6 +13,10 @@
 //! - `mps` (when `CUDA_MPS_PIPE_DIRECTORY` is set or `/tmp/nvidia-mps` exists): the pipe
 //!   directory, whether the control daemon is there, and its default active thread percentage and
 //!   per-device pinned memory limits as `nvidia-cuda-mps-control` reports them.
+//! - `imex` (when `TESSERA_IMEX_CHANNEL` is set: the container is in an IMEX domain): the channel
+//!   number, whether its device node `/dev/nvidia-caps-imex-channels/channel<n>` is there, and
+//!   the node's IMEX daemon's answer to `nvidia-imex-ctl -q` on the domain's configuration
+//!   (`/etc/nvidia-imex/config.cfg`).
 //!
 //! It always exits 0 after printing (a container without GPUs is a valid answer); the report says
 //! what failed. It runs the same on a real GPU node. What its image needs: glibc
@@ -42,6 +46,23 @@ struct Report {
     nvidia_smi: SmiReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     mps: Option<MpsReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    imex: Option<ImexReport>,
+}
+
+/// What a container of an IMEX domain sees of it.
+#[derive(Debug, Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ImexReport {
+    /// `TESSERA_IMEX_CHANNEL`.
+    channel: String,
+    /// Whether `/dev/nvidia-caps-imex-channels/channel<channel>` exists.
+    channel_node: bool,
+    /// `nvidia-imex-ctl -q`'s answer (`READY`, `NOT_READY …`, `UNAVAILABLE …`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    daemon: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -346,6 +367,35 @@ fn mps(mounted: &[MountedFile], cuda_devices: usize) -> Option<MpsReport> {
     Some(report)
 }
 
+/// The IMEX channel the container got, and whether the node's daemon answers.
+fn imex() -> Option<ImexReport> {
+    let channel = std::env::var("TESSERA_IMEX_CHANNEL").ok()?;
+    let mut report = ImexReport {
+        channel_node: Path::new("/dev/nvidia-caps-imex-channels")
+            .join(format!("channel{channel}"))
+            .exists(),
+        channel,
+        ..ImexReport::default()
+    };
+    let Some(ctl) = on_path("nvidia-imex-ctl") else {
+        report.error = Some("nvidia-imex-ctl is not on PATH".into());
+        return Some(report);
+    };
+    match Command::new(&ctl)
+        .args(["-q", "-c", "/etc/nvidia-imex/config.cfg"])
+        .output()
+    {
+        Ok(output) => {
+            let answer = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+            let error = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+            report.daemon = (!answer.is_empty()).then_some(answer);
+            report.error = (!error.is_empty()).then_some(error);
+        }
+        Err(e) => report.error = Some(format!("cannot run {}: {e}", ctl.display())),
+    }
+    Some(report)
+}
+
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("--version") {
         println!("tessera-gpu-check {}", env!("CARGO_PKG_VERSION"));
@@ -370,6 +420,7 @@ fn main() {
         nvml: nvml(),
         nvidia_smi: nvidia_smi(),
         mps: mps(&mounted, cuda_devices),
+        imex: imex(),
     };
     let line = serde_json::to_string(&report).unwrap_or_else(|e| {
         format!("{{\"tesseraGpuCheck\":1,\"error\":\"cannot encode the report: {e}\"}}")

@@ -35,7 +35,8 @@ pub use model::{
     MigInstance, MigProfile, MigState, NvLink, NvLinkRemoteType, NvLinkState, NvLinkVersion,
 };
 pub use render::{
-    RenderError, RenderOptions, ServerVersion, Violation, check_pool, check_slice, render_slices,
+    ChannelPool, HOSTNAME_LABEL, RenderError, RenderOptions, ServerVersion, Violation, check_pool,
+    check_slice, render_channel_slices, render_slices,
 };
 pub use source::{DeviceSource, SourceError};
 pub use units::{MajorMinor, dotted_to_semver};

@@ -173,6 +173,7 @@ async fn run(scenario: &Scenario, state_dir: &Path, cdi_root: &Path, iterations:
         claims: Arc::new(KubeClaimSource::new(api.client())),
         gpu: Arc::new(SimulatedGpuControl::new(state_dir.join("simulated-gpu"))),
         mig: Arc::new(SimulatedMig::in_memory(&inventory)),
+        imex: Arc::new(tessera_prepare::imex::NoImex),
     };
     let (driver, _) = NodeDriver::start(config, parts)
         .await

@@ -17,6 +17,8 @@
 //! - [`claim_status`]: [`claim_status::StatusWriter`], prepared claims' `status.devices`
 //!   written in the background.
 //! - [`mps_pods`]: [`mps_pods::PodMpsControl`], MPS control daemons in pods of their own.
+//! - [`imex_pods`]: [`imex_pods::PodImexControl`], IMEX daemons in pods of their own, one per
+//!   (domain, node), restarted when their domain's peers change.
 //! - [`metrics`]: the plugin's metrics ([`metrics::NodeMetrics`]), the instrumented driver and
 //!   `/readyz`.
 //! - [`gpu_metrics`]: per-device GPU metrics labelled with who holds each device; idle claims.
@@ -30,6 +32,7 @@ pub mod claim_status;
 pub mod claims;
 pub mod gpu_metrics;
 pub mod health;
+pub mod imex_pods;
 pub mod metrics;
 pub mod mps_pods;
 pub mod plugin;

@@ -189,6 +189,12 @@ impl NodePlugin {
         let (published, published_feed) = watch::channel(false);
         let mut background = Background::default();
         background.parts.push(("claim status writer", status_task));
+        if let Some(imex) = backend.imex.clone() {
+            let refresh = imex.refresh_until(IMEX_REFRESH, stop.clone().cancelled_owned());
+            background
+                .parts
+                .push(("IMEX peers refresh", tokio::spawn(refresh)));
+        }
         background.publish(&shared, &kubelet, kubelet_health, published);
         if let Some(events) = backend.health_events {
             background.monitor(&shared, events);
@@ -380,6 +386,8 @@ async fn open_backend(
         }
     }
 }
+/// How often the IMEX daemons' peers are compared with their domains' pods.
+const IMEX_REFRESH: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Starts claim preparation: loads the checkpoint and recovers from whatever a previous run
 /// left (see [`tessera_prepare::driver`]).
@@ -408,6 +416,10 @@ async fn start_driver(
         ),
         gpu: Arc::clone(&backend.gpu),
         mig: Arc::clone(&backend.mig),
+        imex: match &backend.imex {
+            Some(pods) => Arc::new(pods.clone()),
+            None => Arc::new(tessera_prepare::imex::NoImex),
+        },
     };
     let (driver, report) = NodeDriver::start(driver_config, parts)
         .await

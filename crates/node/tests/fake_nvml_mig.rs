@@ -154,6 +154,7 @@ async fn child() {
         claims: Arc::new(KubeClaimSource::new(api.client())),
         gpu: h.gpu.clone(),
         mig: Arc::new(NvmlMig(nvml.clone())),
+        imex: Arc::new(tessera_prepare::imex::NoImex),
     };
 
     let (driver, report) = NodeDriver::start(config.clone(), parts.clone())

@@ -434,6 +434,7 @@ async fn a_checkpoint_copied_from_another_node_is_quarantined_not_used() {
             share: None,
         }],
         mps: None,
+        imex: None,
     };
     let of_node_b = checkpoint::Checkpoint {
         boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")

@@ -31,6 +31,8 @@
 //!     claims: Arc::new(InMemoryClaims::new()),
 //!     gpu: Arc::new(SimulatedGpuControl::new(state_dir.join("simulated-gpu"))),
 //!     mig: Arc::new(SimulatedMig::persistent(&inventory, state_dir.join("simulated-mig.json"))),
+//!     // No IMEX daemons here: IMEX channel claims fail with a reason.
+//!     imex: Arc::new(tessera_prepare::imex::NoImex),
 //! };
 //! let (driver, report) = NodeDriver::start(config, parts).await?;
 //! // driver.stats().checkpoint_quarantines etc. are counters for /metrics.
@@ -45,6 +47,7 @@
 //! - [`injection`]: what every claim spec injects of the NVIDIA driver.
 //! - [`mig`]: MIG instances: the [`mig::MigControl`] trait, capability minors, simulated MIG.
 //! - [`sharing`]: time slicing and MPS: the [`sharing::GpuControl`] trait and its controls.
+//! - [`imex`]: IMEX domains: the [`imex::ImexControl`] trait (a domain's daemon on this node).
 //! - [`cdi_spec`]: a prepared claim's CDI spec (pure).
 //! - [`plan`]: a ResourceClaim to the record to prepare (pure).
 //! - [`claims`]: where claims are read ([`claims::ClaimSource`]), claims in memory.
@@ -57,6 +60,7 @@ pub mod claims;
 pub mod crash;
 pub mod device_status;
 pub mod driver;
+pub mod imex;
 pub mod injection;
 pub mod inventory;
 pub mod mig;

@@ -20,8 +20,9 @@
 //! `driverVersion`.
 //!
 //! Device root: `dev/nvidia<minor>` per GPU, `dev/nvidiactl`, `dev/nvidia-uvm`,
-//! `dev/nvidia-uvm-tools`, `dev/nvidia-caps/nvidia-cap{1,2}` and, for MIG-capable GPUs, every
-//! capability minor of the standard layout. They are character devices with `/dev/null`'s
+//! `dev/nvidia-uvm-tools`, `dev/nvidia-caps/nvidia-cap{1,2}`, for MIG-capable GPUs every
+//! capability minor of the standard layout and, on a node with NVLink fabric, the IMEX channels
+//! `dev/nvidia-caps-imex-channels/channel0..127`. They are character devices with `/dev/null`'s
 //! numbers (1:3), so a container that gets them through CDI can open them, with the modes a real
 //! node has (survey of an H100 node: 0666, capabilities 0400 config / 0444 others).
 //!
@@ -164,8 +165,7 @@ pub const LIBRARIES: &[LibrarySpec] = &[
     },
 ];
 
-/// The driver's executables (the toolkit's list, less the IMEX daemon a node without NVLink
-/// fabric does not have).
+/// The driver's executables every node has (the toolkit's list, less the IMEX programs).
 pub const BINARIES: &[&str] = &[
     "nvidia-smi",
     "nvidia-debugdump",
@@ -173,6 +173,20 @@ pub const BINARIES: &[&str] = &[
     "nvidia-cuda-mps-control",
     "nvidia-cuda-mps-server",
 ];
+
+/// The IMEX package's programs, on nodes whose GPUs are on a multi-node NVLink fabric only.
+pub const IMEX_BINARIES: &[&str] = &["nvidia-imex", "nvidia-imex-ctl"];
+
+/// IMEX channel device nodes a fabric node's device root has
+/// (`dev/nvidia-caps-imex-channels/channel0..`): as many as Tessera publishes per clique by
+/// default.
+pub const IMEX_CHANNELS: u32 = 128;
+
+/// Whether a node's GPUs are on a multi-node NVLink fabric (it gets the IMEX programs and
+/// channels).
+pub fn has_fabric(inventory: &GpuInventory) -> bool {
+    inventory.gpus.iter().any(|g| g.fabric.is_some())
+}
 
 /// GSP firmware files.
 pub const FIRMWARE: &[&str] = &["gsp_ga10x.bin", "gsp_tu10x.bin"];
@@ -411,10 +425,10 @@ fn write_libraries(
 
 /// Writes the stand-in tool once under `bin_dir` and hard-links it under every other binary's
 /// name: it acts on the name it runs under.
-fn write_binaries(bin_dir: &Path, tool: &[u8]) -> Result<(), LayoutError> {
-    let first = bin_dir.join(BINARIES[0]);
+fn write_binaries(bin_dir: &Path, tool: &[u8], names: &[&str]) -> Result<(), LayoutError> {
+    let first = bin_dir.join(names[0]);
     write_file(&first, tool, 0o755)?;
-    for binary in &BINARIES[1..] {
+    for binary in &names[1..] {
         let path = bin_dir.join(binary);
         let temp = temp_name(&path);
         let _ = fs::remove_file(&temp);
@@ -441,7 +455,15 @@ pub fn write_driver_root(
         dev_root: Some(dev_root.to_path_buf()),
     };
     let cache_entries = write_libraries(root, layout, &version, &data, artifacts)?;
-    write_binaries(&root.join(layout.binary_dir()), &read(&artifacts.tool)?)?;
+    let mut binaries = BINARIES.to_vec();
+    if has_fabric(inventory) {
+        binaries.extend(IMEX_BINARIES);
+    }
+    write_binaries(
+        &root.join(layout.binary_dir()),
+        &read(&artifacts.tool)?,
+        &binaries,
+    )?;
     for firmware in FIRMWARE {
         write_file(
             &root.join(layout.firmware_dir(&version)).join(firmware),
@@ -499,6 +521,12 @@ pub fn device_nodes(inventory: &GpuInventory) -> Vec<(String, u32)> {
     nodes.push((devices::cap_node(MIG_MONITOR_CAP_MINOR), 0o444));
     for gpu in inventory.gpus.iter().filter(|g| g.mig.is_some()) {
         nodes.extend(standard_mig_cap_minors(gpu.minor).map(|m| (devices::cap_node(m), 0o444)));
+    }
+    if has_fabric(inventory) {
+        nodes.extend(
+            (0..IMEX_CHANNELS)
+                .map(|n| (format!("/dev/nvidia-caps-imex-channels/channel{n}"), 0o666)),
+        );
     }
     nodes
 }

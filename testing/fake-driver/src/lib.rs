@@ -7,10 +7,12 @@
 //!   firmware) and the device root (stand-in character devices) of one node.
 //! - [`smi`]: the `nvidia-smi` stand-in.
 //! - [`mps`]: the `nvidia-cuda-mps-control` / `-server` stand-ins.
+//! - [`imex`]: the `nvidia-imex` / `nvidia-imex-ctl` stand-ins (nodes with NVLink fabric).
 //! - [`stub`]: writing sonames into the copies of the fake libraries.
 //! - [`tool`]: the multi-call binary's dispatch (`tessera-fake-driver-tool`, copied into a
 //!   driver root under each binary's name).
 
+pub mod imex;
 pub mod layout;
 pub mod mps;
 pub mod smi;

@@ -5,16 +5,18 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use crate::{mps, smi};
+use crate::{imex, mps, smi};
 
 /// For a test executable that is also a fake root's binaries (the root hard-links it under
-/// their names): when `argv[0]` names one of [`crate::layout::BINARIES`], runs that stand-in
+/// their names): when `argv[0]` names one of [`crate::layout::BINARIES`] or
+/// [`crate::layout::IMEX_BINARIES`], runs that stand-in
 /// and returns its exit status; otherwise `None` (run the tests).
 pub fn main_if_named(argv: &[String]) -> Option<ExitCode> {
     let name = Path::new(argv.first()?).file_name()?.to_string_lossy();
-    crate::layout::BINARIES
-        .contains(&name.as_ref())
-        .then(|| main(argv.to_vec()))
+    let mut known = crate::layout::BINARIES
+        .iter()
+        .chain(crate::layout::IMEX_BINARIES);
+    known.any(|b| *b == name).then(|| main(argv.to_vec()))
 }
 
 /// Runs the stand-in named by `argv[0]` (or the first argument).
@@ -31,7 +33,7 @@ pub fn main(argv: Vec<String>) -> ExitCode {
             Some(first) => (first.clone(), &argv[2..]),
             None => {
                 eprintln!(
-                    "usage: tessera-fake-driver-tool <nvidia-smi|nvidia-cuda-mps-control|nvidia-cuda-mps-server|...> [args]"
+                    "usage: tessera-fake-driver-tool <nvidia-smi|nvidia-cuda-mps-control|nvidia-imex|nvidia-imex-ctl|...> [args]"
                 );
                 return ExitCode::from(2);
             }
@@ -43,6 +45,8 @@ pub fn main(argv: Vec<String>) -> ExitCode {
         "nvidia-smi" => smi::main(args),
         "nvidia-cuda-mps-control" => mps::control_main(args),
         "nvidia-cuda-mps-server" => mps::server_main(args),
+        "nvidia-imex" => imex::daemon::main(args),
+        "nvidia-imex-ctl" => imex::ctl::main(args),
         "nvidia-debugdump" | "nvidia-persistenced" => {
             eprintln!(
                 "{name}: stand-in of a fake driver root (tessera-fake-driver); it does nothing"

@@ -1,5 +1,5 @@
 //! Test-only (a dev-dependency, never shipped): the claim-preparation driver on fakes
-//! ([`Harness`]: claims in memory, a recording GPU control, simulated MIG, temporary CDI and
+//! ([`Harness`]: claims in memory, recording GPU and IMEX controls, simulated MIG, temporary CDI and
 //! state directories, an injectable boot id) and the allocated claims its tests are made of.
 //!
 //! A crate of its own so that the prepare core's tests and the node plugin's tests (which run
@@ -15,6 +15,7 @@ use tessera_gpu_inventory::{DeviceSource, GpuInventory, MockSource};
 use tessera_kubelet_grpc::ClaimRef;
 use tessera_prepare::checkpoint::{self, Checkpoint};
 use tessera_prepare::claims::{ClaimSource, InMemoryClaims};
+use tessera_prepare::imex::RecordingImexControl;
 use tessera_prepare::inventory::NodeInventory;
 use tessera_prepare::mig::SimulatedMig;
 use tessera_prepare::plan::MigMode;
@@ -30,6 +31,7 @@ pub struct Harness {
     pub claims: Arc<InMemoryClaims>,
     pub gpu: Arc<RecordingGpuControl>,
     pub mig: Arc<SimulatedMig>,
+    pub imex: Arc<RecordingImexControl>,
     pub config: NodeDriverConfig,
 }
 
@@ -48,6 +50,7 @@ impl Harness {
             claims: Arc::new(InMemoryClaims::new()),
             gpu: Arc::new(RecordingGpuControl::new()),
             mig: Arc::new(SimulatedMig::in_memory(&inventory)),
+            imex: Arc::new(RecordingImexControl::new()),
             inventory,
             config,
             dir,
@@ -67,6 +70,7 @@ impl Harness {
             claims,
             gpu: self.gpu.clone(),
             mig: self.mig.clone(),
+            imex: self.imex.clone(),
         }
     }
 
@@ -128,6 +132,15 @@ impl Harness {
         reference
     }
 
+    /// Stores a claim holding IMEX channel `channel` of the clique of this node and `node-b`
+    /// (one domain), reserved for one pod, and returns its reference.
+    pub fn channel_claim(&self, name: &str, channel: u32) -> ClaimRef {
+        let claim = channel_claim(name, &[channel]);
+        let reference = ClaimRef::new("ml", name, uid_of(name));
+        self.claims.put(claim);
+        reference
+    }
+
     pub fn gpu_uuid(&self, minor: u32) -> String {
         self.inventory.gpu_by_minor(minor).unwrap().uuid.clone()
     }
@@ -155,6 +168,34 @@ pub fn allocated_claim(name: &str, results: &[(&str, &str)], configs: Vec<Value>
         "spec": {"devices": {"requests": []}},
         "status": {
             "allocation": {"devices": {"results": results, "config": configs}},
+            "reservedFor": [{"resource": "pods", "name": format!("{name}-pod"), "uid": "p0d"}],
+        },
+    }))
+    .unwrap()
+}
+
+/// The clique of [`channel_claim`]'s channels.
+pub const CLIQUE: &str = "522c88f3-2731-5718-acd9-980cbf3d0f20.32766";
+
+/// A claim allocated `channels` of [`CLIQUE`]'s pool, network-attached to this node and `node-b`
+/// (as the controller publishes them).
+pub fn channel_claim(name: &str, channels: &[u32]) -> ResourceClaim {
+    let results: Vec<Value> = channels
+        .iter()
+        .map(|c| {
+            json!({"request": "channel", "driver": "gpu.tessera.dev",
+                "pool": format!("imex-{CLIQUE}"), "device": format!("channel-{c}")})
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "ml", "name": name, "uid": uid_of(name)},
+        "spec": {"devices": {"requests": []}},
+        "status": {
+            "allocation": {
+                "devices": {"results": results},
+                "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE, "node-b"]}]}]},
+            },
             "reservedFor": [{"resource": "pods", "name": format!("{name}-pod"), "uid": "p0d"}],
         },
     }))

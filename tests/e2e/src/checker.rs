@@ -28,6 +28,18 @@ pub struct CheckerReport {
     pub nvidia_smi: NvidiaSmi,
     #[serde(default)]
     pub mps: Option<Mps>,
+    #[serde(default)]
+    pub imex: Option<Imex>,
+}
+
+/// The checker's `imex` section: the container's IMEX channel and its node's daemon.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Imex {
+    pub channel: String,
+    pub channel_node: bool,
+    #[serde(default)]
+    pub daemon: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

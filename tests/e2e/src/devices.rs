@@ -239,7 +239,13 @@ impl Published {
 
     /// Nodes with at least one device, sorted.
     pub fn nodes(&self) -> Vec<String> {
-        let mut nodes: Vec<String> = self.devices.values().map(|d| d.node.clone()).collect();
+        // Network-attached devices (IMEX channels) have no node of their own.
+        let mut nodes: Vec<String> = self
+            .devices
+            .values()
+            .filter(|d| !d.node.is_empty())
+            .map(|d| d.node.clone())
+            .collect();
         nodes.dedup();
         nodes.sort();
         nodes.dedup();

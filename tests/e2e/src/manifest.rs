@@ -357,16 +357,17 @@ mod tests {
             })
             .collect();
         assert_eq!(
-            names[..3],
+            names[..4],
             [
                 "gpu.tessera.dev",
                 "shared.gpu.tessera.dev",
-                "mig.gpu.tessera.dev"
+                "mig.gpu.tessera.dev",
+                "imex.gpu.tessera.dev"
             ]
         );
         // One class per MIG profile of the chart's default list, the e2e MIG profile among them.
         assert!(
-            names[3..]
+            names[4..]
                 .iter()
                 .all(|n| n.starts_with("mig-") && n.ends_with(".gpu.tessera.dev")),
             "{names:?}"

@@ -161,7 +161,7 @@ fn drops_nvidia_object(group: &str, api_version: &str, kind: &str, notes: &mut N
         notes.not_carried(
             "",
             format!(
-                "{kind} ({api_version}) has no Tessera counterpart (ComputeDomains, IMEX); dropped"
+                "{kind} ({api_version}) has no Tessera counterpart (a ComputeDomain becomes a claim of class imex.gpu.tessera.dev; this kind does not); dropped"
             ),
         );
         return true;

@@ -26,7 +26,7 @@ pub fn chart_table() -> ConversionTable {
 }
 
 /// Where the pod template of `kind` lives, as a path of mapping keys.
-fn template_path(kind: &str) -> Option<&'static [&'static str]> {
+pub fn template_path(kind: &str) -> Option<&'static [&'static str]> {
     Some(match kind {
         "Pod" => &[],
         "Deployment"

@@ -125,6 +125,37 @@ fn check_pool_fields(v: &mut Violations, slice: &ResourceSlice) {
     }
 }
 
+/// What the API server requires of a slice's node selector: exactly one term, and a `matchFields`
+/// requirement with `In` or `NotIn` names exactly one value (several nodes are selected by a
+/// label, with `matchExpressions`).
+fn check_node_selector(v: &mut Violations, selector: &k8s_openapi::api::core::v1::NodeSelector) {
+    if selector.node_selector_terms.len() != 1 {
+        v.add(
+            "spec.nodeSelector.nodeSelectorTerms",
+            format!(
+                "must have exactly one term ({} given)",
+                selector.node_selector_terms.len()
+            ),
+        );
+    }
+    let fields = selector
+        .node_selector_terms
+        .iter()
+        .flat_map(|t| t.match_fields.iter().flatten());
+    for requirement in fields {
+        let values = requirement.values.as_ref().map_or(0, Vec::len);
+        if matches!(requirement.operator.as_str(), "In" | "NotIn") && values != 1 {
+            v.add(
+                "spec.nodeSelector.nodeSelectorTerms[].matchFields[].values",
+                format!(
+                    "must be one value with operator {} ({values} given)",
+                    requirement.operator
+                ),
+            );
+        }
+    }
+}
+
 fn check_node_selection(v: &mut Violations, slice: &ResourceSlice) {
     let spec = &slice.spec;
     let chosen = [
@@ -143,6 +174,9 @@ fn check_node_selection(v: &mut Violations, slice: &ResourceSlice) {
                 "exactly one of nodeName, nodeSelector, allNodes and perDeviceNodeSelection must be set ({chosen} are)"
             ),
         );
+    }
+    if let Some(selector) = &spec.node_selector {
+        check_node_selector(v, selector);
     }
     if let Some(node) = &spec.node_name
         && !is_dns_subdomain(node)

@@ -15,7 +15,11 @@
 //!
 //! Every rendered slice passes [`check_slice`] and the pool passes [`check_pool`]; rendering
 //! returns an error instead of an invalid slice.
+//!
+//! The IMEX channels of a fabric clique are rendered here too ([`render_channel_slices`]), for
+//! the controller: not one node's pool but one clique's, network-attached to its nodes.
 
+mod channels;
 mod check;
 mod devices;
 mod error;
@@ -27,6 +31,7 @@ use k8s_openapi::api::resource::v1::{ResourcePool, ResourceSlice, ResourceSliceS
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tessera_api::validation::{MAX_POOL_NAME_LENGTH, is_dns_subdomain};
 
+pub use channels::{ChannelPool, HOSTNAME_LABEL, nodes_selector, render_channel_slices};
 pub use check::{
     MAX_BINDING_CONDITIONS, MAX_CONSUMED_COUNTERS_PER_SLICE_1_34,
     MAX_COUNTER_CONSUMPTIONS_PER_DEVICE, MAX_COUNTER_SETS_PER_SLICE, MAX_DRIVER_NAME_LENGTH,

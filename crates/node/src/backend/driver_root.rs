@@ -22,6 +22,9 @@ use tessera_prepare::injection::{DriverInjection, control_nodes};
 pub struct DriverTools {
     pub nvidia_smi: Option<PathBuf>,
     pub mps_control: Option<PathBuf>,
+    /// `nvidia-imex` and `nvidia-imex-ctl` (fabric nodes' IMEX daemon and its client).
+    pub imex_daemon: Option<PathBuf>,
+    pub imex_ctl: Option<PathBuf>,
     /// The driver's library directories as this process sees them (`LD_LIBRARY_PATH` of the
     /// tools: a driver root that is not `/` is not on this process's loader path).
     pub library_path: String,
@@ -121,6 +124,8 @@ fn tools(files: &DriverFiles, view: &Path) -> DriverTools {
         mps_control: files
             .binary("nvidia-cuda-mps-control")
             .map(|b| seen(&b.source)),
+        imex_daemon: files.binary("nvidia-imex").map(|b| seen(&b.source)),
+        imex_ctl: files.binary("nvidia-imex-ctl").map(|b| seen(&b.source)),
         library_path: files
             .library_dirs()
             .iter()

@@ -22,6 +22,7 @@ use tessera_prepare::mig::{MigControl, MigError, SimulatedMig};
 use tessera_prepare::sharing::{GpuControl, SimulatedGpuControl, SystemGpuControl};
 
 use crate::gpu_metrics::TelemetrySource;
+use crate::imex_pods::{ImexPodTemplate, PodImexControl};
 use crate::mps_pods::{MpsPodTemplate, PodMpsControl};
 use driver_root::{DriverRootConfig, DriverRootError, DriverTools};
 
@@ -105,6 +106,9 @@ pub struct Backend {
     pub driver_version: Option<String>,
     pub health_events: Option<HealthEvents>,
     pub telemetry: Option<Arc<dyn TelemetrySource>>,
+    /// IMEX daemons in pods, where daemons run in pods and the driver root has `nvidia-imex`;
+    /// `None`: IMEX channel claims fail with a reason.
+    pub imex: Option<PodImexControl>,
 }
 
 /// Where this node keeps what the backend needs besides its flags.
@@ -135,6 +139,10 @@ impl Backend {
                 .map(|tools| driver_sharing(config, place, tools, privileged))
                 .transpose()
         };
+        let mock = matches!(devices, GpuBackend::Mock { .. });
+        let imex = tools
+            .as_ref()
+            .and_then(|tools| imex_pods(config, place, tools, !mock));
         let mut backend = match &devices {
             GpuBackend::Mock { topology } => {
                 let mut backend = Backend::mock(place, topology, sharing(false)?, injection)?;
@@ -155,6 +163,7 @@ impl Backend {
             }
         };
         backend.driver_version = driver_version;
+        backend.imex = imex;
         Ok(backend)
     }
 
@@ -193,6 +202,7 @@ impl Backend {
             driver_version: None,
             health_events: None,
             telemetry: None,
+            imex: None,
         })
     }
 
@@ -231,6 +241,7 @@ impl Backend {
             driver_version: None,
             health_events,
             telemetry: Some(nvml as Arc<dyn TelemetrySource>),
+            imex: None,
         })
     }
 }
@@ -408,6 +419,53 @@ fn driver_sharing(
         system,
         template,
     )))
+}
+
+/// IMEX daemons in pods ([`crate::imex_pods`]): where the plugin runs daemons in pods (the MPS
+/// pods' image, namespace and priority) and the driver root has `nvidia-imex` and
+/// `nvidia-imex-ctl` (fabric nodes' drivers do).
+fn imex_pods(
+    config: &BackendConfig,
+    place: BackendContext<'_>,
+    tools: &DriverTools,
+    privileged: bool,
+) -> Option<PodImexControl> {
+    let (Some(pods), Some(driver)) = (&config.mps_pods, &config.driver_root) else {
+        return None;
+    };
+    let (Some(daemon), Some(ctl)) = (&tools.imex_daemon, &tools.imex_ctl) else {
+        tracing::info!("the driver root has no nvidia-imex: IMEX channel claims fail on this node");
+        return None;
+    };
+    let in_root = |path: &Path| {
+        Path::new("/").join(
+            path.strip_prefix(&driver.container_driver_root)
+                .unwrap_or(path),
+        )
+    };
+    let template = ImexPodTemplate {
+        node_name: place.node_name.to_owned(),
+        namespace: pods.namespace.clone(),
+        image: pods.image.clone(),
+        priority_class: pods.priority_class.clone(),
+        privileged,
+        driver_root: driver.driver_root.clone(),
+        dev_root: config.dev_root.clone(),
+        daemon: in_root(daemon),
+        library_dirs: std::env::split_paths(&tools.library_path)
+            .filter(|d| !d.as_os_str().is_empty())
+            .map(|d| in_root(&d))
+            .collect(),
+    };
+    tracing::info!(namespace = %pods.namespace, "IMEX daemons run in pods of their own");
+    Some(PodImexControl::new(
+        place.client.clone(),
+        tokio::runtime::Handle::current(),
+        template,
+        place.state_dir.join(tessera_prepare::imex::IMEX_DIRECTORY),
+        ctl.clone(),
+        tools.library_path.clone(),
+    ))
 }
 
 /// The driver's own tools, from the driver root.

@@ -26,13 +26,21 @@
 //!   per request, in claim order (with several claims in one container, the last claim's values).
 //! - Devices shared with MPS also get `CUDA_MPS_PIPE_DIRECTORY` / `CUDA_MPS_LOG_DIRECTORY` and
 //!   bind mounts of the claim's MPS directories from the host.
+//! - An IMEX channel (the claim is an IMEX domain) is a device of its own, `<claim uid>-channel-<n>`:
+//!   the channel's node `/dev/nvidia-caps-imex-channels/channel<n>` (what CUDA opens to import
+//!   and export memory across nodes), `TESSERA_IMEX_CHANNEL=<n>` and `TESSERA_IMEX_DOMAIN=<claim
+//!   uid>`, and the domain's directory mounted read-only at `/etc/nvidia-imex` (its `config.cfg`
+//!   names the daemon's command socket there, so `nvidia-imex-ctl -q` in the container asks this
+//!   node's daemon). A claim with nothing but a channel carries no spec-level edits: its
+//!   containers get their GPUs, and the driver, from their GPU claims.
 
 use tessera_api::DRIVER_NAME;
+use tessera_api::imex;
 use tessera_api::shares::{ENV_MEMORY_LIMIT, ENV_SHARES, ENV_SHARES_TOTAL};
 use tessera_cdi::{ContainerEdits, Device, DeviceNode, Kind, Mount, NameError, Spec};
 use tessera_driver_root::devices::{cap_node, gpu_node};
 
-use crate::checkpoint::{ClaimRecord, DeviceRecord, DeviceShare, DeviceTarget};
+use crate::checkpoint::{ClaimRecord, DeviceRecord, DeviceShare, DeviceTarget, ImexRecord};
 use crate::injection::DriverInjection;
 use crate::mig::MigCapMinors;
 use crate::sharing::{MPS_LOG_DIRECTORY_IN_CONTAINER, MPS_PIPE_DIRECTORY_IN_CONTAINER};
@@ -171,6 +179,36 @@ fn share_env(record: &ClaimRecord, request: &str) -> Vec<String> {
     env
 }
 
+/// The CDI device of a claim's IMEX channel.
+fn channel_device(
+    claim_uid: &str,
+    imex: &ImexRecord,
+    injection: &DriverInjection,
+) -> Result<Device, CdiSpecError> {
+    let name = device_name(claim_uid, &imex.device);
+    tessera_cdi::validate_device_name(&name).map_err(|source| CdiSpecError::Name {
+        device: imex.device.clone(),
+        source,
+    })?;
+    Ok(Device {
+        name,
+        container_edits: ContainerEdits {
+            env: vec![
+                format!("{}={}", imex::CHANNEL_ENV, imex.channel),
+                format!("{}={claim_uid}", imex::DOMAIN_ENV),
+            ],
+            device_nodes: vec![injection.device_node(&imex::channel_node(imex.channel))],
+            mounts: vec![Mount {
+                host_path: imex.directory.clone(),
+                container_path: imex::CONFIG_DIR_IN_CONTAINER.to_owned(),
+                options: vec!["rbind".into(), "ro".into(), "nosuid".into(), "nodev".into()],
+                mount_type: Some("bind".into()),
+            }],
+            ..ContainerEdits::default()
+        },
+    })
+}
+
 /// The spec of a claim whose devices all exist (dynamic MIG instances created).
 pub fn claim_spec(
     claim_uid: &str,
@@ -212,13 +250,18 @@ pub fn claim_spec(
             container_edits: edits,
         });
     }
+    if let Some(imex) = &record.imex {
+        devices.push(channel_device(claim_uid, imex, injection)?);
+    }
     let mut spec = Spec::new(kind(), devices);
-    let mut edits = ContainerEdits {
-        device_nodes: injection.control_nodes.clone(),
-        ..injection.edits.clone()
-    };
-    edits.env.push(VISIBLE_DEVICES_VOID.to_owned());
-    spec.container_edits = edits;
+    if !record.devices.is_empty() {
+        let mut edits = ContainerEdits {
+            device_nodes: injection.control_nodes.clone(),
+            ..injection.edits.clone()
+        };
+        edits.env.push(VISIBLE_DEVICES_VOID.to_owned());
+        spec.container_edits = edits;
+    }
     spec.set_minimum_version();
     Ok(spec)
 }

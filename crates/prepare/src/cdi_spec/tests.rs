@@ -35,6 +35,7 @@ fn planned_in(
             mig_mode: mode,
             mps_root: Path::new("/var/lib/tessera/mps"),
             total_shares: None,
+            imex_root: Path::new("/var/lib/tessera/imex"),
         },
     )
     .unwrap()

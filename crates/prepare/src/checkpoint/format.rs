@@ -89,6 +89,10 @@ pub struct ClaimRecord {
     /// The claim's MPS control daemon, when any of its devices is shared with MPS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mps: Option<MpsRecord>,
+    /// The claim's IMEX channel, when it is an IMEX domain. (Absent from the file otherwise, so
+    /// checkpoints without IMEX claims read the same in builds before it.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imex: Option<ImexRecord>,
 }
 
 impl ClaimRecord {
@@ -258,6 +262,27 @@ pub struct MpsRecord {
     pub pipe_directory: String,
     /// `CUDA_MPS_LOG_DIRECTORY` of the daemon, on the host.
     pub log_directory: String,
+}
+
+/// The IMEX channel of a claim (one domain): a device of the clique's pool, not of this node's,
+/// and the domain's directory on this node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImexRecord {
+    /// The allocation result's `request`.
+    pub request: String,
+    /// The channel pool, `imex-<clique>`.
+    pub pool: String,
+    /// `channel-<n>`.
+    pub device: String,
+    /// The fully qualified CDI device ids handed to the kubelet for the channel.
+    pub cdi_device_ids: Vec<String>,
+    /// The channel number: `/dev/nvidia-caps-imex-channels/channel<n>`.
+    pub channel: u32,
+    /// The fabric clique.
+    pub clique: String,
+    /// The domain's directory on the host (its IMEX configuration and command socket).
+    pub directory: String,
 }
 
 /// Why a checkpoint file was refused.
@@ -470,6 +495,7 @@ mod tests {
                     pipe_directory: "/var/lib/tessera/mps/uid-1/pipe".into(),
                     log_directory: "/var/lib/tessera/mps/uid-1/log".into(),
                 }),
+                imex: None,
             },
         );
         claims.insert(
@@ -504,6 +530,7 @@ mod tests {
                     }),
                 }],
                 mps: None,
+                imex: None,
             },
         );
         Checkpoint {

@@ -16,8 +16,8 @@ mod store;
 
 pub use format::{
     CHECKPOINT_VERSION, CHECKPOINT_VERSION_1, Checkpoint, CheckpointError, ClaimRecord, ClaimState,
-    DeviceRecord, DeviceShare, DeviceTarget, MigInstanceRecord, MigLifecycle, MpsRecord,
-    check_owner, checksum, decode, encode,
+    DeviceRecord, DeviceShare, DeviceTarget, ImexRecord, MigInstanceRecord, MigLifecycle,
+    MpsRecord, check_owner, checksum, decode, encode,
 };
 pub use lock::{HeldState, STATE_LOCK_FILE, StateLockError, TURNSTILE_FILE};
 pub use store::{

@@ -455,6 +455,7 @@ mod tests {
             state: ClaimState::PrepareCompleted,
             devices: vec![],
             mps: None,
+            imex: None,
         }
     }
 

@@ -14,6 +14,7 @@ use super::locks::ClaimLocks;
 use crate::checkpoint::{CheckpointStore, CheckpointStoreError, DEFAULT_BOOT_ID_PATH};
 use crate::claims::ClaimSource;
 use crate::device_status::device_statuses;
+use crate::imex::ImexControl;
 use crate::injection::{CurrentInjection, DriverInjection};
 use crate::inventory::NodeInventory;
 use crate::mig::{DEFAULT_MIG_MINORS_PATH, MigCapMinors, MigControl};
@@ -27,7 +28,7 @@ pub struct NodeDriverConfig {
     pub node_name: String,
     /// The CDI spec directory the container runtime reads (`/var/run/cdi`).
     pub cdi_root: PathBuf,
-    /// The plugin's state directory: checkpoint and per-claim MPS directories. MPS directories
+    /// The plugin's state directory: checkpoint and per-claim MPS and IMEX directories. Those
     /// are bind-mounted into containers, so this must be the same path on the host.
     pub state_dir: PathBuf,
     /// Static or dynamic MIG; must match how the slices are published.
@@ -111,6 +112,8 @@ pub struct DriverParts {
     pub gpu: Arc<dyn GpuControl>,
     /// MIG instances.
     pub mig: Arc<dyn MigControl>,
+    /// IMEX daemons ([`crate::imex::NoImex`] where IMEX is off).
+    pub imex: Arc<dyn ImexControl>,
 }
 
 /// Why the driver could not start.
@@ -142,12 +145,14 @@ pub(crate) struct Core {
     pub(super) mig_mode: MigMode,
     pub(super) total_shares: Option<u32>,
     pub(super) mps_root: PathBuf,
+    pub(super) imex_root: PathBuf,
     pub(super) caps: MigCapMinors,
     pub(super) inventory: Arc<NodeInventory>,
     pub(super) injection: CurrentInjection,
     pub(super) claims: Arc<dyn ClaimSource>,
     pub(super) gpu: Arc<dyn GpuControl>,
     pub(super) mig: Arc<dyn MigControl>,
+    pub(super) imex: Arc<dyn ImexControl>,
     pub(super) store: CheckpointStore,
     pub(super) specs: SpecDir,
     pub(super) locks: Arc<ClaimLocks>,

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use tessera_cdi::Spec;
 use tessera_gpu_inventory::ResolvedDevice;
@@ -21,13 +21,15 @@ use super::error::EffectError;
 use super::placements::HeldPlacements;
 use crate::cdi_spec;
 use crate::checkpoint::{ClaimRecord, DeviceTarget, MigLifecycle};
+use crate::imex::ImexDomain;
 use crate::mig;
 use crate::sharing::{self, SharingError};
 
 /// Whether a claim changes anything on the node besides its CDI spec: a dynamic MIG device,
-/// a time slice or an MPS daemon. Only such claims need their intent recorded before acting.
+/// a time slice, an MPS daemon or an IMEX daemon. Only such claims need their intent recorded before acting.
 pub(super) fn has_node_local_effects(record: &ClaimRecord) -> bool {
     record.mps.is_some()
+        || record.imex.is_some()
         || record.devices.iter().any(|device| {
             device.sharing.is_some()
                 || matches!(
@@ -151,6 +153,23 @@ impl Core {
             crate::crash::point("establish:mps-directories-created");
         }
         sharing::apply(&*self.gpu, uid.as_str(), record)?;
+        if let Some(domain) = ImexDomain::of(uid.as_str(), record) {
+            self.check_imex_directory(uid, &domain.directory)?;
+            self.imex.start(&domain)?;
+            crate::crash::point("establish:imex-ready");
+        }
+        Ok(())
+    }
+
+    /// Refuses an IMEX directory other than the claim's own under the state directory.
+    fn check_imex_directory(&self, uid: &ClaimUid, path: &Path) -> Result<(), EffectError> {
+        let expected = crate::paths::child(&self.imex_root, uid.as_str())?;
+        if path != expected {
+            return Err(EffectError::ForeignImexDirectory {
+                path: path.to_path_buf(),
+                expected,
+            });
+        }
         Ok(())
     }
 
@@ -283,6 +302,14 @@ impl Core {
             .filter(|(other, _)| *other != uid)
             .flat_map(|(_, other)| sharing::gpus_of(other).map(str::to_owned))
             .collect();
+        if let Some(imex) = &record.imex {
+            let path = Path::new(&imex.directory);
+            keep(
+                self.check_imex_directory(uid, path)
+                    .and_then(|()| Ok(self.imex.stop(uid.as_str(), path)?)),
+            );
+            crate::crash::point("undo:imex-stopped");
+        }
         let reset = sharing::reset(&*self.gpu, record, &still_used);
         let daemon_running = matches!(reset, Err(SharingError::StopMps { .. }));
         keep(reset.map_err(EffectError::from));
@@ -328,6 +355,8 @@ impl Core {
     /// MIG devices, if any, are destroyed by the recovery that follows.
     pub(super) fn undo_unrecorded(&self, uid: &ClaimUid) -> Result<(), EffectError> {
         self.specs.remove(uid.as_str())?;
+        let imex = crate::paths::child(&self.imex_root, uid.as_str())?;
+        self.imex.stop(uid.as_str(), &imex)?;
         let dir = self.mps_directory(uid)?;
         if dir.is_dir() {
             let directories = sharing::MpsDirectories {

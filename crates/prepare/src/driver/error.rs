@@ -80,6 +80,15 @@ pub enum EffectError {
     #[error(transparent)]
     Sharing(#[from] SharingError),
     #[error(transparent)]
+    Imex(#[from] crate::imex::ImexError),
+    /// A record names an IMEX directory other than the claim's own.
+    #[error(
+        "the claim's record names the IMEX directory {}, not {}; refusing to use it",
+        path.display(),
+        expected.display()
+    )]
+    ForeignImexDirectory { path: PathBuf, expected: PathBuf },
+    #[error(transparent)]
     Spec(#[from] CdiSpecError),
     #[error("cannot write or remove the claim's CDI spec: {0}")]
     SpecDir(#[from] SpecDirError),

@@ -83,6 +83,7 @@ mod tests {
                 })
                 .collect(),
             mps: None,
+            imex: None,
         }
     }
 

@@ -32,6 +32,13 @@ pub(super) fn prepared_devices(record: &ClaimRecord) -> Vec<PreparedDevice> {
             cdi_device_ids: device.cdi_device_ids.clone(),
             share_id: device.share.as_ref().map(|s| s.share_id.clone()),
         })
+        .chain(record.imex.iter().map(|imex| PreparedDevice {
+            request_names: vec![imex.request.clone()],
+            pool_name: imex.pool.clone(),
+            device_name: imex.device.clone(),
+            cdi_device_ids: imex.cdi_device_ids.clone(),
+            share_id: None,
+        }))
         .collect()
 }
 
@@ -80,6 +87,7 @@ impl Core {
             mig_mode: self.mig_mode,
             mps_root: &self.mps_root,
             total_shares: self.total_shares,
+            imex_root: &self.imex_root,
         };
         match plan_claim(object, claim, context(&inventory)) {
             // The inventory may be stale (a MIG reconfiguration): look again once.

@@ -18,6 +18,7 @@ use super::placements::HeldPlacements;
 use crate::cdi_spec;
 use crate::checkpoint::{CheckpointOwner, CheckpointStore, LoadOutcome, read_boot_id};
 use crate::checkpoint::{ClaimRecord, ClaimState, DeviceTarget};
+use crate::imex::IMEX_DIRECTORY;
 use crate::mig::MigCapMinors;
 use crate::plan::{MigMode, PlanContext, plan_claim};
 use crate::sharing::MpsDirectories;
@@ -46,6 +47,8 @@ pub struct StartupReport {
     pub stopped_mps: Vec<String>,
     /// Dynamic MIG devices (UUIDs) no claim owns, destroyed.
     pub destroyed_mig: Vec<String>,
+    /// IMEX daemons (claim UIDs) of domains no claim on this node holds any more, stopped.
+    pub stopped_imex: Vec<String>,
     /// What went wrong (each also logged); the claims concerned stay recorded for a retry.
     pub errors: Vec<String>,
 }
@@ -62,6 +65,7 @@ impl StartupReport {
             removed_specs: Vec::new(),
             stopped_mps: Vec::new(),
             destroyed_mig: Vec::new(),
+            stopped_imex: Vec::new(),
             errors: Vec::new(),
         }
     }
@@ -112,12 +116,14 @@ pub(super) async fn start(
         mig_mode: config.mig_mode,
         total_shares: config.consumable_shares.shares(),
         mps_root: config.state_dir.join("mps"),
+        imex_root: config.state_dir.join(IMEX_DIRECTORY),
         caps: MigCapMinors::load(&config.mig_minors_path),
         injection: config.injection,
         inventory: parts.inventory,
         claims: parts.claims,
         gpu: parts.gpu,
         mig: parts.mig,
+        imex: parts.imex,
         store,
         specs,
         locks: Arc::default(),
@@ -362,6 +368,7 @@ impl Core {
                 mig_mode: self.mig_mode,
                 mps_root: &self.mps_root,
                 total_shares: self.total_shares,
+                imex_root: &self.imex_root,
             };
             let mut record = match plan_claim(claim, &asked, context) {
                 Ok(record) => record,
@@ -402,6 +409,7 @@ impl Core {
             }
         }
         self.collect_mps_directories(kept, report);
+        self.collect_imex_domains(kept, report);
         if self.mig_mode == MigMode::Dynamic {
             self.collect_mig_instances(kept, report);
         }
@@ -455,6 +463,39 @@ impl Core {
             match self.gpu.stop_mps(&directories) {
                 Ok(()) => report.stopped_mps.push(uid.to_string()),
                 Err(e) => report.error(format!("stopping the MPS daemon of claim {uid}: {e}")),
+            }
+        }
+    }
+
+    /// Stops the IMEX daemons, and removes the directories, of domains no record holds.
+    fn collect_imex_domains(
+        &self,
+        kept: &BTreeMap<ClaimUid, ClaimRecord>,
+        report: &mut StartupReport,
+    ) {
+        let mut found: BTreeSet<ClaimUid> = std::fs::read_dir(&self.imex_root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| ClaimUid::new(e.file_name().to_string_lossy()))
+            .collect();
+        match self.imex.domains() {
+            Ok(running) => found.extend(running),
+            Err(e) => report.error(e.to_string()),
+        }
+        for uid in found {
+            if kept.get(&uid).is_some_and(|r| r.imex.is_some()) {
+                continue;
+            }
+            let Ok(dir) = crate::paths::child(&self.imex_root, uid.as_str()) else {
+                report.error(format!(
+                    "an IMEX daemon names claim {uid}, which names no directory"
+                ));
+                continue;
+            };
+            match self.imex.stop(uid.as_str(), &dir) {
+                Ok(()) => report.stopped_imex.push(uid.to_string()),
+                Err(e) => report.error(e.to_string()),
             }
         }
     }

@@ -65,6 +65,12 @@ pub enum PlanError {
         pool: String,
         node: String,
     },
+    /// A claim holds two IMEX channels: a claim is one domain, with one channel.
+    #[error(
+        "the claim holds IMEX channels `{first}` and `{second}`; a claim is one IMEX domain with \
+         one channel: ask for count 1 of class imex.gpu.tessera.dev"
+    )]
+    SeveralImexChannels { first: String, second: String },
     /// A result names a device this node does not have.
     #[error(
         "allocation result {index} (request `{request}`) names device `{device}`, which this node \

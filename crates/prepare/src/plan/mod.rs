@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use tessera_api::DRIVER_NAME;
 use tessera_api::config::{Sharing, SharingStrategy, TimeSliceInterval};
+use tessera_api::imex;
 use tessera_api::names::capacity;
 use tessera_gpu_inventory::{Gpu, GpuInventory, MigInstance, MigProfile, ResolvedDevice};
 use tessera_kubelet_grpc::ClaimRef;
@@ -28,8 +29,8 @@ use error::config_label;
 
 use crate::cdi_spec;
 use crate::checkpoint::{
-    ClaimRecord, ClaimState, DeviceRecord, DeviceShare, DeviceTarget, MigInstanceRecord,
-    MigLifecycle, MpsRecord,
+    ClaimRecord, ClaimState, DeviceRecord, DeviceShare, DeviceTarget, ImexRecord,
+    MigInstanceRecord, MigLifecycle, MpsRecord,
 };
 
 /// How MIG devices are managed on this node; must match how the publisher renders them
@@ -56,6 +57,8 @@ pub struct PlanContext<'a> {
     pub mps_root: &'a Path,
     /// The number of equal shares each device is published with (`--consumable-shares=N`).
     pub total_shares: Option<u32>,
+    /// Where per-claim IMEX directories go (`<imex root>/<claim uid>`), on the host.
+    pub imex_root: &'a Path,
 }
 
 /// Plans the preparation of `claim`: checks it is the claim the kubelet asked for and allocated
@@ -85,17 +88,17 @@ pub fn plan_claim(
         .devices
         .as_ref()
         .ok_or(PlanError::NotAllocated)?;
-    let results: Vec<(usize, &DeviceRequestAllocationResult)> = allocation
+    let (channels, results): (Vec<_>, Vec<_>) = allocation
         .results
         .iter()
         .flatten()
         .enumerate()
         .filter(|(_, r)| r.driver == DRIVER_NAME)
-        .collect();
-    if results.is_empty() {
+        .partition(|(_, r)| imex::clique_of_pool(&r.pool).is_some());
+    if results.is_empty() && channels.is_empty() {
         return Err(PlanError::NoDevicesOfDriver);
     }
-
+    let imex = imex_record(&channels, asked.uid.as_str(), context.imex_root)?;
     let mut devices = Vec::with_capacity(results.len());
     let mut memories = Vec::with_capacity(results.len());
     for &(index, result) in &results {
@@ -103,6 +106,27 @@ pub fn plan_claim(
         devices.push(device);
         memories.push(memory_bytes);
     }
+    if !devices.is_empty() {
+        apply_configs(allocation, &results, &memories, &mut devices)?;
+    }
+    let mps = mps_record(&devices, asked.uid.as_str(), context.mps_root)?;
+    Ok(ClaimRecord {
+        namespace: asked.namespace.clone(),
+        name: asked.name.clone(),
+        state: ClaimState::PrepareStarted,
+        devices,
+        mps,
+        imex,
+    })
+}
+
+/// Applies the opaque configs (class, then claim) to the claim's GPU and MIG devices.
+fn apply_configs(
+    allocation: &k8s_openapi::api::resource::v1::DeviceAllocationResult,
+    results: &[(usize, &DeviceRequestAllocationResult)],
+    memories: &[u64],
+    devices: &mut [DeviceRecord],
+) -> Result<(), PlanError> {
     let nvidia_devices = allocation
         .results
         .iter()
@@ -112,12 +136,9 @@ pub fn plan_claim(
         allocation.config.as_deref().unwrap_or_default(),
         nvidia_devices,
     )?;
-    let effective = config::effective_configs(&configs, &devices)?;
-    for (((device, config), &(_, result)), &memory_bytes) in devices
-        .iter_mut()
-        .zip(effective)
-        .zip(&results)
-        .zip(&memories)
+    let effective = config::effective_configs(&configs, devices)?;
+    for (((device, config), &(_, result)), &memory_bytes) in
+        devices.iter_mut().zip(effective).zip(results).zip(memories)
     {
         // Admin access observes a device another claim uses: never reconfigure it.
         if result.admin_access != Some(true) {
@@ -125,14 +146,42 @@ pub fn plan_claim(
         }
         check_sharing(device, memory_bytes)?;
     }
-    let mps = mps_record(&devices, asked.uid.as_str(), context.mps_root)?;
-    Ok(ClaimRecord {
-        namespace: asked.namespace.clone(),
-        name: asked.name.clone(),
-        state: ClaimState::PrepareStarted,
-        devices,
-        mps,
-    })
+    Ok(())
+}
+
+/// The claim's IMEX channel: at most one (a claim is one domain), a device of a channel pool.
+fn imex_record(
+    channels: &[(usize, &DeviceRequestAllocationResult)],
+    claim_uid: &str,
+    imex_root: &Path,
+) -> Result<Option<ImexRecord>, PlanError> {
+    let Some(&(index, result)) = channels.first() else {
+        return Ok(None);
+    };
+    if let Some(&(_, second)) = channels.get(1) {
+        return Err(PlanError::SeveralImexChannels {
+            first: result.device.clone(),
+            second: second.device.clone(),
+        });
+    }
+    let channel =
+        imex::channel_of_device(&result.device).ok_or_else(|| PlanError::UnknownDevice {
+            index,
+            request: result.request.clone(),
+            device: result.device.clone(),
+        })?;
+    let directory = crate::paths::child(imex_root, claim_uid)?;
+    Ok(Some(ImexRecord {
+        request: result.request.clone(),
+        pool: result.pool.clone(),
+        device: result.device.clone(),
+        cdi_device_ids: vec![cdi_spec::device_id(claim_uid, &result.device)],
+        channel,
+        clique: imex::clique_of_pool(&result.pool)
+            .unwrap_or_default()
+            .to_owned(),
+        directory: directory.to_string_lossy().into_owned(),
+    }))
 }
 
 fn resolve_result(

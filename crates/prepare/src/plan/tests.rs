@@ -56,6 +56,7 @@ fn plan(
             mig_mode: mode,
             mps_root: Path::new("/var/lib/tessera/mps"),
             total_shares: None,
+            imex_root: Path::new("/var/lib/tessera/imex"),
         },
     )
 }
@@ -705,6 +706,7 @@ fn plan_shared(claim: &ResourceClaim, total_shares: Option<u32>) -> ClaimRecord 
             mig_mode: MigMode::Static,
             mps_root: Path::new("/var/lib/tessera/mps"),
             total_shares,
+            imex_root: Path::new("/var/lib/tessera/imex"),
         },
     )
     .unwrap()

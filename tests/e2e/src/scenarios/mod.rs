@@ -9,6 +9,7 @@ mod cross_driver;
 mod driver_upgrade;
 mod examples;
 mod gang;
+mod imex;
 mod invalid_config;
 mod kueue_cohort;
 mod live;
@@ -270,6 +271,11 @@ fn controller_and_restarts() -> Vec<Scenario> {
             "mps-restart",
             "MPS claim: its daemon pod outlives a plugin rollout and pod deletion; unprepare stops it",
             mps_restart::mps_restart
+        ),
+        scenario!(
+            "imex",
+            "IMEX domains on a gb200 clique (local-up --layout gb200): a 4-pod job shares one channel and a daemon per node naming its peers, a failing daemon holds its node's pod, two jobs at once get two channels, nothing left after",
+            imex::imex
         ),
         scenario!(
             "plugin-rollout",
