@@ -49,6 +49,7 @@ use crate::gpu_metrics::monitor::{
 use crate::gpu_metrics::{GpuMetrics, TelemetrySource};
 use crate::health::monitor::{HealthMonitor, HealthSettings, MAX_SILENCE};
 use crate::health::{SharedFindings, WithDeviceHealth};
+use crate::imex_pods::PodImexControl;
 use crate::metrics::NodeMetrics;
 use crate::metrics::instrumented::InstrumentedDriver;
 use crate::metrics::readiness::Readiness;
@@ -138,6 +139,28 @@ fn kubelet_config(config: &NodePluginConfig) -> PluginConfig {
     }
 }
 
+/// The IMEX daemons' peers refresh, where this node runs IMEX daemons.
+fn imex_refresh(
+    imex: Option<PodImexControl>,
+    stop: &Stop,
+) -> Option<(&'static str, JoinHandle<()>)> {
+    let refresh = imex?.refresh_until(IMEX_REFRESH, stop.clone().cancelled_owned());
+    Some(("IMEX peers refresh", tokio::spawn(refresh)))
+}
+
+/// The watch of the driver root for a new driver version, where the plugin injects one.
+fn driver_watch(
+    config: &NodePluginConfig,
+    version: Option<String>,
+    injection: CurrentInjection,
+    metrics: &NodeMetrics,
+    stop: &Stop,
+) -> Option<(&'static str, JoinHandle<()>)> {
+    let root = config.backend.driver_root.clone()?;
+    let watch = DriverWatch::new(root, version?, injection, metrics.clone());
+    Some(("driver root watch", watch.spawn(stop.clone())))
+}
+
 impl NodePlugin {
     /// Opens the GPUs, recovers claim preparation from whatever a previous run left, binds the
     /// kubelet sockets and starts the publish loop, the Node watch, the health monitor and the
@@ -189,22 +212,17 @@ impl NodePlugin {
         let (published, published_feed) = watch::channel(false);
         let mut background = Background::default();
         background.parts.push(("claim status writer", status_task));
-        if let Some(imex) = backend.imex.clone() {
-            let refresh = imex.refresh_until(IMEX_REFRESH, stop.clone().cancelled_owned());
-            background
-                .parts
-                .push(("IMEX peers refresh", tokio::spawn(refresh)));
-        }
+        background
+            .parts
+            .extend(imex_refresh(backend.imex.clone(), &stop));
         background.publish(&shared, &kubelet, kubelet_health, published);
         if let Some(events) = backend.health_events {
             background.monitor(&shared, events);
         }
-        if let (Some(root), Some(version)) = (&config.backend.driver_root, backend.driver_version) {
-            let watch = DriverWatch::new(root.clone(), version, injection, metrics.clone());
-            background
-                .parts
-                .push(("driver root watch", watch.spawn(stop.clone())));
-        }
+        let version = backend.driver_version;
+        background
+            .parts
+            .extend(driver_watch(&config, version, injection, &metrics, &stop));
         if let Some(telemetry) = backend.telemetry {
             background.gpu_monitor(&shared, telemetry, holders, gpu_metrics);
         }

@@ -11,7 +11,7 @@ use tessera_allocator::{AllocatedState, DeviceId};
 use super::PreemptionInput;
 use super::plan::{
     PreemptionCost, PreemptionDecision, PreemptionOutcome, PreemptionPlan, Reservation,
-    not_possible, plan_message, planned_victims,
+    plan_message, planned_victims,
 };
 use super::priority::{pod_priority, preemption_allowed};
 use super::search::{grace_seconds, placement_devices, remove_pod};
@@ -257,8 +257,7 @@ pub fn preempt_group(
             "{} does not fit even with every pod of lower priority that may be evicted gone",
             group.key
         );
-        let mut decision = PreemptionDecision::not_possible(String::new());
-        decision.outcome = not_possible(&why, &exclusions);
+        let mut decision = PreemptionDecision::set_aside(&why, &exclusions);
         decision.steps = search.steps;
         decision.pod_decisions = search.pod_decisions;
         return decision;
@@ -269,27 +268,39 @@ pub fn preempt_group(
         .copied()
         .filter(|&u| evicted.out[u])
         .collect();
-    let outcome = if out.is_empty() {
-        // Nothing needs to go (the gang fits on free devices): not a preemption.
-        PreemptionOutcome::NotPossible {
-            message: format!("{} fits without preempting anyone", group.key),
-            budgets: false,
-        }
-    } else if !victims.within_budgets(out.iter().copied()) {
-        let why = "the victims it needs would exceed a PodDisruptionBudget";
-        PreemptionOutcome::NotPossible {
-            message: format!("preemption cannot make room: {why}"),
-            budgets: true,
-        }
-    } else {
-        PreemptionOutcome::Preempt(group_plan(group, context, input, &out, &decisions))
-    };
+    let outcome = gang_outcome(group, context, input, &out, &decisions);
     PreemptionDecision {
         outcome,
         steps: search.steps,
         combinations: 0,
         pod_decisions: search.pod_decisions,
         truncated: search.truncated,
+    }
+}
+
+/// What a gang's search ends in once `out` (the units evicted) is known: no preemption when none
+/// needs to go, blocked when they would exceed a disruption budget, else the plan.
+fn gang_outcome(
+    group: &GroupInput<'_>,
+    context: &PodContext<'_>,
+    input: &PreemptionInput<'_>,
+    out: &[usize],
+    decisions: &[(usize, PodPlan)],
+) -> PreemptionOutcome {
+    if out.is_empty() {
+        // Nothing needs to go (the gang fits on free devices): not a preemption.
+        PreemptionOutcome::NotPossible {
+            message: format!("{} fits without preempting anyone", group.key),
+            budgets: false,
+        }
+    } else if !input.victims.within_budgets(out.iter().copied()) {
+        let why = "the victims it needs would exceed a PodDisruptionBudget";
+        PreemptionOutcome::NotPossible {
+            message: format!("preemption cannot make room: {why}"),
+            budgets: true,
+        }
+    } else {
+        PreemptionOutcome::Preempt(group_plan(group, context, input, out, decisions))
     }
 }
 

@@ -129,6 +129,14 @@ impl PreemptionDecision {
         }
     }
 
+    /// No plan, `why` and the pods set aside ([`not_possible`]); nothing searched yet.
+    pub(crate) fn set_aside(why: &str, exclusions: &Exclusions) -> PreemptionDecision {
+        PreemptionDecision {
+            outcome: not_possible(why, exclusions),
+            ..PreemptionDecision::not_possible(String::new())
+        }
+    }
+
     /// The plan, if there is one.
     pub fn plan(&self) -> Option<&PreemptionPlan> {
         match &self.outcome {

@@ -208,9 +208,7 @@ pub fn preempt_pod(
             "no node has {} device(s) for the pod once lower-priority pods that may be evicted are gone",
             demand.count
         );
-        let mut decision = PreemptionDecision::not_possible(String::new());
-        decision.outcome = not_possible(&why, &exclusions);
-        return decision;
+        return PreemptionDecision::set_aside(&why, &exclusions);
     }
     let mut working = context.in_use.clone();
     for id in input.reserved {
