@@ -71,6 +71,10 @@ struct Args {
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
 
+    /// Leave these scenarios out (repeatable): those that need another cluster layout.
+    #[arg(long = "except", value_name = "NAME")]
+    except: Vec<String>,
+
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
@@ -251,7 +255,7 @@ enum Verdict {
 }
 
 async fn run(args: Args) -> anyhow::Result<bool> {
-    let selected = scenarios::select(&args.scenarios)?;
+    let selected = scenarios::select(&args.scenarios, &args.except)?;
     let ctx = build_context(&args).await?;
     preflight(&ctx).await?;
     let mut results = Vec::new();

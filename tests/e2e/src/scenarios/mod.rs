@@ -327,13 +327,10 @@ fn consumable_shares() -> Vec<Scenario> {
 }
 
 /// Picks scenarios by name, keeping run order; unknown names are an error listing the known ones.
-pub fn select(names: &[String]) -> anyhow::Result<Vec<Scenario>> {
+pub fn select(names: &[String], except: &[String]) -> anyhow::Result<Vec<Scenario>> {
     let all = all();
-    if names.is_empty() {
-        return Ok(all);
-    }
     let known: Vec<&str> = all.iter().map(|s| s.name).collect();
-    for name in names {
+    for name in names.iter().chain(except) {
         anyhow::ensure!(
             known.contains(&name.as_str()),
             "unknown scenario `{name}`; known: {}",
@@ -342,7 +339,8 @@ pub fn select(names: &[String]) -> anyhow::Result<Vec<Scenario>> {
     }
     Ok(all
         .into_iter()
-        .filter(|s| names.iter().any(|n| n == s.name))
+        .filter(|s| names.is_empty() || names.iter().any(|n| n == s.name))
+        .filter(|s| !except.iter().any(|n| n == s.name))
         .collect())
 }
 
@@ -355,14 +353,23 @@ mod tests {
         let names: Vec<&str> = all().iter().map(|s| s.name).collect();
         let unique: std::collections::BTreeSet<&&str> = names.iter().collect();
         assert_eq!(unique.len(), names.len());
-        let picked = select(&["plugin-restart".to_owned(), "slices".to_owned()]).unwrap();
+        let picked = select(&["plugin-restart".to_owned(), "slices".to_owned()], &[]).unwrap();
         let picked: Vec<&str> = picked.iter().map(|s| s.name).collect();
         assert_eq!(picked, ["slices", "plugin-restart"]);
-        let error = select(&["nope".to_owned()]).err().unwrap().to_string();
+        let error = select(&["nope".to_owned()], &[]).err().unwrap().to_string();
         assert!(
             error.contains("unknown scenario `nope`") && error.contains("single-gpu"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn except_leaves_scenarios_out_and_refuses_unknown_names() {
+        let all_but = select(&[], &["imex".to_owned()]).unwrap();
+        assert_eq!(all_but.len(), all().len() - 1);
+        assert!(all_but.iter().all(|s| s.name != "imex"));
+        let error = select(&[], &["nope".to_owned()]).err().unwrap().to_string();
+        assert!(error.contains("unknown scenario `nope`"), "{error}");
     }
 
     #[test]
