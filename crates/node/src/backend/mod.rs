@@ -387,13 +387,6 @@ fn driver_sharing(
     let (Some(pods), Some(driver)) = (&config.mps_pods, &config.driver_root) else {
         return Ok(Arc::new(system));
     };
-    // The tools' paths as this process sees them, made relative to the driver root.
-    let in_root = |path: &Path| {
-        Path::new("/").join(
-            path.strip_prefix(&driver.container_driver_root)
-                .unwrap_or(path),
-        )
-    };
     let control = tools
         .mps_control
         .as_deref()
@@ -406,11 +399,8 @@ fn driver_sharing(
         privileged,
         driver_root: driver.driver_root.clone(),
         dev_root: config.dev_root.clone(),
-        control: in_root(control),
-        library_dirs: std::env::split_paths(&tools.library_path)
-            .filter(|d| !d.as_os_str().is_empty())
-            .map(|d| in_root(&d))
-            .collect(),
+        control: in_root(driver, control),
+        library_dirs: library_dirs_in_root(driver, tools),
     };
     tracing::info!(namespace = %pods.namespace, image = %pods.image, "MPS control daemons run in pods of their own");
     Ok(Arc::new(PodMpsControl::new(
@@ -437,12 +427,6 @@ fn imex_pods(
         tracing::info!("the driver root has no nvidia-imex: IMEX channel claims fail on this node");
         return None;
     };
-    let in_root = |path: &Path| {
-        Path::new("/").join(
-            path.strip_prefix(&driver.container_driver_root)
-                .unwrap_or(path),
-        )
-    };
     let template = ImexPodTemplate {
         node_name: place.node_name.to_owned(),
         namespace: pods.namespace.clone(),
@@ -451,11 +435,8 @@ fn imex_pods(
         privileged,
         driver_root: driver.driver_root.clone(),
         dev_root: config.dev_root.clone(),
-        daemon: in_root(daemon),
-        library_dirs: std::env::split_paths(&tools.library_path)
-            .filter(|d| !d.as_os_str().is_empty())
-            .map(|d| in_root(&d))
-            .collect(),
+        daemon: in_root(driver, daemon),
+        library_dirs: library_dirs_in_root(driver, tools),
     };
     tracing::info!(namespace = %pods.namespace, "IMEX daemons run in pods of their own");
     Some(PodImexControl::new(
@@ -466,6 +447,23 @@ fn imex_pods(
         ctl.clone(),
         tools.library_path.clone(),
     ))
+}
+
+/// A tool's path as this process sees it, made relative to the driver root (what a daemon pod
+/// that mounts the root at `/` runs).
+fn in_root(driver: &DriverRootConfig, path: &Path) -> PathBuf {
+    Path::new("/").join(
+        path.strip_prefix(&driver.container_driver_root)
+            .unwrap_or(path),
+    )
+}
+
+/// The driver's library directories (the tools' `LD_LIBRARY_PATH`) relative to the driver root.
+fn library_dirs_in_root(driver: &DriverRootConfig, tools: &DriverTools) -> Vec<PathBuf> {
+    std::env::split_paths(&tools.library_path)
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(|d| in_root(driver, &d))
+        .collect()
 }
 
 /// The driver's own tools, from the driver root.
