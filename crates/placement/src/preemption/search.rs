@@ -177,7 +177,15 @@ pub fn preempt_pod(
     if sorted.pending.is_empty() {
         return PreemptionDecision::not_possible("the pod's claims are all allocated".into());
     }
-    let demand = Demand::of(sorted.own.iter().chain(&sorted.pending));
+    // A domain's channel is on no node: evicting pods frees none (it is free again only when
+    // its domain's claim is deallocated).
+    let demand = Demand::of(
+        sorted
+            .own
+            .iter()
+            .chain(&sorted.pending)
+            .filter(|c| !crate::imex::is_domain_claim(c)),
+    );
     let usable = match usable_devices(context, &demand) {
         Ok(usable) => usable,
         Err(message) => return PreemptionDecision::not_possible(message),
