@@ -357,18 +357,31 @@ impl<'c> Run<'c> {
     }
 
     /// Whether the cluster could run `gang` now: the GPUs that running gangs do not hold have
-    /// room for all its pods, whole pods per node. Partly placed gangs hold nothing here.
+    /// room for all its pods, whole pods per node. Partly placed gangs hold nothing here. A gang
+    /// with an IMEX domain needs that room in one clique, and a channel there that no running
+    /// gang holds.
     fn could_run(&self, gang: &Gang) -> bool {
         let per_pod = (gang.gpus as usize).max(1);
-        let room: usize = self
-            .cluster
-            .capacity
-            .iter()
-            .map(|(node, gpus)| {
-                gpus.saturating_sub(self.running_on.get(node).copied().unwrap_or(0)) / per_pod
-            })
-            .sum();
-        room >= gang.pods.len()
+        let room = |node: &String, gpus: &usize| {
+            gpus.saturating_sub(self.running_on.get(node).copied().unwrap_or(0)) / per_pod
+        };
+        if gang.domain.is_none() {
+            let room: usize = self.cluster.capacity.iter().map(|(n, g)| room(n, g)).sum();
+            return room >= gang.pods.len();
+        }
+        let mut by_clique: BTreeMap<&str, usize> = BTreeMap::new();
+        for (node, gpus) in &self.cluster.capacity {
+            if let Some(clique) = self.cluster.domains.get(node).and_then(|d| d.1.as_deref()) {
+                *by_clique.entry(clique).or_default() += room(node, gpus);
+            }
+        }
+        by_clique.into_iter().any(|(clique, room)| {
+            let channels = self.cluster.channels.get(clique).copied().unwrap_or(0) as usize;
+            let held = self
+                .channels
+                .held_in(clique, |g| self.running.contains_key(&g));
+            room >= gang.pods.len() && held < channels
+        })
     }
 
     fn depart(&mut self, now: u64) -> anyhow::Result<()> {

@@ -106,6 +106,14 @@ impl ChannelBook {
         Ok(())
     }
 
+    /// Channels of `clique` held by the gangs `counts` admits.
+    pub(super) fn held_in(&self, clique: &str, counts: impl Fn(usize) -> bool) -> usize {
+        self.held
+            .iter()
+            .filter(|((c, _), g)| c == clique && counts(**g))
+            .count()
+    }
+
     /// Gang `gang` is gone: its channel is free.
     pub(super) fn release(&mut self, gang: usize) {
         self.held.retain(|_, g| *g != gang);
