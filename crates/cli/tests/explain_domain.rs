@@ -186,9 +186,8 @@ fn a_domain_claim_says_who_holds_its_cliques_channels_and_why_its_pods_wait() {
          one fabric clique; pods: ml/late-0 (gated), ml/late-1 (gated)"
             .to_owned(),
         format!("note: clique {CLIQUE}: 2 of 2 channels in use (ml/old-a, ml/old-b)"),
-        format!(
-            "note: the controller, deciding pod ml/late-0: group ml/late needs 2 of its 2 gated pods placed together"
-        ),
+        "note: the controller, deciding pod ml/late-0: group ml/late needs 2 of its 2 gated pods placed together"
+            .to_owned(),
         format!(
             "no free IMEX channel in clique {CLIQUE} (2 of 2 in use); its channels are held by the domains ml/old-a, ml/old-b"
         ),

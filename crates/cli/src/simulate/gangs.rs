@@ -764,6 +764,7 @@ mod tests {
             Placed {
                 pods: vec![("gb200-00-00".into(), 4)],
                 allocations: Vec::new(),
+                domain: None,
             },
         );
         assert!(run.could_run(&gang(4, 4)));
@@ -806,6 +807,35 @@ mod tests {
         assert!(ff.rejected_while_capacity > 0, "{both}");
         assert_eq!(ctl.rejected_while_capacity, 0, "{both}");
         assert_eq!(ctl.gpus_held_by_incomplete, 0, "{both}");
+    }
+
+    #[test]
+    fn imex_domains_stay_in_their_channels_clique_and_the_controller_waits_only_without_room() {
+        // 2 GB200 racks of 6 trays, 3 channels each: channels run out before trays do.
+        let s = GangScenario {
+            racks: 0,
+            nodes_per_rack: 0,
+            cliques: 2,
+            trays_per_clique: 6,
+            gangs: 24,
+            pods: [(1, 30), (2, 40), (4, 30)].into(),
+            gpus_per_pod: [(2, 1)].into(),
+            lifetime: Lifetime { min: 3, max: 12 },
+            imex_channels: Some(3),
+            ..GangScenario::default()
+        };
+        let report = run(&s, 1).unwrap();
+        let (ff, ctl) = (&report.per_pod_first_fit, &report.controller);
+        let both = format!("first fit {ff:?}, controller {ctl:?}");
+        for m in [ff, ctl] {
+            let imex = m.imex.as_ref().expect("IMEX metrics");
+            assert_eq!(imex.in_channel_clique_percent, 100.0, "{both}");
+            assert!(imex.peak_channels_in_one_clique <= 3, "{both}");
+            assert_eq!(m.one_clique_percent, 100.0, "{both}");
+        }
+        assert_eq!(ctl.rejected_while_capacity, 0, "{both}");
+        assert_eq!(ctl.imex.as_ref().unwrap().channels_held_by_incomplete, 0);
+        assert!(ctl.started >= ff.started, "{both}");
     }
 
     #[test]
