@@ -13,16 +13,28 @@ use tessera_allocator::{AllocatedState, DeviceIndex};
 use tessera_api::imex::{IMEX_DEVICE_CLASS, clique_of_pool};
 use tessera_api::names::DRIVER_NAME;
 
-use crate::claims::{allocation, request_classes};
+use crate::claims::allocation;
 use crate::protocol::object_key;
 use crate::resolve::PodClaim;
 
 /// Whether `claim` asks for an IMEX channel (a request or subrequest of class
 /// `imex.gpu.tessera.dev`): the claim is an IMEX domain.
 pub fn is_domain_claim(claim: &ResourceClaim) -> bool {
-    request_classes(claim)
-        .iter()
-        .any(|(_, classes)| classes.iter().any(|c| c == IMEX_DEVICE_CLASS))
+    // Read in place: every group decision asks this of every member's claims.
+    let requests = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.devices.as_ref())
+        .and_then(|d| d.requests.as_ref());
+    requests.into_iter().flatten().any(|r| {
+        r.exactly
+            .as_ref()
+            .is_some_and(|e| e.device_class_name == IMEX_DEVICE_CLASS)
+            || r.first_available
+                .iter()
+                .flatten()
+                .any(|s| s.device_class_name == IMEX_DEVICE_CLASS)
+    })
 }
 
 /// The clique of the channel `claim` was allocated, if it has one.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::jiff::Timestamp;
+use tessera_allocator::AllocatedState;
 
 use crate::claims::{PodClaims, allocation};
 use crate::group::domains::{Domain, Layout, Level, subdomains};
@@ -15,7 +16,7 @@ use crate::group::membership::GroupKey;
 use crate::group::score::{GroupScore, decision_node, score};
 use crate::group::settings::GroupSettings;
 use crate::imex::{DomainJob, channels, is_domain_claim};
-use crate::planner::{Action, Failure, PodPlan};
+use crate::planner::{Action, Failure, Placement, PodPlan};
 use crate::pods::pod_usage_requests;
 use crate::preemption::Demand;
 use crate::protocol::object_key;
@@ -207,19 +208,7 @@ impl<'a, 'c> Search<'a, 'c> {
                 );
                 match &decision.action {
                     Action::Place(p) => {
-                        for claim in &p.undo {
-                            if let Some(a) = allocation(claim) {
-                                let _ = state.remove_allocation(a);
-                            }
-                        }
-                        for write in &p.writes {
-                            let _ = state.add_allocation(&write.allocation);
-                            self.note_shared(write, &mut written);
-                        }
-                        usage
-                            .entry(p.node.clone())
-                            .or_default()
-                            .add_pod(pod_usage_requests(member.pod));
+                        self.take(p, member.pod, &mut state, &mut usage, &mut written);
                     }
                     Action::Release { .. } | Action::Nothing => {}
                     Action::CannotPlace { message, .. } | Action::LeaveToScheduler { message } => {
@@ -243,6 +232,31 @@ impl<'a, 'c> Search<'a, 'c> {
 }
 
 impl Search<'_, '_> {
+    /// What a member's placement takes, for the members after it: its devices (less its own
+    /// allocations undone), its node's resources, the shared claims it allocated.
+    fn take(
+        &self,
+        p: &Placement,
+        pod: &Pod,
+        state: &mut AllocatedState,
+        usage: &mut HashMap<String, NodeUsage>,
+        written: &mut HashMap<String, Arc<ResourceClaim>>,
+    ) {
+        for claim in &p.undo {
+            if let Some(a) = allocation(claim) {
+                let _ = state.remove_allocation(a);
+            }
+        }
+        for write in &p.writes {
+            let _ = state.add_allocation(&write.allocation);
+            self.note_shared(write, written);
+        }
+        usage
+            .entry(p.node.clone())
+            .or_default()
+            .add_pod(pod_usage_requests(pod));
+    }
+
     /// Keeps the allocation of a shared claim written for a member, for the members after it.
     fn note_shared(
         &self,
@@ -264,17 +278,25 @@ impl Search<'_, '_> {
 
 /// The claims more than one member names that are not allocated yet, by `namespace/name`.
 fn shared_claims(input: &GroupInput<'_>) -> HashSet<String> {
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    for member in &input.members {
-        for c in member.claims {
-            if allocation(&c.claim).is_none() {
-                *seen.entry(object_key(&c.claim.metadata)).or_default() += 1;
-            }
+    if input.members.len() < 2 {
+        return HashSet::new();
+    }
+    // Counted by (namespace, name) borrowed from the claims: no string is built for the usual
+    // group, whose members' claims are all their own.
+    let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+    for c in input.members.iter().flat_map(|m| m.claims) {
+        if allocation(&c.claim).is_none() {
+            let meta = &c.claim.metadata;
+            let key = (
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
+            );
+            *seen.entry(key).or_default() += 1;
         }
     }
     seen.into_iter()
         .filter(|(_, n)| *n > 1)
-        .map(|(key, _)| key)
+        .map(|((namespace, name), _)| format!("{namespace}/{name}"))
         .collect()
 }
 
