@@ -714,8 +714,11 @@ pub fn write_table(
             out,
             channels,
             [
-                ("per-pod first fit", &report.per_pod_first_fit),
-                ("controller (group decision)", &report.controller),
+                ("per-pod first fit", report.per_pod_first_fit.imex.as_ref()),
+                (
+                    "controller (group decision)",
+                    report.controller.imex.as_ref(),
+                ),
             ],
         )?;
     }

@@ -147,7 +147,7 @@ impl ChannelBook {
 pub(super) fn write_table(
     out: &mut impl std::io::Write,
     channels: u32,
-    modes: [(&str, &super::gangs::GangMetrics); 2],
+    modes: [(&str, Option<&ImexMetrics>); 2],
 ) -> anyhow::Result<()> {
     writeln!(
         out,
@@ -158,8 +158,8 @@ pub(super) fn write_table(
         "| mode | started with a channel | in the channel's clique % | peak channels in use (one clique) | channels used | gangs that waited | channels held by incomplete gangs |"
     )?;
     writeln!(out, "|---|---:|---:|---:|---:|---:|---:|")?;
-    for (name, m) in modes {
-        let Some(i) = &m.imex else { continue };
+    for (name, metrics) in modes {
+        let Some(i) = metrics else { continue };
         writeln!(
             out,
             "| {name} | {} | {} | {} ({}) | {} | {} | {} |",
