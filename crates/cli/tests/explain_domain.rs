@@ -189,7 +189,7 @@ fn a_domain_claim_says_who_holds_its_cliques_channels_and_why_its_pods_wait() {
         "note: the controller, deciding pod ml/late-0: group ml/late needs 2 of its 2 gated pods placed together"
             .to_owned(),
         format!(
-            "no free IMEX channel in clique {CLIQUE} (2 of 2 in use); its channels are held by the domains ml/old-a, ml/old-b"
+            "no free IMEX channel in clique {CLIQUE} (2 of 2 in use); the channels of clique {CLIQUE} are held by the domains ml/old-a, ml/old-b"
         ),
     ] {
         assert!(text.contains(&expected), "missing {expected:?} in:\n{text}");

@@ -244,7 +244,34 @@ fn a_domain_gang_waits_for_a_channel_naming_the_domains_that_hold_them() {
         panic!("a third domain got a channel: {:?}", plan.outcome);
     };
     let expected = format!(
-        "no free IMEX channel in clique {} (2 of 2 in use); its channels are held by the domains ml/a-domain, ml/b-domain",
+        "no free IMEX channel in clique {c} (2 of 2 in use); the channels of clique {c} are held by the domains ml/a-domain, ml/b-domain",
+        c = clique(1)
+    );
+    assert!(message.contains(&expected), "{message}");
+}
+
+#[test]
+fn a_domain_pod_alone_waits_saying_no_clique_has_a_free_channel() {
+    let mut objects = gb200_cluster(&[(1, 3)], 1);
+    domain_gang(&mut objects, "a", 1, 4);
+    let placed = plan(&objects, "a");
+    apply(&mut objects, &placed);
+    objects.pods.clear();
+    // A pod of another domain, not in a gang.
+    domain_gang(&mut objects, "solo", 1, 4);
+    let mut alone = objects.pods.pop().unwrap();
+    alone.metadata.labels = None;
+    alone.metadata.annotations = None;
+    objects.pods.push(alone.clone());
+    let ruling = objects.decide(&alone, &[], &Settings::new(TOPOLOGY_AWARE_GATE), now());
+    let Ruling::Pod(tessera_placement::PodVerdict::Decided(plan)) = ruling else {
+        panic!("{ruling:?}");
+    };
+    let Action::CannotPlace { message, .. } = &plan.action else {
+        panic!("placed without a channel: {:?}", plan.action);
+    };
+    let expected = format!(
+        "no free IMEX channel for the domain ml/solo-domain in any clique (clique {}: 1 of 1 in use)",
         clique(1)
     );
     assert!(message.contains(&expected), "{message}");

@@ -173,7 +173,7 @@ fn name_channel_holders(plan: &mut GroupPlan, source: &dyn ClusterSource) {
     }
     if let GroupOutcome::Wait { message, .. } = &mut plan.outcome {
         message.push_str(&format!(
-            "; its channels are held by the domains {named}, each free again once its last pod is gone"
+            "; the channels of clique {clique} are held by the domains {named}, each free again once its last pod is gone"
         ));
     }
 }

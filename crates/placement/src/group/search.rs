@@ -519,14 +519,19 @@ fn domain_wait(
         || job.clique.is_some()
     {
         return wait(format!(
-            "the IMEX domain {domain}'s pods fit no clique together (see the closest attempt)"
+            "a clique has the trays and a channel for the IMEX domain {domain}, but its pods do not fit there together (the closest attempt says why)"
         ));
     }
     let clique = roomy[0];
+    let others = match roomy.len() - 1 {
+        0 => String::new(),
+        1 => "; nor in the other clique with the trays".to_owned(),
+        n => format!("; nor in the {n} other cliques with the trays"),
+    };
     match counts.get(clique) {
         Some(ch) => DomainWait {
             message: format!(
-                "no free IMEX channel in clique {clique} ({} of {} in use)",
+                "no free IMEX channel in clique {clique} ({} of {} in use){others}",
                 ch.in_use, ch.total
             ),
             channels_full: Some(clique.to_owned()),
