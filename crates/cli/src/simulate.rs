@@ -44,7 +44,11 @@ rejectedWhileCapacity (gangs that waited at some step although the cluster could
 then: counting only GPUs held by running gangs as taken, the nodes had room for every pod, whole \
 pods per node; GPUs held by a partly placed gang count as free, a GB200 tray's 4 free GPUs do not \
 hold an 8-GPU pod), meanWait (steps from arrival to start, over the gangs started) and \
-gpusHeldByIncomplete. See docs/benchmarks.md, section Gangs.
+gpusHeldByIncomplete. See docs/benchmarks.md, section Gangs. With --imex-racks N the gang trace \
+runs on N GB200 NVL72 racks (18 trays of 4 GPUs, one fabric clique each) and every gang asks for \
+one IMEX domain; the imex metrics add domainsStarted, inChannelCliquePercent, peakChannelsInUse, \
+peakChannelsInOneClique, channelsUsed, gangsThatWaited and channelsHeldByIncomplete (docs/benchmarks.md, \
+section IMEX domains on GB200 racks).
 
 The default scenario is 64 dgx-h100 and 64 pcie-l40s nodes and 3000 claims of 1, 2, 4 or 8 GPUs \
 (weights 40/25/20/15) living 1-480 arrivals each. A scenario file (YAML) describes its own:
