@@ -11,6 +11,7 @@ use tessera_allocator::{AllocateOptions, PlacementMode};
 use tessera_placement::Settings;
 
 mod claim;
+mod domain;
 mod group;
 mod pod;
 
@@ -145,7 +146,16 @@ pub fn run(args: &ExplainArgs, out: &mut impl Write) -> anyhow::Result<()> {
             };
             let node = args.node.as_deref();
             let claim = namespaced(claim);
-            claim::explain(objects, &claim, &options, node, args.output.format, out)
+            let format = args.output.format;
+            claim::explain(
+                objects,
+                &claim,
+                &options,
+                node,
+                &args.gate_name,
+                format,
+                out,
+            )
         }
         (None, None) => bail!("name a claim (--claim) or a pod (--pod) to explain"),
     }

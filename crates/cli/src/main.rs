@@ -10,7 +10,7 @@
 //! - `output` (the `-o text|json` flag of the report commands), `objects` (the objects `explain`
 //!   and `top` answer from, read from `--objects` files), `schema`, `inventory`;
 //! - `live` (the same objects listed from the live cluster, and the plugins' GPU utilization);
-//! - the other subcommands: `validate`, `migrate`, `top`, `explain` (`claim`, `group`, `pod`),
+//! - the other subcommands: `validate`, `migrate`, `top`, `explain` (`claim`, `domain`, `group`, `pod`),
 //!   `simulate` (`scenario`, `trace`, `cluster` and `stats` below `gangs` and `sharing`).
 
 mod explain;

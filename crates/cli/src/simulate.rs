@@ -21,6 +21,7 @@ mod stats;
 mod trace;
 
 mod gangs;
+mod imex;
 mod sharing;
 mod tenants;
 
@@ -43,7 +44,11 @@ rejectedWhileCapacity (gangs that waited at some step although the cluster could
 then: counting only GPUs held by running gangs as taken, the nodes had room for every pod, whole \
 pods per node; GPUs held by a partly placed gang count as free, a GB200 tray's 4 free GPUs do not \
 hold an 8-GPU pod), meanWait (steps from arrival to start, over the gangs started) and \
-gpusHeldByIncomplete. See docs/benchmarks.md, section Gangs.
+gpusHeldByIncomplete. See docs/benchmarks.md, section Gangs. With --imex-racks N the gang trace \
+runs on N GB200 NVL72 racks (18 trays of 4 GPUs, one fabric clique each) and every gang asks for \
+one IMEX domain; the imex metrics add domainsStarted, inChannelCliquePercent, peakChannelsInUse, \
+peakChannelsInOneClique, channelsUsed, gangsThatWaited and channelsHeldByIncomplete (docs/benchmarks.md, \
+section IMEX domains on GB200 racks).
 
 The default scenario is 64 dgx-h100 and 64 pcie-l40s nodes and 3000 claims of 1, 2, 4 or 8 GPUs \
 (weights 40/25/20/15) living 1-480 arrivals each. A scenario file (YAML) describes its own:
@@ -151,6 +156,22 @@ pub struct SimulateArgs {
         requires = "gangs"
     )]
     pub gang_pod_gpus: BTreeMap<u32, u32>,
+
+    /// Run the gang trace on this many GB200 NVL72 racks instead (18 trays of 4 GPUs each, one
+    /// fabric clique per rack, no dgx-h100 nodes), every gang asking for one IMEX domain: its
+    /// pods share a claim of class imex.gpu.tessera.dev.
+    #[arg(long, env = "TESSERA_IMEX_RACKS", requires = "gangs")]
+    pub imex_racks: Option<usize>,
+
+    /// IMEX channels each clique publishes in the `--imex-racks` trace (the controller's
+    /// `--imex-channels`).
+    #[arg(
+        long,
+        env = "TESSERA_IMEX_CHANNELS",
+        default_value_t = tessera_api::imex::DEFAULT_CHANNELS,
+        requires = "imex_racks"
+    )]
+    pub imex_channels: u32,
 
     /// Topology-aware placement's NUMA policy, as the controller's `--numa-policy`: `align` (a
     /// claim that fits one NUMA node gets one) or `pack` (partly used nodes first).
@@ -413,12 +434,19 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write) -> anyhow::Result<()> {
         return Ok(());
     }
     if args.gangs {
-        let scenario = gangs::GangScenario {
+        let mut scenario = gangs::GangScenario {
             gangs: args.gang_count,
             gpus_per_pod: args.gang_pod_gpus.clone(),
             numa: args.numa_policy,
             ..gangs::GangScenario::default()
         };
+        if let Some(racks) = args.imex_racks {
+            scenario.racks = 0;
+            scenario.nodes_per_rack = 0;
+            scenario.cliques = racks;
+            scenario.trays_per_clique = imex::TRAYS_PER_RACK;
+            scenario.imex_channels = Some(args.imex_channels);
+        }
         let report = gangs::run(&scenario, args.seed)?;
         match args.output.format {
             OutputFormat::Json => {

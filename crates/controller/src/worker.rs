@@ -211,6 +211,11 @@ impl ClusterSource for Caches<'_> {
         });
     }
 
+    fn channel_holders(&self, clique: &str) -> Vec<String> {
+        let claims = self.cluster.claims();
+        tessera_placement::imex::holders(claims.iter().map(|c| &**c), clique)
+    }
+
     fn preemption(&self) -> Option<PreemptionObjects> {
         if !self.preemption {
             return None;

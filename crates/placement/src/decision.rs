@@ -52,6 +52,13 @@ pub trait ClusterSource {
     fn preemption(&self) -> Option<PreemptionObjects> {
         None
     }
+    /// The IMEX domains (claims, `namespace/name`, sorted) holding a channel of fabric clique
+    /// `clique`, for the message of a domain that waits for one; empty (the default) where the
+    /// source does not say.
+    fn channel_holders(&self, clique: &str) -> Vec<String> {
+        let _ = clique;
+        Vec::new()
+    }
 }
 
 /// What a preemption search reads besides the devices: the pods (victims and nominations),

@@ -13,6 +13,7 @@
 //! - [`nodes`]: which nodes a pod may run on before devices are looked at;
 //! - [`managed`]: which devices are topology-managed (the only ones the controller allocates);
 //! - [`claims`]: a pod's claims sorted by who allocated them, the managed-taint toleration;
+//! - [`imex`]: IMEX domains (claims of the channel class), their cliques and channels in use;
 //! - [`extended`]: extended resources backed by DeviceClasses, which only the scheduler allocates;
 //! - [`message`]: what the pod is told when it does not fit;
 //! - [`writes`]: the patch bodies that carry a decision out, and the undo plan;
@@ -34,6 +35,7 @@ pub mod decide;
 pub mod decision;
 pub mod extended;
 pub mod group;
+pub mod imex;
 pub mod managed;
 pub mod message;
 pub mod nodes;

@@ -178,6 +178,10 @@ impl ClusterSource for ObjectSource<'_> {
         });
     }
 
+    fn channel_holders(&self, clique: &str) -> Vec<String> {
+        crate::imex::holders(&self.objects.claims, clique)
+    }
+
     fn preemption(&self) -> Option<PreemptionObjects> {
         let objects = self.objects;
         Some(PreemptionObjects {

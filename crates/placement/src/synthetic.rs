@@ -9,6 +9,7 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use tessera_api::imex::{CHANNEL_TYPE, IMEX_DEVICE_CLASS};
 use tessera_api::names::{DRIVER_NAME, GPU_DEVICE_CLASS, TOPOLOGY_MANAGED_LABEL, attr};
 
 /// A topology-managed GPU node named `name` with `labels` (rack, block, ...) besides the
@@ -52,6 +53,28 @@ pub fn gpu_class() -> DeviceClass {
                 cel: Some(CELDeviceSelector {
                     expression: format!(
                         "device.driver == \"{DRIVER_NAME}\" && device.attributes[\"{DRIVER_NAME}\"].{} == \"gpu\"",
+                        attr::TYPE
+                    ),
+                }),
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The IMEX channel class, `imex.gpu.tessera.dev`, selecting Tessera's devices of type
+/// `imex-channel` (as the shipped class does).
+pub fn imex_class() -> DeviceClass {
+    DeviceClass {
+        metadata: ObjectMeta {
+            name: Some(IMEX_DEVICE_CLASS.into()),
+            ..Default::default()
+        },
+        spec: Some(DeviceClassSpec {
+            selectors: Some(vec![DeviceSelector {
+                cel: Some(CELDeviceSelector {
+                    expression: format!(
+                        "device.driver == \"{DRIVER_NAME}\" && device.attributes[\"{DRIVER_NAME}\"].{} == \"{CHANNEL_TYPE}\"",
                         attr::TYPE
                     ),
                 }),

@@ -19,13 +19,13 @@ use tessera_allocator::{
     AllocateOptions, AllocatedState, DEFAULT_STEP_BUDGET, DeviceIndex, PlacementMode,
 };
 
-use crate::claims::PodClaims;
+use crate::claims::{PodClaims, allocation};
 use crate::extended::ExtendedResources;
 use crate::group::settings::{DEFAULT_GROUP_HOLD, GroupSettings};
 use crate::managed::{managed_slices, unmanaged_slices};
 use crate::nodes::{NodeFacts, NodeFilter, PodRequirements};
 use crate::planner::{Action, PlacementInput, PodPlan, decide};
-use crate::protocol::{PodPlacement, is_gated};
+use crate::protocol::{PodPlacement, is_gated, object_key};
 use crate::resolve::PodClaim;
 use crate::resources::NodeUsage;
 
@@ -145,7 +145,38 @@ pub fn decide_pod(
     settings: &Settings,
     now: Timestamp,
 ) -> PodPlan {
-    decide_pod_within(pod, claims, context, settings, now, None)
+    let mut plan = decide_pod_within(pod, claims, context, settings, now, None);
+    if let Action::CannotPlace {
+        failure: crate::planner::Failure::Unsatisfiable,
+        message,
+        ..
+    } = &mut plan.action
+        && let Some(why) = channels_taken(claims, context)
+    {
+        message.push_str(&format!("; {why}"));
+    }
+    plan
+}
+
+/// For a pod with an IMEX domain claim still to allocate: that no clique has a free channel, if
+/// so (then no node can take the pod, whatever the rest of the message says of its GPUs).
+fn channels_taken(claims: &[PodClaim], context: &PodContext<'_>) -> Option<String> {
+    let domain = claims
+        .iter()
+        .find(|c| crate::imex::is_domain_claim(&c.claim) && allocation(&c.claim).is_none())?;
+    let counts = crate::imex::channels(&context.devices.managed, context.in_use);
+    if counts.is_empty() || counts.values().any(|c| c.free() > 0) {
+        return None;
+    }
+    let cliques: Vec<String> = counts
+        .iter()
+        .map(|(clique, c)| format!("clique {clique}: {} of {} in use", c.in_use, c.total))
+        .collect();
+    Some(format!(
+        "no free IMEX channel for the domain {} in any clique ({})",
+        object_key(&domain.claim.metadata),
+        cliques.join(", ")
+    ))
 }
 
 /// The decision for a released pod (the gate removed) whose claims are all allocated: nothing to

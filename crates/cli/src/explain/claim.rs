@@ -46,6 +46,7 @@ pub(super) fn explain(
     wanted: &str,
     options: &AllocateOptions,
     node: Option<&str>,
+    gate: &str,
     format: OutputFormat,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
@@ -63,6 +64,7 @@ pub(super) fn explain(
             hint
         );
     };
+    let domain_notes = super::domain::notes(&cluster, target, gate);
     let mut target = target.clone();
     let previous = target.status.as_mut().and_then(|s| s.allocation.take());
     let state =
@@ -87,6 +89,9 @@ pub(super) fn explain(
             }
             for skipped in &objects.skipped {
                 writeln!(out, "note: skipped {skipped}")?;
+            }
+            for line in &domain_notes {
+                writeln!(out, "note: {line}")?;
             }
             match &outcome {
                 Outcome::Allocated(a) => write_allocation(out, wanted, options.mode, a),

@@ -28,19 +28,25 @@ use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceSl
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
-use tessera_allocator::{AllocateOptions, AllocatedState, DeviceIndex, Outcome, PlacementMode};
+use tessera_allocator::{
+    AllocateOptions, AllocatedState, DeviceIndex, Outcome, PlacementMode, selector_matches,
+};
 use tessera_api::names::{RACK_LABEL, TOPOLOGY_AWARE_GATE};
-use tessera_gpu_inventory::{DeviceSource, MockSource, RenderOptions, render_slices};
+use tessera_gpu_inventory::{
+    DeviceSource, HOSTNAME_LABEL, MockSource, RenderOptions, render_slices,
+};
 use tessera_placement::claims::tolerating_managed_taint;
 use tessera_placement::group::{
     GroupInput, GroupKey, GroupOutcome, GroupSettings, GroupSource, Member, decide_group,
 };
+use tessera_placement::imex::is_domain_claim;
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::planner::Action;
 use tessera_placement::resolve::PodClaim;
 use tessera_placement::synthetic::{self, gpu_node};
 use tessera_placement::view::{ClusterSnapshot, PodContext, Settings};
 
+use super::imex::{ChannelBook, ImexMetrics, channel_of};
 use super::stats::round2;
 use super::trace::{Lifetime, Rng, claim};
 
@@ -59,6 +65,9 @@ pub struct GangScenario {
     pub lifetime: Lifetime,
     /// The controller's NUMA policy (`--numa-policy`).
     pub numa: tessera_allocator::NumaPolicy,
+    /// `Some(channels)`: every gang asks for one IMEX domain (its pods share one claim of class
+    /// `imex.gpu.tessera.dev`), and each fabric clique publishes that many channels.
+    pub imex_channels: Option<u32>,
 }
 
 impl Default for GangScenario {
@@ -73,6 +82,7 @@ impl Default for GangScenario {
             gpus_per_pod: [(4, 1)].into(),
             lifetime: Lifetime { min: 5, max: 120 },
             numa: tessera_allocator::NumaPolicy::Align,
+            imex_channels: None,
         }
     }
 }
@@ -94,6 +104,9 @@ pub struct GangMetrics {
     pub mean_wait: f64,
     /// GPUs held at the end by gangs that never completed.
     pub gpus_held_by_incomplete: usize,
+    /// With IMEX domains: what the domains got.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub imex: Option<ImexMetrics>,
 }
 
 #[derive(Debug, Serialize)]
@@ -105,6 +118,8 @@ pub struct GangReport {
 
 pub(super) struct Cluster {
     pub(super) view: ClusterSnapshot,
+    /// clique → its channels (with IMEX domains).
+    pub(super) channels: BTreeMap<String, u32>,
     /// node → (rack, clique).
     pub(super) domains: HashMap<String, (String, Option<String>)>,
     /// node → its GPUs (the devices of the GPU class that every claim asks for).
@@ -118,6 +133,7 @@ pub(super) fn cluster(s: &GangScenario) -> anyhow::Result<Cluster> {
     let mut nodes = Vec::new();
     let mut domains = HashMap::new();
     let mut capacity = BTreeMap::new();
+    let mut channels = BTreeMap::new();
     let dgx = MockSource::new("dgx-h100")
         .and_then(|m| m.inventory())
         .context("topology dgx-h100")?;
@@ -141,6 +157,7 @@ pub(super) fn cluster(s: &GangScenario) -> anyhow::Result<Cluster> {
     for c in 0..s.cliques {
         let clique_id = u32::try_from(c + 1).unwrap_or(u32::MAX);
         let mut clique = None;
+        let mut trays = Vec::new();
         for gpu in &mut tray.gpus {
             if let Some(f) = gpu.fabric.as_mut() {
                 f.clique_id = clique_id;
@@ -156,13 +173,26 @@ pub(super) fn cluster(s: &GangScenario) -> anyhow::Result<Cluster> {
             };
             slices.extend(render_slices(&tray, &options).context("render gb200-tray")?);
             capacity.insert(name.clone(), tray.gpus.len());
-            nodes.push(gpu_node(&name, [(RACK_LABEL, rack.clone())]));
-            domains.insert(name, (rack, clique.clone()));
+            nodes.push(gpu_node(
+                &name,
+                [(RACK_LABEL, rack.clone()), (HOSTNAME_LABEL, name.clone())],
+            ));
+            domains.insert(name.clone(), (rack, clique.clone()));
+            trays.push(name);
+        }
+        if let (Some(n), Some(clique)) = (s.imex_channels, clique.filter(|_| !trays.is_empty())) {
+            slices.extend(super::imex::channel_slices(&clique, trays, n)?);
+            channels.insert(clique, n);
         }
     }
     let facts = nodes.iter().map(NodeFacts::from).collect();
+    let mut classes = vec![synthetic::gpu_class()];
+    if s.imex_channels.is_some() {
+        classes.push(synthetic::imex_class());
+    }
     Ok(Cluster {
-        view: ClusterSnapshot::new(slices, vec![synthetic::gpu_class()], facts),
+        view: ClusterSnapshot::new(slices, classes, facts),
+        channels,
         domains,
         capacity,
     })
@@ -174,6 +204,8 @@ struct Gang {
     gpus: u32,
     pods: Vec<Pod>,
     claims: Vec<Arc<ResourceClaim>>,
+    /// The IMEX domain its pods share, if it asks for one.
+    domain: Option<Arc<ResourceClaim>>,
     lifetime: u64,
 }
 
@@ -191,23 +223,32 @@ fn trace(s: &GangScenario, seed: u64) -> Vec<Gang> {
             };
             let mut pods = Vec::new();
             let mut claims = Vec::new();
+            let domain = s.imex_channels.map(|_| super::imex::domain_claim(g));
+            let domain_name = domain.as_ref().and_then(|d| d.metadata.name.as_deref());
             for p in 0..size {
                 let c = claim(index, gpus);
                 index += 1;
-                pods.push(pod(g, p, c.metadata.name.as_deref().unwrap_or_default()));
+                let name = c.metadata.name.as_deref().unwrap_or_default();
+                pods.push(pod(g, p, name, domain_name));
                 claims.push(Arc::new(tolerating_managed_taint(&c)));
             }
             Gang {
                 gpus,
                 pods,
                 claims,
+                domain: domain.map(|d| Arc::new(tolerating_managed_taint(&d))),
                 lifetime,
             }
         })
         .collect()
 }
 
-fn pod(gang: usize, index: u32, claim: &str) -> Pod {
+fn pod(gang: usize, index: u32, claim: &str, domain: Option<&str>) -> Pod {
+    let domain = domain.map(|d| PodResourceClaim {
+        name: "domain".into(),
+        resource_claim_name: Some(d.into()),
+        ..Default::default()
+    });
     Pod {
         metadata: ObjectMeta {
             name: Some(format!("gang-{gang}-{index}")),
@@ -219,11 +260,15 @@ fn pod(gang: usize, index: u32, claim: &str) -> Pod {
             scheduling_gates: Some(vec![PodSchedulingGate {
                 name: TOPOLOGY_AWARE_GATE.into(),
             }]),
-            resource_claims: Some(vec![PodResourceClaim {
-                name: "gpus".into(),
-                resource_claim_name: Some(claim.into()),
-                ..Default::default()
-            }]),
+            resource_claims: Some(
+                std::iter::once(PodResourceClaim {
+                    name: "gpus".into(),
+                    resource_claim_name: Some(claim.into()),
+                    ..Default::default()
+                })
+                .chain(domain)
+                .collect(),
+            ),
             ..Default::default()
         }),
         status: None,
@@ -236,6 +281,8 @@ struct Placed {
     /// Per pod: its node and the GPUs its claim holds there.
     pods: Vec<(String, usize)>,
     allocations: Vec<AllocationResult>,
+    /// The domain's allocation (also in `allocations`), once made.
+    domain: Option<AllocationResult>,
 }
 
 /// Devices an allocation holds.
@@ -262,6 +309,12 @@ struct Run<'c> {
     clique_started: usize,
     clique_local: usize,
     rack_local: usize,
+    /// The channels the domains hold.
+    channels: ChannelBook,
+    /// Gangs that were tried and did not start at some step.
+    waited: BTreeSet<usize>,
+    /// Gangs started with every pod in their channel's clique.
+    in_channel_clique: usize,
 }
 
 impl<'c> Run<'c> {
@@ -277,6 +330,9 @@ impl<'c> Run<'c> {
             clique_started: 0,
             clique_local: 0,
             rack_local: 0,
+            channels: ChannelBook::default(),
+            waited: BTreeSet::new(),
+            in_channel_clique: 0,
         }
     }
 
@@ -285,19 +341,47 @@ impl<'c> Run<'c> {
         Ok(())
     }
 
+    /// Holds gang `g`'s domain allocation: its channel, which no other live gang may hold.
+    fn hold_domain(
+        &mut self,
+        g: usize,
+        placed: &mut Placed,
+        allocation: AllocationResult,
+    ) -> anyhow::Result<()> {
+        let channel = channel_of(&allocation).context("a domain allocated no channel")?;
+        self.channels.hold(channel, g)?;
+        self.hold(&allocation)?;
+        placed.allocations.push(allocation.clone());
+        placed.domain = Some(allocation);
+        Ok(())
+    }
+
     /// Whether the cluster could run `gang` now: the GPUs that running gangs do not hold have
-    /// room for all its pods, whole pods per node. Partly placed gangs hold nothing here.
+    /// room for all its pods, whole pods per node. Partly placed gangs hold nothing here. A gang
+    /// with an IMEX domain needs that room in one clique, and a channel there that no running
+    /// gang holds.
     fn could_run(&self, gang: &Gang) -> bool {
         let per_pod = (gang.gpus as usize).max(1);
-        let room: usize = self
-            .cluster
-            .capacity
-            .iter()
-            .map(|(node, gpus)| {
-                gpus.saturating_sub(self.running_on.get(node).copied().unwrap_or(0)) / per_pod
-            })
-            .sum();
-        room >= gang.pods.len()
+        let room = |node: &String, gpus: &usize| {
+            gpus.saturating_sub(self.running_on.get(node).copied().unwrap_or(0)) / per_pod
+        };
+        if gang.domain.is_none() {
+            let room: usize = self.cluster.capacity.iter().map(|(n, g)| room(n, g)).sum();
+            return room >= gang.pods.len();
+        }
+        let mut by_clique: BTreeMap<&str, usize> = BTreeMap::new();
+        for (node, gpus) in &self.cluster.capacity {
+            if let Some(clique) = self.cluster.domains.get(node).and_then(|d| d.1.as_deref()) {
+                *by_clique.entry(clique).or_default() += room(node, gpus);
+            }
+        }
+        by_clique.into_iter().any(|(clique, room)| {
+            let channels = self.cluster.channels.get(clique).copied().unwrap_or(0) as usize;
+            let held = self
+                .channels
+                .held_in(clique, |g| self.running.contains_key(&g));
+            room >= gang.pods.len() && held < channels
+        })
     }
 
     fn depart(&mut self, now: u64) -> anyhow::Result<()> {
@@ -309,6 +393,7 @@ impl<'c> Run<'c> {
             .collect();
         for g in ended {
             self.running.remove(&g);
+            self.channels.release(g);
             if let Some(placed) = self.partial.remove(&g) {
                 for a in &placed.allocations {
                     self.state.remove_allocation(a)?;
@@ -339,6 +424,12 @@ impl<'c> Run<'c> {
             .collect();
         if racks.len() == 1 {
             self.rack_local += 1;
+        }
+        if let Some((clique, _)) = placed.domain.as_ref().and_then(channel_of) {
+            let inside = placed.pods.iter().all(|(n, _)| {
+                self.cluster.domains.get(n).and_then(|d| d.1.as_deref()) == Some(clique.as_str())
+            });
+            self.in_channel_clique += usize::from(inside);
         }
         let cliques: Vec<Option<&String>> = placed
             .pods
@@ -382,7 +473,23 @@ impl<'c> Run<'c> {
                 round2(waits as f64 / self.started.len() as f64)
             },
             gpus_held_by_incomplete: held,
+            imex: (!self.cluster.channels.is_empty()).then(|| self.imex_metrics()),
         }
+    }
+
+    fn imex_metrics(&self) -> ImexMetrics {
+        let incomplete = self
+            .partial
+            .iter()
+            .filter(|(g, p)| !self.running.contains_key(g) && p.domain.is_some())
+            .count();
+        // Every gang that started began with its domain's channel.
+        self.channels.metrics(
+            self.started.len(),
+            self.in_channel_clique,
+            self.waited.len(),
+            incomplete,
+        )
     }
 }
 
@@ -396,16 +503,44 @@ fn first_fit(run: &mut Run<'_>, g: usize, gang: &Gang) -> anyhow::Result<bool> {
     let inventory: &DeviceIndex = &run.cluster.view.managed;
     let done = run.partial.get(&g).map_or(0, |p| p.pods.len());
     for claim in &gang.claims[done..] {
-        match inventory.allocate(std::slice::from_ref(&**claim), &run.state, None, &options)? {
-            Outcome::Allocated(a) => {
-                let result = a.claims[0].result.clone();
-                run.hold(&result)?;
-                let placed = run.partial.entry(g).or_default();
-                placed.pods.push((a.node, devices(&result)));
-                placed.allocations.push(result);
+        let domain = run.partial.get(&g).and_then(|p| p.domain.clone());
+        let outcome = match (&gang.domain, &domain) {
+            // The first pod allocates the domain with its GPUs, on the first node that fits both.
+            (Some(d), None) => {
+                let claims = [(**claim).clone(), (**d).clone()];
+                inventory.allocate(&claims, &run.state, None, &options)?
             }
-            Outcome::Unsatisfiable(_) => return Ok(false),
-        }
+            // Later pods: only nodes of the domain's channel's clique (its node selector).
+            (Some(_), Some(allocated)) => inventory.allocate_among(
+                std::slice::from_ref(&**claim),
+                &run.state,
+                |n| {
+                    allocated
+                        .node_selector
+                        .as_ref()
+                        .is_none_or(|s| selector_matches(s, n))
+                },
+                &options,
+            )?,
+            (None, _) => {
+                inventory.allocate(std::slice::from_ref(&**claim), &run.state, None, &options)?
+            }
+        };
+        let Outcome::Allocated(a) = outcome else {
+            return Ok(false);
+        };
+        let mut results = a.claims.into_iter().map(|c| c.result);
+        let gpus = results.next().context("one result per claim")?;
+        run.hold(&gpus)?;
+        let mut placed = run.partial.remove(&g).unwrap_or_default();
+        placed.pods.push((a.node, devices(&gpus)));
+        placed.allocations.push(gpus);
+        let held = match results.next() {
+            Some(domain) => run.hold_domain(g, &mut placed, domain),
+            None => Ok(()),
+        };
+        run.partial.insert(g, placed);
+        held?;
     }
     Ok(true)
 }
@@ -421,10 +556,15 @@ fn controller(
         .claims
         .iter()
         .map(|c| {
-            vec![PodClaim {
+            let gpus = PodClaim {
                 pod_claim: "gpus".into(),
                 claim: c.clone(),
-            }]
+            };
+            let domain = gang.domain.as_ref().map(|d| PodClaim {
+                pod_claim: "domain".into(),
+                claim: d.clone(),
+            });
+            std::iter::once(gpus).chain(domain).collect()
         })
         .collect();
     let key = GroupKey {
@@ -469,6 +609,10 @@ fn controller(
         if let Action::Place(p) = d.action {
             let mut gpus = 0;
             for w in p.writes {
+                if is_domain_claim(&w.claim) {
+                    run.hold_domain(g, &mut placed, w.allocation)?;
+                    continue;
+                }
                 run.hold(&w.allocation)?;
                 gpus += devices(&w.allocation);
                 placed.allocations.push(w.allocation);
@@ -507,6 +651,7 @@ pub fn run(s: &GangScenario, seed: u64) -> anyhow::Result<GangReport> {
                 if started {
                     run.start(g, gang, arrived, now);
                 } else {
+                    run.waited.insert(g);
                     if run.could_run(gang) {
                         run.rejected_while_capacity.insert(g);
                     }
@@ -564,6 +709,19 @@ pub fn write_table(
             m.gpus_held_by_incomplete
         )?;
     }
+    if let Some(channels) = s.imex_channels {
+        super::imex::write_table(
+            out,
+            channels,
+            [
+                ("per-pod first fit", report.per_pod_first_fit.imex.as_ref()),
+                (
+                    "controller (group decision)",
+                    report.controller.imex.as_ref(),
+                ),
+            ],
+        )?;
+    }
     Ok(())
 }
 
@@ -578,8 +736,9 @@ mod tests {
             .collect();
         Gang {
             gpus,
-            pods: (0..pods).map(|p| pod(0, p, "c")).collect(),
+            pods: (0..pods).map(|p| pod(0, p, "c", None)).collect(),
             claims,
+            domain: None,
             lifetime: 1,
         }
     }
@@ -608,6 +767,7 @@ mod tests {
             Placed {
                 pods: vec![("gb200-00-00".into(), 4)],
                 allocations: Vec::new(),
+                domain: None,
             },
         );
         assert!(run.could_run(&gang(4, 4)));
@@ -650,6 +810,35 @@ mod tests {
         assert!(ff.rejected_while_capacity > 0, "{both}");
         assert_eq!(ctl.rejected_while_capacity, 0, "{both}");
         assert_eq!(ctl.gpus_held_by_incomplete, 0, "{both}");
+    }
+
+    #[test]
+    fn imex_domains_stay_in_their_channels_clique_and_the_controller_waits_only_without_room() {
+        // 2 GB200 racks of 6 trays, 3 channels each: channels run out before trays do.
+        let s = GangScenario {
+            racks: 0,
+            nodes_per_rack: 0,
+            cliques: 2,
+            trays_per_clique: 6,
+            gangs: 24,
+            pods: [(1, 30), (2, 40), (4, 30)].into(),
+            gpus_per_pod: [(2, 1)].into(),
+            lifetime: Lifetime { min: 3, max: 12 },
+            imex_channels: Some(3),
+            ..GangScenario::default()
+        };
+        let report = run(&s, 1).unwrap();
+        let (ff, ctl) = (&report.per_pod_first_fit, &report.controller);
+        let both = format!("first fit {ff:?}, controller {ctl:?}");
+        for m in [ff, ctl] {
+            let imex = m.imex.as_ref().expect("IMEX metrics");
+            assert_eq!(imex.in_channel_clique_percent, 100.0, "{both}");
+            assert!(imex.peak_channels_in_one_clique <= 3, "{both}");
+            assert_eq!(m.one_clique_percent, 100.0, "{both}");
+        }
+        assert_eq!(ctl.rejected_while_capacity, 0, "{both}");
+        assert_eq!(ctl.imex.as_ref().unwrap().channels_held_by_incomplete, 0);
+        assert!(ctl.started >= ff.started, "{both}");
     }
 
     #[test]

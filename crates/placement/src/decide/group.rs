@@ -117,7 +117,8 @@ pub fn decide_for_group(
         unresolved,
         held: group.held,
     };
-    let (plan, fits_free) = search(&input, source, waiting, settings, now);
+    let (mut plan, fits_free) = search(&input, source, waiting, settings, now);
+    name_channel_holders(&mut plan, source);
     first.extend(fits_free.map(|fits_when_free| {
         Step::Remember(Waiting {
             key: group.key.clone(),
@@ -153,6 +154,27 @@ pub fn decide_for_group(
         first,
         per_pod,
         then,
+    }
+}
+
+/// A domain group waiting for a channel is told which domains hold the clique's channels.
+fn name_channel_holders(plan: &mut GroupPlan, source: &dyn ClusterSource) {
+    let Some(clique) = &plan.channels_full else {
+        return;
+    };
+    let holders = source.channel_holders(clique);
+    if holders.is_empty() {
+        return;
+    }
+    const NAMED: usize = 5;
+    let mut named = holders[..holders.len().min(NAMED)].join(", ");
+    if holders.len() > NAMED {
+        named.push_str(&format!(" and {} more", holders.len() - NAMED));
+    }
+    if let GroupOutcome::Wait { message, .. } = &mut plan.outcome {
+        message.push_str(&format!(
+            "; the channels of clique {clique} are held by the domains {named}, each free again once its last pod is gone"
+        ));
     }
 }
 

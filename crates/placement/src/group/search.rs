@@ -2,17 +2,21 @@
 //! by level, finest first, packs the members into as few sub-domains as it can, keeps the best
 //! [`GroupScore`] among the first domains that hold the group, and stops at its budget.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::jiff::Timestamp;
+use tessera_allocator::AllocatedState;
 
 use crate::claims::{PodClaims, allocation};
 use crate::group::domains::{Domain, Layout, Level, subdomains};
 use crate::group::membership::GroupKey;
 use crate::group::score::{GroupScore, decision_node, score};
 use crate::group::settings::GroupSettings;
-use crate::planner::{Action, Failure, PodPlan};
+use crate::imex::{DomainJob, channels, is_domain_claim};
+use crate::planner::{Action, Failure, Placement, PodPlan};
 use crate::pods::pod_usage_requests;
 use crate::preemption::Demand;
 use crate::protocol::object_key;
@@ -92,6 +96,9 @@ pub struct GroupPlan {
     pub steps: usize,
     /// The budget ran out: the group found may not be the best (or one may exist).
     pub truncated: bool,
+    /// The group asks for an IMEX domain and waits because every channel of this clique (the
+    /// one that has the trays) is in use: the decision names the domains holding them.
+    pub channels_full: Option<String>,
 }
 
 /// A successful or partial attempt in one domain.
@@ -113,6 +120,12 @@ struct Search<'a, 'c> {
     /// Domains that cannot hold this by counting free managed devices are skipped without an
     /// attempt (the default: every domain is tried).
     floor: DemandFloor,
+    /// Claims that more than one member names and that no one has allocated (an IMEX domain's
+    /// claim, shared by its pods), by `namespace/name`: allocated once, with the first member
+    /// placed, and fixed for the members after it.
+    shared: HashSet<String>,
+    /// The IMEX domain the group asks for: then only single fabric cliques are tried.
+    imex: Option<DomainJob>,
 }
 
 impl<'a, 'c> Search<'a, 'c> {
@@ -133,6 +146,8 @@ impl<'a, 'c> Search<'a, 'c> {
             steps: 0,
             truncated: false,
             floor,
+            shared: shared_claims(input),
+            imex: DomainJob::of(input.members.iter().map(|m| m.claims)),
         }
     }
 
@@ -142,6 +157,8 @@ impl<'a, 'c> Search<'a, 'c> {
         let mut state = self.context.in_use.clone();
         let mut usage: HashMap<String, NodeUsage> = self.context.usage.clone();
         let mut used: Vec<usize> = Vec::new();
+        // Shared claims allocated in this attempt, with their allocation.
+        let mut written: HashMap<String, Arc<ResourceClaim>> = HashMap::new();
         let mut attempt = Attempt {
             placed: Vec::new(),
             missed: Vec::new(),
@@ -162,6 +179,13 @@ impl<'a, 'c> Search<'a, 'c> {
                 .collect();
             let mut last = String::from("no node of the domain is eligible");
             let mut done = false;
+            let substituted;
+            let claims = if written.is_empty() {
+                member.claims
+            } else {
+                substituted = with_written(member.claims, &written);
+                substituted.as_slice()
+            };
             for sub in order {
                 if self.steps >= self.budget {
                     self.truncated = true;
@@ -176,7 +200,7 @@ impl<'a, 'c> Search<'a, 'c> {
                 };
                 let decision = decide_pod_within(
                     member.pod,
-                    member.claims,
+                    claims,
                     &context,
                     self.settings,
                     self.now,
@@ -184,18 +208,7 @@ impl<'a, 'c> Search<'a, 'c> {
                 );
                 match &decision.action {
                     Action::Place(p) => {
-                        for claim in &p.undo {
-                            if let Some(a) = allocation(claim) {
-                                let _ = state.remove_allocation(a);
-                            }
-                        }
-                        for write in &p.writes {
-                            let _ = state.add_allocation(&write.allocation);
-                        }
-                        usage
-                            .entry(p.node.clone())
-                            .or_default()
-                            .add_pod(pod_usage_requests(member.pod));
+                        self.take(p, member.pod, &mut state, &mut usage, &mut written);
                     }
                     Action::Release { .. } | Action::Nothing => {}
                     Action::CannotPlace { message, .. } | Action::LeaveToScheduler { message } => {
@@ -216,6 +229,94 @@ impl<'a, 'c> Search<'a, 'c> {
         }
         attempt
     }
+}
+
+impl Search<'_, '_> {
+    /// What a member's placement takes, for the members after it: its devices (less its own
+    /// allocations undone), its node's resources, the shared claims it allocated.
+    fn take(
+        &self,
+        p: &Placement,
+        pod: &Pod,
+        state: &mut AllocatedState,
+        usage: &mut HashMap<String, NodeUsage>,
+        written: &mut HashMap<String, Arc<ResourceClaim>>,
+    ) {
+        for claim in &p.undo {
+            if let Some(a) = allocation(claim) {
+                let _ = state.remove_allocation(a);
+            }
+        }
+        for write in &p.writes {
+            let _ = state.add_allocation(&write.allocation);
+            self.note_shared(write, written);
+        }
+        usage
+            .entry(p.node.clone())
+            .or_default()
+            .add_pod(pod_usage_requests(pod));
+    }
+
+    /// Keeps the allocation of a shared claim written for a member, for the members after it.
+    fn note_shared(
+        &self,
+        write: &crate::planner::ClaimWrite,
+        written: &mut HashMap<String, Arc<ResourceClaim>>,
+    ) {
+        if self.shared.is_empty() {
+            return;
+        }
+        let key = object_key(&write.claim.metadata);
+        if self.shared.contains(&key) {
+            let mut claim = (*write.claim).clone();
+            claim.status.get_or_insert_with(Default::default).allocation =
+                Some(write.allocation.clone());
+            written.insert(key, Arc::new(claim));
+        }
+    }
+}
+
+/// The claims more than one member names that are not allocated yet, by `namespace/name`.
+fn shared_claims(input: &GroupInput<'_>) -> HashSet<String> {
+    if input.members.len() < 2 {
+        return HashSet::new();
+    }
+    // Counted by (namespace, name) borrowed from the claims: no string is built for the usual
+    // group, whose members' claims are all their own.
+    let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+    for c in input.members.iter().flat_map(|m| m.claims) {
+        if allocation(&c.claim).is_none() {
+            let meta = &c.claim.metadata;
+            let key = (
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
+            );
+            *seen.entry(key).or_default() += 1;
+        }
+    }
+    seen.into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|((namespace, name), _)| format!("{namespace}/{name}"))
+        .collect()
+}
+
+/// A member's claims with the shared claims allocated earlier in the attempt in their place:
+/// allocated for another pod, they are fixed for this one and pin it to their nodes (a channel's
+/// clique).
+fn with_written(
+    claims: &[PodClaim],
+    written: &HashMap<String, Arc<ResourceClaim>>,
+) -> Vec<PodClaim> {
+    claims
+        .iter()
+        .map(|c| match written.get(&object_key(&c.claim.metadata)) {
+            Some(allocated) => PodClaim {
+                pod_claim: c.pod_claim.clone(),
+                claim: allocated.clone(),
+            },
+            None => c.clone(),
+        })
+        .collect()
 }
 
 /// The group waits for pods (or their claims) that do not exist yet.
@@ -257,6 +358,7 @@ fn short_of_pods(input: &GroupInput<'_>) -> Option<GroupPlan> {
         },
         steps: 0,
         truncated: false,
+        channels_full: None,
     })
 }
 
@@ -332,14 +434,112 @@ pub fn decide_group(
             },
             steps: search.steps,
             truncated: search.truncated,
+            channels_full: None,
         };
     }
     let (steps, truncated) = (search.steps, search.truncated);
-    let outcome = wait_outcome(input, context, settings, group, now, closest, truncated);
+    let imex = search.imex.as_ref().map(|job| {
+        let smallest = DemandFloor::of(input, context).smallest;
+        domain_wait(job, input, context, &layout, smallest)
+    });
+    let mut outcome = wait_outcome(input, context, settings, group, now, closest, truncated);
+    let mut channels_full = None;
+    if let (Some(wait), GroupOutcome::Wait { message, .. }) = (imex, &mut outcome) {
+        message.push_str(&format!("; {}", wait.message));
+        channels_full = wait.channels_full;
+    }
     GroupPlan {
         outcome,
         steps,
         truncated,
+        channels_full,
+    }
+}
+
+/// Why a group that asks for an IMEX domain fits in no fabric clique, as counting says it.
+struct DomainWait {
+    message: String,
+    /// The clique with the trays whose channels are all in use.
+    channels_full: Option<String>,
+}
+
+/// Counts, per fabric clique (only the channel's, when the domain has one), the trays with room
+/// for the least demanding member (free GPUs), and the free channels of the cliques with enough
+/// trays.
+fn domain_wait(
+    job: &DomainJob,
+    input: &GroupInput<'_>,
+    context: &PodContext<'_>,
+    layout: &Layout,
+    smallest: usize,
+) -> DomainWait {
+    let needed = input.needed().max(1);
+    let domain = &job.claim;
+    let mut trays: BTreeMap<&str, usize> = BTreeMap::new();
+    for &n in &layout.managed {
+        let Some(clique) = layout.clique.as_ref().and_then(|l| l.of_node[n].as_deref()) else {
+            continue;
+        };
+        if job.clique.as_deref().is_some_and(|c| c != clique) {
+            continue;
+        }
+        *trays.entry(clique).or_default() += usize::from(layout.free[n] >= smallest);
+    }
+    let wait = |message: String| DomainWait {
+        message,
+        channels_full: None,
+    };
+    let Some((best, most)) = trays
+        .iter()
+        .max_by_key(|(c, n)| (**n, std::cmp::Reverse(**c)))
+    else {
+        return wait(match &job.clique {
+            Some(c) => format!(
+                "the IMEX domain {domain} has its channel in clique {c}, which has no eligible tray"
+            ),
+            None => format!(
+                "the IMEX domain {domain} needs its pods in one fabric clique, and no managed node publishes a fabricClique"
+            ),
+        });
+    };
+    if *most < needed {
+        return wait(format!(
+            "no fabric clique has {needed} free trays for the IMEX domain {domain}: the most, {most}, are in clique {best}"
+        ));
+    }
+    let counts = channels(&context.devices.managed, context.in_use);
+    let roomy: Vec<&str> = trays
+        .iter()
+        .filter(|(_, n)| **n >= needed)
+        .map(|(c, _)| *c)
+        .collect();
+    if roomy
+        .iter()
+        .any(|c| counts.get(*c).is_some_and(|ch| ch.free() > 0))
+        || job.clique.is_some()
+    {
+        return wait(format!(
+            "a clique has the trays and a channel for the IMEX domain {domain}, but its pods do not fit there together (the closest attempt says why)"
+        ));
+    }
+    let clique = roomy[0];
+    let others = match roomy.len() - 1 {
+        0 => String::new(),
+        1 => "; nor in the other clique with the trays".to_owned(),
+        n => format!("; nor in the {n} other cliques with the trays"),
+    };
+    match counts.get(clique) {
+        Some(ch) => DomainWait {
+            message: format!(
+                "no free IMEX channel in clique {clique} ({} of {} in use){others}",
+                ch.in_use, ch.total
+            ),
+            channels_full: Some(clique.to_owned()),
+        },
+        None => wait(format!(
+            "clique {clique} has the trays but no IMEX channel is published for it (the controller's \
+             --imex-channels, chart value controller.imexChannels, is 0, or the channels are not published yet)"
+        )),
     }
 }
 
@@ -406,7 +606,8 @@ impl DemandFloor {
             let sorted = PodClaims::sort(m.pod, m.claims);
             // Claims allocated for the member already (its own, undone to place it again) hold
             // devices that are not free but are the member's: only the pending ones count.
-            let demand = Demand::of(&sorted.pending);
+            // A domain's channel is not on any node: it takes none of a node's free devices.
+            let demand = Demand::of(sorted.pending.iter().filter(|c| !is_domain_claim(c)));
             for class in &demand.classes {
                 let managed = *managed_class.entry(class.clone()).or_insert_with(|| {
                     let selected = context.devices.managed.devices_of_class(class);
@@ -458,6 +659,19 @@ fn search_levels(
     closest: &mut Option<(Domain, Attempt)>,
 ) -> Option<(GroupScore, Domain, Attempt)> {
     let levels = layout.levels();
+    if let Some(job) = &search.imex {
+        // A domain's pods share one clique's channel: single cliques only, never wider (and only
+        // the channel's clique once the domain has one).
+        let is_clique = |l: &&Level| layout.clique.as_ref().is_some_and(|c| std::ptr::eq(c, *l));
+        if !levels.first().is_some_and(is_clique) {
+            return None;
+        }
+        let (mut domains, sub_level) = layout.domains(&levels, 0);
+        if let Some(clique) = &job.clique {
+            domains.retain(|(d, _)| &d.value == clique);
+        }
+        return search_level(search, layout, domains, sub_level, closest);
+    }
     for depth in 0..=levels.len() {
         let (domains, sub_level) = layout.domains(&levels, depth);
         if let Some(found) = search_level(search, layout, domains, sub_level, closest) {

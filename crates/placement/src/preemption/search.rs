@@ -70,6 +70,18 @@ impl Demand {
     }
 }
 
+/// What a pod's claims need of one node's devices. A domain's channel is on no node: evicting
+/// pods frees none (it is free again only when its domain's claim is deallocated).
+fn node_demand(sorted: &PodClaims) -> Demand {
+    Demand::of(
+        sorted
+            .own
+            .iter()
+            .chain(&sorted.pending)
+            .filter(|c| !crate::imex::is_domain_claim(c)),
+    )
+}
+
 /// Sets of the same [`rank`] as a node's first plan that are still checked for a better topology.
 const TIE_CHECKS: usize = 4;
 
@@ -177,7 +189,7 @@ pub fn preempt_pod(
     if sorted.pending.is_empty() {
         return PreemptionDecision::not_possible("the pod's claims are all allocated".into());
     }
-    let demand = Demand::of(sorted.own.iter().chain(&sorted.pending));
+    let demand = node_demand(&sorted);
     let usable = match usable_devices(context, &demand) {
         Ok(usable) => usable,
         Err(message) => return PreemptionDecision::not_possible(message),

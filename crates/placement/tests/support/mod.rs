@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod imex;
+
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use tessera_api::names::{RACK_LABEL, TOPOLOGY_AWARE_GATE};
