@@ -181,7 +181,7 @@ impl NodePlugin {
             state_dir: &config.state_dir,
             client: &clients.requests,
         };
-        let backend = open_backend(&config.backend, context).await?;
+        let backend = open_backend(&config.backend, config.metrics_address, context).await?;
         let injection = CurrentInjection::new(backend.injection.clone());
         let mut registry = Registry::default();
         tessera_process::build::register(&mut registry);
@@ -387,15 +387,18 @@ impl Background {
 const DRIVER_ROOT_RETRY: Duration = Duration::from_secs(5);
 
 /// Opens the backend, waiting while no candidate driver root holds a complete driver (the GPU
-/// operator's driver container is still laying its files, or not installed yet): the plugin is
-/// not ready meanwhile (nothing answers `/readyz` yet) and says why — every candidate and what
-/// it lacks — every [`DRIVER_ROOT_RETRY`] at most once a minute. The candidates are read again at
-/// each try, so the first to get a complete driver is used.
+/// operator's driver container is still laying its files, or not installed yet): meanwhile
+/// `/healthz` answers (waiting is not hanging, so the liveness probe does not restart the
+/// container) and `/readyz` says why, as the log does every [`DRIVER_ROOT_RETRY`] at most once a
+/// minute — every candidate and what it lacks. The candidates are read again at each try, so
+/// the first to get a complete driver is used.
 async fn open_backend(
     config: &BackendConfig,
+    address: Option<SocketAddr>,
     context: BackendContext<'_>,
 ) -> Result<Backend, PluginError> {
     let mut said: Option<std::time::Instant> = None;
+    let mut waiting: Option<WaitingEndpoints> = None;
     loop {
         let reason = match Backend::open(config, context) {
             Err(BackendError::NoCompleteDriver(lacking)) => lacking.to_string(),
@@ -404,15 +407,80 @@ async fn open_backend(
                 driver_root,
                 source: DriverRootError::Discovery(error),
             }) => format!("{}: {error}", driver_root.display()),
-            other => return other.map_err(PluginError::from),
+            other => {
+                if let Some(waiting) = waiting {
+                    waiting.close().await;
+                }
+                return other.map_err(PluginError::from);
+            }
         };
         if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
             tracing::warn!(reason = %reason, "waiting for a complete NVIDIA driver under the driver root; not ready until then");
             said = Some(std::time::Instant::now());
         }
+        match &waiting {
+            Some(endpoints) => endpoints.say(reason),
+            None => waiting = WaitingEndpoints::serve(address, reason).await,
+        }
         tokio::time::sleep(DRIVER_ROOT_RETRY).await;
     }
 }
+
+/// The endpoints while the plugin waits for a driver: alive, not ready (the reason), no metrics.
+struct WaitingEndpoints {
+    reason: Arc<std::sync::Mutex<String>>,
+    stop: Stop,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl WaitingEndpoints {
+    /// Serves them on `address` (none without one, or if it cannot be bound: the log says why
+    /// the plugin waits either way).
+    async fn serve(address: Option<SocketAddr>, reason: String) -> Option<WaitingEndpoints> {
+        let reason = Arc::new(std::sync::Mutex::new(reason));
+        let said = Arc::clone(&reason);
+        let not_ready = move || -> Result<(), Vec<String>> {
+            let reason = said.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            Err(vec![reason])
+        };
+        let endpoints = Endpoints {
+            metrics: Arc::new(Registry::default()),
+            liveness: Arc::new(|| -> Result<(), Vec<String>> { Ok(()) }),
+            readiness: Arc::new(not_ready),
+        };
+        let server = match EndpointServer::bind(address?, endpoints).await {
+            Ok(server) => server,
+            Err(error) => {
+                tracing::warn!(%error, "cannot serve /healthz and /readyz while waiting for the driver");
+                return None;
+            }
+        };
+        let stop = Stop::new();
+        let task = tokio::spawn(server.serve(stop.clone().cancelled_owned()));
+        Some(WaitingEndpoints { reason, stop, task })
+    }
+
+    fn say(&self, reason: String) {
+        *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = reason;
+    }
+
+    /// Stops serving and waits until the port is free for the plugin's own endpoints.
+    async fn close(self) {
+        self.stop.cancel();
+        let abort = self.task.abort_handle();
+        // Connections a scraper keeps open must not hold the port for long.
+        match tokio::time::timeout(Duration::from_secs(5), self.task).await {
+            Ok(Ok(Err(error))) => {
+                tracing::warn!(%error, "the endpoints served while waiting for the driver stopped with an error");
+            }
+            Ok(_) => {}
+            Err(_) => {
+                abort.abort();
+            }
+        }
+    }
+}
+
 /// How often the IMEX daemons' peers are compared with their domains' pods.
 const IMEX_REFRESH: std::time::Duration = std::time::Duration::from_secs(3);
 

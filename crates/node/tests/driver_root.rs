@@ -704,6 +704,20 @@ async fn waits_with_the_reason_until_the_driver_is_laid(
         plugin.child.lock().unwrap().try_wait().unwrap().is_none(),
         "the plugin must wait, not stop"
     );
+    // Alive (the liveness probe leaves it be), not ready, and /readyz says why.
+    let alive = eventually(
+        &dirs,
+        "/healthz while waiting",
+        Duration::from_secs(10),
+        async || plugin.http_get("/healthz").await,
+    )
+    .await;
+    assert_eq!(alive.0, 200, "{alive:?}");
+    let (code, body) = plugin.http_get("/readyz").await.unwrap();
+    assert_eq!(code, 503, "{body}");
+    for part in reason {
+        assert!(body.contains(part.as_str()), "{part}: {body}");
+    }
     // The driver arrives: the plugin starts and registers with the kubelet.
     std::fs::remove_dir(&fake.root).unwrap();
     std::fs::rename(&laid, &fake.root).unwrap();
@@ -713,6 +727,22 @@ async fn waits_with_the_reason_until_the_driver_is_laid(
         "{}",
         plugin_logs(&dirs)
     );
+    // The plugin's own endpoints took the port over.
+    let ready = eventually(
+        &dirs,
+        "/readyz ready",
+        Duration::from_secs(30),
+        async || {
+            plugin
+                .http_get("/readyz")
+                .await
+                .filter(|(code, _)| *code == 200)
+        },
+    )
+    .await;
+    assert_eq!(ready.0, 200);
+    let (_, metrics) = plugin.http_get("/metrics").await.unwrap();
+    assert!(metrics.contains("tessera_node_"), "{metrics}");
 }
 
 async fn a_root_without_a_driver_waits_with_the_reason_and_starts_once_it_is_there() {
