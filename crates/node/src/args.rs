@@ -7,13 +7,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args as ClapArgs, Parser, ValueEnum};
+use clap::{ArgAction, Args as ClapArgs, Parser, ValueEnum};
 use tessera_api::DRIVER_NAME;
 use tessera_api::shares::ConsumableShares;
 use tessera_driver_root::edits::HOOK_BINARY;
 use tessera_kubelet_grpc::{DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRAR_DIR};
 use tessera_node::NodePluginConfig;
-use tessera_node::backend::driver_root::{DriverRootConfig, HookInstall, default_hook_install};
+use tessera_node::backend::driver_root::{
+    DriverRootPath, DriverRoots, HookInstall, default_hook_install,
+};
 use tessera_node::backend::{BackendConfig, GpuBackend, MpsPodSettings};
 use tessera_node::gpu_metrics::idle::IdleSettings;
 use tessera_node::gpu_metrics::monitor::GpuMonitorSettings;
@@ -120,14 +122,23 @@ pub struct Args {
     /// for the GPU operator's driver container, `/home/kubernetes/bin/nvidia` on GKE, a fake
     /// driver root on mock nodes. Claim specs then inject its libraries, binaries and firmware,
     /// and time-slicing and MPS run its nvidia-smi and nvidia-cuda-mps-control. Without it, specs
-    /// carry device nodes and environment only.
-    #[arg(long, env = "TESSERA_DRIVER_ROOT")]
-    pub driver_root: Option<PathBuf>,
+    /// carry device nodes and environment only. Given more than once (or comma-separated), the
+    /// candidates in order of preference: the plugin uses the first that holds a complete
+    /// driver, waits while none does, and moves to a preferred one that gets a driver later (the
+    /// chart's default: /run/nvidia/driver, then /).
+    #[arg(long, env = "TESSERA_DRIVER_ROOT", value_delimiter = ',', action = ArgAction::Append)]
+    pub driver_root: Vec<PathBuf>,
 
-    /// Where this process sees the driver root (the chart mounts it at /driver-root); defaults
-    /// to --driver-root.
-    #[arg(long, env = "TESSERA_CONTAINER_DRIVER_ROOT", requires = "driver_root")]
-    pub container_driver_root: Option<PathBuf>,
+    /// Where this process sees the driver root (the chart mounts / at /driver-root); defaults
+    /// to --driver-root. With several driver roots, one for each, in the same order.
+    #[arg(
+        long,
+        env = "TESSERA_CONTAINER_DRIVER_ROOT",
+        requires = "driver_root",
+        value_delimiter = ',',
+        action = ArgAction::Append
+    )]
+    pub container_driver_root: Vec<PathBuf>,
 
     /// The CDI hook (`tessera-cdi-hook`) already installed on the host at this path. By default
     /// the plugin copies the one next to its own program into its directory under
@@ -274,7 +285,7 @@ impl Args {
             },
             (None, library) => {
                 anyhow::ensure!(
-                    library.is_some() || self.driver_root.is_some(),
+                    library.is_some() || !self.driver_root.is_empty(),
                     "no GPUs to publish: pass --topology (mock), --nvml-lib or --driver-root (NVML)"
                 );
                 GpuBackend::Nvml {
@@ -283,29 +294,7 @@ impl Args {
                 }
             }
         };
-        let driver_root = match &self.driver_root {
-            None => None,
-            Some(driver_root) => Some(DriverRootConfig {
-                driver_root: driver_root.clone(),
-                container_driver_root: self
-                    .container_driver_root
-                    .clone()
-                    .unwrap_or_else(|| driver_root.clone()),
-                dev_root: self.dev_root.clone(),
-                hook: match &self.cdi_hook_path {
-                    Some(path) => HookInstall::Installed(path.clone()),
-                    None => HookInstall::Copy {
-                        source: std::env::current_exe()
-                            .context("cannot find this program's own path")?
-                            .with_file_name(HOOK_BINARY),
-                        target: default_hook_install(
-                            &self.kubelet_plugins_directory_path,
-                            DRIVER_NAME,
-                        ),
-                    },
-                },
-            }),
-        };
+        let driver_root = self.driver_roots()?;
         Ok(NodePluginConfig {
             node_name: self.node_name.clone(),
             pod_uid: self.pod_uid.clone().filter(|uid| !uid.is_empty()),
@@ -339,13 +328,52 @@ impl Args {
         })
     }
 
+    /// The driver root candidates (`--driver-root`, `--container-driver-root`), or `None`.
+    fn driver_roots(&self) -> anyhow::Result<Option<DriverRoots>> {
+        if self.driver_root.is_empty() {
+            return Ok(None);
+        }
+        let seen = &self.container_driver_root;
+        anyhow::ensure!(
+            seen.is_empty() || seen.len() == self.driver_root.len(),
+            "--container-driver-root is given {} time(s) for {} --driver-root(s): give it once \
+             for each driver root, in the same order, or not at all (each is then seen at its \
+             host path)",
+            seen.len(),
+            self.driver_root.len()
+        );
+        let candidates = self
+            .driver_root
+            .iter()
+            .enumerate()
+            .map(|(i, host)| DriverRootPath {
+                host: host.clone(),
+                container: seen.get(i).unwrap_or(host).clone(),
+            })
+            .collect();
+        let hook = match &self.cdi_hook_path {
+            Some(path) => HookInstall::Installed(path.clone()),
+            None => HookInstall::Copy {
+                source: std::env::current_exe()
+                    .context("cannot find this program's own path")?
+                    .with_file_name(HOOK_BINARY),
+                target: default_hook_install(&self.kubelet_plugins_directory_path, DRIVER_NAME),
+            },
+        };
+        Ok(Some(DriverRoots {
+            candidates,
+            dev_root: self.dev_root.clone(),
+            hook,
+        }))
+    }
+
     /// MPS daemon pods (`--mps-daemons=pod`), or `None` for daemons as processes.
     fn mps_pods(&self) -> anyhow::Result<Option<MpsPodSettings>> {
         if self.mps_daemons == MpsDaemons::Process {
             return Ok(None);
         }
         anyhow::ensure!(
-            self.driver_root.is_some(),
+            !self.driver_root.is_empty(),
             "--mps-daemons=pod needs --driver-root (the daemon pods run its tools)"
         );
         Ok(Some(MpsPodSettings {
@@ -462,6 +490,55 @@ mod tests {
     }
 
     #[test]
+    fn driver_roots_are_candidates_in_order_each_seen_where_its_container_path_says() {
+        let roots = |flags: &[&str]| {
+            mock_node_with(flags)
+                .unwrap()
+                .plugin_config()
+                .map(|config| config.backend.driver_root.map(|r| r.candidates))
+        };
+        let path = |host: &str, container: &str| DriverRootPath {
+            host: host.into(),
+            container: container.into(),
+        };
+        // The chart's default on nvml nodes: the GPU operator's root first, then the host's.
+        let chart = [
+            "--driver-root=/run/nvidia/driver",
+            "--container-driver-root=/host-run-nvidia/driver",
+            "--driver-root=/",
+            "--container-driver-root=/driver-root",
+        ];
+        assert_eq!(
+            roots(&chart).unwrap(),
+            Some(vec![
+                path("/run/nvidia/driver", "/host-run-nvidia/driver"),
+                path("/", "/driver-root")
+            ])
+        );
+        // One root: as before; without a container path, seen at its host path.
+        assert_eq!(
+            roots(&["--driver-root", "/opt/nvidia"]).unwrap(),
+            Some(vec![path("/opt/nvidia", "/opt/nvidia")])
+        );
+        assert_eq!(
+            roots(&["--driver-root", "/a,/b"]).unwrap(),
+            Some(vec![path("/a", "/a"), path("/b", "/b")])
+        );
+        assert_eq!(roots(&[]).unwrap(), None);
+        let error = roots(&[
+            "--driver-root=/a",
+            "--driver-root=/b",
+            "--container-driver-root=/seen-a",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("--container-driver-root is given 1 time(s) for 2 --driver-root(s)"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn a_pod_uid_gives_per_pod_sockets_and_an_empty_one_none() {
         let config = |env_uid: &str| {
             mock_node_with(&["--pod-uid", env_uid])
@@ -520,7 +597,7 @@ mod tests {
             OptionalAddress(Some("0.0.0.0:8081".parse().unwrap()))
         );
         assert_eq!(args.cdi_root, PathBuf::from("/var/run/cdi"));
-        assert_eq!(args.driver_root, None);
+        assert!(args.driver_root.is_empty());
         assert_eq!(args.dev_root, PathBuf::from("/"));
         assert!(
             mock_node_with(&["--container-driver-root", "/driver-root"]).is_err(),

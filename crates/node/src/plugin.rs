@@ -38,8 +38,8 @@ use tessera_process::{
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::backend::driver_root::DriverRootError;
-use crate::backend::driver_watch::DriverWatch;
+use crate::backend::driver_root::{CompleteRoot, DriverRootError};
+use crate::backend::driver_watch::{DriverWatch, NodeDriverEvents};
 use crate::backend::{Backend, BackendConfig, BackendContext, BackendError};
 use crate::claim_status::StatusWriter;
 use crate::claims::KubeClaimSource;
@@ -53,6 +53,7 @@ use crate::imex_pods::PodImexControl;
 use crate::metrics::NodeMetrics;
 use crate::metrics::instrumented::InstrumentedDriver;
 use crate::metrics::readiness::Readiness;
+use crate::publish::node::WatchedNode;
 use crate::publish::runner::{PublishLoop, max_silence};
 use crate::publish::{Publisher, PublisherConfig, watch_node};
 use tessera_prepare::injection::CurrentInjection;
@@ -148,17 +149,22 @@ fn imex_refresh(
     Some(("IMEX peers refresh", tokio::spawn(refresh)))
 }
 
-/// The watch of the driver root for a new driver version, where the plugin injects one.
+/// The watch of the driver roots for a new driver version or a preferred root, where the plugin
+/// injects a driver; its changes are Events on the Node (`node`: the Node watch's facts).
 fn driver_watch(
-    config: &NodePluginConfig,
-    version: Option<String>,
+    shared: &Shared<'_>,
+    chosen: Option<CompleteRoot>,
     injection: CurrentInjection,
-    metrics: &NodeMetrics,
-    stop: &Stop,
+    node: watch::Receiver<Option<WatchedNode>>,
 ) -> Option<(&'static str, JoinHandle<()>)> {
-    let root = config.backend.driver_root.clone()?;
-    let watch = DriverWatch::new(root, version?, injection, metrics.clone());
-    Some(("driver root watch", watch.spawn(stop.clone())))
+    let config = shared.config;
+    let roots = config.backend.driver_root.clone()?;
+    let watch = DriverWatch::new(roots, chosen?, injection, shared.metrics.clone());
+    let events = NodeDriverEvents::new(shared.clients.requests.clone(), &config.node_name, node);
+    Some((
+        "driver root watch",
+        watch.spawn(Some(events), shared.stop.clone()),
+    ))
 }
 
 impl NodePlugin {
@@ -175,7 +181,7 @@ impl NodePlugin {
             state_dir: &config.state_dir,
             client: &clients.requests,
         };
-        let backend = open_backend(&config.backend, context).await?;
+        let backend = open_backend(&config.backend, config.metrics_address, context).await?;
         let injection = CurrentInjection::new(backend.injection.clone());
         let mut registry = Registry::default();
         tessera_process::build::register(&mut registry);
@@ -215,14 +221,13 @@ impl NodePlugin {
         background
             .parts
             .extend(imex_refresh(backend.imex.clone(), &stop));
-        background.publish(&shared, &kubelet, kubelet_health, published);
+        let node = background.publish(&shared, &kubelet, kubelet_health, published);
         if let Some(events) = backend.health_events {
             background.monitor(&shared, events);
         }
-        let version = backend.driver_version;
         background
             .parts
-            .extend(driver_watch(&config, version, injection, &metrics, &stop));
+            .extend(driver_watch(&shared, backend.driver, injection, node));
         if let Some(telemetry) = backend.telemetry {
             background.gpu_monitor(&shared, telemetry, holders, gpu_metrics);
         }
@@ -288,14 +293,14 @@ struct Background {
 }
 
 impl Background {
-    /// Starts the Node watch and the publish loop.
+    /// Starts the Node watch and the publish loop; returns the Node watch's facts.
     fn publish(
         &mut self,
         shared: &Shared<'_>,
         kubelet: &KubeletPlugin<ServedDriver>,
         kubelet_health: watch::Sender<Vec<tessera_kubelet_grpc::DeviceHealth>>,
         published: watch::Sender<bool>,
-    ) {
+    ) -> watch::Receiver<Option<WatchedNode>> {
         let config = shared.config;
         let (node, node_watch) = watch_node(
             shared.clients.watches.clone(),
@@ -319,7 +324,7 @@ impl Background {
             ),
             inventory: Arc::clone(&shared.inventory),
             findings: shared.findings.clone(),
-            node,
+            node: node.clone(),
             registration: kubelet.registration_state(),
             kubelet_health,
             published,
@@ -330,6 +335,7 @@ impl Background {
         let stopped = shared.stop.clone().cancelled_owned();
         self.parts
             .push(("publish loop", tokio::spawn(publish_loop.run(stopped))));
+        node
     }
 
     /// Starts the health monitor on NVML's events.
@@ -380,30 +386,101 @@ impl Background {
 /// How often a driver root without a complete driver is looked at again at start.
 const DRIVER_ROOT_RETRY: Duration = Duration::from_secs(5);
 
-/// Opens the backend, waiting while the driver root holds no complete driver (the GPU
-/// operator's driver container is still laying its files): the plugin is not ready meanwhile
-/// (nothing answers `/readyz` yet) and says why every [`DRIVER_ROOT_RETRY`] at most once a minute.
+/// Opens the backend, waiting while no candidate driver root holds a complete driver (the GPU
+/// operator's driver container is still laying its files, or not installed yet): meanwhile
+/// `/healthz` answers (waiting is not hanging, so the liveness probe does not restart the
+/// container) and `/readyz` says why, as the log does every [`DRIVER_ROOT_RETRY`] at most once a
+/// minute — every candidate and what it lacks. The candidates are read again at each try, so
+/// the first to get a complete driver is used.
 async fn open_backend(
     config: &BackendConfig,
+    address: Option<SocketAddr>,
     context: BackendContext<'_>,
 ) -> Result<Backend, PluginError> {
     let mut said: Option<std::time::Instant> = None;
+    let mut waiting: Option<WaitingEndpoints> = None;
     loop {
-        match Backend::open(config, context) {
+        let reason = match Backend::open(config, context) {
+            Err(BackendError::NoCompleteDriver(lacking)) => lacking.to_string(),
+            // The root was emptied between the look and the read.
             Err(BackendError::DriverRoot {
                 driver_root,
                 source: DriverRootError::Discovery(error),
-            }) => {
-                if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
-                    tracing::warn!(driver_root = %driver_root.display(), %error, "waiting for a complete NVIDIA driver under the driver root; not ready until then");
-                    said = Some(std::time::Instant::now());
+            }) => format!("{}: {error}", driver_root.display()),
+            other => {
+                if let Some(waiting) = waiting {
+                    waiting.close().await;
                 }
-                tokio::time::sleep(DRIVER_ROOT_RETRY).await;
+                return other.map_err(PluginError::from);
             }
-            other => return other.map_err(PluginError::from),
+        };
+        if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+            tracing::warn!(reason = %reason, "waiting for a complete NVIDIA driver under the driver root; not ready until then");
+            said = Some(std::time::Instant::now());
+        }
+        match &waiting {
+            Some(endpoints) => endpoints.say(reason),
+            None => waiting = WaitingEndpoints::serve(address, reason).await,
+        }
+        tokio::time::sleep(DRIVER_ROOT_RETRY).await;
+    }
+}
+
+/// The endpoints while the plugin waits for a driver: alive, not ready (the reason), no metrics.
+struct WaitingEndpoints {
+    reason: Arc<std::sync::Mutex<String>>,
+    stop: Stop,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl WaitingEndpoints {
+    /// Serves them on `address` (none without one, or if it cannot be bound: the log says why
+    /// the plugin waits either way).
+    async fn serve(address: Option<SocketAddr>, reason: String) -> Option<WaitingEndpoints> {
+        let reason = Arc::new(std::sync::Mutex::new(reason));
+        let said = Arc::clone(&reason);
+        let not_ready = move || -> Result<(), Vec<String>> {
+            let reason = said.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            Err(vec![reason])
+        };
+        let endpoints = Endpoints {
+            metrics: Arc::new(Registry::default()),
+            liveness: Arc::new(|| -> Result<(), Vec<String>> { Ok(()) }),
+            readiness: Arc::new(not_ready),
+        };
+        let server = match EndpointServer::bind(address?, endpoints).await {
+            Ok(server) => server,
+            Err(error) => {
+                tracing::warn!(%error, "cannot serve /healthz and /readyz while waiting for the driver");
+                return None;
+            }
+        };
+        let stop = Stop::new();
+        let task = tokio::spawn(server.serve(stop.clone().cancelled_owned()));
+        Some(WaitingEndpoints { reason, stop, task })
+    }
+
+    fn say(&self, reason: String) {
+        *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = reason;
+    }
+
+    /// Stops serving and waits until the port is free for the plugin's own endpoints.
+    async fn close(self) {
+        self.stop.cancel();
+        let abort = self.task.abort_handle();
+        // Connections a scraper keeps open must not hold the port for long.
+        match tokio::time::timeout(Duration::from_secs(5), self.task).await {
+            Ok(Ok(Err(error))) => {
+                tracing::warn!(%error, "the endpoints served while waiting for the driver stopped with an error");
+            }
+            Ok(_) => {}
+            Err(_) => {
+                abort.abort();
+            }
         }
     }
 }
+
 /// How often the IMEX daemons' peers are compared with their domains' pods.
 const IMEX_REFRESH: std::time::Duration = std::time::Duration::from_secs(3);
 

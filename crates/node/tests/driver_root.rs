@@ -668,26 +668,29 @@ async fn an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim() {
     drop(plugin);
 }
 
-async fn a_root_without_a_driver_waits_with_the_reason_and_starts_once_it_is_there() {
-    let fake = FakeDriver::new();
+/// Starts the plugin with `flags` while `fake`'s root holds no driver, waits until it says why
+/// (`reason` each in its log), checks it keeps waiting, then lays the driver and waits until it
+/// registers.
+async fn waits_with_the_reason_until_the_driver_is_laid(
+    fake: &FakeDriver,
+    flags: &[String],
+    reason: &[String],
+) {
     // The GPU operator's driver container has not laid its files yet.
     let laid = fake.root.with_extension("laid");
     std::fs::rename(&fake.root, &laid).unwrap();
     std::fs::create_dir(&fake.root).unwrap();
     let (_server, http, _) = api_server_with_node().await;
     let dirs = PluginDirs::new();
-    let flags = fake.flags();
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let plugin = PluginProcess::start(http.kubeconfig_path(), &dirs, &flags, &[]);
-    let root = fake.root.display().to_string();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let logs = plugin_logs(&dirs);
         if logs.contains("waiting for a complete NVIDIA driver") {
-            assert!(
-                logs.contains("no NVIDIA driver under") && logs.contains(&root),
-                "{logs}"
-            );
+            for part in reason {
+                assert!(logs.contains(part.as_str()), "{part}: {logs}");
+            }
             break;
         }
         assert!(
@@ -701,6 +704,20 @@ async fn a_root_without_a_driver_waits_with_the_reason_and_starts_once_it_is_the
         plugin.child.lock().unwrap().try_wait().unwrap().is_none(),
         "the plugin must wait, not stop"
     );
+    // Alive (the liveness probe leaves it be), not ready, and /readyz says why.
+    let alive = eventually(
+        &dirs,
+        "/healthz while waiting",
+        Duration::from_secs(10),
+        async || plugin.http_get("/healthz").await,
+    )
+    .await;
+    assert_eq!(alive.0, 200, "{alive:?}");
+    let (code, body) = plugin.http_get("/readyz").await.unwrap();
+    assert_eq!(code, 503, "{body}");
+    for part in reason {
+        assert!(body.contains(part.as_str()), "{part}: {body}");
+    }
     // The driver arrives: the plugin starts and registers with the kubelet.
     std::fs::remove_dir(&fake.root).unwrap();
     std::fs::rename(&laid, &fake.root).unwrap();
@@ -710,6 +727,50 @@ async fn a_root_without_a_driver_waits_with_the_reason_and_starts_once_it_is_the
         "{}",
         plugin_logs(&dirs)
     );
+    // The plugin's own endpoints took the port over.
+    let ready = eventually(
+        &dirs,
+        "/readyz ready",
+        Duration::from_secs(30),
+        async || {
+            plugin
+                .http_get("/readyz")
+                .await
+                .filter(|(code, _)| *code == 200)
+        },
+    )
+    .await;
+    assert_eq!(ready.0, 200);
+    let (_, metrics) = plugin.http_get("/metrics").await.unwrap();
+    assert!(metrics.contains("tessera_node_"), "{metrics}");
+}
+
+async fn a_root_without_a_driver_waits_with_the_reason_and_starts_once_it_is_there() {
+    let fake = FakeDriver::new();
+    let root = fake.root.display().to_string();
+    let reason = [format!(
+        "no NVIDIA driver under the driver root: {root} is empty"
+    )];
+    waits_with_the_reason_until_the_driver_is_laid(&fake, &fake.flags(), &reason).await;
+}
+
+/// The chart's default shape: the GPU operator's root first (here never made: no operator),
+/// then the host's. The wait names both and what each lacks; the host's is used once complete.
+async fn candidate_roots_wait_naming_each_and_start_on_the_first_complete() {
+    let fake = FakeDriver::new();
+    let operator = fake.root.with_file_name("run-nvidia").join("driver");
+    let mut flags = fake.flags();
+    let at = flags.iter().position(|f| f == "--driver-root").unwrap();
+    flags.splice(
+        at..at,
+        ["--driver-root".to_owned(), operator.display().to_string()],
+    );
+    let reason = [
+        "no NVIDIA driver under any candidate driver root".to_owned(),
+        format!("{} does not exist", operator.display()),
+        format!("{} is empty", fake.root.display()),
+    ];
+    waits_with_the_reason_until_the_driver_is_laid(&fake, &flags, &reason).await;
 }
 
 fn main() -> ExitCode {
@@ -742,6 +803,14 @@ fn main() -> ExitCode {
                 &|| {
                     runtime
                         .block_on(an_mps_daemon_pod_outlives_the_plugin_and_goes_with_its_claim())
+                },
+            ),
+            (
+                "candidate_roots_wait_naming_each_and_start_on_the_first_complete",
+                &|| {
+                    runtime.block_on(
+                        candidate_roots_wait_naming_each_and_start_on_the_first_complete(),
+                    )
                 },
             ),
             (

@@ -46,6 +46,108 @@ pub struct DriverRootConfig {
     pub hook: HookInstall,
 }
 
+/// One place the driver may be: the directory on the host (what CDI specs name, since the
+/// container runtime resolves them on the host) and where this process sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverRootPath {
+    pub host: PathBuf,
+    pub container: PathBuf,
+}
+
+/// Where the driver may be, as flags give it: one root, or candidates in order of preference
+/// (the chart's default: the GPU operator's `/run/nvidia/driver` first, then the host's `/`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverRoots {
+    /// Never empty; the first complete one is used.
+    pub candidates: Vec<DriverRootPath>,
+    /// The device root on the host, which this process sees at the same path.
+    pub dev_root: PathBuf,
+    /// The CDI hook.
+    pub hook: HookInstall,
+}
+
+/// A candidate that holds a complete driver: which one (its index in
+/// [`DriverRoots::candidates`]) and the driver's version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompleteRoot {
+    pub index: usize,
+    pub version: String,
+}
+
+/// No candidate holds a complete driver: each one and what it lacks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", describe_lacking(.0))]
+pub struct NoCompleteDriver(pub Vec<(PathBuf, String)>);
+
+fn describe_lacking(lacking: &[(PathBuf, String)]) -> String {
+    let each = lacking
+        .iter()
+        .map(|(root, lacks)| format!("{} {lacks}", root.display()))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let which = if lacking.len() == 1 {
+        "the driver root"
+    } else {
+        "any candidate driver root"
+    };
+    format!(
+        "no NVIDIA driver under {which}: {each} (a complete driver has its \
+         libcuda.so.<version> or libnvidia-ml.so.<version> in the root's /etc/ld.so.cache or \
+         library directories; the chart's nvidiaDriverRoot: empty finds the GPU operator's \
+         /run/nvidia/driver or a host install at /; /home/kubernetes/bin/nvidia on GKE)"
+    )
+}
+
+impl DriverRoots {
+    /// Candidate `index` as the one root the plugin uses.
+    pub fn config(&self, index: usize) -> DriverRootConfig {
+        let root = &self.candidates[index];
+        DriverRootConfig {
+            driver_root: root.host.clone(),
+            container_driver_root: root.container.clone(),
+            dev_root: self.dev_root.clone(),
+            hook: self.hook.clone(),
+        }
+    }
+
+    /// The most preferred candidate among the first `before` that holds a complete driver, or
+    /// what each of them lacks (blocking: file IO).
+    pub fn first_complete(&self, before: usize) -> Result<CompleteRoot, NoCompleteDriver> {
+        let mut lacking = Vec::new();
+        for (index, root) in self.candidates.iter().enumerate().take(before) {
+            match version_at(root) {
+                Ok(version) => return Ok(CompleteRoot { index, version }),
+                Err(lacks) => lacking.push((root.host.clone(), lacks)),
+            }
+        }
+        Err(NoCompleteDriver(lacking))
+    }
+
+    /// [`DriverRoots::first_complete`] among every candidate: the root to start on.
+    pub fn choose(&self) -> Result<CompleteRoot, NoCompleteDriver> {
+        self.first_complete(self.candidates.len())
+    }
+}
+
+/// The version of the complete driver under `root`, or what the root lacks.
+pub fn version_at(root: &DriverRootPath) -> Result<String, String> {
+    let tree = HostTree::new(&root.container);
+    match discover::discover(&tree, &root.host.display().to_string()) {
+        Ok(files) => Ok(files.version),
+        Err(DiscoveryError::NoDriver { .. }) => Err(lacks(&root.container)),
+    }
+}
+
+/// What a root without a complete driver lacks, by what this process sees at `container`.
+fn lacks(container: &Path) -> String {
+    match std::fs::read_dir(container).map(|mut entries| entries.next().is_none()) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => "does not exist".to_owned(),
+        Err(error) => format!("cannot be read ({error})"),
+        Ok(true) => "is empty".to_owned(),
+        Ok(false) => "has no libcuda.so.<version> or libnvidia-ml.so.<version>".to_owned(),
+    }
+}
+
 /// Where the CDI hook comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HookInstall {

@@ -24,7 +24,9 @@ use tessera_prepare::sharing::{GpuControl, SimulatedGpuControl, SystemGpuControl
 use crate::gpu_metrics::TelemetrySource;
 use crate::imex_pods::{ImexPodTemplate, PodImexControl};
 use crate::mps_pods::{MpsPodTemplate, PodMpsControl};
-use driver_root::{DriverRootConfig, DriverRootError, DriverTools};
+use driver_root::{
+    CompleteRoot, DriverRootConfig, DriverRootError, DriverRoots, DriverTools, NoCompleteDriver,
+};
 
 /// Where the GPUs come from.
 #[derive(Debug, Clone)]
@@ -44,10 +46,11 @@ pub enum GpuBackend {
 #[derive(Debug, Clone)]
 pub struct BackendConfig {
     pub devices: GpuBackend,
-    /// The NVIDIA driver's files, which claim specs inject, and its tools, which time-slicing and
-    /// MPS run; `None`: specs carry device nodes and environment only, sharing is simulated on
-    /// mock nodes and uses the tools on `PATH` with NVML.
-    pub driver_root: Option<DriverRootConfig>,
+    /// Where the NVIDIA driver may be (one root or candidates): its files, which claim specs
+    /// inject, and its tools, which time-slicing and MPS run; `None`: specs carry device nodes
+    /// and environment only, sharing is simulated on mock nodes and uses the tools on `PATH`
+    /// with NVML.
+    pub driver_root: Option<DriverRoots>,
     /// Host directory the driver's device nodes are under (`/` on real nodes).
     pub dev_root: PathBuf,
     /// MPS control daemons in pods of their own (`--mps-daemons=pod`, with a driver root);
@@ -87,6 +90,8 @@ pub enum BackendError {
         }
     )]
     NoNvmlLibrary { driver_root: Option<PathBuf> },
+    #[error(transparent)]
+    NoCompleteDriver(#[from] NoCompleteDriver),
     #[error("--driver-root {}: {source}", .driver_root.display())]
     DriverRoot {
         driver_root: PathBuf,
@@ -102,8 +107,8 @@ pub struct Backend {
     pub gpu: Arc<dyn GpuControl>,
     pub mig: Arc<dyn MigControl>,
     pub injection: DriverInjection,
-    /// The version of the driver under the driver root (none without one).
-    pub driver_version: Option<String>,
+    /// The driver root in use and its driver's version (none without a driver root).
+    pub driver: Option<CompleteRoot>,
     pub health_events: Option<HealthEvents>,
     pub telemetry: Option<Arc<dyn TelemetrySource>>,
     /// IMEX daemons in pods, where daemons run in pods and the driver root has `nvidia-imex`;
@@ -128,21 +133,22 @@ impl Backend {
         config: &BackendConfig,
         place: BackendContext<'_>,
     ) -> Result<Backend, BackendError> {
-        let (injection, tools, nvml_library, driver_version) = load_driver_root(config)?;
+        let (chosen, injection, tools, nvml_library) = load_driver_root(config)?;
+        let driver = chosen.as_ref().map(|(_, driver)| driver);
         let mut devices = config.devices.clone();
-        let driver_root = config.driver_root.as_ref().map(|d| d.driver_root.clone());
-        default_nvml_library(&mut devices, nvml_library, driver_root)?;
+        let driver_root = driver.map(|d| d.driver_root.clone());
+        default_nvml_library(&mut devices, nvml_library, driver_root.clone())?;
         // Sharing through the driver root's tools (privileged daemon pods on real GPUs).
         let sharing = |privileged| {
             tools
                 .as_ref()
-                .map(|tools| driver_sharing(config, place, tools, privileged))
+                .map(|tools| driver_sharing(config, driver, place, tools, privileged))
                 .transpose()
         };
         let mock = matches!(devices, GpuBackend::Mock { .. });
         let imex = tools
             .as_ref()
-            .and_then(|tools| imex_pods(config, place, tools, !mock));
+            .and_then(|tools| imex_pods(config, driver, place, tools, !mock));
         let mut backend = match &devices {
             GpuBackend::Mock { topology } => {
                 let mut backend = Backend::mock(place, topology, sharing(false)?, injection)?;
@@ -156,13 +162,13 @@ impl Backend {
                 library,
                 sysfs_root,
             } => {
-                let library = library.as_deref().ok_or(BackendError::NoNvmlLibrary {
-                    driver_root: config.driver_root.as_ref().map(|d| d.driver_root.clone()),
-                })?;
+                let library = library
+                    .as_deref()
+                    .ok_or(BackendError::NoNvmlLibrary { driver_root })?;
                 Backend::nvml(library, sysfs_root, sharing(true)?, injection)?
             }
         };
-        backend.driver_version = driver_version;
+        backend.driver = chosen.map(|(complete, _)| complete);
         backend.imex = imex;
         Ok(backend)
     }
@@ -199,7 +205,7 @@ impl Backend {
             )),
             inventory,
             injection,
-            driver_version: None,
+            driver: None,
             health_events: None,
             telemetry: None,
             imex: None,
@@ -238,7 +244,7 @@ impl Backend {
             },
             mig: Arc::new(NvmlMig(nvml.clone())),
             injection,
-            driver_version: None,
+            driver: None,
             health_events,
             telemetry: Some(nvml as Arc<dyn TelemetrySource>),
             imex: None,
@@ -320,41 +326,48 @@ fn default_nvml_library(
     Ok(())
 }
 
-/// The NVIDIA driver: what claim specs inject, its tools for sharing (with a driver root), and
-/// its `libnvidia-ml.so.1` (this process's view).
+/// The driver root in use (the first candidate with a complete driver) and its config.
+type ChosenRoot = (CompleteRoot, DriverRootConfig);
+
+/// The NVIDIA driver: the root in use, what claim specs inject, its tools for sharing (with a
+/// driver root), and its `libnvidia-ml.so.1` (this process's view).
 #[allow(clippy::type_complexity)]
 fn load_driver_root(
     config: &BackendConfig,
 ) -> Result<
     (
+        Option<ChosenRoot>,
         DriverInjection,
         Option<DriverTools>,
         Option<PathBuf>,
-        Option<String>,
     ),
     BackendError,
 > {
-    let Some(driver) = &config.driver_root else {
+    let Some(roots) = &config.driver_root else {
         if matches!(config.devices, GpuBackend::Nvml { .. }) {
             tracing::warn!(
                 "no --driver-root: claim specs give containers device nodes and environment but \
-                 none of the driver's libraries or binaries (set kubeletPlugin.driverRoot)"
+                 none of the driver's libraries or binaries (set nvidiaDriverRoot)"
             );
         }
         return Ok((
-            DriverInjection::devices_only(&config.dev_root),
             None,
+            DriverInjection::devices_only(&config.dev_root),
             None,
             None,
         ));
     };
+    let chosen = roots.choose()?;
+    let driver = roots.config(chosen.index);
     let (injection, tools, summary) =
-        driver_root::load(driver).map_err(|source| BackendError::DriverRoot {
+        driver_root::load(&driver).map_err(|source| BackendError::DriverRoot {
             driver_root: driver.driver_root.clone(),
             source,
         })?;
     tracing::info!(
         driver_root = %driver.driver_root.display(),
+        seen_at = %driver.container_driver_root.display(),
+        candidates = ?roots.candidates.iter().map(|c| c.host.display().to_string()).collect::<Vec<_>>(),
         version = %summary.version,
         libraries = summary.libraries,
         library_dirs = ?summary.library_dirs,
@@ -367,11 +380,15 @@ fn load_driver_root(
     for missing in &summary.missing_control_nodes {
         tracing::warn!(node = %missing, "driver device node missing; containers will not get it");
     }
+    let chosen = CompleteRoot {
+        index: chosen.index,
+        version: summary.version,
+    };
     Ok((
+        Some((chosen, driver)),
         injection,
         Some(tools),
         summary.nvml_library,
-        Some(summary.version),
     ))
 }
 
@@ -379,12 +396,13 @@ fn load_driver_root(
 /// their own ([`BackendConfig::mps_pods`]).
 fn driver_sharing(
     config: &BackendConfig,
+    driver: Option<&DriverRootConfig>,
     place: BackendContext<'_>,
     tools: &DriverTools,
     privileged: bool,
 ) -> Result<Arc<dyn GpuControl>, BackendError> {
     let system = driver_gpu_control(tools);
-    let (Some(pods), Some(driver)) = (&config.mps_pods, &config.driver_root) else {
+    let (Some(pods), Some(driver)) = (&config.mps_pods, driver) else {
         return Ok(Arc::new(system));
     };
     let control = tools
@@ -416,11 +434,12 @@ fn driver_sharing(
 /// `nvidia-imex-ctl` (fabric nodes' drivers do).
 fn imex_pods(
     config: &BackendConfig,
+    driver: Option<&DriverRootConfig>,
     place: BackendContext<'_>,
     tools: &DriverTools,
     privileged: bool,
 ) -> Option<PodImexControl> {
-    let (Some(pods), Some(driver)) = (&config.mps_pods, &config.driver_root) else {
+    let (Some(pods), Some(driver)) = (&config.mps_pods, driver) else {
         return None;
     };
     let (Some(daemon), Some(ctl)) = (&tools.imex_daemon, &tools.imex_ctl) else {

@@ -15,6 +15,7 @@
 //! | `tessera_node_inventory_scans_total` | counter | `result` | reads of the GPU inventory |
 //! | `tessera_node_health_events_total` | counter | `kind` (xid, ecc-single, ecc-double), `action` (taint, ignore) | NVML health events |
 //! | `tessera_node_unhealthy_devices` | gauge | | devices currently tainted by health monitoring (XID/ECC findings, lost GPUs) |
+//! | `tessera_node_driver_reloads_total` | counter | `change` (version, root), `result` | re-reads of the driver root after its driver changed version, or of a preferred root that got a driver |
 //!
 //! The per-device GPU metrics and idle claims (`tessera_node_gpu_*`, `tessera_node_idle_claim*`)
 //! are [`crate::gpu_metrics`]'s, registered in the same registry.
@@ -95,6 +96,23 @@ label_values!(ClaimOperation { Prepare => "prepare", Unprepare => "unprepare" })
 label_values!(ResultLabel { Success => "success", Error => "error" });
 label_values!(HealthEventLabel { Xid => "xid", EccSingle => "ecc-single", EccDouble => "ecc-double" });
 label_values!(HealthAction { Taint => "taint", Ignore => "ignore" });
+label_values!(DriverChange { Version => "version", Root => "root" });
+
+/// What changed when the driver root was read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DriverChange {
+    /// Another driver version under the same root.
+    Version,
+    /// A more preferred candidate root got a complete driver (the GPU operator's, installed
+    /// after the plugin started on the host's).
+    Root,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DriverReloadLabels {
+    change: DriverChange,
+    result: ResultLabel,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ClaimLabels {
@@ -138,7 +156,7 @@ pub struct NodeMetrics {
     inventory_scans: Family<ResultLabels, Counter>,
     health_events: Family<HealthLabels, Counter>,
     unhealthy_devices: Gauge,
-    driver_reloads: Family<ResultLabels, Counter>,
+    driver_reloads: Family<DriverReloadLabels, Counter>,
 }
 
 impl NodeMetrics {
@@ -210,16 +228,18 @@ impl NodeMetrics {
         );
         node.register(
             "driver_reloads",
-            "Re-reads of the driver root after the NVIDIA driver under it changed version",
+            "Re-reads of the driver root after the NVIDIA driver under it changed version, or of \
+             a more preferred driver root that got a complete driver",
             metrics.driver_reloads.clone(),
         );
         metrics
     }
 
-    /// Counts one re-read of the driver root after its driver changed version.
-    pub fn driver_reload(&self, result: ResultLabel) {
+    /// Counts one re-read of the driver root after its driver changed version, or of another
+    /// root the plugin moves to.
+    pub fn driver_reload(&self, change: DriverChange, result: ResultLabel) {
         self.driver_reloads
-            .get_or_create(&ResultLabels { result })
+            .get_or_create(&DriverReloadLabels { change, result })
             .inc();
     }
 

@@ -1,17 +1,18 @@
 //! A driver upgrade under a running plugin (docs/operations.md, "Driver upgrades"), simulated in a
 //! node's fake driver root: the driver's libraries and firmware are laid again under a new version
 //! and the links the loader cache names (`libcuda.so.1`, ...) point at them, as an upgrade does. The plugin notices
-//! (`tessera_node_driver_reloads_total{result="success"}`), the next claim's CDI spec and its
-//! container get the new `libcuda.so.<version>`, and the claim prepared before keeps the old one.
+//! (`tessera_node_driver_reloads_total{result="success"}`, a `DriverReloaded` Event on the Node),
+//! the next claim's CDI spec and its container get the new `libcuda.so.<version>`, and the claim
+//! prepared before keeps the old one.
 //! The links are pointed back at the end (the plugin follows them back).
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 
 use super::outcome::ScenarioOutcome;
 use crate::context::Ctx;
@@ -92,6 +93,7 @@ async fn upgraded(
         },
     )
     .await?;
+    reload_event(ctx, node, old_version).await?;
     let (after, version) = run_one(ctx, node, "after").await?;
     ensure!(
         version == NEW_VERSION,
@@ -107,6 +109,40 @@ async fn upgraded(
     ctx.say(format!(
         "{node}: claim after the upgrade gets libcuda.so.{NEW_VERSION}; the one before keeps {old_version}"
     ));
+    Ok(())
+}
+
+/// The plugin's `DriverReloaded` Event on the Node, naming both versions (Events of
+/// cluster-scoped objects are in `default`).
+async fn reload_event(ctx: &Ctx, node: &str, old_version: &str) -> anyhow::Result<()> {
+    let events = Api::<Event>::namespaced(ctx.client.clone(), "default");
+    let selector =
+        format!("involvedObject.kind=Node,involvedObject.name={node},reason=DriverReloaded");
+    let wanted = format!("driver {old_version} under");
+    let to = format!("-> driver {NEW_VERSION} under");
+    let message = until(
+        &format!("a DriverReloaded Event on node {node}"),
+        ctx.timeouts.event,
+        || async {
+            let found = events
+                .list(&ListParams::default().fields(&selector))
+                .await
+                .with_context(|| format!("cannot list the events of node {node}"))?
+                .items;
+            Ok(
+                match found
+                    .iter()
+                    .filter_map(|e| e.message.clone())
+                    .find(|m| m.contains(&wanted) && m.contains(&to))
+                {
+                    Some(message) => Progress::Done(message),
+                    None => Progress::Waiting(format!("{} DriverReloaded event(s)", found.len())),
+                },
+            )
+        },
+    )
+    .await?;
+    ctx.say(format!("node event: {message}"));
     Ok(())
 }
 

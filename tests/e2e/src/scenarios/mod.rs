@@ -106,7 +106,7 @@ fn published_and_basic() -> Vec<Scenario> {
         ),
         scenario!(
             "driver-upgrade",
-            "a new driver version laid in a node's fake driver root under the running plugin: the plugin reads it (tessera_node_driver_reloads_total), the next claim's spec and container get its libcuda.so, the claim from before keeps the old one",
+            "a new driver version laid in a node's fake driver root under the running plugin: the plugin reads it (tessera_node_driver_reloads_total, a DriverReloaded Event on the Node), the next claim's spec and container get its libcuda.so, the claim from before keeps the old one",
             driver_upgrade::driver_upgrade
         ),
         scenario!(
