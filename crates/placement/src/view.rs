@@ -10,7 +10,7 @@
 //! state the previous ones leave.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
@@ -21,6 +21,7 @@ use tessera_allocator::{
 
 use crate::claims::PodClaims;
 use crate::extended::ExtendedResources;
+use crate::group::domains::LayoutBase;
 use crate::group::settings::{DEFAULT_GROUP_HOLD, GroupSettings};
 use crate::managed::{managed_slices, unmanaged_slices};
 use crate::nodes::{NodeFacts, NodeFilter, PodRequirements};
@@ -77,6 +78,8 @@ pub struct ClusterSnapshot {
     /// Each node's fabric clique (indexed like [`ClusterSnapshot::nodes`]), found at the first
     /// group decision: the same for every decision on this snapshot.
     cliques: OnceLock<Vec<Option<String>>>,
+    /// What group decisions read of the snapshot's domains, per hierarchy (its label keys).
+    layouts: Mutex<HashMap<Vec<String>, Arc<LayoutBase>>>,
 }
 
 impl ClusterSnapshot {
@@ -102,7 +105,24 @@ impl ClusterSnapshot {
             nodes,
             extended,
             cliques: OnceLock::new(),
+            layouts: Mutex::default(),
         }
+    }
+
+    /// The domains of the hierarchy of `labels` as group decisions read them, built once per
+    /// snapshot by `build` (nodes, their devices and labels are the snapshot's own).
+    pub(crate) fn layout_base(
+        &self,
+        labels: &[String],
+        build: impl FnOnce() -> LayoutBase,
+    ) -> Arc<LayoutBase> {
+        let mut layouts = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(base) = layouts.get(labels) {
+            return base.clone();
+        }
+        let base = Arc::new(build());
+        layouts.insert(labels.to_vec(), base.clone());
+        base
     }
 
     /// Each node's fabric clique, computed once per snapshot by `find` (a node's clique is a

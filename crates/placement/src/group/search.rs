@@ -4,6 +4,9 @@
 
 use std::collections::HashMap;
 
+use k8s_openapi::api::resource::v1::AllocationResult;
+use tessera_allocator::AllocatedState;
+
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
@@ -12,13 +15,13 @@ use crate::group::domains::{Domain, Layout, Level, subdomains};
 use crate::group::membership::GroupKey;
 use crate::group::score::{GroupScore, decision_node, score};
 use crate::group::settings::GroupSettings;
-use crate::planner::{Action, Failure, PodPlan};
+use crate::planner::{Action, Failure, Placement, PodPlan};
 use crate::pods::pod_usage_requests;
 use crate::preemption::Demand;
 use crate::protocol::object_key;
 use crate::reason::PodReason;
 use crate::resolve::PodClaim;
-use crate::resources::NodeUsage;
+use crate::resources::{NodeUsage, Requests};
 use crate::view::{PodContext, Settings, decide_pod_within};
 
 /// Domains tried at the level where the group first fits, before the best is kept.
@@ -113,6 +116,10 @@ struct Search<'a, 'c> {
     /// Domains that cannot hold this by counting free managed devices are skipped without an
     /// attempt (the default: every domain is tried).
     floor: DemandFloor,
+    /// The devices in use and node usage attempts place members on, copied from the context at
+    /// the first member placed that another member's decision reads; each attempt takes its
+    /// changes back.
+    scratch: Option<(AllocatedState, HashMap<String, NodeUsage>)>,
 }
 
 impl<'a, 'c> Search<'a, 'c> {
@@ -133,14 +140,14 @@ impl<'a, 'c> Search<'a, 'c> {
             steps: 0,
             truncated: false,
             floor,
+            scratch: None,
         }
     }
 
     /// Places members in `nodes`, packing them into `subdomains` (groups of `nodes`, in order of
     /// preference; the ones already used come first).
     fn attempt(&mut self, subdomains: &[Vec<usize>]) -> Attempt {
-        let mut state = self.context.in_use.clone();
-        let mut usage: HashMap<String, NodeUsage> = self.context.usage.clone();
+        let mut placed_on = Scratch::default();
         let mut used: Vec<usize> = Vec::new();
         let mut attempt = Attempt {
             placed: Vec::new(),
@@ -168,11 +175,15 @@ impl<'a, 'c> Search<'a, 'c> {
                     break;
                 }
                 self.steps += 1;
+                let (in_use, usage) = match &self.scratch {
+                    Some((state, usage)) => (state, usage),
+                    None => (self.context.in_use, self.context.usage),
+                };
                 let context = PodContext {
                     devices: self.context.devices,
                     unmanaged: self.context.unmanaged,
-                    in_use: &state,
-                    usage: &usage,
+                    in_use,
+                    usage,
                 };
                 let decision = decide_pod_within(
                     member.pod,
@@ -183,21 +194,14 @@ impl<'a, 'c> Search<'a, 'c> {
                     Some(subdomains[sub].as_slice()),
                 );
                 match &decision.action {
-                    Action::Place(p) => {
-                        for claim in &p.undo {
-                            if let Some(a) = allocation(claim) {
-                                let _ = state.remove_allocation(a);
-                            }
-                        }
-                        for write in &p.writes {
-                            let _ = state.add_allocation(&write.allocation);
-                        }
-                        usage
-                            .entry(p.node.clone())
-                            .or_default()
-                            .add_pod(pod_usage_requests(member.pod));
+                    // The last member's placement is read by no later decision.
+                    Action::Place(p) if index + 1 < total => {
+                        let scratch = self.scratch.get_or_insert_with(|| {
+                            (self.context.in_use.clone(), self.context.usage.clone())
+                        });
+                        placed_on.place(scratch, p, pod_usage_requests(member.pod));
                     }
-                    Action::Release { .. } | Action::Nothing => {}
+                    Action::Place(_) | Action::Release { .. } | Action::Nothing => {}
                     Action::CannotPlace { message, .. } | Action::LeaveToScheduler { message } => {
                         last = message.clone();
                         continue;
@@ -214,7 +218,64 @@ impl<'a, 'c> Search<'a, 'c> {
                 attempt.missed.push((index, last));
             }
         }
+        if let Some(scratch) = self.scratch.as_mut() {
+            placed_on.undo(scratch);
+        }
         attempt
+    }
+}
+
+/// What one attempt changed in the search's scratch copy of the cluster, to take back after it:
+/// the copy is made once per search, not once per attempt.
+#[derive(Default)]
+struct Scratch {
+    /// Allocations added, and those of claims undone, in order.
+    added: Vec<AllocationResult>,
+    undone: Vec<AllocationResult>,
+    /// Each node's usage before the attempt first changed it.
+    usage: Vec<(String, Option<NodeUsage>)>,
+}
+
+impl Scratch {
+    /// Places `p` (a member requesting `requests`) on the copy.
+    fn place(
+        &mut self,
+        (state, usage): &mut (AllocatedState, HashMap<String, NodeUsage>),
+        p: &Placement,
+        requests: Requests,
+    ) {
+        // Recorded even when a change fails part way: taking back what was not done is harmless.
+        for claim in &p.undo {
+            if let Some(a) = allocation(claim) {
+                let _ = state.remove_allocation(a);
+                self.undone.push(a.clone());
+            }
+        }
+        for write in &p.writes {
+            let _ = state.add_allocation(&write.allocation);
+            self.added.push(write.allocation.clone());
+        }
+        if !self.usage.iter().any(|(n, _)| *n == p.node) {
+            self.usage
+                .push((p.node.clone(), usage.get(&p.node).copied()));
+        }
+        usage.entry(p.node.clone()).or_default().add_pod(requests);
+    }
+
+    /// Takes every change back.
+    fn undo(self, (state, usage): &mut (AllocatedState, HashMap<String, NodeUsage>)) {
+        for a in self.added.iter().rev() {
+            let _ = state.remove_allocation(a);
+        }
+        for a in self.undone.iter().rev() {
+            let _ = state.add_allocation(a);
+        }
+        for (node, before) in self.usage {
+            match before {
+                Some(u) => usage.insert(node, u),
+                None => usage.remove(&node),
+            };
+        }
     }
 }
 

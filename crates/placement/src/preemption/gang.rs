@@ -52,10 +52,18 @@ impl Evicted<'_> {
             if !self.freed(c) {
                 continue;
             }
-            if let Some(a) = allocation(&victims.claims[c].claim) {
+            let held = &victims.claims[c];
+            if held.whole {
+                // Its devices by id: no allocation to read again.
+                for (id, _) in held.devices.iter().filter(|(id, _)| !self.reserved.contains(id)) {
+                    self.working.remove_device(id);
+                }
+                continue;
+            }
+            if let Some(a) = allocation(&held.claim) {
                 let _ = self.working.remove_allocation(a);
             }
-            for (id, _) in &victims.claims[c].devices {
+            for (id, _) in &held.devices {
                 if self.reserved.contains(id) {
                     self.working.insert_device(id.clone());
                 }
@@ -73,9 +81,15 @@ impl Evicted<'_> {
     fn reprieve(&mut self, u: usize) {
         let victims = self.input.victims;
         for &c in &victims.units[u].claims {
-            if self.freed(c)
-                && let Some(a) = allocation(&victims.claims[c].claim)
-            {
+            let held = &victims.claims[c];
+            if !self.freed(c) {
+                continue;
+            }
+            if held.whole {
+                for (id, _) in &held.devices {
+                    self.working.insert_device(id.clone());
+                }
+            } else if let Some(a) = allocation(&held.claim) {
                 let _ = self.working.add_allocation(a);
             }
         }

@@ -484,6 +484,7 @@ fn gone_claim() -> HeldClaim {
     HeldClaim {
         claim: Arc::default(),
         devices: Vec::new(),
+        whole: false,
         units: Vec::new(),
     }
 }

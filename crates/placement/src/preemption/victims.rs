@@ -100,6 +100,9 @@ pub struct HeldClaim {
     pub claim: Arc<ResourceClaim>,
     /// Its managed devices and their nodes (indices into [`ClusterSnapshot::nodes`]).
     pub devices: Vec<(DeviceId, usize)>,
+    /// Every device of its allocation is allocated whole, none shared (no `shareID`) nor with
+    /// admin access: freeing it is taking [`HeldClaim::devices`] out of what is in use.
+    pub whole: bool,
     /// The units of its consumers (sorted): all of them must be evicted to free it.
     pub units: Vec<usize>,
 }
@@ -353,6 +356,14 @@ impl Victims {
         let Some(consumers) = consumers.filter(|c| !c.is_empty()) else {
             return;
         };
+        let results = allocation
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten());
+        let whole = results
+            .clone()
+            .all(|r| r.share_id.is_none() && r.admin_access != Some(true))
+            && results.count() == devices.len();
         let index = self.claims.len();
         for &pod in &consumers {
             self.pods[pod].claims.push(index);
@@ -360,6 +371,7 @@ impl Victims {
         self.claims.push(HeldClaim {
             claim,
             devices,
+            whole,
             units: Vec::new(),
         });
     }
