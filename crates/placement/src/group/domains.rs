@@ -167,7 +167,11 @@ impl Layout {
         let free = base
             .node_devices
             .iter()
-            .map(|ids| ids.iter().filter(|id| !context.in_use.is_in_use(id)).count())
+            .map(|ids| {
+                ids.iter()
+                    .filter(|id| !context.in_use.is_in_use(id))
+                    .count()
+            })
             .collect();
         Layout { base, free }
     }
