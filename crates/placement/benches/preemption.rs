@@ -438,23 +438,7 @@ fn decide_once(
         }
     }
     let budgets: Vec<Arc<PodDisruptionBudget>> = model.budgets().cloned().map(Arc::new).collect();
-    let claim_list: Vec<Arc<ResourceClaim>> = claims.values().cloned().collect();
-    let started = Instant::now();
-    let built = victim_index(
-        devices,
-        &pods,
-        &claim_list,
-        &budgets,
-        TOPOLOGY_AWARE_GATE,
-        model.now,
-    );
-    let index_ms = started.elapsed().as_secs_f64() * 1000.0;
-    assert_eq!(
-        built.units.iter().filter(|u| !u.is_gone()).count(),
-        victims.units.iter().filter(|u| !u.is_gone()).count(),
-        "the kept index has the units of a full build"
-    );
-    drop(built);
+    let index_ms = full_build(model, devices, &pods, &claims, &budgets, &victims);
     let nominated = pods
         .iter()
         .filter(|p| Nomination::of(p).is_some())
@@ -498,6 +482,35 @@ fn decide_once(
         decision_cpu_ms,
     };
     (timed, searched)
+}
+
+/// Builds the victim index of these objects in full, as the controller does at its first search
+/// (timed, ms), and checks the kept one has as many units.
+fn full_build(
+    model: &ClusterModel,
+    devices: &ManagedDevices,
+    pods: &[Arc<Pod>],
+    claims: &HashMap<String, Arc<ResourceClaim>>,
+    budgets: &[Arc<PodDisruptionBudget>],
+    kept: &Victims,
+) -> f64 {
+    let claims: Vec<Arc<ResourceClaim>> = claims.values().cloned().collect();
+    let started = Instant::now();
+    let built = victim_index(
+        devices,
+        pods,
+        &claims,
+        budgets,
+        TOPOLOGY_AWARE_GATE,
+        model.now,
+    );
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(
+        built.units.iter().filter(|u| !u.is_gone()).count(),
+        kept.units.iter().filter(|u| !u.is_gone()).count(),
+        "the kept index has the units of a full build"
+    );
+    ms
 }
 
 /// The preemption search alone for the preemptors of `case`, for its counts.
