@@ -9,6 +9,7 @@
 //! made from the same [`PodContext`]: it takes each pod's [`crate::planner::PodPlan`] against the
 //! state the previous ones leave.
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -21,7 +22,6 @@ use tessera_allocator::{
 
 use crate::claims::PodClaims;
 use crate::extended::ExtendedResources;
-use crate::group::domains::LayoutBase;
 use crate::group::settings::{DEFAULT_GROUP_HOLD, GroupSettings};
 use crate::managed::{managed_slices, unmanaged_slices};
 use crate::nodes::{NodeFacts, NodeFilter, PodRequirements};
@@ -78,8 +78,9 @@ pub struct ClusterSnapshot {
     /// Each node's fabric clique (indexed like [`ClusterSnapshot::nodes`]), found at the first
     /// group decision: the same for every decision on this snapshot.
     cliques: OnceLock<Vec<Option<String>>>,
-    /// What group decisions read of the snapshot's domains, per hierarchy (its label keys).
-    layouts: Mutex<HashMap<Vec<String>, Arc<LayoutBase>>>,
+    /// What group decisions read of the snapshot's domains, per hierarchy (its label keys): the
+    /// group module's layout, held here without this module naming it.
+    layouts: Mutex<HashMap<Vec<String>, Arc<dyn Any + Send + Sync>>>,
 }
 
 impl ClusterSnapshot {
@@ -111,27 +112,21 @@ impl ClusterSnapshot {
 
     /// The domains of the hierarchy of `labels` as group decisions read them, built once per
     /// snapshot by `build` (nodes, their devices and labels are the snapshot's own).
-    pub(crate) fn layout_base(
+    pub(crate) fn layout_base<T: Any + Send + Sync>(
         &self,
         labels: &[String],
-        build: impl FnOnce() -> LayoutBase,
-    ) -> Arc<LayoutBase> {
+        build: impl FnOnce() -> T,
+    ) -> Arc<T> {
         let mut layouts = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(base) = layouts.get(labels) {
-            return base.clone();
+        if let Some(base) = layouts
+            .get(labels)
+            .and_then(|b| b.clone().downcast::<T>().ok())
+        {
+            return base;
         }
         let base = Arc::new(build());
         layouts.insert(labels.to_vec(), base.clone());
         base
-    }
-
-    /// Each node's fabric clique, computed once per snapshot by `find` (a node's clique is a
-    /// property of its devices, which a snapshot never changes).
-    pub(crate) fn cliques(
-        &self,
-        find: impl FnOnce(&ClusterSnapshot) -> Vec<Option<String>>,
-    ) -> &[Option<String>] {
-        self.cliques.get_or_init(|| find(self))
     }
 
     /// The devices the scheduler allocates (untainted, any driver), from the same `slices` and
