@@ -129,6 +129,15 @@ impl ClusterSnapshot {
         base
     }
 
+    /// Each node's fabric clique, computed once per snapshot by `find` (a node's clique is a
+    /// property of its devices, which a snapshot never changes).
+    pub(crate) fn cliques(
+        &self,
+        find: impl FnOnce(&ClusterSnapshot) -> Vec<Option<String>>,
+    ) -> &[Option<String>] {
+        self.cliques.get_or_init(|| find(self))
+    }
+
     /// The devices the scheduler allocates (untainted, any driver), from the same `slices` and
     /// `classes`. Built only when a decision needs it.
     pub fn unmanaged(&self, slices: Vec<ResourceSlice>, classes: Vec<DeviceClass>) -> DeviceIndex {
