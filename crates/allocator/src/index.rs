@@ -2,6 +2,7 @@
 //! them. A [`DeviceIndex`] is shared between allocations (it is `Send + Sync`); per-node pool
 //! views and per-node search results are computed on first use and kept.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -32,6 +33,9 @@ pub struct DeviceIndex {
     /// Per recent claim shape, per node: whether first fit's search there can raise no error
     /// whatever is in use (module `search::skip`).
     pub(crate) quiet: Mutex<QuietNodes>,
+    /// How many devices each class selects ([`DeviceIndex::devices_selected_by_class`]), counted
+    /// once: classes and devices never change in an index, nor do their verdicts.
+    class_counts: Mutex<HashMap<String, Result<usize, AllocateError>>>,
 }
 
 impl DeviceIndex {
@@ -51,6 +55,7 @@ impl DeviceIndex {
             reuse_results: AtomicBool::new(true),
             node_searches: AtomicU64::new(0),
             quiet: Mutex::default(),
+            class_counts: Mutex::default(),
         }
     }
 
@@ -109,7 +114,13 @@ impl DeviceIndex {
     /// fails on a device it is evaluated on is an error, as it would be in allocation. Verdicts are cached, so a
     /// later allocation on this inventory does not evaluate them again.
     pub fn devices_selected_by_class(&self, class: &str) -> Option<Result<usize, AllocateError>> {
-        self.devices_of_class(class).map(|r| r.map(|ids| ids.len()))
+        let counts = || self.class_counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = counts().get(class) {
+            return Some(count.clone());
+        }
+        let count = self.devices_of_class(class)?.map(|ids| ids.len());
+        counts().insert(class.to_owned(), count.clone());
+        Some(count)
     }
 
     /// The devices of the inventory (any node, in use or not) a DeviceClass's own selectors select,

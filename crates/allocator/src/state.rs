@@ -170,6 +170,12 @@ impl AllocatedState {
         self.dedicated.insert(id);
     }
 
+    /// Releases one device allocated exclusively (the inverse of [`Self::insert_device`]).
+    pub fn remove_device(&mut self, id: &DeviceId) {
+        self.touch(id);
+        self.dedicated.remove(id);
+    }
+
     /// Records one shared allocation of a device consuming `consumed`.
     pub fn insert_shared(
         &mut self,

@@ -22,7 +22,7 @@ use tessera_placement::ClusterSnapshot;
 use tessera_placement::group::{GroupKey, group_key};
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::pods::{CapacityWaits, UnreadableAllocation};
-use tessera_placement::preemption::{ManagedDevices, Victims, victim_index};
+use tessera_placement::preemption::{KeptVictims, ManagedDevices, Victims};
 use tessera_placement::protocol::is_terminal;
 use tessera_placement::resources::NodeUsage;
 use tessera_placement::usage::ClusterUse;
@@ -146,6 +146,25 @@ pub struct Tracked {
     /// Keys (`namespace/name`) of the pods whose newest version carries a nomination, kept with
     /// the count: the devices nominated for others are found without a scan of every pod.
     nominated: Mutex<BTreeSet<String>>,
+    /// The changes the kept victim index has not applied yet ([`Cluster::victims`]).
+    pending: Mutex<Pending>,
+}
+
+/// Claims and pods changed since the kept victim index last applied the changes.
+#[derive(Debug, Default)]
+pub struct Pending {
+    /// `namespace/name` of each pod changed.
+    pub pods: BTreeSet<String>,
+    /// `namespace/name` of each claim changed.
+    pub claims: BTreeSet<String>,
+    /// Every pod or claim was counted again (a relist): the index is built again.
+    pub relisted: bool,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.pods.is_empty() && self.claims.is_empty() && !self.relisted
+    }
 }
 
 fn report_unreadable(u: &UnreadableAllocation) {
@@ -195,6 +214,16 @@ impl Tracked {
         self.changes.load(Ordering::Acquire)
     }
 
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The changes the victim index has not applied yet, taken (the next call returns only what
+    /// changes after this one).
+    pub fn take_pending(&self) -> Pending {
+        std::mem::take(&mut *self.pending())
+    }
+
     /// After the claim watch applied `event` to `cache`.
     pub fn claim_event(&self, event: &Event<ResourceClaim>, cache: &Store<ResourceClaim>) {
         match event {
@@ -225,35 +254,39 @@ impl Tracked {
         let mut usage = self.change();
         let cached = cache.get(&ObjectRef::new(name).within(namespace));
         let newest = self.claims.newest(cached, namespace, name);
-        if let Some(u) = usage.set_claim(&format!("{namespace}/{name}"), newest.as_deref()) {
+        let key = format!("{namespace}/{name}");
+        self.pending().claims.insert(key.clone());
+        if let Some(u) = usage.set_claim(&key, newest.as_deref()) {
             report_unreadable(&u);
         }
     }
 
     /// The pod `namespace/name` changed in `cache` or was assumed: its newest version counts.
-    /// A change to a pending pod that is neither nominated nor marked is not counted in
-    /// [`Tracked::changes`]: the victim index reads only running pods and those marks (a pod
-    /// whose nomination was withdrawn keeps its victims out of other plans until the index is
-    /// built again, at most [`VICTIMS_MAX_AGE`] later).
+    /// A change to a pending pod that is neither nominated nor marked (nor was nominated) is not
+    /// counted in [`Tracked::changes`] nor left for the victim index: the index reads only running
+    /// pods and those marks. A pod whose nomination was withdrawn is: its victims are others'
+    /// again.
     pub fn pod_changed(&self, cache: &Store<Pod>, namespace: &str, name: &str) {
         let mut usage = self.usage();
         let cached = cache.get(&ObjectRef::new(name).within(namespace));
         let newest = self.pods.newest(cached, namespace, name);
-        if newest.as_deref().is_none_or(may_be_read_by_victims) {
-            self.changes.fetch_add(1, Ordering::AcqRel);
-        }
         let key = format!("{namespace}/{name}");
-        self.note_nomination(&key, newest.as_deref());
+        let was_nominated = self.note_nomination(&key, newest.as_deref());
+        if was_nominated || newest.as_deref().is_none_or(may_be_read_by_victims) {
+            self.changes.fetch_add(1, Ordering::AcqRel);
+            self.pending().pods.insert(key.clone());
+        }
         usage.set_pod(&key, newest.as_deref());
     }
 
-    /// Records whether the pod `key` (newest version `pod`) carries a nomination.
-    fn note_nomination(&self, key: &str, pod: Option<&Pod>) {
+    /// Records whether the pod `key` (newest version `pod`) carries a nomination; whether it
+    /// carried one before.
+    fn note_nomination(&self, key: &str, pod: Option<&Pod>) -> bool {
         let mut nominated = self.nominated.lock().unwrap_or_else(|e| e.into_inner());
         if pod.is_some_and(is_nominated) {
-            nominated.insert(key.to_owned());
+            !nominated.insert(key.to_owned())
         } else {
-            nominated.remove(key);
+            nominated.remove(key)
         }
     }
 
@@ -267,6 +300,7 @@ impl Tracked {
     /// forgotten).
     pub fn claims_listed(&self, cache: &Store<ResourceClaim>) {
         let mut usage = self.change();
+        self.pending().relisted = true;
         let claims = self.claims.overlay(cache.state());
         for u in usage.rebuild_claims(claims.iter().map(|c| &**c)) {
             report_unreadable(&u);
@@ -276,6 +310,7 @@ impl Tracked {
     /// Counts every pod of `cache` again.
     pub fn pods_listed(&self, cache: &Store<Pod>) {
         let mut usage = self.change();
+        self.pending().relisted = true;
         let pods = self.pods.overlay(cache.state());
         let nominated: BTreeSet<String> = pods
             .iter()
@@ -348,20 +383,24 @@ impl InventorySnapshot {
 /// nominations stand follow the clock.
 pub const VICTIMS_MAX_AGE: SignedDuration = SignedDuration::from_secs(10);
 
-/// What a kept victim index was built from: the inventory's generation, the claim and pod
-/// changes counted, the budgets' versions.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct VictimsKey {
+/// The victim index kept across decisions ([`Cluster::victims`]): the inventory generation it
+/// resolves devices in, the budgets' versions it counts, when it was last built in full.
+struct KeptIndex {
     inventory: u64,
-    changes: u64,
     budgets: u64,
+    built: Timestamp,
+    index: KeptVictims,
 }
 
-/// The victim index kept across decisions, with what it was built from and when.
-struct KeptVictims {
-    key: VictimsKey,
-    built: Timestamp,
-    victims: Arc<Victims>,
+/// How the kept victim index was brought up to date, counted (what the tests check).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VictimIndexWork {
+    /// Full builds from every pod and claim.
+    pub builds: u64,
+    /// Searches that applied pending changes to the kept index instead.
+    pub updates: u64,
+    /// Pod and claim changes applied, budget changes included.
+    pub changes: u64,
 }
 
 /// A fingerprint of the budgets' identities and versions.
@@ -391,7 +430,8 @@ pub struct Cluster {
     pub inventory_generation: Arc<AtomicU64>,
     snapshot: Mutex<Option<Arc<InventorySnapshot>>>,
     /// The victim index of the last preemption search ([`Cluster::victims`]).
-    victims: Mutex<Option<KeptVictims>>,
+    victims: Mutex<Option<KeptIndex>>,
+    victim_work: Mutex<VictimIndexWork>,
 }
 
 impl Cluster {
@@ -407,6 +447,7 @@ impl Cluster {
             inventory_generation,
             snapshot: Mutex::new(None),
             victims: Mutex::new(None),
+            victim_work: Mutex::new(VictimIndexWork::default()),
         }
     }
 
@@ -427,10 +468,12 @@ impl Cluster {
     }
 
     /// The victim index of the pods, claims and `budgets` on `inventory` at `now` (pods gated by
-    /// `gate` hold nominations), kept across decisions: built again (`rebuilt` told) only when a
-    /// claim or pod change was counted since, a budget or the inventory changed, or it is older
-    /// than [`VICTIMS_MAX_AGE`]. The change count is read before the objects, so a change made
-    /// while it is built makes the next search build it again.
+    /// `gate` hold nominations), kept across decisions: the claim and pod changes counted since
+    /// the last search, and a change of the budgets, are applied to it ([`KeptVictims`]); it is
+    /// built again in full (`rebuilt` told) the first time, after a relist, when the inventory
+    /// changed, or when it is older than [`VICTIMS_MAX_AGE`]. The pending changes are taken
+    /// before the objects are read, so a change made meanwhile is applied again at the next
+    /// search.
     pub fn victims(
         &self,
         inventory: &InventorySnapshot,
@@ -439,34 +482,76 @@ impl Cluster {
         now: Timestamp,
         rebuilt: impl FnOnce(),
     ) -> Arc<Victims> {
-        let key = VictimsKey {
-            inventory: inventory.generation,
-            changes: self.tracked.changes(),
-            budgets: budgets_fingerprint(budgets),
-        };
+        let fingerprint = budgets_fingerprint(budgets);
         let mut kept = self.victims.lock().unwrap_or_else(|e| e.into_inner());
-        let fresh = |k: &KeptVictims| {
-            k.key == key && now.duration_since(k.built) < VICTIMS_MAX_AGE && k.built <= now
+        let pending = self.tracked.take_pending();
+        let usable = |k: &KeptIndex| {
+            k.inventory == inventory.generation
+                && !pending.relisted
+                && k.built <= now
+                && now.duration_since(k.built) < VICTIMS_MAX_AGE
         };
-        if let Some(k) = kept.as_ref().filter(|k| fresh(k)) {
-            return k.victims.clone();
+        let mut work = self.victim_work.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = kept.as_mut().filter(|k| usable(k)) {
+            if pending.is_empty() && k.budgets == fingerprint {
+                return k.index.victims();
+            }
+            let before = k.index.work().changes;
+            self.apply(k, inventory.managed(), pending, now);
+            if k.budgets != fingerprint {
+                k.index.set_budgets(budgets);
+                k.budgets = fingerprint;
+            }
+            work.updates += 1;
+            work.changes += k.index.work().changes - before;
+            return k.index.victims();
         }
         rebuilt();
+        work.builds += 1;
         *kept = None;
-        let victims = Arc::new(victim_index(
+        let index = KeptVictims::new(
             inventory.managed(),
             &self.pods(),
             &self.claims(),
             budgets,
             gate,
             now,
-        ));
-        *kept = Some(KeptVictims {
-            key,
+        );
+        let victims = index.victims();
+        *kept = Some(KeptIndex {
+            inventory: inventory.generation,
+            budgets: fingerprint,
             built: now,
-            victims: victims.clone(),
+            index,
         });
         victims
+    }
+
+    /// Applies the `pending` pod and claim changes (their newest versions) to `kept`.
+    fn apply(
+        &self,
+        kept: &mut KeptIndex,
+        devices: &ManagedDevices,
+        pending: Pending,
+        now: Timestamp,
+    ) {
+        for key in &pending.pods {
+            let pod = key
+                .split_once('/')
+                .and_then(|(ns, name)| self.pod(ns, name));
+            kept.index.set_pod(devices, key, pod, now);
+        }
+        for key in &pending.claims {
+            let claim = key
+                .split_once('/')
+                .and_then(|(ns, name)| self.claim(ns, name));
+            kept.index.set_claim(devices, key, claim, now);
+        }
+    }
+
+    /// How the kept victim index was brought up to date so far.
+    pub fn victim_index_work(&self) -> VictimIndexWork {
+        *self.victim_work.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The pods that carry a nomination, newest versions (found without a scan of every pod).

@@ -1,7 +1,7 @@
 //! What the controller keeps across preemption searches: the victim index (`Cluster::victims`),
-//! built again exactly when what it was built from may have changed — a claim, a running pod, a
-//! budget, the inventory, or its age — and never otherwise (counted, not timed); and the pods that
-//! carry a nomination (`Cluster::nominated_pods`), kept with every change.
+//! to which each change of a claim, a running pod or the budgets is applied, built again in full
+//! only after a relist, an inventory change, or when too old (counted, not timed); and the pods
+//! that carry a nomination (`Cluster::nominated_pods`), kept with every change.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -114,42 +114,68 @@ fn budget(rv: &str) -> Arc<PodDisruptionBudget> {
 }
 
 #[test]
-fn the_victim_index_is_built_again_only_when_its_inputs_change() {
+fn the_victim_index_is_kept_current_change_by_change_and_built_again_only_when_it_must() {
     let mut world = World::new();
+    let work = |world: &World| {
+        let w = world.cluster.victim_index_work();
+        (w.builds, w.updates, w.changes)
+    };
     let t0: Timestamp = "2026-11-28T10:00:00Z".parse().unwrap();
     let budgets = vec![budget("1")];
     assert_eq!(world.search(&budgets, t0), 1, "built at the first search");
     let soon = t0.checked_add(SignedDuration::from_secs(1)).unwrap();
     assert_eq!(world.search(&budgets, soon), 1, "kept: nothing changed");
     assert_eq!(world.search(&budgets, soon), 1, "kept for every search");
+    assert_eq!(work(&world), (1, 0, 0));
 
     world.pod_changed("pending", "2", None);
-    assert_eq!(
-        world.search(&budgets, soon),
-        1,
-        "a pending pod is nobody's victim"
-    );
+    world.search(&budgets, soon);
+    assert_eq!(work(&world), (1, 0, 0), "a pending pod is nobody's victim");
     world.pod_changed("a", "2", Some("node-0"));
-    assert_eq!(world.search(&budgets, soon), 2, "a running pod changed");
-    assert_eq!(world.search(&budgets, soon), 2);
+    world.search(&budgets, soon);
+    assert_eq!(
+        work(&world),
+        (1, 1, 1),
+        "a running pod changed: applied, not built"
+    );
+    world.search(&budgets, soon);
+    assert_eq!(work(&world), (1, 1, 1));
     world.claim_changed("c", "3");
-    assert_eq!(world.search(&budgets, soon), 3, "a claim changed");
+    world.pod_changed("b", "3", Some("node-1"));
+    world.search(&budgets, soon);
+    assert_eq!(
+        work(&world),
+        (1, 2, 3),
+        "a claim and a pod changed: both applied"
+    );
 
-    assert_eq!(world.search(&[budget("4")], soon), 4, "a budget changed");
-    assert_eq!(world.search(&[budget("4")], soon), 4);
-    assert_eq!(world.search(&[], soon), 5, "a budget went away");
+    world.search(&[budget("4")], soon);
+    assert_eq!(work(&world), (1, 3, 4), "a budget changed: applied");
+    world.search(&[budget("4")], soon);
+    world.search(&[], soon);
+    assert_eq!(work(&world), (1, 4, 5), "a budget went away");
 
     world.generation.fetch_add(1, Ordering::AcqRel);
-    assert_eq!(world.search(&[], soon), 6, "the inventory changed");
+    assert_eq!(
+        world.search(&[], soon),
+        2,
+        "the inventory changed: built again"
+    );
+    world
+        .cluster
+        .tracked
+        .pods_listed(&world.cluster.stores.pods);
+    assert_eq!(world.search(&[], soon), 3, "a relist: built again");
 
     let late = soon.checked_add(VICTIMS_MAX_AGE).unwrap();
     assert_eq!(
         world.search(&[], late),
-        7,
+        4,
         "too old: work lost follows the clock"
     );
-    assert_eq!(world.search(&[], late), 7);
-    assert_eq!(world.search(&[], t0), 8, "the clock went back");
+    assert_eq!(world.search(&[], late), 4);
+    assert_eq!(world.search(&[], t0), 5, "the clock went back");
+    assert_eq!(work(&world).1, 4, "no update without a change");
 }
 
 #[test]

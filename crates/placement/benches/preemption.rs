@@ -10,11 +10,14 @@
 //! (seeded), priority -10, 0 or 100, started over the previous 10 hours; every 20th pair of
 //! nodes runs a 2-pod gang of 8 GPUs per pod instead. Cases: one preemptor of priority 1000
 //! (1, 2, 4 and 8 GPUs) and a gang of 2 × 4 and 4 × 8 GPUs, each decided [`RUNS`] times (a new
-//! preemptor each time, same cluster). Each run times what one decision of the controller costs:
-//! the whole decision ([`decide`] with a [`ClusterSource`] that reads as the controller's caches
-//! do: devices in use and node usage kept current, nominations scanned, the victim index kept
-//! across decisions), and building the victim index, which the controller does again only after
-//! a pod, claim or budget changed (so a decision after a change costs both: the last column).
+//! preemptor each time, same cluster). Before each run one running pod finishes and a new pod takes
+//! its devices (a busy cluster's churn between decisions). Each run times what one decision of
+//! the controller costs: applying that change to the victim index the controller keeps
+//! ([`KeptVictims`]: two pods and two claims), the whole decision ([`decide`] with a
+//! [`ClusterSource`] that reads as the controller's caches do: devices in use and node usage kept
+//! current, nominations scanned, the kept victim index), and — for comparison — building the
+//! victim index in full, which the controller does only after a relist, an inventory change or
+//! every 10 s. A decision right after a change costs the update and the decision.
 //! Reported per case: p50 and p99 (the slowest of the runs), the preemption search's placement
 //! checks and victim sets tried and its victims (deterministic counts), and the process's peak
 //! memory (VmHWM) after the cases. The output is a markdown table, also written as
@@ -43,8 +46,9 @@ use tessera_placement::group::{
 };
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::preemption::nomination::{Nomination, Nominations, with_reserved};
+use tessera_placement::preemption::pod_priority;
 use tessera_placement::preemption::{
-    ManagedDevices, PreemptionDecision, PreemptionInput, PreemptionSettings, Victims,
+    KeptVictims, ManagedDevices, PreemptionDecision, PreemptionInput, PreemptionSettings, Victims,
     preempt_group, preempt_pod, victim_index,
 };
 use tessera_placement::protocol::object_key;
@@ -71,10 +75,14 @@ struct Row {
     truncated: bool,
     decision_p50_ms: f64,
     decision_p99_ms: f64,
+    decision_cpu_p50_ms: f64,
+    decision_cpu_p99_ms: f64,
     index_p50_ms: f64,
     index_p99_ms: f64,
-    rebuilt_p50_ms: f64,
-    rebuilt_p99_ms: f64,
+    update_p50_ms: f64,
+    update_p99_ms: f64,
+    changed_p50_ms: f64,
+    changed_p99_ms: f64,
     message: String,
 }
 
@@ -93,6 +101,15 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
+}
+
+/// CPU time this thread has run so far, ns (`/proc/thread-self/schedstat`; 0 where unknown): a
+/// decision's own work, without the time it waited for a core on a loaded machine.
+fn cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 fn load_average() -> String {
@@ -261,25 +278,110 @@ impl ClusterSource for BenchSource<'_> {
 struct Cached {
     pods: Vec<Arc<Pod>>,
     claims: HashMap<String, Arc<ResourceClaim>>,
+    /// The victim index the controller keeps, told every change.
+    kept: Option<KeptVictims>,
+    /// Changes made so far ([`churn`]).
+    churned: usize,
 }
 
 impl Cached {
-    fn of(model: &ClusterModel) -> Cached {
+    fn of(model: &ClusterModel, devices: &ManagedDevices) -> Cached {
+        let pods: Vec<Arc<Pod>> = model.pods().cloned().map(Arc::new).collect();
+        let claims: HashMap<String, Arc<ResourceClaim>> = model
+            .claims()
+            .map(|c| (object_key(&c.metadata), c.clone()))
+            .collect();
+        let budgets: Vec<Arc<PodDisruptionBudget>> =
+            model.budgets().cloned().map(Arc::new).collect();
+        let claim_list: Vec<Arc<ResourceClaim>> = claims.values().cloned().collect();
+        let kept = KeptVictims::new(
+            devices,
+            &pods,
+            &claim_list,
+            &budgets,
+            TOPOLOGY_AWARE_GATE,
+            model.now,
+        );
         Cached {
-            pods: model.pods().cloned().map(Arc::new).collect(),
-            claims: model
-                .claims()
-                .map(|c| (object_key(&c.metadata), c.clone()))
-                .collect(),
+            pods,
+            claims,
+            kept: Some(kept),
+            churned: 0,
         }
     }
 }
 
-/// What one run measured, ms: building the victim index, and the controller's decision with the
-/// index kept.
+/// What one run measured, ms: building the victim index in full, applying one change to the kept
+/// index, and the controller's decision with the index kept.
 struct Timed {
     index_ms: f64,
+    update_ms: f64,
     decision_ms: f64,
+    decision_cpu_ms: f64,
+}
+
+/// The change before each run, as a busy cluster has them between decisions: a running pod (every
+/// 97th of the cached ones, in turn) finishes, its claim is released, and a new pod of
+/// the same priority takes its devices; the kept index is told (pods and claims by
+/// `namespace/name`, as the controller's watches report them) and the caches follow.
+fn churn(
+    model: &mut ClusterModel,
+    cached: &mut Cached,
+    kept: &mut KeptVictims,
+    devices: &ManagedDevices,
+) -> f64 {
+    let run = cached.churned;
+    cached.churned += 1;
+    let old = cached.pods[(run * 97 + 13) % cached.pods.len()].clone();
+    let uid = old.metadata.uid.clone().unwrap_or_default();
+    let node = old
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let claim_key = format!("{}-gpus", object_key(&old.metadata));
+    let held: Vec<String> = cached.claims[&claim_key]
+        .status
+        .iter()
+        .flat_map(|s| s.allocation.iter())
+        .flat_map(|a| a.devices.iter().flat_map(|d| d.results.iter().flatten()))
+        .map(|r| r.device.clone())
+        .collect();
+    model.remove(&uid);
+    let mut t = PodTemplate::new(
+        &format!("churn-{run}"),
+        pod_priority(&old),
+        held.len() as u32,
+    );
+    t.group = None;
+    let new_uid = model
+        .run_placed(&t, &node, &held)
+        .expect("the freed devices");
+    let new = Arc::new(model.pod(&new_uid).expect("created").clone());
+    let new_claim = model
+        .claims()
+        .find(|c| c.metadata.name.as_deref() == Some(&format!("churn-{run}-gpus")))
+        .expect("its claim")
+        .clone();
+    cached
+        .pods
+        .retain(|p| p.metadata.uid.as_deref() != Some(uid.as_str()));
+    cached.pods.push(new.clone());
+    cached.claims.remove(&claim_key);
+    let new_claim_key = object_key(&new_claim.metadata);
+    cached
+        .claims
+        .insert(new_claim_key.clone(), new_claim.clone());
+    let now = model.now;
+    let started = Instant::now();
+    kept.set_pod(devices, &object_key(&old.metadata), None, now);
+    kept.set_claim(devices, &claim_key, None, now);
+    kept.set_pod(devices, &object_key(&new.metadata), Some(new), now);
+    kept.set_claim(devices, &new_claim_key, Some(new_claim), now);
+    let victims = kept.victims();
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    drop(victims);
+    ms
 }
 
 /// Creates the gated preemptors of `case` (a new group for each run): its key, their UIDs, the
@@ -316,12 +418,16 @@ fn create_preemptors(
 /// for its counts and message.
 fn decide_once(
     model: &mut ClusterModel,
-    cached: &Cached,
+    cached: &mut Cached,
     devices: &ManagedDevices,
     case: &Case,
     run: usize,
     counts: bool,
 ) -> (Timed, Option<PreemptionDecision>) {
+    let mut kept = cached.kept.take().expect("kept between runs");
+    let update_ms = churn(model, cached, &mut kept, devices);
+    let victims = kept.victims();
+    cached.kept = Some(kept);
     let (key, uids, preemptors) = create_preemptors(model, case, run);
     let mut pods = cached.pods.clone();
     pods.extend(preemptors.iter().cloned());
@@ -332,17 +438,7 @@ fn decide_once(
         }
     }
     let budgets: Vec<Arc<PodDisruptionBudget>> = model.budgets().cloned().map(Arc::new).collect();
-    let claim_list: Vec<Arc<ResourceClaim>> = claims.values().cloned().collect();
-    let started = Instant::now();
-    let victims = victim_index(
-        devices,
-        &pods,
-        &claim_list,
-        &budgets,
-        TOPOLOGY_AWARE_GATE,
-        model.now,
-    );
-    let index_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let index_ms = full_build(model, devices, &pods, &claims, &budgets, &victims);
     let nominated = pods
         .iter()
         .filter(|p| Nomination::of(p).is_some())
@@ -356,13 +452,15 @@ fn decide_once(
         budgets,
         in_use: Arc::new(model.in_use()),
         usage: Arc::new(model.usage()),
-        victims: Arc::new(victims),
+        victims,
         now: model.now,
     };
     let settings = Settings::new(TOPOLOGY_AWARE_GATE);
     let started = Instant::now();
+    let cpu = cpu_ns();
     let decision = decide(&preemptors[0], &source, &[], &settings, model.now);
     let decision_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let decision_cpu_ms = cpu_ns().saturating_sub(cpu) as f64 / 1e6;
     assert!(
         matches!(
             decision.ruling,
@@ -379,9 +477,40 @@ fn decide_once(
     }
     let timed = Timed {
         index_ms,
+        update_ms,
         decision_ms,
+        decision_cpu_ms,
     };
     (timed, searched)
+}
+
+/// Builds the victim index of these objects in full, as the controller does at its first search
+/// (timed, ms), and checks the kept one has as many units.
+fn full_build(
+    model: &ClusterModel,
+    devices: &ManagedDevices,
+    pods: &[Arc<Pod>],
+    claims: &HashMap<String, Arc<ResourceClaim>>,
+    budgets: &[Arc<PodDisruptionBudget>],
+    kept: &Victims,
+) -> f64 {
+    let claims: Vec<Arc<ResourceClaim>> = claims.values().cloned().collect();
+    let started = Instant::now();
+    let built = victim_index(
+        devices,
+        pods,
+        &claims,
+        budgets,
+        TOPOLOGY_AWARE_GATE,
+        model.now,
+    );
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(
+        built.units.iter().filter(|u| !u.is_gone()).count(),
+        kept.units.iter().filter(|u| !u.is_gone()).count(),
+        "the kept index has the units of a full build"
+    );
+    ms
 }
 
 /// The preemption search alone for the preemptors of `case`, for its counts.
@@ -449,13 +578,15 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
 
 fn measure(
     model: &mut ClusterModel,
-    cached: &Cached,
+    cached: &mut Cached,
     devices: &ManagedDevices,
     case: &Case,
 ) -> Row {
     let mut decision = Vec::new();
+    let mut cpu = Vec::new();
     let mut index = Vec::new();
-    let mut rebuilt = Vec::new();
+    let mut update = Vec::new();
+    let mut changed = Vec::new();
     let mut last = None;
     let runs = std::env::var("PREEMPTION_BENCH_RUNS")
         .ok()
@@ -464,8 +595,10 @@ fn measure(
     for run in 0..runs {
         let (timed, searched) = decide_once(model, cached, devices, case, run, run + 1 == runs);
         index.push(timed.index_ms);
+        update.push(timed.update_ms);
         decision.push(timed.decision_ms);
-        rebuilt.push(timed.index_ms + timed.decision_ms);
+        cpu.push(timed.decision_cpu_ms);
+        changed.push(timed.update_ms + timed.decision_ms);
         last = searched.or(last);
     }
     let searched = last.expect("ran");
@@ -480,10 +613,14 @@ fn measure(
         truncated: searched.truncated,
         decision_p50_ms: percentile(&mut decision, 0.5),
         decision_p99_ms: percentile(&mut decision, 0.99),
+        decision_cpu_p50_ms: percentile(&mut cpu, 0.5),
+        decision_cpu_p99_ms: percentile(&mut cpu, 0.99),
         index_p50_ms: percentile(&mut index, 0.5),
         index_p99_ms: percentile(&mut index, 0.99),
-        rebuilt_p50_ms: percentile(&mut rebuilt, 0.5),
-        rebuilt_p99_ms: percentile(&mut rebuilt, 0.99),
+        update_p50_ms: percentile(&mut update, 0.5),
+        update_p99_ms: percentile(&mut update, 0.99),
+        changed_p50_ms: percentile(&mut changed, 0.5),
+        changed_p99_ms: percentile(&mut changed, 0.99),
         message: match &searched.outcome {
             tessera_placement::preemption::PreemptionOutcome::Preempt(p) => p.message.clone(),
             tessera_placement::preemption::PreemptionOutcome::NotPossible { message, .. } => {
@@ -495,11 +632,11 @@ fn measure(
 
 fn report(rows: &[Row], load_before: &str, setup_mib: u64) {
     let mut md = String::from(
-        "| preemptor | plan | victims | placement checks | victim sets | decision p50 / p99 ms (index kept) | index build p50 / p99 ms | decision after a change p50 / p99 ms |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+        "| preemptor | plan | victims | placement checks | victim sets | decision p50 / p99 ms (index kept) | its CPU time p50 / p99 ms | index update p50 / p99 ms | decision after a change p50 / p99 ms | full index build p50 / p99 ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} / {} | {} / {} | {} / {} |\n",
+            "| {} | {} | {} | {} | {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} |\n",
             r.case,
             if r.truncated {
                 "yes (budget)"
@@ -513,10 +650,14 @@ fn report(rows: &[Row], load_before: &str, setup_mib: u64) {
             r.combinations,
             r.decision_p50_ms,
             r.decision_p99_ms,
+            r.decision_cpu_p50_ms,
+            r.decision_cpu_p99_ms,
+            r.update_p50_ms,
+            r.update_p99_ms,
+            r.changed_p50_ms,
+            r.changed_p99_ms,
             r.index_p50_ms,
-            r.index_p99_ms,
-            r.rebuilt_p50_ms,
-            r.rebuilt_p99_ms
+            r.index_p99_ms
         ));
     }
     let load_after = load_average();
@@ -551,7 +692,7 @@ fn main() {
     fill(&mut model, &mut Rng(7));
     // Built once per snapshot, as the controller keeps it.
     let devices = ManagedDevices::new(&model.snapshot);
-    let cached = Cached::of(&model);
+    let mut cached = Cached::of(&model, &devices);
     let setup_mib = peak_mib();
     let load_before = load_average();
     let cases = [
@@ -585,7 +726,7 @@ fn main() {
     let rows: Vec<Row> = cases
         .iter()
         .filter(|c| c.name().contains(&only))
-        .map(|c| measure(&mut model, &cached, &devices, c))
+        .map(|c| measure(&mut model, &mut cached, &devices, c))
         .collect();
     report(&rows, &load_before, setup_mib);
 }

@@ -9,8 +9,9 @@
 //! made from the same [`PodContext`]: it takes each pod's [`crate::planner::PodPlan`] against the
 //! state the previous ones leave.
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
@@ -77,6 +78,9 @@ pub struct ClusterSnapshot {
     /// Each node's fabric clique (indexed like [`ClusterSnapshot::nodes`]), found at the first
     /// group decision: the same for every decision on this snapshot.
     cliques: OnceLock<Vec<Option<String>>>,
+    /// What group decisions read of the snapshot's domains, per hierarchy (its label keys): the
+    /// group module's layout, held here without this module naming it.
+    layouts: Mutex<HashMap<Vec<String>, Arc<dyn Any + Send + Sync>>>,
 }
 
 impl ClusterSnapshot {
@@ -102,7 +106,27 @@ impl ClusterSnapshot {
             nodes,
             extended,
             cliques: OnceLock::new(),
+            layouts: Mutex::default(),
         }
+    }
+
+    /// The domains of the hierarchy of `labels` as group decisions read them, built once per
+    /// snapshot by `build` (nodes, their devices and labels are the snapshot's own).
+    pub(crate) fn layout_base<T: Any + Send + Sync>(
+        &self,
+        labels: &[String],
+        build: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        let mut layouts = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(base) = layouts
+            .get(labels)
+            .and_then(|b| b.clone().downcast::<T>().ok())
+        {
+            return base;
+        }
+        let base = Arc::new(build());
+        layouts.insert(labels.to_vec(), base.clone());
+        base
     }
 
     /// Each node's fabric clique, computed once per snapshot by `find` (a node's clique is a

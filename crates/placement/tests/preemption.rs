@@ -644,6 +644,34 @@ fn on_a_full_cluster_the_search_takes_few_pod_decisions() {
     );
 }
 
+#[test]
+fn a_placement_nothing_can_connect_better_ends_the_tie_search() {
+    // One GPU is connected alike wherever it goes (no pair, one NUMA node): the first plan is as
+    // well connected as any, so no set of the same rank is checked for a better topology. Eight
+    // GPUs take a whole node: every set that fits there frees the same node, so no other set of
+    // that node is checked (other nodes still are, for a better connected node).
+    let mut model = full_cluster(64);
+    let one = model.create(&PodTemplate::new("one", 1000, 1));
+    let pod = model.pod(&one).unwrap().clone();
+    let decision = search_pod(&model, &pod);
+    assert_eq!(decision.plan().expect("one victim").victims.len(), 1);
+    assert_eq!(
+        (decision.steps, decision.combinations),
+        (1, 1),
+        "one placement check, one victim set"
+    );
+    model.remove(&one);
+    let whole = model.create(&PodTemplate::new("whole", 1000, 8));
+    let pod = model.pod(&whole).unwrap().clone();
+    let decision = search_pod(&model, &pod);
+    assert_eq!(decision.plan().expect("a node's pods").victims.len(), 4);
+    assert!(
+        decision.steps <= 9,
+        "{} placement checks: one per node searched, the first node's and at most 8 tied nodes",
+        decision.steps
+    );
+}
+
 /// The search for `pod` with its decision's counts.
 fn search_pod(model: &ClusterModel, pod: &Pod) -> PreemptionDecision {
     let victims = Victims::new(

@@ -4,9 +4,11 @@
 //! victims to release their claims (evicting again any that still run). The devices stay in
 //! use until then: nothing is allocated twice.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::decide::steps::{in_context, undo_steps, waits};
@@ -19,8 +21,8 @@ use crate::message::add_to_summary;
 use crate::planner::{Action, Failure, PodPlan};
 use crate::preemption::nomination::{DEFAULT_NOMINATION_MARGIN, Nomination, PreemptedBy};
 use crate::preemption::{
-    ManagedDevices, PreemptionInput, PreemptionOutcome, PreemptionPlan, Victims, preempt_group,
-    preempt_pod, preemption_allowed, victim_index,
+    ManagedDevices, PreemptionDecision, PreemptionInput, PreemptionOutcome, PreemptionPlan,
+    Victims, preempt_group, preempt_pod, preemption_allowed, victim_index,
 };
 use crate::protocol::{is_gated, object_key};
 use crate::reason::{EventKind, PodReason};
@@ -71,12 +73,13 @@ pub(crate) fn for_pod(
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let searched = in_context(source, uid, |context| {
         let victims = victims_of(context, &objects, settings, now);
-        if victims.units.is_empty() {
+        if victims.is_empty() {
             // No running pod holds managed devices: nothing to say about preemption.
             return None;
         }
         let input = input_of(&victims, &objects);
-        Some(preempt_pod(pod, claims, context, settings, &input, now))
+        let searched = preempt_pod(pod, claims, context, settings, &input, now);
+        Some(checked(searched, &victims, &objects, source))
     })?;
     match searched.outcome {
         PreemptionOutcome::NotPossible { message, budgets } => Some(Preemption::Why {
@@ -112,6 +115,52 @@ fn victims_of(
     ))
 }
 
+/// `searched`, or no plan when its plan no longer matches the cluster: a victim is gone or
+/// finished, or a claim the plan counts on freeing is not the version `victims` read (a kept
+/// index behind the caches). A plan is carried out only against what the cluster holds now, so
+/// an index that fell behind never evicts a pod that does not hold what the plan frees.
+fn checked(
+    searched: PreemptionDecision,
+    victims: &Victims,
+    objects: &PreemptionObjects,
+    source: &dyn ClusterSource,
+) -> PreemptionDecision {
+    let PreemptionOutcome::Preempt(plan) = &searched.outcome else {
+        return searched;
+    };
+    let uids: HashSet<&str> = plan.victims.iter().map(|v| v.uid.as_str()).collect();
+    let same = |held: &ResourceClaim| {
+        let meta = &held.metadata;
+        let live = source.claim(
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        );
+        live.is_some_and(|l| {
+            l.metadata.uid == meta.uid && l.metadata.resource_version == meta.resource_version
+        })
+    };
+    let matches = victims
+        .pods
+        .iter()
+        .filter(|p| uids.contains(p.uid.as_str()))
+        .all(|p| {
+            find(objects, &p.uid).is_some()
+                && p.claims.iter().all(|&c| same(&victims.claims[c].claim))
+        });
+    if matches {
+        return searched;
+    }
+    PreemptionDecision {
+        outcome: PreemptionOutcome::NotPossible {
+            message: "no preemption now: a planned victim or its claim changed since the victim \
+                      index was read; deciding again at the next change"
+                .to_owned(),
+            budgets: false,
+        },
+        ..searched
+    }
+}
+
 fn input_of<'a>(victims: &'a Victims, objects: &'a PreemptionObjects) -> PreemptionInput<'a> {
     PreemptionInput {
         victims,
@@ -142,18 +191,12 @@ pub(crate) fn for_group(
     }
     let searched = in_context(source, "", |context| {
         let victims = victims_of(context, &objects, settings, now);
-        if victims.units.is_empty() {
+        if victims.is_empty() {
             return None;
         }
         let preemption = input_of(&victims, &objects);
-        Some(preempt_group(
-            input,
-            context,
-            settings,
-            &settings.group,
-            &preemption,
-            now,
-        ))
+        let searched = preempt_group(input, context, settings, &settings.group, &preemption, now);
+        Some(checked(searched, &victims, &objects, source))
     })?;
     match searched.outcome {
         PreemptionOutcome::NotPossible { message, budgets } => Some(Preemption::Why {

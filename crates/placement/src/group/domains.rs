@@ -4,8 +4,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 
-use tessera_allocator::{AllocatedState, DeviceIndex};
+use tessera_allocator::{DeviceId, DeviceIndex};
 use tessera_api::names::{DRIVER_NAME, attr};
 
 use crate::group::settings::{GroupSettings, Hierarchy};
@@ -78,21 +80,6 @@ fn label_levels(devices: &ClusterSnapshot, hierarchy: &Hierarchy) -> Vec<Level> 
         .collect()
 }
 
-/// Free (not in use) managed devices per node.
-fn free_devices(devices: &ClusterSnapshot, in_use: &AllocatedState) -> Vec<usize> {
-    devices
-        .nodes
-        .iter()
-        .map(|n| {
-            devices
-                .managed
-                .node_devices(&n.info.name)
-                .filter(|(id, _)| !in_use.is_in_use(id))
-                .count()
-        })
-        .collect()
-}
-
 /// Groups `nodes` by their value at `level` (no level: all in one group, the planner picks the
 /// node; a node without the label: a group of its own), emptiest (most free devices) first.
 pub(crate) fn subdomains(
@@ -116,22 +103,22 @@ pub(crate) fn subdomains(
     out
 }
 
-/// The cluster's domains as one group decision reads them.
-pub(crate) struct Layout {
+/// What a [`Layout`] reads that a snapshot never changes, built once per snapshot and hierarchy
+/// ([`ClusterSnapshot::layout_base`]): every group decision on the snapshot shares it.
+pub(crate) struct LayoutBase {
     /// Node name → index into [`ClusterSnapshot::nodes`].
     pub(crate) index: HashMap<String, usize>,
     /// Nodes with managed devices.
     pub(crate) managed: Vec<usize>,
-    /// Free devices per node.
-    pub(crate) free: Vec<usize>,
+    /// The managed devices of each node (indexed like [`ClusterSnapshot::nodes`]).
+    node_devices: Vec<Vec<DeviceId>>,
     pub(crate) clique: Option<Level>,
     pub(crate) labels: Vec<Level>,
 }
 
-impl Layout {
-    pub(crate) fn new(context: &PodContext<'_>, group: &GroupSettings) -> Layout {
-        let devices = context.devices;
-        Layout {
+impl LayoutBase {
+    fn new(devices: &ClusterSnapshot, hierarchy: &Hierarchy) -> LayoutBase {
+        LayoutBase {
             index: devices
                 .nodes
                 .iter()
@@ -141,10 +128,52 @@ impl Layout {
             managed: (0..devices.nodes.len())
                 .filter(|&i| devices.managed_nodes.contains(&devices.nodes[i].info.name))
                 .collect(),
-            free: free_devices(devices, context.in_use),
+            node_devices: devices
+                .nodes
+                .iter()
+                .map(|n| {
+                    let ids = devices.managed.node_devices(&n.info.name);
+                    ids.map(|(id, _)| id.clone()).collect()
+                })
+                .collect(),
             clique: clique_level(devices),
-            labels: label_levels(devices, &group.hierarchy),
+            labels: label_levels(devices, hierarchy),
         }
+    }
+}
+
+/// The cluster's domains as one group decision reads them: the snapshot's [`LayoutBase`] and the
+/// free devices per node.
+pub(crate) struct Layout {
+    base: Arc<LayoutBase>,
+    /// Free (not in use) managed devices per node.
+    pub(crate) free: Vec<usize>,
+}
+
+impl Deref for Layout {
+    type Target = LayoutBase;
+
+    fn deref(&self) -> &LayoutBase {
+        &self.base
+    }
+}
+
+impl Layout {
+    pub(crate) fn new(context: &PodContext<'_>, group: &GroupSettings) -> Layout {
+        let devices = context.devices;
+        let base = devices.layout_base(&group.hierarchy.labels, || {
+            LayoutBase::new(devices, &group.hierarchy)
+        });
+        let free = base
+            .node_devices
+            .iter()
+            .map(|ids| {
+                ids.iter()
+                    .filter(|id| !context.in_use.is_in_use(id))
+                    .count()
+            })
+            .collect();
+        Layout { base, free }
     }
 
     /// The levels some managed node has a value at, finest first.

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::jiff::Timestamp;
 use tessera_allocator::AllocatedState;
 
@@ -22,7 +22,7 @@ use crate::preemption::Demand;
 use crate::protocol::object_key;
 use crate::reason::PodReason;
 use crate::resolve::PodClaim;
-use crate::resources::NodeUsage;
+use crate::resources::{NodeUsage, Requests};
 use crate::view::{PodContext, Settings, decide_pod_within};
 
 /// Domains tried at the level where the group first fits, before the best is kept.
@@ -126,6 +126,10 @@ struct Search<'a, 'c> {
     shared: HashSet<String>,
     /// The IMEX domain the group asks for: then only single fabric cliques are tried.
     imex: Option<DomainJob>,
+    /// The devices in use and node usage attempts place members on, copied from the context at
+    /// the first member placed that another member's decision reads; each attempt takes its
+    /// changes back.
+    scratch: Option<(AllocatedState, HashMap<String, NodeUsage>)>,
 }
 
 impl<'a, 'c> Search<'a, 'c> {
@@ -148,14 +152,14 @@ impl<'a, 'c> Search<'a, 'c> {
             floor,
             shared: shared_claims(input),
             imex: DomainJob::of(input.members.iter().map(|m| m.claims)),
+            scratch: None,
         }
     }
 
     /// Places members in `nodes`, packing them into `subdomains` (groups of `nodes`, in order of
     /// preference; the ones already used come first).
     fn attempt(&mut self, subdomains: &[Vec<usize>]) -> Attempt {
-        let mut state = self.context.in_use.clone();
-        let mut usage: HashMap<String, NodeUsage> = self.context.usage.clone();
+        let mut placed_on = Scratch::default();
         let mut used: Vec<usize> = Vec::new();
         // Shared claims allocated in this attempt, with their allocation.
         let mut written: HashMap<String, Arc<ResourceClaim>> = HashMap::new();
@@ -192,11 +196,15 @@ impl<'a, 'c> Search<'a, 'c> {
                     break;
                 }
                 self.steps += 1;
+                let (in_use, usage) = match &self.scratch {
+                    Some((state, usage)) => (state, usage),
+                    None => (self.context.in_use, self.context.usage),
+                };
                 let context = PodContext {
                     devices: self.context.devices,
                     unmanaged: self.context.unmanaged,
-                    in_use: &state,
-                    usage: &usage,
+                    in_use,
+                    usage,
                 };
                 let decision = decide_pod_within(
                     member.pod,
@@ -207,10 +215,17 @@ impl<'a, 'c> Search<'a, 'c> {
                     Some(subdomains[sub].as_slice()),
                 );
                 match &decision.action {
-                    Action::Place(p) => {
-                        self.take(p, member.pod, &mut state, &mut usage, &mut written);
+                    // The last member's placement is read by no later decision.
+                    Action::Place(p) if index + 1 < total => {
+                        let scratch = self.scratch.get_or_insert_with(|| {
+                            (self.context.in_use.clone(), self.context.usage.clone())
+                        });
+                        placed_on.place(scratch, p, pod_usage_requests(member.pod));
+                        for write in &p.writes {
+                            self.note_shared(write, &mut written);
+                        }
                     }
-                    Action::Release { .. } | Action::Nothing => {}
+                    Action::Place(_) | Action::Release { .. } | Action::Nothing => {}
                     Action::CannotPlace { message, .. } | Action::LeaveToScheduler { message } => {
                         last = message.clone();
                         continue;
@@ -227,36 +242,14 @@ impl<'a, 'c> Search<'a, 'c> {
                 attempt.missed.push((index, last));
             }
         }
+        if let Some(scratch) = self.scratch.as_mut() {
+            placed_on.undo(scratch);
+        }
         attempt
     }
 }
 
 impl Search<'_, '_> {
-    /// What a member's placement takes, for the members after it: its devices (less its own
-    /// allocations undone), its node's resources, the shared claims it allocated.
-    fn take(
-        &self,
-        p: &Placement,
-        pod: &Pod,
-        state: &mut AllocatedState,
-        usage: &mut HashMap<String, NodeUsage>,
-        written: &mut HashMap<String, Arc<ResourceClaim>>,
-    ) {
-        for claim in &p.undo {
-            if let Some(a) = allocation(claim) {
-                let _ = state.remove_allocation(a);
-            }
-        }
-        for write in &p.writes {
-            let _ = state.add_allocation(&write.allocation);
-            self.note_shared(write, written);
-        }
-        usage
-            .entry(p.node.clone())
-            .or_default()
-            .add_pod(pod_usage_requests(pod));
-    }
-
     /// Keeps the allocation of a shared claim written for a member, for the members after it.
     fn note_shared(
         &self,
@@ -272,6 +265,60 @@ impl Search<'_, '_> {
             claim.status.get_or_insert_with(Default::default).allocation =
                 Some(write.allocation.clone());
             written.insert(key, Arc::new(claim));
+        }
+    }
+}
+
+/// What one attempt changed in the search's scratch copy of the cluster, to take back after it:
+/// the copy is made once per search, not once per attempt.
+#[derive(Default)]
+struct Scratch {
+    /// Allocations added, and those of claims undone, in order.
+    added: Vec<AllocationResult>,
+    undone: Vec<AllocationResult>,
+    /// Each node's usage before the attempt first changed it.
+    usage: Vec<(String, Option<NodeUsage>)>,
+}
+
+impl Scratch {
+    /// Places `p` (a member requesting `requests`) on the copy.
+    fn place(
+        &mut self,
+        (state, usage): &mut (AllocatedState, HashMap<String, NodeUsage>),
+        p: &Placement,
+        requests: Requests,
+    ) {
+        // Recorded even when a change fails part way: taking back what was not done is harmless.
+        for claim in &p.undo {
+            if let Some(a) = allocation(claim) {
+                let _ = state.remove_allocation(a);
+                self.undone.push(a.clone());
+            }
+        }
+        for write in &p.writes {
+            let _ = state.add_allocation(&write.allocation);
+            self.added.push(write.allocation.clone());
+        }
+        if !self.usage.iter().any(|(n, _)| *n == p.node) {
+            self.usage
+                .push((p.node.clone(), usage.get(&p.node).copied()));
+        }
+        usage.entry(p.node.clone()).or_default().add_pod(requests);
+    }
+
+    /// Takes every change back.
+    fn undo(self, (state, usage): &mut (AllocatedState, HashMap<String, NodeUsage>)) {
+        for a in self.added.iter().rev() {
+            let _ = state.remove_allocation(a);
+        }
+        for a in self.undone.iter().rev() {
+            let _ = state.add_allocation(a);
+        }
+        for (node, before) in self.usage {
+            match before {
+                Some(u) => usage.insert(node, u),
+                None => usage.remove(&node),
+            };
         }
     }
 }

@@ -52,10 +52,22 @@ impl Evicted<'_> {
             if !self.freed(c) {
                 continue;
             }
-            if let Some(a) = allocation(&victims.claims[c].claim) {
+            let held = &victims.claims[c];
+            if held.whole {
+                // Its devices by id: no allocation to read again.
+                for (id, _) in held
+                    .devices
+                    .iter()
+                    .filter(|(id, _)| !self.reserved.contains(id))
+                {
+                    self.working.remove_device(id);
+                }
+                continue;
+            }
+            if let Some(a) = allocation(&held.claim) {
                 let _ = self.working.remove_allocation(a);
             }
-            for (id, _) in &victims.claims[c].devices {
+            for (id, _) in &held.devices {
                 if self.reserved.contains(id) {
                     self.working.insert_device(id.clone());
                 }
@@ -73,9 +85,15 @@ impl Evicted<'_> {
     fn reprieve(&mut self, u: usize) {
         let victims = self.input.victims;
         for &c in &victims.units[u].claims {
-            if self.freed(c)
-                && let Some(a) = allocation(&victims.claims[c].claim)
-            {
+            let held = &victims.claims[c];
+            if !self.freed(c) {
+                continue;
+            }
+            if held.whole {
+                for (id, _) in &held.devices {
+                    self.working.insert_device(id.clone());
+                }
+            } else if let Some(a) = allocation(&held.claim) {
                 let _ = self.working.add_allocation(a);
             }
         }
@@ -341,33 +359,26 @@ fn reprieve(
     first: Vec<(usize, PodPlan)>,
 ) -> Vec<(usize, PodPlan)> {
     let victims = evicted.input.victims;
-    let index: HashMap<&str, usize> = search
-        .context
-        .devices
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.info.name.as_str(), i))
-        .collect();
+    let nodes = &search.context.devices.nodes;
     let mut decisions = first;
-    let used: BTreeSet<usize> = used_nodes(&decisions)
-        .iter()
-        .filter_map(|name| index.get(name.as_str()).copied())
+    // The few nodes the decision chose, by index and name: units are matched against them
+    // without a lookup per pod.
+    let used: Vec<(usize, String)> = used_nodes(&decisions)
+        .into_iter()
+        .filter_map(|name| Some((nodes.iter().position(|n| n.info.name == name)?, name)))
         .collect();
     let touched = |u: usize| -> BTreeSet<usize> {
         let unit = &victims.units[u];
         let on_devices = unit
             .claims
             .iter()
-            .flat_map(|&c| victims.claims[c].devices.iter().map(|(_, n)| *n));
-        let on_pods = unit
-            .pods
-            .iter()
-            .filter_map(|&p| index.get(victims.pods[p].node.as_str()).copied());
-        on_devices
-            .chain(on_pods)
-            .filter(|n| used.contains(n))
-            .collect()
+            .flat_map(|&c| victims.claims[c].devices.iter().map(|(_, n)| *n))
+            .filter(|n| used.iter().any(|(i, _)| i == n));
+        let on_pods = unit.pods.iter().filter_map(|&p| {
+            let node = victims.pods[p].node.as_str();
+            used.iter().find(|(_, name)| name == node).map(|(i, _)| *i)
+        });
+        on_devices.chain(on_pods).collect()
     };
     let mut order: Vec<(usize, BTreeSet<usize>)> = Vec::new();
     for &u in candidates {

@@ -38,6 +38,7 @@
 
 mod budgets;
 mod gang;
+mod kept;
 mod mark;
 pub mod nomination;
 mod plan;
@@ -56,6 +57,7 @@ use tessera_allocator::DeviceId;
 
 pub use budgets::{DisruptionBudgets, covers, selects};
 pub use gang::preempt_group;
+pub use kept::{KeptVictims, KeptWork};
 pub use plan::{
     PlannedVictim, PreemptionCost, PreemptionDecision, PreemptionOutcome, PreemptionPlan,
     Reservation,

@@ -135,11 +135,13 @@ impl Found {
     }
 }
 
-/// A placement on one NUMA node with every device beside an NVLink peer: no other victim set
-/// can place the pod better connected.
+/// A placement no other victim set can connect better: on one NUMA node with every device
+/// beside an NVLink peer, or a single device (no pair to connect, one NUMA node: every placement
+/// of one device is connected alike).
 fn well_connected(placement: &Placement) -> bool {
     let (_, numa_crossings, nvlink_stranded, numa_nodes) = placement.score.connectivity();
-    numa_crossings == 0 && nvlink_stranded == 0 && numa_nodes <= 1
+    let alone = placement_devices(placement).len() == 1;
+    alone || (numa_crossings == 0 && nvlink_stranded == 0 && numa_nodes <= 1)
 }
 
 /// What a plan's victims cost before topology is looked at: how many, their highest priority,
@@ -566,6 +568,10 @@ impl Search<'_, '_> {
                     ties -= 1;
                 }
                 if let Some(placement) = placement {
+                    if self.takes_the_node(candidate.node, &placement) {
+                        // Every set that fits here frees the whole node: the same placement.
+                        ties = 0;
+                    }
                     let found = Found {
                         node: candidate.node,
                         units,
@@ -580,6 +586,13 @@ impl Search<'_, '_> {
             }
         }
         best
+    }
+
+    /// Whether `placement` takes every managed device of `node`.
+    fn takes_the_node(&self, node: usize, placement: &Placement) -> bool {
+        let devices = &self.context.devices.managed;
+        let all = devices.node_devices(self.node_name(node)).count();
+        placement_devices(placement).len() >= all
     }
 
     /// Whether a set costing `cost` can no longer be the best (it ranks below the best found on

@@ -65,6 +65,26 @@ pub struct Unit {
     pub blocked: Option<Blocked>,
 }
 
+impl Unit {
+    /// A unit removed from a kept index ([`super::KeptVictims`]): no pods, nothing held; no
+    /// preemptor sees it.
+    pub fn is_gone(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    pub(super) fn gone() -> Unit {
+        Unit {
+            pods: Vec::new(),
+            group: None,
+            priority: 0,
+            gpu_seconds: 0,
+            claims: Vec::new(),
+            budgets: BTreeMap::new(),
+            blocked: None,
+        }
+    }
+}
+
 /// Why a unit cannot be evicted by any preemptor.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Blocked {
@@ -80,6 +100,9 @@ pub struct HeldClaim {
     pub claim: Arc<ResourceClaim>,
     /// Its managed devices and their nodes (indices into [`ClusterSnapshot::nodes`]).
     pub devices: Vec<(DeviceId, usize)>,
+    /// Every device of its allocation is allocated whole, none shared (no `shareID`) nor with
+    /// admin access: freeing it is taking [`HeldClaim::devices`] out of what is in use.
+    pub whole: bool,
     /// The units of its consumers (sorted): all of them must be evicted to free it.
     pub units: Vec<usize>,
 }
@@ -175,11 +198,31 @@ fn seconds_since(since: Option<Timestamp>, now: Timestamp) -> u64 {
 }
 
 /// A pod that could be evicted: bound, running or about to, not being deleted.
-fn is_running(pod: &Pod) -> bool {
+pub(super) fn is_running(pod: &Pod) -> bool {
     is_bound(pod) && !is_terminal(pod) && pod.metadata.deletion_timestamp.is_none()
 }
 
-fn victim_pod(pod: &Pod, budgets: &DisruptionBudgets) -> VictimPod {
+/// Whether `pod` is the victim of a plan still being carried out: its UID is in `promised`, or
+/// it is marked [`PreemptedBy`].
+pub(super) fn is_promised(pod: &Pod, promised: &HashSet<String>) -> bool {
+    promised.contains(pod.metadata.uid.as_deref().unwrap_or_default())
+        || PreemptedBy::is_marked(pod)
+}
+
+/// `budgets` with one disruption charged per budget covering each of the `promised` pods.
+pub(super) fn spent<'p>(
+    mut budgets: DisruptionBudgets,
+    promised: impl IntoIterator<Item = &'p Pod>,
+) -> DisruptionBudgets {
+    for pod in promised {
+        for b in budgets.covering(pod) {
+            budgets.spend(b, 1);
+        }
+    }
+    budgets
+}
+
+pub(super) fn victim_pod(pod: &Pod, budgets: &DisruptionBudgets) -> VictimPod {
     let spec = pod.spec.as_ref();
     VictimPod {
         key: object_key(&pod.metadata),
@@ -206,22 +249,26 @@ impl Victims {
         devices: &ManagedDevices,
         pods: impl IntoIterator<Item = &'p Pod>,
         claims: impl IntoIterator<Item = Arc<ResourceClaim>>,
-        mut budgets: DisruptionBudgets,
+        budgets: DisruptionBudgets,
         promised: &HashSet<String>,
         now: Timestamp,
     ) -> Victims {
         let pods: Vec<&Pod> = pods.into_iter().filter(|p| is_running(p)).collect();
-        let is_promised = |pod: &Pod| {
-            promised.contains(pod.metadata.uid.as_deref().unwrap_or_default())
-                || PreemptedBy::is_marked(pod)
-        };
-        for pod in &pods {
-            if is_promised(pod) {
-                for b in budgets.covering(pod) {
-                    budgets.spend(b, 1);
-                }
-            }
-        }
+        let is_promised = |pod: &Pod| is_promised(pod, promised);
+        let budgets = spent(budgets, pods.iter().copied().filter(|p| is_promised(p)));
+        let pods = pods.into_iter().filter(|p| !is_promised(p));
+        Victims::assemble(devices, pods, claims, budgets, now)
+    }
+
+    /// The index of running, unpromised `pods` holding managed `devices` through `claims`, under
+    /// `budgets` (the promised victims' evictions already charged).
+    pub(super) fn assemble<'p>(
+        devices: &ManagedDevices,
+        pods: impl IntoIterator<Item = &'p Pod>,
+        claims: impl IntoIterator<Item = Arc<ResourceClaim>>,
+        budgets: DisruptionBudgets,
+        now: Timestamp,
+    ) -> Victims {
         let mut victims = Victims {
             budgets,
             ..Victims::default()
@@ -230,9 +277,6 @@ impl Victims {
         let mut groups: Vec<Option<GroupKey>> = Vec::new();
         let mut started: Vec<Option<Timestamp>> = Vec::new();
         for pod in pods {
-            if is_promised(pod) {
-                continue;
-            }
             let victim = victim_pod(pod, &victims.budgets);
             by_uid.insert(victim.uid.clone(), victims.pods.len());
             groups.push(group_key(pod));
@@ -258,6 +302,12 @@ impl Victims {
         }
         victims.build_units(&groups);
         victims
+    }
+
+    /// Whether no unit is left to evict (a kept index may hold units removed since:
+    /// [`Unit::is_gone`]).
+    pub fn is_empty(&self) -> bool {
+        self.units.iter().all(Unit::is_gone)
     }
 
     /// Records `claim` if it holds managed devices and only running pods reserve it.
@@ -306,6 +356,14 @@ impl Victims {
         let Some(consumers) = consumers.filter(|c| !c.is_empty()) else {
             return;
         };
+        let results = allocation
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten());
+        let whole = results
+            .clone()
+            .all(|r| r.share_id.is_none() && r.admin_access != Some(true))
+            && results.count() == devices.len();
         let index = self.claims.len();
         for &pod in &consumers {
             self.pods[pod].claims.push(index);
@@ -313,6 +371,7 @@ impl Victims {
         self.claims.push(HeldClaim {
             claim,
             devices,
+            whole,
             units: Vec::new(),
         });
     }
@@ -377,27 +436,7 @@ impl Victims {
             .collect();
         claims.sort_unstable();
         claims.dedup();
-        let mut budgets: BTreeMap<usize, u32> = BTreeMap::new();
-        let mut blocked = None;
-        for &p in &pods {
-            let pod = &self.pods[p];
-            if pod.budgets.len() > 1 {
-                blocked.get_or_insert(Blocked::MultipleBudgets {
-                    pod: pod.key.clone(),
-                });
-            }
-            for &b in &pod.budgets {
-                *budgets.entry(b).or_default() += 1;
-            }
-        }
-        for (&b, &n) in &budgets {
-            if n > self.budgets.allowed(b) {
-                blocked.get_or_insert(Blocked::Budget {
-                    budget: self.budgets.name(b).to_owned(),
-                    allowed: self.budgets.allowed(b),
-                });
-            }
-        }
+        let (budgets, blocked) = self.unit_budgets(&pods);
         Unit {
             priority: pods
                 .iter()
@@ -411,6 +450,35 @@ impl Victims {
             budgets,
             blocked,
         }
+    }
+
+    /// The pods per budget of a unit of `pods`, and why the budgets block its eviction, if they
+    /// do.
+    pub(super) fn unit_budgets(&self, pods: &[usize]) -> (BTreeMap<usize, u32>, Option<Blocked>) {
+        let mut budgets: BTreeMap<usize, u32> = BTreeMap::new();
+        // The first such pod by name, whatever order the unit lists its pods in.
+        let mut blocked = pods
+            .iter()
+            .map(|&p| &self.pods[p])
+            .filter(|pod| pod.budgets.len() > 1)
+            .map(|pod| &pod.key)
+            .min()
+            .map(|key| Blocked::MultipleBudgets { pod: key.clone() });
+        for &p in pods {
+            let pod = &self.pods[p];
+            for &b in &pod.budgets {
+                *budgets.entry(b).or_default() += 1;
+            }
+        }
+        for (&b, &n) in &budgets {
+            if n > self.budgets.allowed(b) {
+                blocked.get_or_insert(Blocked::Budget {
+                    budget: self.budgets.name(b).to_owned(),
+                    allowed: self.budgets.allowed(b),
+                });
+            }
+        }
+        (budgets, blocked)
     }
 
     /// Which units a preemptor of `priority` may evict (indexed like [`Victims::units`]), and
@@ -428,6 +496,9 @@ impl Victims {
             .iter()
             .map(|unit| {
                 let pods = unit.pods.len();
+                if unit.is_gone() {
+                    return false;
+                }
                 if unit.priority >= priority
                     || (own_group.is_some() && unit.group.as_ref() == own_group)
                 {
