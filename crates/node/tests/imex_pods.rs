@@ -286,9 +286,26 @@ async fn a_nodes_daemon_health_is_its_own_condition_on_the_claim_with_an_event_p
     );
 
     // The domain leaves the node: its condition goes; a claim gone is no error.
-    restarted.forget("ml", "domain", UID).await.unwrap();
+    assert!(restarted.forget("ml", "domain", UID).await.unwrap());
     assert_eq!(node_condition(&server, "tray-4"), None);
-    restarted.forget("ml", "gone", "0000").await.unwrap();
+    assert!(restarted.forget("ml", "gone", "0000").await.unwrap());
+
+    // A start that failed is undone at once (the kubelet retries it): its condition stays, and
+    // the retry's same answer records no second Event.
+    let claim: ResourceClaim = server.get(Some("ml"), "domain").unwrap();
+    restarted.report(&claim, &failing).await.unwrap();
+    assert!(!restarted.forget("ml", "domain", UID).await.unwrap());
+    let claim: ResourceClaim = server.get(Some("ml"), "domain").unwrap();
+    restarted.report(&claim, &failing).await.unwrap();
+    assert_eq!(
+        node_condition(&server, "tray-4").map(|c| c.0),
+        Some("False".to_owned())
+    );
+    let warnings = claim_events(&server)
+        .iter()
+        .filter(|e| e.1 == NOT_READY_REASON)
+        .count();
+    assert_eq!(warnings, 2, "one for each failure, none for the retry");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

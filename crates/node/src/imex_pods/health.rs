@@ -102,9 +102,15 @@ impl DomainConditions {
             .map_err(|e| format!("cannot record an Event on claim {what}: {e}"))
     }
 
-    /// Takes this node's condition off the claim (the domain left the node). A claim gone or no
-    /// longer allocated has none to take back.
-    pub async fn forget(&self, namespace: &str, name: &str, uid: &str) -> Result<(), String> {
+    /// Takes this node's condition off the claim (the domain left the node); returns whether it
+    /// did. A condition saying the daemon is not ready stays: a failed start is undone at once
+    /// and the kubelet retries it, and the claim must go on saying why its pod waits (it goes when
+    /// the daemon answers, or with the claim's allocation). A claim gone or no longer allocated
+    /// has no condition to take back.
+    pub async fn forget(&self, namespace: &str, name: &str, uid: &str) -> Result<bool, String> {
+        if self.written().get(uid).is_some_and(|r| !r.ready) {
+            return Ok(false);
+        }
         self.written().remove(uid);
         let claim = ResourceClaim {
             metadata: ObjectMeta {
@@ -116,8 +122,8 @@ impl DomainConditions {
             ..ResourceClaim::default()
         };
         match self.apply(&claim, &empty_configuration(&claim)).await {
-            Err(kube::Error::Api(e)) if [404, 409, 422].contains(&e.code) => Ok(()),
-            other => other.map_err(|e| {
+            Err(kube::Error::Api(e)) if [404, 409, 422].contains(&e.code) => Ok(true),
+            other => other.map(|()| true).map_err(|e| {
                 format!("cannot take the IMEX daemon condition off claim {namespace}/{name}: {e}")
             }),
         }
