@@ -110,8 +110,8 @@ impl PluginControl {
         self.rollout_restart_on(&[node], timeout).await
     }
 
-    /// [`Self::rollout_restart`] waiting for the new pods on every one of `nodes` (one DaemonSet
-    /// runs all the nodes' plugins).
+    /// [`Self::rollout_restart`] of the DaemonSets that run the plugins of `nodes` (one for all,
+    /// or one per node as on the local cluster), waiting for the new pods on every one of them.
     pub async fn rollout_restart_on(
         &self,
         nodes: &[&str],
@@ -128,20 +128,25 @@ impl PluginControl {
                     .with_context(|| format!("no plugin pod runs on {node} in {namespace}"))?,
             );
         }
-        let first = old.first().context("no node to roll out")?;
-        let daemonset = first
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.kind == "DaemonSet")
-            .map(|o| o.name.clone())
-            .with_context(|| {
-                format!(
-                    "plugin pod {namespace}/{} has no DaemonSet owner",
-                    first.metadata.name.as_deref().unwrap_or_default()
-                )
-            })?;
+        // One DaemonSet may run every node's plugin, or one each (the local cluster's chart):
+        // each is restarted once.
+        let mut daemonsets = std::collections::BTreeSet::new();
+        for pod in &old {
+            daemonsets.insert(
+                pod.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|o| o.kind == "DaemonSet")
+                    .map(|o| o.name.clone())
+                    .with_context(|| {
+                        format!(
+                            "plugin pod {namespace}/{} has no DaemonSet owner",
+                            pod.metadata.name.as_deref().unwrap_or_default()
+                        )
+                    })?,
+            );
+        }
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
@@ -150,20 +155,23 @@ impl PluginControl {
         let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
             "kubectl.kubernetes.io/restartedAt": stamp,
         }}}}});
-        Api::<DaemonSet>::namespaced(client.clone(), namespace)
-            .patch(&daemonset, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .with_context(|| format!("cannot restart DaemonSet {namespace}/{daemonset}"))?;
+        let api = Api::<DaemonSet>::namespaced(client.clone(), namespace);
+        for daemonset in &daemonsets {
+            api.patch(daemonset, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .with_context(|| format!("cannot restart DaemonSet {namespace}/{daemonset}"))?;
+        }
+        let daemonset = daemonsets.into_iter().collect::<Vec<_>>().join(", ");
         let mut replaced = Vec::new();
         for (node, old_pod) in nodes.iter().zip(&old) {
             let old_name = old_pod.metadata.name.clone().unwrap_or_default();
             let old_uid = old_pod.metadata.uid.clone().unwrap_or_default();
-            let what = format!("DaemonSet {namespace}/{daemonset} to replace {old_name} on {node}");
+            let what = format!("DaemonSet(s) {daemonset} to replace {old_name} on {node}");
             let new_name = wait_replaced(client, namespace, node, &old_uid, &what, timeout).await?;
             replaced.push(format!("{old_name} replaced by {new_name}"));
         }
         Ok(format!(
-            "DaemonSet {namespace}/{daemonset} rolled out: {}",
+            "DaemonSet(s) {daemonset} in {namespace} rolled out: {}",
             replaced.join(", ")
         ))
     }

@@ -7,9 +7,12 @@
 //! [`WRITE_TIMEOUT`]; a failed one is logged by the caller and made again at the next report
 //! (prepare's retry, or the next refresh).
 //!
-//! RBAC: `patch` on `resourceclaims/status` (and `associated-node:patch` on
-//! `resourceclaims/driver`), `create`/`patch` on `events.k8s.io` events: what the plugin already
-//! holds for `status.devices` and its other Events.
+//! RBAC: `patch` on `resourceclaims/status`, and `arbitrary-node:patch` on `resourceclaims/driver`
+//! named `gpu.tessera.dev`: a domain's claim is allocated to the nodes of a fabric clique, not to
+//! this node alone, so the API server's per-driver check asks for it instead of the
+//! `associated-node:patch` that a node-local claim's `status.devices` needs (still only this
+//! driver's entries, never the allocation or reservations); `create`/`patch` on `events.k8s.io`
+//! events, as the plugin's other Events.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
