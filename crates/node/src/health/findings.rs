@@ -16,6 +16,37 @@ use tessera_nvml::HealthEvent;
 
 use super::policy::{HealthFinding, TaintEffect, classify};
 
+/// The fabric findings of the GPUs of the last rescan, each since the first rescan that read it
+/// (so a finding that holds keeps its time, and the published taint does not change).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FabricStates {
+    findings: BTreeMap<String, (HealthFinding, SystemTime)>,
+}
+
+impl FabricStates {
+    /// Takes the fabric state of every GPU of `inventory` as read at `now`.
+    pub fn observe(&mut self, inventory: &GpuInventory, now: SystemTime) {
+        let mut next = BTreeMap::new();
+        for gpu in &inventory.gpus {
+            let Some(finding) = gpu.fabric.as_ref().and_then(super::policy::fabric) else {
+                continue;
+            };
+            let since = match self.findings.get(&gpu.uuid) {
+                Some((known, since)) if *known == finding => *since,
+                _ => {
+                    tracing::warn!(gpu = %gpu.uuid, finding = %finding.message, "the GPU cannot use its NVLink fabric: tainted until a rescan reads it usable");
+                    now
+                }
+            };
+            next.insert(gpu.uuid.clone(), (finding, since));
+        }
+        for uuid in self.findings.keys().filter(|u| !next.contains_key(*u)) {
+            tracing::info!(gpu = %uuid, "the GPU's NVLink fabric is usable again: its fabric taint goes");
+        }
+        self.findings = next;
+    }
+}
+
 /// What a finding is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum HealthScope {
@@ -135,6 +166,24 @@ impl HealthFindings {
                     last_seen: since,
                 },
             );
+    }
+
+    /// Records what each GPU's fabric state means ([`super::policy::fabric`]), since when `since`
+    /// says (the first rescan that read that state: [`FabricStates`]).
+    pub fn record_fabric(&mut self, fabric: &FabricStates) {
+        for (uuid, (finding, since)) in &fabric.findings {
+            self.findings
+                .entry(HealthScope::Gpu { uuid: uuid.clone() })
+                .or_default()
+                .insert(
+                    finding.key,
+                    DatedFinding {
+                        finding: finding.clone(),
+                        since: *since,
+                        last_seen: *since,
+                    },
+                );
+        }
     }
 
     /// Records the unreachable finding of every lost GPU the inventory keeps (UUID, and when a
