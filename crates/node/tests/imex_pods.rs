@@ -347,3 +347,53 @@ async fn a_daemon_pod_that_cannot_run_fails_prepare_and_marks_the_claim() {
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].1, NOT_READY_REASON);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_nvidia_imex_holding_the_port_is_reported_and_no_daemon_pod_is_started() {
+    let server = FakeApiServer::new();
+    seed(&server);
+    server.seed_json(allocated_domain());
+    // This node's IMEX address is loopback here, and something listens on its IMEX port: what a
+    // host nvidia-imex service looks like from the plugin.
+    server.seed_json(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "tray-1",
+        "annotations": {"gpu.tessera.dev/imex-address": "127.0.0.1"}},
+        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}}),
+    );
+    let host_daemon = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = host_daemon.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let imex_root = dir.path().join("imex");
+    let the_domain = domain(&imex_root);
+    let control = PodImexControl::new(
+        server.client(),
+        tokio::runtime::Handle::current(),
+        template(),
+        imex_root.clone(),
+        "/nonexistent/nvidia-imex-ctl".into(),
+        String::new(),
+    )
+    .with_server_port(port);
+    let started = tokio::task::spawn_blocking(move || control.start(&the_domain))
+        .await
+        .unwrap();
+    let error = started.unwrap_err().to_string();
+    assert!(
+        error.contains("host nvidia-imex service running on node tray-1")
+            && error.contains(&format!("127.0.0.1:{port}"))
+            && error.contains("systemctl disable --now nvidia-imex"),
+        "{error}"
+    );
+    assert_eq!(
+        server.get_json("pods", Some("tessera-system"), &pod_name(UID, "tray-1")),
+        None,
+        "no daemon pod started against it"
+    );
+    let (status, _, message) = node_condition(&server, "tray-1").expect("a condition");
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("host nvidia-imex service running"),
+        "{message}"
+    );
+    drop(host_daemon);
+}

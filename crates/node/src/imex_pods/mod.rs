@@ -49,6 +49,8 @@ use condition::DaemonHealth;
 
 /// How long a daemon may take to answer `READY` (the kubelet gives prepare 45 s).
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the check for a host `nvidia-imex` waits for its port to answer.
+const HOST_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a deleted daemon pod may take to go.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(200);
@@ -70,6 +72,8 @@ pub struct PodImexControl {
     serial: Arc<Mutex<()>>,
     /// This node's daemon health on the domains' claims.
     conditions: Arc<DomainConditions>,
+    /// The IMEX peer port ([`SERVER_PORT`]; tests take another).
+    server_port: u16,
 }
 
 impl PodImexControl {
@@ -84,6 +88,7 @@ impl PodImexControl {
         PodImexControl {
             pods: Api::namespaced(client.clone(), &template.namespace),
             conditions: Arc::new(DomainConditions::new(client.clone(), &template.node_name)),
+            server_port: SERVER_PORT,
             client,
             runtime,
             template,
@@ -92,6 +97,12 @@ impl PodImexControl {
             library_path,
             serial: Arc::default(),
         }
+    }
+
+    /// The same control with the IMEX peer port `port` (tests).
+    pub fn with_server_port(mut self, port: u16) -> Self {
+        self.server_port = port;
+        self
     }
 
     fn serial(&self) -> MutexGuard<'_, ()> {
@@ -358,6 +369,30 @@ impl PodImexControl {
         Ok(false)
     }
 
+    /// Fails when something other than a daemon pod of ours holds this node's IMEX port: a host
+    /// `nvidia-imex` service (the driver's package installs one). The driver admits one IMEX
+    /// daemon per node, so ours would only crash-loop against it; the plugin reports it and
+    /// starts none. Checked only while no daemon pod of ours is on the node (one of ours holds the
+    /// port itself): a TCP connection to this node's IMEX address and port that is accepted.
+    fn no_host_daemon(&self) -> Result<(), String> {
+        if !self.daemon_pods()?.is_empty() {
+            return Ok(());
+        }
+        let own = self
+            .runtime
+            .block_on(self.address(&self.template.node_name))?;
+        let Ok(ip) = own.parse::<std::net::IpAddr>() else {
+            return Ok(());
+        };
+        let target = std::net::SocketAddr::new(ip, self.server_port);
+        if std::net::TcpStream::connect_timeout(&target, HOST_PROBE_TIMEOUT).is_err() {
+            return Ok(());
+        }
+        let reason = host_daemon_reason(&self.template.node_name, &target);
+        tracing::warn!(node = %self.template.node_name, address = %target, "{reason}");
+        Err(reason)
+    }
+
     /// Writes this node's daemon health on the claim; a failure is logged (the next report
     /// writes it again).
     fn report(&self, claim: &ResourceClaim, health: &DaemonHealth) {
@@ -392,6 +427,7 @@ impl ImexControl for PodImexControl {
             .claim(&domain.namespace, &domain.name)
             .map_err(failed)?;
         let started = self.peers_of(&claim).and_then(|peers| {
+            self.no_host_daemon()?;
             self.write_config(&domain.directory, &peers)?;
             self.ensure_pod(domain, &peers)?;
             self.wait_ready(domain)
