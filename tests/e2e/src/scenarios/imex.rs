@@ -772,7 +772,7 @@ async fn a_host_imex_holds_a_node(
     held: &Node,
 ) -> anyhow::Result<()> {
     let address = imex_address(ctx, &held.name).await?;
-    let listener = HostDaemon::listen(&address)
+    let listener = std::net::TcpListener::bind((address.as_str(), IMEX_PORT))
         .with_context(|| format!("cannot listen on {address}:{IMEX_PORT} for {}", held.name))?;
     let waited = async {
         create_job(ctx, "h", 4).await?;
@@ -803,41 +803,4 @@ async fn a_host_imex_holds_a_node(
         held.name
     ));
     Ok(())
-}
-
-/// A listener on a node's IMEX address and port that accepts and closes every connection (the
-/// other nodes' daemons probe their peers there twice a second: a listener that never accepts
-/// would fill its backlog and stop answering), until dropped.
-struct HostDaemon {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl HostDaemon {
-    fn listen(address: &str) -> std::io::Result<HostDaemon> {
-        let listener = std::net::TcpListener::bind((address, IMEX_PORT))?;
-        listener.set_nonblocking(true)?;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stopped = stop.clone();
-        let thread = std::thread::spawn(move || {
-            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
-                if listener.accept().is_err() {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-            }
-        });
-        Ok(HostDaemon {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for HostDaemon {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
