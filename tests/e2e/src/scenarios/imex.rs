@@ -19,11 +19,8 @@
 //! 4. The knob fails the running daemon of one node: the restarted plugin's check marks that
 //!    node's condition `False` (with a second Warning Event); the knob goes: `True` again.
 //! 5. Job A is deleted: no daemon pod, no domain directory on any node, and the channel is free.
-//! 6. Something listens on one node's IMEX address and port (as a host `nvidia-imex` service
-//!    would): job H's pod there waits, its events and the node's condition naming a host
-//!    nvidia-imex, and no daemon pod starts there; the listener goes: job H runs, and is deleted.
-//! 7. Jobs B and C (2 pods each) run at the same time with two different channels.
-//! 8. Deleted: nothing left.
+//! 6. Jobs B and C (2 pods each) run at the same time with two different channels.
+//! 7. Deleted: nothing left.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -47,10 +44,6 @@ const NAMESPACE: &str = "tessera-e2e-imex";
 const DAEMON_COMPONENT: &str = "app.kubernetes.io/component=imex-daemon";
 const PEERS_ANNOTATION: &str = "gpu.tessera.dev/imex-peers";
 const FAILURE: &str = "link down (e2e)";
-/// What prepare says on a node whose IMEX port something else holds.
-const HOST_IMEX: &str = "host nvidia-imex service running";
-/// The IMEX peer port.
-const IMEX_PORT: u16 = 50000;
 /// The daemon's condition on the claim, and the reasons of its Events.
 const CONDITION: &str = "IMEXDaemonReady";
 const READY_REASON: &str = "IMEXDaemonReady";
@@ -79,7 +72,7 @@ pub async fn imex(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     set_knob(failing, Some(FAILURE))?;
     let created = create_job(ctx, "a", 4).await;
     let waited = match created {
-        Ok(()) => a_node_whose_daemon_fails_holds_its_pod(ctx, "a", failing, FAILURE).await,
+        Ok(()) => a_node_whose_daemon_fails_holds_its_pod(ctx, "a", failing).await,
         Err(e) => Err(e),
     };
     let waited = match waited {
@@ -100,7 +93,6 @@ pub async fn imex(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
     ctx.say(format!(
         "job a (channel {channel_a}) deleted: no daemon, no domain directory left"
     ));
-    a_host_imex_holds_a_node(ctx, &setting, failing).await?;
     create_job(ctx, "b", 2).await?;
     create_job(ctx, "c", 2).await?;
     let channel_b = job_runs_in_one_domain(ctx, &setting, "b", 2).await?;
@@ -271,7 +263,6 @@ async fn a_node_whose_daemon_fails_holds_its_pod(
     ctx: &Ctx,
     job: &str,
     failing: &Node,
-    naming: &str,
 ) -> anyhow::Result<()> {
     let api = Api::<Pod>::namespaced(ctx.client.clone(), NAMESPACE);
     let held = until(
@@ -294,7 +285,7 @@ async fn a_node_whose_daemon_fails_holds_its_pod(
             Ok(
                 match events
                     .iter()
-                    .find(|e| e.message.as_deref().unwrap_or("").contains(naming))
+                    .find(|e| e.message.as_deref().unwrap_or("").contains(FAILURE))
                 {
                     Some(event) => {
                         Progress::Done((name, event.message.clone().unwrap_or_default()))
@@ -735,72 +726,4 @@ async fn a_running_daemon_that_fails_marks_the_claim(
     failed?;
     node_condition_becomes(ctx, job, &failing.name, true, None).await?;
     claim_event_names(ctx, job, READY_REASON, &failing.name, 2).await
-}
-
-/// Node `node`'s IMEX address: its annotation, else its first `InternalIP` (as the plugin takes it).
-async fn imex_address(ctx: &Ctx, node: &str) -> anyhow::Result<String> {
-    let found = Api::<k8s_openapi::api::core::v1::Node>::all(ctx.client.clone())
-        .get(node)
-        .await?;
-    let annotated = found
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(tessera_api::imex::ADDRESS_ANNOTATION).cloned());
-    let internal = || {
-        found
-            .status
-            .as_ref()?
-            .addresses
-            .iter()
-            .flatten()
-            .find(|a| a.type_ == "InternalIP")
-            .map(|a| a.address.clone())
-    };
-    annotated
-        .or_else(internal)
-        .with_context(|| format!("node {node} has no IMEX address"))
-}
-
-/// 5. Something holds one node's IMEX port (a listener on its IMEX address, as a host
-///    `nvidia-imex` service would): job h's pod there waits, its events and the node's condition
-///    on the claim saying a host nvidia-imex runs, and no daemon is started against it; once it
-///    goes, the pod starts and the job runs in one domain.
-async fn a_host_imex_holds_a_node(
-    ctx: &Ctx,
-    setting: &Setting<'_>,
-    held: &Node,
-) -> anyhow::Result<()> {
-    let address = imex_address(ctx, &held.name).await?;
-    let listener = std::net::TcpListener::bind((address.as_str(), IMEX_PORT))
-        .with_context(|| format!("cannot listen on {address}:{IMEX_PORT} for {}", held.name))?;
-    let waited = async {
-        create_job(ctx, "h", 4).await?;
-        a_node_whose_daemon_fails_holds_its_pod(ctx, "h", held, HOST_IMEX).await?;
-        node_condition_becomes(ctx, "h", &held.name, false, Some(HOST_IMEX)).await?;
-        let uid = claim_uid(ctx, "h-domain").await?;
-        let daemons = Api::<Pod>::namespaced(ctx.client.clone(), setting.plugin_namespace)
-            .list(&ListParams::default().labels(&format!(
-                "{DAEMON_COMPONENT},gpu.tessera.dev/imex-domain={uid},gpu.tessera.dev/node={}",
-                held.name
-            )))
-            .await?
-            .items;
-        ensure!(
-            daemons.is_empty(),
-            "a daemon pod of domain h was started on {} against the host daemon",
-            held.name
-        );
-        anyhow::Ok(())
-    }
-    .await;
-    drop(listener);
-    waited?;
-    job_runs_in_one_domain(ctx, setting, "h", 4).await?;
-    delete_job(ctx, setting, "h", 4).await?;
-    ctx.say(format!(
-        "a host IMEX daemon on {} held job h's pod there, and no daemon was started against it; once it went, job h ran",
-        held.name
-    ));
-    Ok(())
 }
