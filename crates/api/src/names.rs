@@ -76,6 +76,9 @@ pub mod taints {
     pub const ECC: &str = "gpu.tessera.dev/ecc";
     /// The device disappeared from NVML or stopped answering.
     pub const UNREACHABLE: &str = "gpu.tessera.dev/unreachable";
+    /// The GPU cannot use its multi-node NVLink fabric (registration not complete or failed, or
+    /// the fabric reports it unhealthy); the value says which.
+    pub const FABRIC: &str = "gpu.tessera.dev/fabric";
 }
 
 /// Field manager used for every server-side apply Tessera makes.

@@ -31,8 +31,9 @@ pub use device_name::{DeviceName, ResolvedDevice, profile_label};
 pub use islands::{NvlinkIsland, island_id, island_of};
 pub use mock::{MockSource, SHIPPED_TOPOLOGIES, parse_topology, shipped_topology_names};
 pub use model::{
-    Architecture, Brand, FabricInfo, FabricState, Gpu, GpuInventory, LinkPeer, MigEngines,
-    MigInstance, MigProfile, MigState, NvLink, NvLinkRemoteType, NvLinkState, NvLinkVersion,
+    Architecture, Brand, FabricHealth, FabricInfo, FabricState, Gpu, GpuInventory, LinkPeer,
+    MigEngines, MigInstance, MigProfile, MigState, NvLink, NvLinkRemoteType, NvLinkState,
+    NvLinkVersion,
 };
 pub use render::{
     ChannelPool, HOSTNAME_LABEL, RenderError, RenderOptions, ServerVersion, Violation, check_pool,

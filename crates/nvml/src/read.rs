@@ -14,8 +14,8 @@ use super::ffi::{check, format_uuid, struct_version, sys_fn};
 use super::mig_sys;
 use super::sysfs::Sysfs;
 use tessera_gpu_inventory::model::{
-    Architecture, Brand, FabricInfo, FabricState, Gpu, GpuInventory, MigEngines, MigInstance,
-    MigProfile, MigState, NvLink, NvLinkRemoteType, NvLinkState, NvLinkVersion,
+    Architecture, Brand, FabricHealth, FabricInfo, FabricState, Gpu, GpuInventory, MigEngines,
+    MigInstance, MigProfile, MigState, NvLink, NvLinkRemoteType, NvLinkState, NvLinkVersion,
 };
 use tessera_gpu_inventory::pci::normalize_bus_id;
 use tessera_gpu_inventory::units::MajorMinor;
@@ -339,6 +339,9 @@ fn fabric_v(nvml: &Nvml, device: nvmlDevice_t) -> Result<FabricInfo, CallError> 
                     cluster_uuid: format_uuid(&info.clusterUuid),
                     clique_id: info.cliqueId,
                     state: FabricState::from_nvml_code(info.state),
+                    status: info.status,
+                    // Version 2 has no summary (the zeroed byte reads as not supported).
+                    health: FabricHealth::from_nvml_code(info.healthSummary),
                 });
             }
             Err(e @ CallError::Status(NvmlCode::ARGUMENT_VERSION_MISMATCH)) => last = e,
@@ -362,6 +365,8 @@ fn fabric_v1(nvml: &Nvml, device: nvmlDevice_t) -> Result<FabricInfo, CallError>
         cluster_uuid: format_uuid(&info.clusterUuid),
         clique_id: info.cliqueId,
         state: FabricState::from_nvml_code(info.state),
+        status: info.status,
+        health: FabricHealth::NotSupported,
     })
 }
 

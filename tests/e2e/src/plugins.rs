@@ -107,22 +107,46 @@ impl PluginControl {
     /// new pod of it is ready on `node` and the old one is going (with surge both run for a
     /// while). Only for the chart's pods. Returns what was replaced.
     pub async fn rollout_restart(&self, node: &str, timeout: Duration) -> anyhow::Result<String> {
+        self.rollout_restart_on(&[node], timeout).await
+    }
+
+    /// [`Self::rollout_restart`] of the DaemonSets that run the plugins of `nodes` (one for all,
+    /// or one per node as on the local cluster), waiting for the new pods on every one of them.
+    pub async fn rollout_restart_on(
+        &self,
+        nodes: &[&str],
+        timeout: Duration,
+    ) -> anyhow::Result<String> {
         let PluginControl::Pods { client, namespace } = self else {
             bail!("a DaemonSet rollout needs the chart's plugin pods (Tessera installed by helm)");
         };
-        let old = plugin_pod(client, namespace, node)
-            .await?
-            .with_context(|| format!("no plugin pod runs on {node} in {namespace}"))?;
-        let old_name = old.metadata.name.clone().unwrap_or_default();
-        let old_uid = old.metadata.uid.clone().unwrap_or_default();
-        let daemonset = old
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.kind == "DaemonSet")
-            .map(|o| o.name.clone())
-            .with_context(|| format!("plugin pod {namespace}/{old_name} has no DaemonSet owner"))?;
+        let mut old = Vec::new();
+        for node in nodes {
+            old.push(
+                plugin_pod(client, namespace, node)
+                    .await?
+                    .with_context(|| format!("no plugin pod runs on {node} in {namespace}"))?,
+            );
+        }
+        // One DaemonSet may run every node's plugin, or one each (the local cluster's chart):
+        // each is restarted once.
+        let mut daemonsets = std::collections::BTreeSet::new();
+        for pod in &old {
+            daemonsets.insert(
+                pod.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|o| o.kind == "DaemonSet")
+                    .map(|o| o.name.clone())
+                    .with_context(|| {
+                        format!(
+                            "plugin pod {namespace}/{} has no DaemonSet owner",
+                            pod.metadata.name.as_deref().unwrap_or_default()
+                        )
+                    })?,
+            );
+        }
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
@@ -131,48 +155,24 @@ impl PluginControl {
         let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
             "kubectl.kubernetes.io/restartedAt": stamp,
         }}}}});
-        Api::<DaemonSet>::namespaced(client.clone(), namespace)
-            .patch(&daemonset, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .with_context(|| format!("cannot restart DaemonSet {namespace}/{daemonset}"))?;
-        let new_name = until(
-            &format!("DaemonSet {namespace}/{daemonset} to replace {old_name} on {node}"),
-            timeout,
-            || async {
-                // With surge the new pod runs beside the old one until it is ready; the
-                // rollout is done when the old one is going and the new one is ready.
-                let live = live_plugin_pods(client, namespace, node).await?;
-                let old_live = live
-                    .iter()
-                    .any(|p| p.metadata.uid.as_deref() == Some(old_uid.as_str()));
-                let new = live
-                    .iter()
-                    .find(|p| p.metadata.uid.as_deref() != Some(old_uid.as_str()));
-                Ok(match new {
-                    Some(pod) if !old_live && is_ready(pod) => {
-                        Progress::Done(pod.metadata.name.clone().unwrap_or_default())
-                    }
-                    Some(pod) => Progress::Waiting(format!(
-                        "pod {} ({}ready){}",
-                        pod.metadata.name.as_deref().unwrap_or_default(),
-                        if is_ready(pod) { "" } else { "not " },
-                        if old_live {
-                            ", the old one still live"
-                        } else {
-                            ""
-                        }
-                    )),
-                    None => Progress::Waiting(if old_live {
-                        "only the old plugin pod on the node".to_owned()
-                    } else {
-                        "no live plugin pod on the node".to_owned()
-                    }),
-                })
-            },
-        )
-        .await?;
+        let api = Api::<DaemonSet>::namespaced(client.clone(), namespace);
+        for daemonset in &daemonsets {
+            api.patch(daemonset, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .with_context(|| format!("cannot restart DaemonSet {namespace}/{daemonset}"))?;
+        }
+        let daemonset = daemonsets.into_iter().collect::<Vec<_>>().join(", ");
+        let mut replaced = Vec::new();
+        for (node, old_pod) in nodes.iter().zip(&old) {
+            let old_name = old_pod.metadata.name.clone().unwrap_or_default();
+            let old_uid = old_pod.metadata.uid.clone().unwrap_or_default();
+            let what = format!("DaemonSet(s) {daemonset} to replace {old_name} on {node}");
+            let new_name = wait_replaced(client, namespace, node, &old_uid, &what, timeout).await?;
+            replaced.push(format!("{old_name} replaced by {new_name}"));
+        }
         Ok(format!(
-            "DaemonSet {namespace}/{daemonset} rolled out: {old_name} replaced by {new_name}"
+            "DaemonSet(s) {daemonset} in {namespace} rolled out: {}",
+            replaced.join(", ")
         ))
     }
 
@@ -236,6 +236,48 @@ async fn plugin_pod(
 }
 
 /// The plugin pods on `node` that are not being deleted (two during a surge rollout).
+/// Waits until a plugin pod other than `old_uid` is ready on `node` and the old one is going (with
+/// surge both run for a while); returns the new pod's name.
+async fn wait_replaced(
+    client: &kube::Client,
+    namespace: &str,
+    node: &str,
+    old_uid: &str,
+    what: &str,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    until(what, timeout, || async {
+        let live = live_plugin_pods(client, namespace, node).await?;
+        let old_live = live
+            .iter()
+            .any(|p| p.metadata.uid.as_deref() == Some(old_uid));
+        let new = live
+            .iter()
+            .find(|p| p.metadata.uid.as_deref() != Some(old_uid));
+        Ok(match new {
+            Some(pod) if !old_live && is_ready(pod) => {
+                Progress::Done(pod.metadata.name.clone().unwrap_or_default())
+            }
+            Some(pod) => Progress::Waiting(format!(
+                "pod {} ({}ready){}",
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                if is_ready(pod) { "" } else { "not " },
+                if old_live {
+                    ", the old one still live"
+                } else {
+                    ""
+                }
+            )),
+            None => Progress::Waiting(if old_live {
+                "only the old plugin pod on the node".to_owned()
+            } else {
+                "no live plugin pod on the node".to_owned()
+            }),
+        })
+    })
+    .await
+}
+
 async fn live_plugin_pods(
     client: &kube::Client,
     namespace: &str,

@@ -252,6 +252,49 @@ impl NvLinkVersion {
     }
 }
 
+/// The fabric's health summary of a GPU (`nvmlGpuFabricInfo_v3_t.healthSummary`,
+/// `NVML_GPU_FABRIC_HEALTH_SUMMARY_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FabricHealth {
+    /// Not reported (drivers before the v3 struct, or no fabric).
+    #[default]
+    NotSupported,
+    Healthy,
+    /// The GPU's fabric links or routes are broken.
+    Unhealthy,
+    /// Usable with less bandwidth (degraded links, route recovery).
+    LimitedCapacity,
+}
+
+impl FabricHealth {
+    /// The `NVML_GPU_FABRIC_HEALTH_SUMMARY_*` value.
+    pub fn nvml_code(self) -> u8 {
+        match self {
+            FabricHealth::NotSupported => 0,
+            FabricHealth::Healthy => 1,
+            FabricHealth::Unhealthy => 2,
+            FabricHealth::LimitedCapacity => 3,
+        }
+    }
+
+    /// The summary for an `NVML_GPU_FABRIC_HEALTH_SUMMARY_*` value; unknown values read as not
+    /// supported.
+    pub fn from_nvml_code(code: u8) -> FabricHealth {
+        match code {
+            1 => FabricHealth::Healthy,
+            2 => FabricHealth::Unhealthy,
+            3 => FabricHealth::LimitedCapacity,
+            _ => FabricHealth::NotSupported,
+        }
+    }
+
+    /// Whether NVML did not report it (left out of the JSON form).
+    pub fn is_not_supported(&self) -> bool {
+        *self == FabricHealth::NotSupported
+    }
+}
+
 /// `nvmlGpuFabricState_t`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

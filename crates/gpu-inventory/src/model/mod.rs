@@ -10,7 +10,9 @@ mod kinds;
 
 use serde::{Deserialize, Serialize};
 
-pub use kinds::{Architecture, Brand, FabricState, NvLinkRemoteType, NvLinkState, NvLinkVersion};
+pub use kinds::{
+    Architecture, Brand, FabricHealth, FabricState, NvLinkRemoteType, NvLinkState, NvLinkVersion,
+};
 
 use crate::units::{MajorMinor, bytes_quantity};
 
@@ -141,6 +143,17 @@ pub struct FabricInfo {
     pub clique_id: u32,
     /// Registration state (`NVML_GPU_FABRIC_STATE_*`).
     pub state: FabricState,
+    /// The registration's result (`status`, an `nvmlReturn_t`): 0 (`NVML_SUCCESS`) unless a
+    /// completed registration failed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub status: u32,
+    /// The fabric's health summary (v3 of the struct); not supported before.
+    #[serde(default, skip_serializing_if = "FabricHealth::is_not_supported")]
+    pub health: FabricHealth,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 /// MIG facts of a MIG-capable GPU.

@@ -16,6 +16,37 @@ use tessera_nvml::HealthEvent;
 
 use super::policy::{HealthFinding, TaintEffect, classify};
 
+/// The fabric findings of the GPUs of the last rescan, each since the first rescan that read it
+/// (so a finding that holds keeps its time, and the published taint does not change).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FabricStates {
+    findings: BTreeMap<String, (HealthFinding, SystemTime)>,
+}
+
+impl FabricStates {
+    /// Takes the fabric state of every GPU of `inventory` as read at `now`.
+    pub fn observe(&mut self, inventory: &GpuInventory, now: SystemTime) {
+        let mut next = BTreeMap::new();
+        for gpu in &inventory.gpus {
+            let Some(finding) = gpu.fabric.as_ref().and_then(super::policy::fabric) else {
+                continue;
+            };
+            let since = match self.findings.get(&gpu.uuid) {
+                Some((known, since)) if *known == finding => *since,
+                _ => {
+                    tracing::warn!(gpu = %gpu.uuid, finding = %finding.message, "the GPU cannot use its NVLink fabric: tainted until a rescan reads it usable");
+                    now
+                }
+            };
+            next.insert(gpu.uuid.clone(), (finding, since));
+        }
+        for uuid in self.findings.keys().filter(|u| !next.contains_key(*u)) {
+            tracing::info!(gpu = %uuid, "the GPU's NVLink fabric is usable again: its fabric taint goes");
+        }
+        self.findings = next;
+    }
+}
+
 /// What a finding is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum HealthScope {
@@ -135,6 +166,24 @@ impl HealthFindings {
                     last_seen: since,
                 },
             );
+    }
+
+    /// Records what each GPU's fabric state means ([`super::policy::fabric`]), since when `since`
+    /// says (the first rescan that read that state: [`FabricStates`]).
+    pub fn record_fabric(&mut self, fabric: &FabricStates) {
+        for (uuid, (finding, since)) in &fabric.findings {
+            self.findings
+                .entry(HealthScope::Gpu { uuid: uuid.clone() })
+                .or_default()
+                .insert(
+                    finding.key,
+                    DatedFinding {
+                        finding: finding.clone(),
+                        since: *since,
+                        last_seen: *since,
+                    },
+                );
+        }
     }
 
     /// Records the unreachable finding of every lost GPU the inventory keeps (UUID, and when a
@@ -484,5 +533,70 @@ mod tests {
         let mut findings = HealthFindings::default();
         findings.record_lost(kept(&lost));
         assert!(findings.is_empty(), "the taint goes when the GPU answers");
+    }
+
+    #[test]
+    fn a_gpu_off_its_fabric_is_tainted_from_the_first_rescan_that_read_it_until_one_reads_it_usable()
+     {
+        let mut inventory = MockSource::new("gb200-tray").unwrap().inventory().unwrap();
+        let names: Vec<String> = inventory
+            .gpus
+            .iter()
+            .map(|g| tessera_gpu_inventory::DeviceName::Gpu { minor: g.minor }.to_string())
+            .collect();
+        let mut fabric = FabricStates::default();
+        fabric.observe(&inventory, at(1));
+        let mut findings = HealthFindings::default();
+        findings.record_fabric(&fabric);
+        assert!(
+            findings.is_empty(),
+            "a registered, healthy fabric taints nothing"
+        );
+
+        let gpu = &mut inventory.gpus[1];
+        gpu.fabric.as_mut().unwrap().state = tessera_gpu_inventory::FabricState::InProgress;
+        let uuid = gpu.uuid.clone();
+        fabric.observe(&inventory, at(2));
+        fabric.observe(&inventory, at(3));
+        let mut findings = HealthFindings::default();
+        findings.record_fabric(&fabric);
+        let taints = findings.device_taints(&inventory, names.iter().map(String::as_str));
+        assert_eq!(taints.len(), 1, "{taints:?}");
+        let taint = &taints[&names[1]][0];
+        assert_eq!(
+            (
+                taint.key.as_str(),
+                taint.value.as_deref(),
+                taint.effect.as_str()
+            ),
+            ("gpu.tessera.dev/fabric", Some("in-progress"), "NoSchedule")
+        );
+        assert_eq!(
+            taint.time_added.as_ref().unwrap().0.as_second(),
+            1_700_000_002,
+            "since the first rescan that read it"
+        );
+        assert!(findings.for_device(&inventory, &names[0]).is_empty());
+        assert_eq!(fabric.findings.keys().collect::<Vec<_>>(), [&uuid]);
+
+        let gpu = &mut inventory.gpus[1];
+        let info = gpu.fabric.as_mut().unwrap();
+        info.state = tessera_gpu_inventory::FabricState::Completed;
+        info.health = tessera_gpu_inventory::FabricHealth::Unhealthy;
+        fabric.observe(&inventory, at(4));
+        let mut findings = HealthFindings::default();
+        findings.record_fabric(&fabric);
+        let found = findings.for_device(&inventory, &names[1]);
+        assert_eq!(found[0].finding.value, "unhealthy");
+
+        inventory.gpus[1].fabric.as_mut().unwrap().health =
+            tessera_gpu_inventory::FabricHealth::Healthy;
+        fabric.observe(&inventory, at(5));
+        let mut findings = HealthFindings::default();
+        findings.record_fabric(&fabric);
+        assert!(
+            findings.is_empty(),
+            "the taint goes when a rescan reads the fabric usable"
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! Device health: NVML XID and ECC events, and GPUs a rescan finds lost, become device taints on
-//! the published slices and `UNHEALTHY` entries on the kubelet's health stream.
+//! Device health: NVML XID and ECC events, GPUs a rescan finds lost and GPUs that cannot use
+//! their NVLink fabric, become device taints on the published slices and `UNHEALTHY` entries on the kubelet's health stream.
 //!
 //! - [`policy`]: which events taint a device, with which key, value and effect (the table).
 //! - [`findings`]: what has been found, and what it means per published device.
@@ -14,7 +14,7 @@ pub mod kubelet;
 pub mod monitor;
 pub mod policy;
 
-pub use findings::{HealthFindings, HealthScope};
+pub use findings::{FabricStates, HealthFindings, HealthScope};
 pub use kubelet::WithDeviceHealth;
 pub use monitor::{HealthEventSource, HealthMonitor, SharedFindings};
-pub use policy::{HealthFinding, TaintEffect, classify, unreachable};
+pub use policy::{HealthFinding, TaintEffect, classify, fabric, unreachable};

@@ -24,6 +24,8 @@
 //! removes the directory. The plugin keeps no state: pods are found by label, their claim by
 //! annotation.
 
+pub mod condition;
+mod health;
 mod pod;
 
 use std::collections::BTreeSet;
@@ -40,10 +42,15 @@ use tessera_prepare::imex::{
     COMMAND_SOCKET, CONFIG_FILE, ImexControl, ImexDomain, ImexError, NODES_FILE,
 };
 
+pub use health::{DomainConditions, WRITE_TIMEOUT};
 pub use pod::*;
+
+use condition::DaemonHealth;
 
 /// How long a daemon may take to answer `READY` (the kubelet gives prepare 45 s).
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the check for a host `nvidia-imex` waits for its port to answer.
+const HOST_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a deleted daemon pod may take to go.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(200);
@@ -63,6 +70,10 @@ pub struct PodImexControl {
     /// Held by start, stop and refresh: a refresh never replaces a pod that a stop is deleting
     /// (which would leave a daemon no claim holds).
     serial: Arc<Mutex<()>>,
+    /// This node's daemon health on the domains' claims.
+    conditions: Arc<DomainConditions>,
+    /// The IMEX peer port ([`SERVER_PORT`]; tests take another).
+    server_port: u16,
 }
 
 impl PodImexControl {
@@ -76,6 +87,8 @@ impl PodImexControl {
     ) -> Self {
         PodImexControl {
             pods: Api::namespaced(client.clone(), &template.namespace),
+            conditions: Arc::new(DomainConditions::new(client.clone(), &template.node_name)),
+            server_port: SERVER_PORT,
             client,
             runtime,
             template,
@@ -84,6 +97,12 @@ impl PodImexControl {
             library_path,
             serial: Arc::default(),
         }
+    }
+
+    /// The same control with the IMEX peer port `port` (tests).
+    pub fn with_server_port(mut self, port: u16) -> Self {
+        self.server_port = port;
+        self
     }
 
     fn serial(&self) -> MutexGuard<'_, ()> {
@@ -107,15 +126,24 @@ impl PodImexControl {
 
     /// The addresses of the domain's nodes: those of its bound pods, and this one.
     pub fn peers(&self, namespace: &str, name: &str) -> Result<BTreeSet<String>, String> {
+        self.peers_of(&self.claim(namespace, name)?)
+    }
+
+    /// The domain's claim.
+    fn claim(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String> {
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), namespace);
+        self.runtime
+            .block_on(claims.get(name))
+            .map_err(|e| format!("reading claim {namespace}/{name}: {e}"))
+    }
+
+    /// The addresses of the nodes of the claim's bound pods, and this one.
+    fn peers_of(&self, claim: &ResourceClaim) -> Result<BTreeSet<String>, String> {
+        let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
         self.runtime.block_on(async {
-            let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), namespace);
-            let claim = claims
-                .get(name)
-                .await
-                .map_err(|e| format!("reading claim {namespace}/{name}: {e}"))?;
             let pods_api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
             let mut pods = Vec::new();
-            for pod in reserved_pods(&claim) {
+            for pod in reserved_pods(claim) {
                 match pods_api.get_opt(&pod).await {
                     Ok(Some(found)) => pods.push(found),
                     Ok(None) => {}
@@ -301,16 +329,7 @@ impl PodImexControl {
             let Some(domain) = self.domain_of(pod) else {
                 continue;
             };
-            let result = self
-                .peers(&domain.namespace, &domain.name)
-                .and_then(|peers| {
-                    if peers == pod_peers(pod) {
-                        return Ok(false);
-                    }
-                    self.write_config(&domain.directory, &peers)?;
-                    self.ensure_pod(&domain, &peers).map(|()| true)
-                });
-            match result {
+            match self.refresh_one(pod, &domain) {
                 Ok(true) => {
                     tracing::info!(claim = %domain.claim(), "IMEX domain changed: daemon restarted with its new peers");
                     restarted.push(domain.claim_uid);
@@ -322,6 +341,64 @@ impl PodImexControl {
             }
         }
         restarted
+    }
+
+    /// Restarts one daemon pod whose domain's peers changed (true), or else, once it has had
+    /// [`START_TIMEOUT`] to start, reports whether its daemon answers `READY`.
+    fn refresh_one(&self, pod: &Pod, domain: &ImexDomain) -> Result<bool, String> {
+        let claim = self.claim(&domain.namespace, &domain.name)?;
+        let peers = self.peers_of(&claim)?;
+        if peers != pod_peers(pod) {
+            self.write_config(&domain.directory, &peers)?;
+            return self.ensure_pod(domain, &peers).map(|()| true);
+        }
+        let started = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let settled = started.is_some_and(|t| {
+            k8s_openapi::jiff::Timestamp::now()
+                .duration_since(t)
+                .as_secs()
+                >= START_TIMEOUT.as_secs() as i64
+        });
+        if settled {
+            let health = match self.query(&domain.directory) {
+                Ok(answer) if answer == "READY" => DaemonHealth::Ready,
+                Ok(answer) | Err(answer) => DaemonHealth::NotReady(answer),
+            };
+            self.report(&claim, &health);
+        }
+        Ok(false)
+    }
+
+    /// Fails when something other than a daemon pod of ours holds this node's IMEX port: a host
+    /// `nvidia-imex` service (the driver's package installs one). The driver admits one IMEX
+    /// daemon per node, so ours would only crash-loop against it; the plugin reports it and
+    /// starts none. Checked only while no daemon pod of ours is on the node (one of ours holds the
+    /// port itself): a TCP connection to this node's IMEX address and port that is accepted.
+    fn no_host_daemon(&self) -> Result<(), String> {
+        if !self.daemon_pods()?.is_empty() {
+            return Ok(());
+        }
+        let own = self
+            .runtime
+            .block_on(self.address(&self.template.node_name))?;
+        let Ok(ip) = own.parse::<std::net::IpAddr>() else {
+            return Ok(());
+        };
+        let target = std::net::SocketAddr::new(ip, self.server_port);
+        if std::net::TcpStream::connect_timeout(&target, HOST_PROBE_TIMEOUT).is_err() {
+            return Ok(());
+        }
+        let reason = host_daemon_reason(&self.template.node_name, &target);
+        tracing::warn!(node = %self.template.node_name, address = %target, "{reason}");
+        Err(reason)
+    }
+
+    /// Writes this node's daemon health on the claim; a failure is logged (the next report
+    /// writes it again).
+    fn report(&self, claim: &ResourceClaim, health: &DaemonHealth) {
+        if let Err(e) = self.runtime.block_on(self.conditions.report(claim, health)) {
+            tracing::warn!(error = %e, "cannot report an IMEX daemon's health");
+        }
     }
 
     /// Calls [`Self::refresh`] every `interval` until `stop` completes.
@@ -346,13 +423,21 @@ impl ImexControl for PodImexControl {
             reason,
         };
         let _serial = self.serial();
-        let peers = self
-            .peers(&domain.namespace, &domain.name)
+        let claim = self
+            .claim(&domain.namespace, &domain.name)
             .map_err(failed)?;
-        self.write_config(&domain.directory, &peers)
-            .map_err(failed)?;
-        self.ensure_pod(domain, &peers).map_err(failed)?;
-        self.wait_ready(domain).map_err(failed)
+        let started = self.peers_of(&claim).and_then(|peers| {
+            self.no_host_daemon()?;
+            self.write_config(&domain.directory, &peers)?;
+            self.ensure_pod(domain, &peers)?;
+            self.wait_ready(domain)
+        });
+        let health = match &started {
+            Ok(()) => DaemonHealth::Ready,
+            Err(reason) => DaemonHealth::NotReady(reason.clone()),
+        };
+        self.report(&claim, &health);
+        started.map_err(failed)
     }
 
     fn stop(&self, claim_uid: &str, directory: &Path) -> Result<(), ImexError> {
@@ -362,6 +447,12 @@ impl ImexControl for PodImexControl {
         };
         let name = pod_name(claim_uid, &self.template.node_name);
         let _serial = self.serial();
+        let claim = self
+            .runtime
+            .block_on(self.pods.get_opt(&name))
+            .ok()
+            .flatten()
+            .and_then(|pod| self.domain_of(&pod));
         self.runtime
             .block_on(async {
                 let deadline = Instant::now() + STOP_TIMEOUT;
@@ -383,6 +474,14 @@ impl ImexControl for PodImexControl {
                 Ok(())
             })
             .map_err(failed)?;
+        if let Some(domain) = claim {
+            let forget = self
+                .conditions
+                .forget(&domain.namespace, &domain.name, claim_uid);
+            if let Err(e) = self.runtime.block_on(forget) {
+                tracing::warn!(claim = %domain.claim(), error = %e, "cannot take this node's IMEX daemon condition back");
+            }
+        }
         match std::fs::remove_dir_all(directory) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

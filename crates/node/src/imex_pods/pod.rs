@@ -261,6 +261,16 @@ pub fn pod_peers(pod: &Pod) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// What prepare says when a host `nvidia-imex` holds the node: what was found and the fix.
+pub fn host_daemon_reason(node: &str, address: &std::net::SocketAddr) -> String {
+    format!(
+        "host nvidia-imex service running on node {node}: {address} (the IMEX port) answers while \
+         no Tessera IMEX daemon runs there, and the driver admits one IMEX daemon per node; stop \
+         it (systemctl disable --now nvidia-imex) on nodes whose IMEX domains Tessera runs, or \
+         keep this node out of them"
+    )
+}
+
 /// Why a pod will not run, if its status says so.
 pub fn broken(pod: &Pod) -> Option<String> {
     let status = pod.status.as_ref()?;

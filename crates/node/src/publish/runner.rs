@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{PublishInput, Publisher, WatchedNode};
-use crate::health::{HealthFindings, SharedFindings};
+use crate::health::{FabricStates, HealthFindings, SharedFindings};
 use crate::metrics::{NodeMetrics, ResultLabel};
 
 /// First retry delay after a failed publish; doubles up to the rescan interval.
@@ -86,6 +86,7 @@ impl PublishLoop {
         let mut last: Option<PublishedFrom> = None;
         let mut retry: Option<Retry> = None;
         let mut waiting_for_node_logged = false;
+        let mut fabric = FabricStates::default();
         loop {
             self.heartbeat.beat();
             let wake = tokio::select! {
@@ -105,12 +106,16 @@ impl PublishLoop {
             }
             if matches!(wake, Wake::Rescan) || inventory.is_none() {
                 inventory = self.rescan(inventory).await;
+                if let Some(current) = &inventory {
+                    fabric.observe(current, SystemTime::now());
+                }
             }
             let Some(current) = inventory.as_ref() else {
                 continue;
             };
             let mut findings = self.findings.snapshot();
             findings.record_lost(self.inventory.lost_gpus());
+            findings.record_fabric(&fabric);
             self.update_kubelet_health(current, &findings, started);
             let node = self.node.borrow().clone();
             let Some(node) = node else {

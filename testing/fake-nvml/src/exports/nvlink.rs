@@ -18,7 +18,7 @@ use super::device::pci_info;
 use super::{put, session, struct_version, versioned};
 use crate::driver::Driver;
 use crate::handles::Handle;
-use crate::status::{ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, NOT_SUPPORTED, SUCCESS, Status};
+use crate::status::{ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, NOT_SUPPORTED, Status};
 
 /// Link `link` of the GPU behind `device`.
 fn link(driver: &Driver, device: nvmlDevice_t, link: c_uint) -> Result<&NvLink, Status> {
@@ -121,9 +121,10 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
         let mut answer: nvmlGpuFabricInfoV_t = unsafe { mem::zeroed() };
         answer.version = version;
         answer.clusterUuid = uuid_bytes(&fabric.cluster_uuid)?;
-        answer.status = SUCCESS;
+        answer.status = fabric.status;
         answer.cliqueId = fabric.clique_id;
         answer.state = fabric.state.nvml_code();
+        answer.healthSummary = fabric.health.nvml_code();
         if version == versioned::<nvmlGpuFabricInfoV_t>(3) {
             // SAFETY: a v3 caller's buffer is valid for writes of the v3 struct (nvml.h).
             unsafe { put(info, answer) }
@@ -155,7 +156,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(
         let fabric = fabric(driver.gpu(Handle::from_ptr(device))?)?;
         let answer = nvmlGpuFabricInfo_t {
             clusterUuid: uuid_bytes(&fabric.cluster_uuid)?,
-            status: SUCCESS,
+            status: fabric.status,
             cliqueId: fabric.clique_id,
             state: fabric.state.nvml_code(),
         };

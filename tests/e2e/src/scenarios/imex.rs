@@ -5,19 +5,28 @@
 //! clique (`tests/e2e/local-up --layout gb200`), each annotated with its own IMEX address:
 //! 1. The fake driver's knob makes the IMEX daemon of one node answer `UNAVAILABLE`. Job A (4 pods
 //!    of 4 GPUs, one shared channel claim) is created: the pod on that node does not start, and
-//!    its events carry the daemon's reason; the other pods run.
+//!    its events carry the daemon's reason; the other pods run. The claim says so: that node's
+//!    condition `<node>/IMEXDaemonReady` is `False` with the daemon's answer, and a Warning
+//!    `IMEXDaemonNotReady` Event names the node.
 //! 2. The knob is removed: that pod starts. Every pod's checker reports the same channel, its
 //!    device node and its node's daemon `READY`; a daemon pod runs on exactly the 4 nodes, each
-//!    started with, and each node's nodes config naming, the 4 addresses.
-//! 3. Job A is deleted: no daemon pod, no domain directory on any node, and the channel is free.
-//! 4. Jobs B and C (2 pods each) run at the same time with two different channels.
-//! 5. Deleted: nothing left.
+//!    started with, and each node's nodes config naming, the 4 addresses. The claim holds a `True`
+//!    condition of each of the 4 nodes (each node's own, merged by the API server), and a Normal
+//!    `IMEXDaemonReady` Event names the recovered node.
+//! 3. The plugin's DaemonSet is rolled out on the 4 nodes while job A runs: the daemon pods are
+//!    the same (UIDs, no restart), job A's pods run on (same UIDs, no restart) and their checkers,
+//!    after the rollout, still see the channel and the daemon `READY`.
+//! 4. The knob fails the running daemon of one node: the restarted plugin's check marks that
+//!    node's condition `False` (with a second Warning Event); the knob goes: `True` again.
+//! 5. Job A is deleted: no daemon pod, no domain directory on any node, and the channel is free.
+//! 6. Jobs B and C (2 pods each) run at the same time with two different channels.
+//! 7. Deleted: nothing left.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, ensure};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use tessera_api::DRIVER_NAME;
@@ -35,6 +44,10 @@ const NAMESPACE: &str = "tessera-e2e-imex";
 const DAEMON_COMPONENT: &str = "app.kubernetes.io/component=imex-daemon";
 const PEERS_ANNOTATION: &str = "gpu.tessera.dev/imex-peers";
 const FAILURE: &str = "link down (e2e)";
+/// The daemon's condition on the claim, and the reasons of its Events.
+const CONDITION: &str = "IMEXDaemonReady";
+const READY_REASON: &str = "IMEXDaemonReady";
+const NOT_READY_REASON: &str = "IMEXDaemonNotReady";
 
 /// The clique's nodes and where their plugins keep state and the fake driver its knobs.
 struct Setting<'a> {
@@ -62,9 +75,20 @@ pub async fn imex(ctx: &Ctx) -> anyhow::Result<ScenarioOutcome> {
         Ok(()) => a_node_whose_daemon_fails_holds_its_pod(ctx, "a", failing).await,
         Err(e) => Err(e),
     };
+    let waited = match waited {
+        Ok(()) => node_condition_becomes(ctx, "a", &failing.name, false, Some(FAILURE)).await,
+        Err(e) => Err(e),
+    };
+    let waited = match waited {
+        Ok(()) => claim_event_names(ctx, "a", NOT_READY_REASON, &failing.name, 1).await,
+        Err(e) => Err(e),
+    };
     set_knob(failing, None)?;
     waited?;
     let channel_a = job_runs_in_one_domain(ctx, &setting, "a", 4).await?;
+    every_node_is_ready_on_the_claim(ctx, &setting, "a", failing).await?;
+    a_rollout_leaves_the_daemons_and_the_job(ctx, &setting, "a", 4).await?;
+    a_running_daemon_that_fails_marks_the_claim(ctx, "a", failing).await?;
     delete_job(ctx, &setting, "a", 4).await?;
     ctx.say(format!(
         "job a (channel {channel_a}) deleted: no daemon, no domain directory left"
@@ -482,4 +506,224 @@ async fn delete_job(
             .await?;
     }
     Ok(())
+}
+
+/// Node `node`'s IMEX daemon condition on job `job`'s domain claim: (status, message).
+async fn node_condition(
+    ctx: &Ctx,
+    job: &str,
+    node: &str,
+) -> anyhow::Result<Option<(String, String)>> {
+    let claim = Api::<ResourceClaim>::namespaced(ctx.client.clone(), NAMESPACE)
+        .get(&format!("{job}-domain"))
+        .await?;
+    let wanted = format!("{node}/{CONDITION}");
+    Ok(claim
+        .status
+        .iter()
+        .flat_map(|s| s.devices.iter().flatten())
+        .filter(|d| d.driver == DRIVER_NAME)
+        .flat_map(|d| d.conditions.iter().flatten())
+        .find(|c| c.type_ == wanted)
+        .map(|c| (c.status.clone(), c.message.clone())))
+}
+
+/// Waits until node `node`'s condition on job `job`'s claim is `ready`, its message holding
+/// `naming` when given.
+async fn node_condition_becomes(
+    ctx: &Ctx,
+    job: &str,
+    node: &str,
+    ready: bool,
+    naming: Option<&str>,
+) -> anyhow::Result<()> {
+    let status = if ready { "True" } else { "False" };
+    let message = until(
+        &format!("claim {job}-domain to hold {node}'s condition {CONDITION}={status}"),
+        ctx.timeouts.run,
+        || async {
+            Ok(match node_condition(ctx, job, node).await? {
+                Some((s, m)) if s == status && naming.is_none_or(|n| m.contains(n)) => {
+                    Progress::Done(m)
+                }
+                other => Progress::Waiting(format!("{other:?}")),
+            })
+        },
+    )
+    .await?;
+    ctx.say(format!(
+        "claim {job}-domain: {node}/{CONDITION}={status} ({message})"
+    ));
+    Ok(())
+}
+
+/// Events about job `job`'s claim, oldest first.
+async fn claim_events(ctx: &Ctx, job: &str) -> anyhow::Result<Vec<Event>> {
+    let name = format!("{job}-domain");
+    let mut events = Api::<Event>::namespaced(ctx.client.clone(), NAMESPACE)
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.kind=ResourceClaim,involvedObject.name={name}"
+        )))
+        .await
+        .with_context(|| format!("cannot list the events of claim {NAMESPACE}/{name}"))?
+        .items;
+    events.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
+    Ok(events)
+}
+
+/// Waits until `count` Events with `reason` on job `job`'s claim name `node`.
+async fn claim_event_names(
+    ctx: &Ctx,
+    job: &str,
+    reason: &str,
+    node: &str,
+    count: usize,
+) -> anyhow::Result<()> {
+    let naming = format!("node {node}:");
+    let note = until(
+        &format!("{count} {reason} Event(s) on claim {job}-domain naming {node}"),
+        ctx.timeouts.run,
+        || async {
+            let events = claim_events(ctx, job).await?;
+            // The recorder counts a repeated Event in the one it recorded first.
+            let found: Vec<(String, usize)> = events
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .filter_map(|e| Some((e.message.clone()?, e.count.unwrap_or(1).max(1) as usize)))
+                .filter(|(m, _)| m.contains(&naming))
+                .collect();
+            let occurrences: usize = found.iter().map(|(_, n)| n).sum();
+            Ok(if occurrences >= count {
+                Progress::Done(found.last().map(|(m, _)| m.clone()).unwrap_or_default())
+            } else {
+                Progress::Waiting(format!(
+                    "{} Event(s), {} of them {reason} naming {node}",
+                    events.len(),
+                    found.len()
+                ))
+            })
+        },
+    )
+    .await?;
+    ctx.say(format!("claim {job}-domain: Event {reason}: {note}"));
+    Ok(())
+}
+
+/// 2. Each of the job's nodes holds its own `True` condition on the claim, and the node whose
+///    daemon failed has a recovery Event.
+async fn every_node_is_ready_on_the_claim(
+    ctx: &Ctx,
+    setting: &Setting<'_>,
+    job: &str,
+    recovered: &Node,
+) -> anyhow::Result<()> {
+    for node in &setting.nodes {
+        node_condition_becomes(ctx, job, &node.name, true, None).await?;
+    }
+    claim_event_names(ctx, job, READY_REASON, &recovered.name, 1).await
+}
+
+/// A daemon pod as the rollout must leave it: UID and restart count.
+fn daemon_identity(pod: &Pod) -> (String, String, i32) {
+    let restarts = pod
+        .status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .map(|c| c.restart_count)
+        .sum();
+    (
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default(),
+        pod.metadata.uid.clone().unwrap_or_default(),
+        restarts,
+    )
+}
+
+/// 3. A plugin rollout on the job's nodes leaves the daemons and the job's pods running, and
+///    the checkers still see the channel and the daemon ready.
+async fn a_rollout_leaves_the_daemons_and_the_job(
+    ctx: &Ctx,
+    setting: &Setting<'_>,
+    job: &str,
+    pods: usize,
+) -> anyhow::Result<()> {
+    let uid = claim_uid(ctx, &format!("{job}-domain")).await?;
+    let daemons = Api::<Pod>::namespaced(ctx.client.clone(), setting.plugin_namespace);
+    let selector = format!("{DAEMON_COMPONENT},gpu.tessera.dev/imex-domain={uid}");
+    let job_pods = Api::<Pod>::namespaced(ctx.client.clone(), NAMESPACE);
+    let identities = || async {
+        let mut daemon_pods: Vec<_> = daemons
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .iter()
+            .map(daemon_identity)
+            .collect();
+        daemon_pods.sort();
+        let mut workers: Vec<_> = job_pods
+            .list(&ListParams::default().labels(&format!("job={job}")))
+            .await?
+            .items
+            .iter()
+            .map(daemon_identity)
+            .collect();
+        workers.sort();
+        anyhow::Ok((daemon_pods, workers))
+    };
+    let before = identities().await?;
+    ensure!(
+        before.0.len() == pods && before.1.len() == pods,
+        "before the rollout: daemon pods {:?}, job pods {:?}",
+        before.0,
+        before.1
+    );
+    let nodes: Vec<&str> = setting.nodes.iter().map(|n| n.name.as_str()).collect();
+    let rolled = ctx
+        .plugins
+        .rollout_restart_on(&nodes, ctx.timeouts.restart * 2)
+        .await?;
+    ctx.say(rolled);
+    let after = identities().await?;
+    ensure!(
+        after == before,
+        "the rollout changed the daemon or job pods (node, uid, restarts): before {before:?}, after {after:?}"
+    );
+    for index in 0..pods {
+        let name = pod_name(job, index);
+        let running = wait_running(ctx, NAMESPACE, &name).await?;
+        ensure!(
+            running.metadata.uid.is_some(),
+            "{name} has no UID after the rollout"
+        );
+        let report = ready_report(ctx, &name).await?;
+        ensure!(
+            report.imex.as_ref().is_some_and(|i| i.channel_node),
+            "{name}: the checker sees no channel device node after the rollout"
+        );
+    }
+    ctx.say(format!(
+        "the plugin rollout left {pods} daemon pods and {pods} job pods as they were; the checkers see the channel and READY"
+    ));
+    Ok(())
+}
+
+/// 4. A running daemon that stops answering `READY` is marked on the claim by the plugin's check
+///    (a second Warning Event), and marked ready again when it recovers.
+async fn a_running_daemon_that_fails_marks_the_claim(
+    ctx: &Ctx,
+    job: &str,
+    failing: &Node,
+) -> anyhow::Result<()> {
+    set_knob(failing, Some(FAILURE))?;
+    let failed = async {
+        node_condition_becomes(ctx, job, &failing.name, false, Some(FAILURE)).await?;
+        claim_event_names(ctx, job, NOT_READY_REASON, &failing.name, 2).await
+    }
+    .await;
+    set_knob(failing, None)?;
+    failed?;
+    node_condition_becomes(ctx, job, &failing.name, true, None).await?;
+    claim_event_names(ctx, job, READY_REASON, &failing.name, 2).await
 }
