@@ -196,24 +196,7 @@ impl<'a, 'c> Search<'a, 'c> {
                     break;
                 }
                 self.steps += 1;
-                let (in_use, usage) = match &self.scratch {
-                    Some((state, usage)) => (state, usage),
-                    None => (self.context.in_use, self.context.usage),
-                };
-                let context = PodContext {
-                    devices: self.context.devices,
-                    unmanaged: self.context.unmanaged,
-                    in_use,
-                    usage,
-                };
-                let decision = decide_pod_within(
-                    member.pod,
-                    claims,
-                    &context,
-                    self.settings,
-                    self.now,
-                    Some(subdomains[sub].as_slice()),
-                );
+                let decision = self.decide_within(member.pod, claims, &subdomains[sub]);
                 match &decision.action {
                     // The last member's placement is read by no later decision.
                     Action::Place(p) if index + 1 < total => {
@@ -250,6 +233,22 @@ impl<'a, 'c> Search<'a, 'c> {
 }
 
 impl Search<'_, '_> {
+    /// One member's decision on `nodes`, against the devices and node usage the attempt's
+    /// earlier members left (the scratch copy once a member was placed, else the context's).
+    fn decide_within(&self, pod: &Pod, claims: &[PodClaim], nodes: &[usize]) -> PodPlan {
+        let (in_use, usage) = match &self.scratch {
+            Some((state, usage)) => (state, usage),
+            None => (self.context.in_use, self.context.usage),
+        };
+        let context = PodContext {
+            devices: self.context.devices,
+            unmanaged: self.context.unmanaged,
+            in_use,
+            usage,
+        };
+        decide_pod_within(pod, claims, &context, self.settings, self.now, Some(nodes))
+    }
+
     /// Keeps the allocation of a shared claim written for a member, for the members after it.
     fn note_shared(
         &self,
