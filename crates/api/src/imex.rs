@@ -48,6 +48,11 @@ pub const DOMAIN_ENV: &str = "TESSERA_IMEX_DOMAIN";
 /// daemon's pod and in the domain's containers: `nvidia-imex-ctl -q` there asks the node's daemon.
 pub const CONFIG_DIR_IN_CONTAINER: &str = "/etc/nvidia-imex";
 
+/// The name part of the condition each node writes on a domain's claim (on its channel's
+/// `status.devices` entry) about its IMEX daemon: the type is `<node>/IMEXDaemonReady`, `True`
+/// while the node's daemon answers `READY`.
+pub const DAEMON_CONDITION: &str = "IMEXDaemonReady";
+
 /// The pool of the channels of fabric clique `clique` (`<clusterUUID>.<cliqueId>`).
 pub fn pool_name(clique: &str) -> String {
     format!("{POOL_PREFIX}{clique}")

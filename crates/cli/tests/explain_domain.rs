@@ -10,10 +10,10 @@ use std::process::{Command, Output};
 
 use k8s_openapi::api::core::v1::{Pod, PodResourceClaim, PodSchedulingGate, PodSpec};
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult, ResourceClaim,
-    ResourceClaimStatus,
+    AllocatedDeviceStatus, AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
+    ResourceClaim, ResourceClaimStatus,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use serde::Serialize;
 use tessera_api::imex::{IMEX_DEVICE_CLASS, pool_name};
 use tessera_api::names::{
@@ -202,4 +202,62 @@ fn a_domain_claim_says_who_holds_its_cliques_channels_and_why_its_pods_wait() {
         )),
         "{pod}"
     );
+}
+
+/// Node `node`'s daemon condition on a domain's channel entry, as the node's plugin writes it.
+fn daemon_condition(node: &str, ready: bool, message: &str) -> Condition {
+    Condition {
+        type_: format!("{node}/IMEXDaemonReady"),
+        status: if ready { "True" } else { "False" }.into(),
+        reason: if ready {
+            "IMEXDaemonReady"
+        } else {
+            "IMEXDaemonNotReady"
+        }
+        .into(),
+        message: message.into(),
+        last_transition_time: Time("2026-11-29T08:00:00Z".parse().unwrap()),
+        observed_generation: None,
+    }
+}
+
+#[test]
+fn a_domain_claim_names_the_nodes_whose_imex_daemon_is_not_ready_with_its_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    objects(dir.path());
+    let mut claim = held_domain("old-a", 0);
+    let status = claim.status.as_mut().unwrap();
+    status.devices = Some(vec![AllocatedDeviceStatus {
+        driver: DRIVER_NAME.into(),
+        pool: pool_name(CLIQUE),
+        device: "channel-0".into(),
+        conditions: Some(vec![
+            daemon_condition("tray-1", true, "READY"),
+            daemon_condition("tray-2", false, "UNAVAILABLE link down"),
+            daemon_condition("tray-0", true, "READY"),
+        ]),
+        ..Default::default()
+    }]);
+    // The claims file holds the other objects' claims; this one replaces its namesake.
+    write(dir.path(), "z-claim.yaml", &[claim]);
+    std::fs::write(
+        dir.path().join("claims.yaml"),
+        std::fs::read_to_string(dir.path().join("claims.yaml"))
+            .unwrap()
+            .split("\n---\n")
+            .filter(|doc| !doc.contains("\"name\":\"old-a\""))
+            .collect::<Vec<_>>()
+            .join("\n---\n"),
+    )
+    .unwrap();
+    let text = explain(dir.path(), "claim/old-a");
+    for expected in [
+        "note: IMEX daemon ready on node(s) tray-0, tray-1",
+        "note: IMEX daemon not ready on node tray-2 since 2026-11-29T08:00:00Z: UNAVAILABLE link down",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    // A domain without conditions (no daemon started yet) says nothing of daemons.
+    let other = explain(dir.path(), "claim/old-b");
+    assert!(!other.contains("IMEX daemon"), "{other}");
 }

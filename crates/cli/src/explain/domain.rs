@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::jiff::Timestamp;
-use tessera_api::imex::{IMEX_DEVICE_CLASS, clique_of_pool};
+use tessera_api::imex::{DAEMON_CONDITION, IMEX_DEVICE_CLASS, clique_of_pool};
 use tessera_api::names::DRIVER_NAME;
 use tessera_placement::group::GroupOutcome;
 use tessera_placement::imex::{channel_clique, holders};
@@ -47,6 +47,42 @@ fn cliques(cluster: &ClusterObjects) -> BTreeMap<String, (usize, Vec<String>)> {
         *held = holders(&cluster.claims, clique);
     }
     by_clique
+}
+
+/// What the nodes' IMEX daemons say, from the conditions each node writes on the domain's claim
+/// (`<node>/IMEXDaemonReady` on the channel's `status.devices` entry): one line per node whose
+/// daemon is not ready, with its answer, and one for the nodes whose daemon is.
+fn daemon_lines(claim: &ResourceClaim) -> Vec<String> {
+    let suffix = format!("/{DAEMON_CONDITION}");
+    let mut ready = Vec::new();
+    let mut lines = Vec::new();
+    let conditions = claim
+        .status
+        .iter()
+        .flat_map(|s| s.devices.iter().flatten())
+        .filter(|d| d.driver == DRIVER_NAME)
+        .flat_map(|d| d.conditions.iter().flatten());
+    for c in conditions {
+        let Some(node) = c.type_.strip_suffix(&suffix) else {
+            continue;
+        };
+        if c.status == "True" {
+            ready.push(node.to_owned());
+        } else {
+            lines.push(format!(
+                "IMEX daemon not ready on node {node} since {}: {} (its pods there do not start until it is; `kubectl describe pod` on the node's daemon pod shows why)",
+                c.last_transition_time.0, c.message
+            ));
+        }
+    }
+    if !ready.is_empty() {
+        ready.sort();
+        lines.insert(
+            0,
+            format!("IMEX daemon ready on node(s) {}", ready.join(", ")),
+        );
+    }
+    lines
 }
 
 /// What the controller says of a pod it decides: placed, or why it waits.
@@ -107,6 +143,7 @@ pub(super) fn notes(cluster: &ClusterObjects, claim: &ResourceClaim, gate: &str)
     if let Some(clique) = channel_clique(claim) {
         lines.push(format!("its channel is in clique {clique}"));
     }
+    lines.extend(daemon_lines(claim));
     for (clique, (total, held)) in cliques(cluster) {
         let by = if held.is_empty() {
             String::new()

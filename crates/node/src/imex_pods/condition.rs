@@ -23,8 +23,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tessera_api::DRIVER_NAME;
 use tessera_api::imex::{DEVICE_PREFIX, POOL_PREFIX};
 
-/// The name part of a node's condition type.
-pub const CONDITION_NAME: &str = "IMEXDaemonReady";
+/// The name part of a node's condition type (`explain` reads it too).
+pub const CONDITION_NAME: &str = tessera_api::imex::DAEMON_CONDITION;
 /// The condition's reason while the daemon answers `READY`, and the Event's on recovery.
 pub const READY_REASON: &str = "IMEXDaemonReady";
 /// The condition's reason while it does not, and the Warning Event's.
