@@ -216,6 +216,13 @@ impl ClusterSource for Caches<'_> {
         tessera_placement::imex::holders(claims.iter().map(|c| &**c), clique)
     }
 
+    fn domain_nodes(&self) -> tessera_placement::imex::DomainNodes {
+        let pods = self.cluster.pods();
+        tessera_placement::imex::DomainNodes::of(pods.iter().map(AsRef::as_ref), |ns, name| {
+            self.cluster.claim(ns, name)
+        })
+    }
+
     fn preemption(&self) -> Option<PreemptionObjects> {
         if !self.preemption {
             return None;

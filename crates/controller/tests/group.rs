@@ -141,6 +141,7 @@ impl World {
                 .collect(),
             unresolved: 0,
             held: 0,
+            domain_nodes: Default::default(),
         };
         let in_use = AllocatedState::from_claims(&self.claims).unwrap();
         let usage = HashMap::new();
@@ -320,6 +321,7 @@ fn two_gangs_that_do_not_fit_together_one_runs_the_other_waits() {
             .collect(),
         unresolved: 0,
         held: 0,
+        domain_nodes: Default::default(),
     };
     let unmanaged = Arc::new(DeviceIndex::new(Vec::new(), Vec::new(), Vec::new()));
     let settings = Settings::new(tessera_api::names::TOPOLOGY_AWARE_GATE);

@@ -175,6 +175,7 @@ fn measure(gpus: u32, context: &PodContext<'_>, settings: &Settings) -> Row {
             .collect(),
         unresolved: 0,
         held: 0,
+        domain_nodes: Default::default(),
     };
     // The decision's clock only dates waiting groups; a fixed instant keeps the bench
     // independent of jiff's `std` feature (not enabled when this package builds alone).

@@ -559,6 +559,7 @@ fn search(
             .collect(),
         unresolved: 0,
         held: 0,
+        domain_nodes: Default::default(),
     };
     preempt_group(
         &group,

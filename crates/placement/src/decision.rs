@@ -59,6 +59,12 @@ pub trait ClusterSource {
         let _ = clique;
         Vec::new()
     }
+    /// The IMEX domains whose pods run or are placed on each node
+    /// ([`crate::imex::DomainNodes::of`]), read for a group that asks for a domain; none (the
+    /// default) where the source does not say.
+    fn domain_nodes(&self) -> crate::imex::DomainNodes {
+        crate::imex::DomainNodes::default()
+    }
 }
 
 /// What a preemption search reads besides the devices: the pods (victims and nominations),

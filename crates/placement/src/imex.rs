@@ -6,14 +6,17 @@
 //! are domains, the clique of a domain's channel, and each clique's channels and how many of them
 //! are in use.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tessera_allocator::{AllocatedState, DeviceIndex};
 use tessera_api::imex::{IMEX_DEVICE_CLASS, clique_of_pool};
 use tessera_api::names::DRIVER_NAME;
 
 use crate::claims::allocation;
+use crate::pods::usage_node;
 use crate::protocol::object_key;
 use crate::resolve::PodClaim;
 
@@ -119,6 +122,71 @@ pub fn holders<'c>(
     names.sort();
     names.dedup();
     names
+}
+
+/// The IMEX domains whose pods run (bound) or are placed (released to a node) on each node:
+/// node name → domains (`namespace/name`). The node driver runs one IMEX daemon per node, so a
+/// node hosts the pods of one live domain at a time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DomainNodes {
+    by_node: HashMap<String, BTreeSet<String>>,
+}
+
+impl DomainNodes {
+    /// The domains of `pods` on their nodes: each pod with a node ([`usage_node`]) and an
+    /// allocated domain claim, looked up by `claim(namespace, name)`.
+    pub fn of<'p>(
+        pods: impl IntoIterator<Item = &'p Pod>,
+        claim: impl Fn(&str, &str) -> Option<Arc<ResourceClaim>>,
+    ) -> DomainNodes {
+        let mut found = DomainNodes::default();
+        for pod in pods {
+            let Some(node) = usage_node(pod) else {
+                continue;
+            };
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+            for name in claim_names(pod) {
+                let Some(c) = claim(namespace, name) else {
+                    continue;
+                };
+                if is_domain_claim(&c) && allocation(&c).is_some() {
+                    let domains = found.by_node.entry(node.clone()).or_default();
+                    domains.insert(object_key(&c.metadata));
+                }
+            }
+        }
+        found
+    }
+
+    /// Whether no node hosts a domain's pod.
+    pub fn is_empty(&self) -> bool {
+        self.by_node.is_empty()
+    }
+
+    /// A domain other than `domain` whose pods run on `node`, if any (the first by name).
+    pub fn other_than(&self, node: &str, domain: &str) -> Option<&str> {
+        self.by_node
+            .get(node)?
+            .iter()
+            .find(|d| *d != domain)
+            .map(String::as_str)
+    }
+}
+
+/// The names of the claims `pod` uses: named in its spec, or generated from a template (the
+/// pod's status).
+fn claim_names(pod: &Pod) -> impl Iterator<Item = &str> {
+    let named = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.resource_claims.iter().flatten())
+        .filter_map(|c| c.resource_claim_name.as_deref());
+    let generated = pod
+        .status
+        .iter()
+        .flat_map(|s| s.resource_claim_statuses.iter().flatten())
+        .filter_map(|c| c.resource_claim_name.as_deref());
+    named.chain(generated)
 }
 
 #[cfg(test)]

@@ -182,6 +182,12 @@ impl ClusterSource for ObjectSource<'_> {
         crate::imex::holders(&self.objects.claims, clique)
     }
 
+    fn domain_nodes(&self) -> crate::imex::DomainNodes {
+        crate::imex::DomainNodes::of(&self.objects.pods, |namespace, name| {
+            self.claim(namespace, name)
+        })
+    }
+
     fn preemption(&self) -> Option<PreemptionObjects> {
         let objects = self.objects;
         Some(PreemptionObjects {

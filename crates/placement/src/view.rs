@@ -23,6 +23,7 @@ use tessera_allocator::{
 use crate::claims::{PodClaims, allocation};
 use crate::extended::ExtendedResources;
 use crate::group::settings::{DEFAULT_GROUP_HOLD, GroupSettings};
+use crate::imex::{DomainJob, DomainNodes};
 use crate::managed::{managed_slices, unmanaged_slices};
 use crate::nodes::{NodeFacts, NodeFilter, PodRequirements};
 use crate::planner::{Action, PlacementInput, PodPlan, decide};
@@ -169,15 +170,62 @@ pub fn decide_pod(
     settings: &Settings,
     now: Timestamp,
 ) -> PodPlan {
-    let mut plan = decide_pod_within(pod, claims, context, settings, now, None);
+    let plan = decide_pod_within(pod, claims, context, settings, now, None);
+    with_domain_reasons(plan, claims, context, None)
+}
+
+/// [`decide_pod`] for a pod of the IMEX domain `job`: never on a node where `domains` says
+/// another domain's pods run (the node driver runs one IMEX daemon per node).
+pub fn decide_domain_pod(
+    pod: &Pod,
+    claims: &[PodClaim],
+    context: &PodContext<'_>,
+    settings: &Settings,
+    now: Timestamp,
+    (job, domains): (&DomainJob, &DomainNodes),
+) -> PodPlan {
+    if domains.is_empty() {
+        return decide_pod(pod, claims, context, settings, now);
+    }
+    let nodes = &context.devices.nodes;
+    let mut shared = None;
+    let within: Vec<usize> = (0..nodes.len())
+        .filter(
+            |&i| match domains.other_than(&nodes[i].info.name, &job.claim) {
+                Some(other) => {
+                    shared.get_or_insert_with(|| {
+                        format!(
+                            "{} runs pods of the IMEX domain {other} (one IMEX domain per node)",
+                            nodes[i].info.name
+                        )
+                    });
+                    false
+                }
+                None => true,
+            },
+        )
+        .collect();
+    let plan = decide_pod_within(pod, claims, context, settings, now, Some(&within));
+    with_domain_reasons(plan, claims, context, shared)
+}
+
+/// `plan`, when no node can take the pod, with what its IMEX domain adds to why: no free
+/// channel, and `shared` (a node another domain's pods run on).
+fn with_domain_reasons(
+    mut plan: PodPlan,
+    claims: &[PodClaim],
+    context: &PodContext<'_>,
+    shared: Option<String>,
+) -> PodPlan {
     if let Action::CannotPlace {
         failure: crate::planner::Failure::Unsatisfiable,
         message,
         ..
     } = &mut plan.action
-        && let Some(why) = channels_taken(claims, context)
     {
-        message.push_str(&format!("; {why}"));
+        for why in channels_taken(claims, context).into_iter().chain(shared) {
+            message.push_str(&format!("; {why}"));
+        }
     }
     plan
 }

@@ -250,6 +250,22 @@ fn a_domain_gang_waits_for_a_channel_naming_the_domains_that_hold_them() {
     assert!(message.contains(&expected), "{message}");
 }
 
+/// The last pod added, out of its gang, decided alone: why it cannot be placed.
+fn cannot_place_alone(objects: &mut ClusterObjects) -> String {
+    let mut alone = objects.pods.pop().unwrap();
+    alone.metadata.labels = None;
+    alone.metadata.annotations = None;
+    objects.pods.push(alone.clone());
+    let ruling = objects.decide(&alone, &[], &Settings::new(TOPOLOGY_AWARE_GATE), now());
+    let Ruling::Pod(tessera_placement::PodVerdict::Decided(plan)) = ruling else {
+        panic!("{ruling:?}");
+    };
+    match plan.action {
+        Action::CannotPlace { message, .. } => message,
+        other => panic!("placed: {other:?}"),
+    }
+}
+
 #[test]
 fn a_domain_pod_alone_waits_saying_no_clique_has_a_free_channel() {
     let mut objects = gb200_cluster(&[(1, 3)], 1);
@@ -259,20 +275,88 @@ fn a_domain_pod_alone_waits_saying_no_clique_has_a_free_channel() {
     objects.pods.clear();
     // A pod of another domain, not in a gang.
     domain_gang(&mut objects, "solo", 1, 4);
-    let mut alone = objects.pods.pop().unwrap();
-    alone.metadata.labels = None;
-    alone.metadata.annotations = None;
-    objects.pods.push(alone.clone());
-    let ruling = objects.decide(&alone, &[], &Settings::new(TOPOLOGY_AWARE_GATE), now());
-    let Ruling::Pod(tessera_placement::PodVerdict::Decided(plan)) = ruling else {
-        panic!("{ruling:?}");
-    };
-    let Action::CannotPlace { message, .. } = &plan.action else {
-        panic!("placed without a channel: {:?}", plan.action);
-    };
+    let message = cannot_place_alone(&mut objects);
     let expected = format!(
         "no free IMEX channel for the domain ml/solo-domain in any clique (clique {}: 1 of 1 in use)",
         clique(1)
+    );
+    assert!(message.contains(&expected), "{message}");
+}
+
+/// Places gang `name` (asserting it fits) and binds its pods to their nodes; returns the nodes.
+fn place_and_bind(objects: &mut ClusterObjects, name: &str) -> Vec<String> {
+    let placed = plan(objects, name);
+    let (_, nodes) = written(&placed);
+    apply(objects, &placed);
+    let GroupOutcome::Place { plans, .. } = &placed.outcome else {
+        unreachable!("written() asserted the placement");
+    };
+    for (index, member) in plans {
+        let Action::Place(placement) = &member.action else {
+            continue;
+        };
+        let pod = format!("{name}-{index}");
+        let pod = objects
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some(pod.as_str()))
+            .unwrap();
+        let spec = pod.spec.as_mut().unwrap();
+        spec.scheduling_gates = None;
+        spec.node_name = Some(placement.node.clone());
+    }
+    nodes
+}
+
+#[test]
+fn a_domain_gang_keeps_off_a_tray_where_another_domains_pod_runs() {
+    // Three trays of 4 GPUs; another domain's pod holds 2 GPUs of one of them. The gang's four
+    // 2-GPU pods fill the other two trays exactly, never the 2 GPUs left beside the other domain.
+    let mut objects = gb200_cluster(&[(1, 3)], 4);
+    domain_gang(&mut objects, "other", 1, 2);
+    let taken = place_and_bind(&mut objects, "other");
+    domain_gang(&mut objects, "train", 4, 2);
+    let (_, nodes) = written(&plan(&objects, "train"));
+    assert_eq!(nodes.len(), 4, "{nodes:?}");
+    assert!(
+        nodes.iter().all(|n| !taken.contains(n)),
+        "a pod of ml/train-domain placed beside ml/other-domain on {taken:?}: {nodes:?}"
+    );
+}
+
+#[test]
+fn a_domain_gang_waits_when_every_roomy_tray_hosts_another_domain() {
+    // Two trays, each with a 3-GPU pod of another domain: one GPU free on each, enough for the
+    // gang's 1-GPU pods, but each tray's IMEX daemon is the other domain's.
+    let mut objects = gb200_cluster(&[(1, 2)], 4);
+    domain_gang(&mut objects, "other", 2, 3);
+    let mut taken = place_and_bind(&mut objects, "other");
+    taken.sort();
+    domain_gang(&mut objects, "train", 2, 1);
+    let plan = plan(&objects, "train");
+    let GroupOutcome::Wait { message, .. } = &plan.outcome else {
+        panic!("placed beside another domain: {:?}", plan.outcome);
+    };
+    let expected = format!(
+        "no fabric clique has 2 free trays for the IMEX domain ml/train-domain: the most, 0, are in clique {}; {} runs pods of the IMEX domain ml/other-domain (one IMEX domain per node)",
+        clique(1),
+        taken[0]
+    );
+    assert!(message.contains(&expected), "{message}");
+}
+
+#[test]
+fn a_domain_pod_alone_keeps_off_a_tray_where_another_domains_pod_runs() {
+    // One tray, half of it used by another domain's pod: room for the lone pod's 2 GPUs, but
+    // not for a second IMEX daemon.
+    let mut objects = gb200_cluster(&[(1, 1)], 4);
+    domain_gang(&mut objects, "other", 1, 2);
+    let taken = place_and_bind(&mut objects, "other");
+    domain_gang(&mut objects, "solo", 1, 2);
+    let message = cannot_place_alone(&mut objects);
+    let expected = format!(
+        "{} runs pods of the IMEX domain ml/other-domain (one IMEX domain per node)",
+        taken[0]
     );
     assert!(message.contains(&expected), "{message}");
 }

@@ -6,6 +6,7 @@
 //! - every placed domain has exactly one channel, and every pod of it runs in that channel's
 //!   clique;
 //! - no channel is held by two live domains of a clique;
+//! - no node hosts pods of two live domains (one IMEX daemon per node);
 //! - a domain's channel stays held while one of its pods lives and is free once the last is gone
 //!   (the claim is deallocated then, as the resourceclaim controller does).
 
@@ -25,6 +26,7 @@ use tessera_api::names::{GPU_DEVICE_CLASS, GROUP_LABEL, GROUP_MIN_COUNT_ANNOTATI
 use tessera_placement::group::{
     GroupInput, GroupKey, GroupOutcome, GroupSettings, GroupSource, Member, decide_group,
 };
+use tessera_placement::imex::DomainNodes;
 use tessera_placement::nodes::NodeFacts;
 use tessera_placement::planner::Action;
 use tessera_placement::pods::devices_in_use;
@@ -165,6 +167,22 @@ impl Trace {
         Ok(())
     }
 
+    /// The live domains on each node, read from the placed pods bound to their nodes.
+    fn domain_nodes(&self) -> DomainNodes {
+        let mut bound = Vec::new();
+        for gang in &self.live {
+            for (pod, _) in &gang.pods {
+                let name = pod.metadata.name.as_deref().unwrap();
+                if let Some(node) = gang.nodes.get(name) {
+                    let mut pod = pod.clone();
+                    pod.spec.as_mut().unwrap().node_name = Some(node.clone());
+                    bound.push(pod);
+                }
+            }
+        }
+        DomainNodes::of(&bound, |_, name| self.claims.get(name).cloned())
+    }
+
     /// The gang's group decision; when placed, its writes applied and each pod's node.
     fn decide(&mut self, gang: &Gang) -> Result<Option<BTreeMap<String, String>>, TestCaseError> {
         let claims: Vec<Vec<PodClaim>> = gang
@@ -189,6 +207,7 @@ impl Trace {
                 .collect(),
             unresolved: 0,
             held: 0,
+            domain_nodes: self.domain_nodes(),
         };
         let in_use = self.in_use();
         let usage = HashMap::new();
@@ -285,6 +304,19 @@ impl Trace {
                     "gang {} runs on {node}, its channel is in clique {clique}",
                     &gang.name
                 );
+            }
+        }
+        // One live domain per node.
+        let mut on_node: BTreeMap<&str, &str> = BTreeMap::new();
+        for gang in &self.live {
+            for node in gang.nodes.values() {
+                if let Some(other) = on_node.insert(node, &gang.name) {
+                    prop_assert!(
+                        other == gang.name,
+                        "{node} hosts pods of the domains {other} and {}",
+                        &gang.name
+                    );
+                }
             }
         }
         // Waiting gangs hold nothing; channels of finished domains are free.

@@ -592,6 +592,7 @@ fn search_group(model: &ClusterModel, name: &str, uids: &[String]) -> Preemption
             .collect(),
         unresolved: 0,
         held: 0,
+        domain_nodes: Default::default(),
     };
     preempt_group(
         &group,

@@ -584,6 +584,7 @@ fn controller(
             .collect(),
         unresolved: 0,
         held: 0,
+        domain_nodes: Default::default(),
     };
     let usage = HashMap::new();
     let unmanaged = Arc::new(DeviceIndex::new(Vec::new(), Vec::new(), Vec::new()));

@@ -25,6 +25,7 @@ use crate::group::membership::{
 use crate::group::score::GroupScore;
 use crate::group::search::{GroupInput, GroupOutcome, GroupPlan, Member, decide_group};
 use crate::group::starvation::{Waiting, fits_when_free};
+use crate::imex::{DomainJob, DomainNodes};
 use crate::message::add_to_summary;
 use crate::planner::Action;
 use crate::preemption::nomination::Nomination;
@@ -116,6 +117,7 @@ pub fn decide_for_group(
             .collect(),
         unresolved,
         held: group.held,
+        domain_nodes: domain_nodes(&resolved, source),
     };
     let (mut plan, fits_free) = search(&input, source, waiting, settings, now);
     name_channel_holders(&mut plan, source);
@@ -154,6 +156,15 @@ pub fn decide_for_group(
         first,
         per_pod,
         then,
+    }
+}
+
+/// Where the IMEX domains run, read only for a group that asks for one: no cost for the others.
+fn domain_nodes(resolved: &[Resolved], source: &dyn ClusterSource) -> DomainNodes {
+    if DomainJob::of(resolved.iter().map(|r| r.claims.as_slice())).is_some() {
+        source.domain_nodes()
+    } else {
+        DomainNodes::default()
     }
 }
 

@@ -14,6 +14,7 @@ use crate::decision::{
 };
 use crate::group::membership::{GroupKey, member_arrival};
 use crate::group::starvation::{Waiting, held_back_by};
+use crate::imex::DomainJob;
 use crate::message::claim_list;
 use crate::planner::{Action, Placement, PodPlan};
 use crate::preemption::nomination::Nomination;
@@ -21,7 +22,7 @@ use crate::preemption::pod_priority;
 use crate::protocol::{PodPlacement, is_gated};
 use crate::reason::{EventKind, PodReason};
 use crate::resolve::{PodClaim, Resolution, resolve_claims};
-use crate::view::{Settings, decide_pod, decide_released};
+use crate::view::{Settings, decide_domain_pod, decide_pod, decide_released};
 use tessera_admission::conversion::recorded_template;
 
 /// The decision for `pod`, a pod the controller works on ([`crate::pods::is_candidate`]),
@@ -147,8 +148,13 @@ fn plan(
         return plan;
     }
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-    in_context(source, uid, |context| {
-        decide_pod(pod, claims, context, settings, now)
+    // Where the IMEX domains run is read only for a pod that asks for one.
+    let domain = DomainJob::of([claims]).map(|job| (job, source.domain_nodes()));
+    in_context(source, uid, |context| match &domain {
+        Some((job, domains)) => {
+            decide_domain_pod(pod, claims, context, settings, now, (job, domains))
+        }
+        None => decide_pod(pod, claims, context, settings, now),
     })
 }
 

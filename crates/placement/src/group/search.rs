@@ -15,7 +15,7 @@ use crate::group::domains::{Domain, Layout, Level, subdomains};
 use crate::group::membership::GroupKey;
 use crate::group::score::{GroupScore, decision_node, score};
 use crate::group::settings::GroupSettings;
-use crate::imex::{DomainJob, channels, is_domain_claim};
+use crate::imex::{DomainJob, DomainNodes, channels, is_domain_claim};
 use crate::planner::{Action, Failure, Placement, PodPlan};
 use crate::pods::pod_usage_requests;
 use crate::preemption::Demand;
@@ -48,6 +48,9 @@ pub struct GroupInput<'a> {
     /// Pods of the group still held by other components' scheduling gates (a queue that has not
     /// admitted them): never placed until those gates are removed.
     pub held: u32,
+    /// The IMEX domains on each node, when the group asks for a domain (empty otherwise): a
+    /// member is never placed on a node that hosts another domain's pods.
+    pub domain_nodes: DomainNodes,
 }
 
 impl GroupInput<'_> {
@@ -419,7 +422,10 @@ fn search_level(
     let needed = search.input.needed().max(1);
     let mut best: Option<(GroupScore, Domain, Attempt)> = None;
     let mut successes = 0;
-    for (domain, nodes) in domains {
+    for (domain, mut nodes) in domains {
+        if let Some(job) = &search.imex {
+            nodes.retain(|&n| foreign_domain(search.input, search.context, job, n).is_none());
+        }
         if search.steps >= search.budget {
             search.truncated = true;
             break;
@@ -453,6 +459,21 @@ fn search_level(
         }
     }
     best
+}
+
+/// The other IMEX domain whose pods run on node `n` (index into [`crate::view::ClusterSnapshot::nodes`]),
+/// if any: the node driver runs one IMEX daemon per node, so `job`'s pods cannot go there.
+fn foreign_domain<'i>(
+    input: &'i GroupInput<'_>,
+    context: &PodContext<'_>,
+    job: &DomainJob,
+    n: usize,
+) -> Option<&'i str> {
+    if input.domain_nodes.is_empty() {
+        return None;
+    }
+    let node = &context.devices.nodes.get(n)?.info.name;
+    input.domain_nodes.other_than(node, &job.claim)
 }
 
 /// Decides the group: places at least [`GroupInput::needed`] members close together, or none.
@@ -509,6 +530,38 @@ struct DomainWait {
     channels_full: Option<String>,
 }
 
+/// Per fabric clique (only the channel's, when the domain has one), the trays free for `job`: with
+/// room for the least demanding member (`smallest` free GPUs) and no other domain's pods; and,
+/// when a tray with room hosts another domain, which (the first such tray).
+fn free_trays<'l>(
+    job: &DomainJob,
+    input: &GroupInput<'_>,
+    context: &PodContext<'_>,
+    layout: &'l Layout,
+    smallest: usize,
+) -> (BTreeMap<&'l str, usize>, Option<String>) {
+    let mut trays: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut taken = None;
+    for &n in &layout.managed {
+        let Some(clique) = layout.clique.as_ref().and_then(|l| l.of_node[n].as_deref()) else {
+            continue;
+        };
+        if job.clique.as_deref().is_some_and(|c| c != clique) {
+            continue;
+        }
+        let roomy = layout.free[n] >= smallest;
+        let other = foreign_domain(input, context, job, n).filter(|_| roomy);
+        if let (Some(other), None) = (other, &taken) {
+            taken = Some(format!(
+                "{} runs pods of the IMEX domain {other} (one IMEX domain per node)",
+                context.devices.nodes[n].info.name
+            ));
+        }
+        *trays.entry(clique).or_default() += usize::from(roomy && other.is_none());
+    }
+    (trays, taken)
+}
+
 /// Counts, per fabric clique (only the channel's, when the domain has one), the trays with room
 /// for the least demanding member (free GPUs), and the free channels of the cliques with enough
 /// trays.
@@ -521,16 +574,7 @@ fn domain_wait(
 ) -> DomainWait {
     let needed = input.needed().max(1);
     let domain = &job.claim;
-    let mut trays: BTreeMap<&str, usize> = BTreeMap::new();
-    for &n in &layout.managed {
-        let Some(clique) = layout.clique.as_ref().and_then(|l| l.of_node[n].as_deref()) else {
-            continue;
-        };
-        if job.clique.as_deref().is_some_and(|c| c != clique) {
-            continue;
-        }
-        *trays.entry(clique).or_default() += usize::from(layout.free[n] >= smallest);
-    }
+    let (trays, taken) = free_trays(job, input, context, layout, smallest);
     let wait = |message: String| DomainWait {
         message,
         channels_full: None,
@@ -549,8 +593,9 @@ fn domain_wait(
         });
     };
     if *most < needed {
+        let shared = taken.map_or_else(String::new, |t| format!("; {t}"));
         return wait(format!(
-            "no fabric clique has {needed} free trays for the IMEX domain {domain}: the most, {most}, are in clique {best}"
+            "no fabric clique has {needed} free trays for the IMEX domain {domain}: the most, {most}, are in clique {best}{shared}"
         ));
     }
     let counts = channels(&context.devices.managed, context.in_use);

@@ -558,6 +558,7 @@ fn group_input<'a>(
         unresolved: 0,
         // The model has no other components' gates.
         held: 0,
+        domain_nodes: Default::default(),
     })
 }
 
