@@ -10,7 +10,9 @@
 //! same pod and resets when the pod is done.
 //!
 //! Ready pods are taken in priority order ([`Rank`]: higher `spec.priority` first, then earlier
-//! arrival), and in the order they became ready within a rank.
+//! arrival), and in the order they became ready within a rank. A parked pod that saw a change is
+//! taken before a ready pod ranked after it even within its backoff, so a change goes to the pods
+//! in priority order whatever their backoffs.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
@@ -136,6 +138,7 @@ impl WorkQueue {
     /// The next pod to process, if one is due at `now`.
     pub fn pop(&mut self, now: Instant) -> Option<String> {
         self.promote(now);
+        self.promote_ahead();
         while let Some((_, _, key)) = self.ready.pop_first() {
             if self.states.get(&key) == Some(&State::Ready) {
                 let epoch = self.epoch;
@@ -171,6 +174,33 @@ impl WorkQueue {
             }
         }
         for key in due_now {
+            self.push(key);
+        }
+    }
+
+    /// Parked pods that saw a change and rank before the next ready pod are made ready too, even
+    /// within their backoff: what the change freed must go to them first. Without this, a
+    /// priority-100 pod queued by a change of its own (a status write) took the devices a
+    /// deleted pod freed while the priority-500 pod waiting for them sat out its backoff.
+    fn promote_ahead(&mut self) {
+        let next = self
+            .ready
+            .iter()
+            .find(|(_, _, key)| self.states.get(key) == Some(&State::Ready))
+            .map(|(rank, _, _)| *rank);
+        let Some(next) = next else {
+            return;
+        };
+        let epoch = self.epoch;
+        let mut ahead = Vec::new();
+        for (key, state) in self.states.iter_mut() {
+            let changed = matches!(*state, State::Parked { epoch: parked, .. } if epoch > parked);
+            if changed && self.ranks.get(key).copied().unwrap_or_default() < next {
+                *state = State::Ready;
+                ahead.push(key.clone());
+            }
+        }
+        for key in ahead {
             self.push(key);
         }
     }
@@ -323,6 +353,37 @@ mod tests {
         quiet.pop(now);
         quiet.done("ns/b", Processed::Park, now);
         assert_eq!(quiet.pop(now + PARK_LIMIT).as_deref(), Some("ns/b"));
+    }
+
+    #[test]
+    fn a_parked_pod_within_its_backoff_goes_before_a_lower_ranked_ready_pod_after_a_change() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new();
+        let (high, low) = (Rank::new(500, 20), Rank::new(100, 10));
+        q.add_ranked("ns/high", high);
+        q.pop(now);
+        // Its fourth failure: a backoff of 2 s.
+        q.failures.insert("ns/high".into(), 3);
+        q.done("ns/high", Processed::Park, now);
+        // Nothing changed yet: the lower-ranked pod that is ready goes alone.
+        q.add_ranked("ns/low", low);
+        assert_eq!(q.pop(now).as_deref(), Some("ns/low"));
+        q.done("ns/low", Processed::Park, now);
+        // A change (devices freed), then the lower-ranked pod changes (its status written):
+        // the higher-ranked one is decided first, though its backoff has not passed.
+        q.cluster_changed();
+        q.add_ranked("ns/low", low);
+        assert_eq!(q.pop(now).as_deref(), Some("ns/high"));
+        assert_eq!(q.pop(now).as_deref(), Some("ns/low"));
+        // Without a ready pod behind it, the backoff holds as before.
+        q.done("ns/high", Processed::Park, now);
+        q.done("ns/low", Processed::Done, now);
+        q.cluster_changed();
+        assert_eq!(
+            q.pop(now),
+            None,
+            "within its backoff, nothing ranked behind it"
+        );
     }
 
     #[test]
