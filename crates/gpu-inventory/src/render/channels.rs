@@ -3,7 +3,8 @@
 //! network-attached: each slice's `nodeSelector` admits exactly the clique's nodes (one term,
 //! `kubernetes.io/hostname In [...]`: the API server allows one node name per `matchFields`
 //! requirement and one term per slice), so a claim allocated one of them may be used on every
-//! node of the clique and on no other. Every slice passes [`check_slice`] and the pool passes [`check_pool`].
+//! node of the clique and on no other. Every slice passes [`check_slice`](super::check_slice)
+//! and the pool passes [`check_pool`](super::check_pool).
 
 use std::collections::BTreeMap;
 
@@ -19,10 +20,8 @@ use tessera_api::validation::{
     is_dns_subdomain,
 };
 
-use super::check::check_slice;
 use super::error::RenderError;
 use super::options::ServerVersion;
-use super::pool_check::check_pool;
 use super::slices::slice_name;
 
 /// One clique's channel pool, as the controller publishes it.
@@ -161,16 +160,7 @@ pub fn render_channel_slices(pool: &ChannelPool) -> Result<Vec<ResourceSlice>, R
             },
         })
         .collect();
-    for slice in &rendered {
-        check_slice(slice, pool.server_version).map_err(|violations| {
-            RenderError::InvalidSlice {
-                slice: slice.metadata.name.clone().unwrap_or_default(),
-                violations,
-            }
-        })?;
-    }
-    check_pool(&rendered).map_err(RenderError::InvalidPool)?;
-    Ok(rendered)
+    super::checked(rendered, pool.server_version)
 }
 
 #[cfg(test)]

@@ -82,12 +82,19 @@ pub fn render_slices(
             },
         })
         .collect();
+    checked(rendered, options.server_version)
+}
+
+/// `rendered`, once every slice passes [`check_slice`] for `server` and the pool passes
+/// [`check_pool`]: what every renderer of slices returns.
+fn checked(
+    rendered: Vec<ResourceSlice>,
+    server: ServerVersion,
+) -> Result<Vec<ResourceSlice>, RenderError> {
     for slice in &rendered {
-        check_slice(slice, options.server_version).map_err(|violations| {
-            RenderError::InvalidSlice {
-                slice: slice.metadata.name.clone().unwrap_or_default(),
-                violations,
-            }
+        check_slice(slice, server).map_err(|violations| RenderError::InvalidSlice {
+            slice: slice.metadata.name.clone().unwrap_or_default(),
+            violations,
         })?;
     }
     check_pool(&rendered).map_err(RenderError::InvalidPool)?;
